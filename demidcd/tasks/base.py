@@ -1,0 +1,105 @@
+"""The task interface: everything a learner may ask of a structured-prediction task.
+
+A learner never sees sentences, tags or ILPs. It sees *records*: for a structure y found for
+example i by loss-augmented inference (DEMI-DCD paper, Eq. 5),
+
+    (i, h, Δ(y_i, y), φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y), m = w·φ)
+
+with h a 64-bit hash identifying y among the structures of example i and φ a sparse vector with
+sorted, unique indices. A dual variable α_{i,y} is fully described by its record, so every
+DCD-family learner (Eq. 2, 7–9) and every perceptron-family learner works on every task.
+
+A batch of records is a :class:`RecordBatch` of flat arrays (CSR-like), never Python objects per
+structure, so it can be written into shared-memory rings and read by numba kernels.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+INDEX_DTYPE = np.int32  # feature indices inside φ (w has < 2**31 entries)
+VALUE_DTYPE = np.float64  # feature values inside φ, and w
+
+
+@dataclass
+class RecordBatch:
+    """Records (i, h, Δ, φ, m) for ``n`` structures, φ stored CSR-like.
+
+    ex[k], hash[k], delta[k], margin[k] (= w·φ_k for the w used by inference);
+    φ_k = (idx[ptr[k]:ptr[k+1]], val[ptr[k]:ptr[k+1]]), indices sorted and unique.
+    """
+
+    ex: np.ndarray  # int64[n]
+    hash: np.ndarray  # int64[n]
+    delta: np.ndarray  # float64[n]
+    margin: np.ndarray  # float64[n]
+    ptr: np.ndarray  # int64[n+1]
+    idx: np.ndarray  # int32[nnz]
+    val: np.ndarray  # float64[nnz]
+
+    def __len__(self) -> int:
+        return int(self.ex.shape[0])
+
+    @staticmethod
+    def empty() -> RecordBatch:
+        return RecordBatch(
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64),
+            np.zeros(0, np.float64), np.zeros(1, np.int64), np.zeros(0, INDEX_DTYPE),
+            np.zeros(0, VALUE_DTYPE),
+        )
+
+    def violation(self, alpha_sum: np.ndarray, C: float) -> np.ndarray:
+        """−∇_{i,y} D = Δ − w·φ − Σ_y' α_{i,y'} / (2C) for each record (Eq. 9/11)."""
+        return self.delta - self.margin - alpha_sum[self.ex] / (2.0 * C)
+
+
+class Task(ABC):
+    """A structured-prediction task bound to one encoded data set.
+
+    Implementations hold flat numpy arrays and bind them to numba kernels; the methods here are
+    thin Python shells. ``w`` is always a float64 vector of length :attr:`dim`.
+    """
+
+    name: str = "task"
+
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """Length of the weight vector w."""
+
+    @property
+    @abstractmethod
+    def n_examples(self) -> int:
+        """Number of examples in the bound data set."""
+
+    @abstractmethod
+    def costs(self) -> np.ndarray:
+        """Relative inference cost of each example (e.g. tokens), for balancing shards."""
+
+    @abstractmethod
+    def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """Solve Eq. (5), argmax_y w·Φ(x_i, y) + Δ(y_i, y), for each i in ``examples``.
+
+        Returns one record per example whose argmax differs from the gold structure (Δ > 0);
+        examples whose argmax is the gold structure produce no record.
+        """
+
+    @abstractmethod
+    def decode(self, w: np.ndarray, examples: np.ndarray) -> list[Any]:
+        """Plain inference argmax_y w·Φ(x_i, y) for each i; structures in the task's own form."""
+
+    @abstractmethod
+    def gold(self, examples: np.ndarray) -> list[Any]:
+        """Gold structures of the given examples, in the same form as :meth:`decode`."""
+
+    @abstractmethod
+    def metric(self, gold: list[Any], predicted: list[Any]) -> dict[str, float]:
+        """Evaluation metrics; the key ``"score"`` is the headline figure (higher is better)."""
+
+    def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        """φ(y, y_i, x_i) as (sorted unique indices, values) and Δ(y_i, y) for one structure."""
+        raise NotImplementedError
