@@ -1,0 +1,157 @@
+"""Per-example active sets A_i of dual variables α_{i,y}, stored in flat arrays.
+
+The learner sees only records (i, h, Δ, φ) (see :mod:`demidcd.tasks.base`); this class owns the
+pools they are copied into and binds them to the update kernels of :mod:`.kernels`. It also owns
+the learner's weight vector ``w`` so that w = Σ α φ (Eq. 3) holds by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..tasks.base import INDEX_DTYPE, RecordBatch
+from . import kernels as K
+
+DEFAULT_MAX_ACTIVE = 50
+
+
+@dataclass
+class InsertStats:
+    admitted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    evicted: int = 0
+
+
+@dataclass
+class UpdateStats:
+    updates: int = 0
+    shrunk: int = 0
+    max_pg: float = 0.0
+    nonzero_steps: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class ActiveSets:
+    """Active sets for ``n`` examples over a weight vector of length ``dim``.
+
+    Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (also the admission
+    threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α structure is evicted
+    when a new one arrives), ``track_changes`` to record which entries of w changed since
+    :meth:`take_changes` (for publishing only what changed).
+    """
+
+    def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
+                 max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
+                 w: np.ndarray | None = None):
+        self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
+        self.w = np.zeros(dim) if w is None else w
+        self.slots = np.full((n, max_active), -1, np.int32)
+        self.count = np.zeros(n, np.int32)
+        self.alpha_sum = np.zeros(n)
+        cap = max(1024, 4 * n)
+        self.s_hash = np.zeros(cap, np.int64)
+        self.s_ptr = np.zeros(cap, np.int64)
+        self.s_len = np.zeros(cap, np.int32)
+        self.s_f = np.zeros((cap, 3))
+        self.free_ids = np.zeros(cap, np.int32)
+        self.p_idx = np.zeros(1 << 16, INDEX_DTYPE)
+        self.p_val = np.zeros(1 << 16)
+        self.meta = np.zeros(K.META_FIELDS, np.int64)
+        self.track = bool(track_changes)
+        self.mark = np.zeros(dim if self.track else 1, np.uint8)
+        self.marked = np.zeros(dim if self.track else 1, np.int32)
+        self._stats = np.zeros(4)
+        self._ins = np.zeros(5, np.int64)
+
+    # ------------------------------------------------------------------ growth
+    def _grow_structures(self) -> None:
+        cap = self.s_f.shape[0] * 2
+        for name in ("s_hash", "s_ptr", "s_len", "free_ids"):
+            old = getattr(self, name)
+            new = np.zeros(cap, old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        s_f = np.zeros((cap, 3))
+        s_f[: self.s_f.shape[0]] = self.s_f
+        self.s_f = s_f
+
+    def _grow_pool(self, need: int) -> None:
+        live = int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB])
+        cap = self.p_idx.shape[0]
+        while cap < 2 * (live + need):
+            cap *= 2
+        new_idx = np.zeros(cap, INDEX_DTYPE)
+        new_val = np.zeros(cap)
+        K.compact_pool(self.slots, self.count, self.s_ptr, self.s_len, self.p_idx, self.p_val,
+                       new_idx, new_val, self.meta)
+        self.p_idx, self.p_val = new_idx, new_val
+
+    # ------------------------------------------------------------------ records
+    def insert(self, batch: RecordBatch, admit: float | None = None) -> InsertStats:
+        """Admit the records of ``batch`` whose violation exceeds ``admit`` (default δ)."""
+        admit = self.delta if admit is None else admit
+        out = self._ins
+        out[:] = 0
+        start = 0
+        n = len(batch)
+        while start < n:
+            K.insert_records(batch.ex, batch.hash, batch.delta, batch.ptr, batch.idx, batch.val,
+                             start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
+                             self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
+                             self.free_ids, self.meta, self.C, admit, self.mark, self.marked,
+                             self.track, out)
+            start = int(out[K.I_NEXT])
+            if start < n:
+                if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
+                    self._grow_structures()
+                nnz = int(batch.ptr[start + 1] - batch.ptr[start])
+                if self.meta[K.M_PUSED] + nnz > self.p_idx.shape[0]:
+                    self._grow_pool(nnz)
+        return InsertStats(int(out[K.I_ADMITTED]), int(out[K.I_DUPLICATE]),
+                           int(out[K.I_REJECTED]), int(out[K.I_EVICTED]))
+
+    def update(self, order: np.ndarray, shrink: bool = True) -> UpdateStats:
+        """One Eq. (7)–(9) pass over the active sets of the examples in ``order``."""
+        st = self._stats
+        st[:] = 0.0
+        K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
+                          self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
+                          self.C, self.delta, shrink, self.mark, self.marked, self.track, st)
+        if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
+            self._grow_pool(0)
+        return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
+                           int(st[K.S_NONZERO_STEPS]))
+
+    def take_changes(self) -> np.ndarray:
+        """Indices of w changed since the last call (requires ``track_changes``)."""
+        n = int(self.meta[K.M_NMARK])
+        idx = self.marked[:n].copy()
+        K.clear_marks(self.mark, self.marked, self.meta)
+        return idx
+
+    # ------------------------------------------------------------------ objective
+    @property
+    def size(self) -> int:
+        """Total number of structures in all active sets."""
+        return int(self.count.sum())
+
+    def dual_objective(self) -> float:
+        """The dual as a lower bound of the primal: −D(α) with D of Eq. (2),
+        −D = −½‖w‖² − (1/4C) Σ_i A_i² + Σ Δ α  ≤  P(w) for every w (weak duality)."""
+        sq, lin = K.dual_terms(self.slots, self.count, self.alpha_sum, self.s_f)
+        return float(-0.5 * self.w @ self.w - sq / (4.0 * self.C) + lin)
+
+    def rebuilt_w(self) -> np.ndarray:
+        """Σ α φ recomputed from the stored structures (Eq. 3)."""
+        w = np.zeros(self.dim)
+        K.rebuild_w(w, self.slots, self.count, self.s_ptr, self.s_len, self.s_f, self.p_idx,
+                    self.p_val)
+        return w
+
+    def memory_bytes(self) -> int:
+        arrays = (self.slots, self.count, self.alpha_sum, self.s_hash, self.s_ptr, self.s_len,
+                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark, self.marked)
+        return int(sum(a.nbytes for a in arrays))

@@ -1,0 +1,115 @@
+"""What every learner shares: hyper-parameters, the objective, the stopping clock, the result."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OptionError
+from ..tasks.base import Task
+
+
+@dataclass
+class SolverConfig:
+    """Hyper-parameters shared by the learners (names as in the CLI).
+
+    C: regularisation of Eq. (1). tol: stop when a full inference pass finds no structure whose
+    violation Δ − w·φ − A_i/(2C) exceeds tol and the largest projected gradient on the active
+    set is below tol. delta: shrinking threshold δ of Eq. (9); the admission threshold is
+    min(delta, tol) so that a structure the stopping rule counts can always enter.
+    inner_passes: r of DCD-SSVM (Algorithm 3); 0 gives DCD-Light (Algorithm 2).
+    batch: examples per loss-augmented inference call in 1-DCD (1 = the exact sequential
+    algorithm; larger amortises call overhead, with w refreshed between batches).
+    """
+
+    C: float = 0.1
+    tol: float = 0.01
+    delta: float = 0.01
+    max_epochs: int = 100
+    time_limit: float | None = None
+    seed: int = 0
+    inner_passes: int = 5
+    max_active: int = 50
+    batch: int = 1
+    eval_every: float | None = None
+
+    def validate(self) -> None:
+        if not self.C > 0:
+            raise OptionError(f"--C must be > 0, got {self.C}")
+        if not self.tol > 0:
+            raise OptionError(f"--tol must be > 0, got {self.tol}")
+        if self.delta < 0:
+            raise OptionError(f"--delta must be >= 0, got {self.delta}")
+        if self.max_epochs < 1:
+            raise OptionError(f"--max-epochs must be >= 1, got {self.max_epochs}")
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise OptionError(f"--time-limit must be > 0, got {self.time_limit}")
+        if self.inner_passes < 0:
+            raise OptionError(f"--inner-passes must be >= 0, got {self.inner_passes}")
+        if self.max_active < 1:
+            raise OptionError(f"--max-active-per-example must be >= 1, got {self.max_active}")
+        if self.batch < 1:
+            raise OptionError(f"--batch must be >= 1, got {self.batch}")
+
+    @property
+    def admit(self) -> float:
+        return min(self.delta, self.tol)
+
+
+@dataclass
+class Objective:
+    primal: float
+    dual: float | None
+    gap: float | None  # (primal − dual) / primal
+    violators: int
+
+
+def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512) -> tuple[float, int]:
+    """P(w) = ½‖w‖² + C Σ_i ξ_i², ξ_i = max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i)) (Eq. 1),
+    the inner max by loss-augmented inference (Eq. 5) over all examples. Returns (P, #ξ_i > 0)."""
+    total, n_viol = 0.0, 0
+    for s in range(0, task.n_examples, chunk):
+        b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
+        xi = np.maximum(b.delta - b.margin, 0.0)
+        total += float(xi @ xi)
+        n_viol += int((xi > 0).sum())
+    return 0.5 * float(w @ w) + C * total, n_viol
+
+
+def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None) -> Objective:
+    """Primal (Eq. 1), optional dual lower bound (−Eq. 2) and relative duality gap."""
+    p, nv = primal_objective(task, w, C)
+    gap = None if dual is None else (p - dual) / max(abs(p), 1e-300)
+    return Objective(p, dual, gap, nv)
+
+
+class Clock:
+    """Wall-clock since the solver started (after data loading), the same for every learner."""
+
+    def __init__(self, time_limit: float | None = None):
+        self.t0 = time.perf_counter()
+        self.time_limit = time_limit
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def expired(self) -> bool:
+        return self.time_limit is not None and self.elapsed() >= self.time_limit
+
+
+Callback = Callable[[dict, np.ndarray], None]
+"""Called once per outer iteration with a log record and the current w (do not modify w)."""
+
+
+@dataclass
+class TrainResult:
+    w: np.ndarray
+    finished: bool  # True when the tolerance test passed
+    stop_reason: str  # "converged" | "time-limit" | "max-epochs" | "interrupted"
+    epochs: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+    dual: float | None = None

@@ -1,0 +1,241 @@
+"""The one dual coordinate descent update (Eq. 7–8) and shrink (Eq. 9), as numba kernels.
+
+Every DCD-family learner (1-DCD, DCD-Light, DEMI-DCD's learner, MS-DCD's master) calls these
+kernels on the flat arrays of :class:`demidcd.solvers.activeset.ActiveSets`; nothing here knows
+which task produced the structures.
+
+Notation (DEMI-DCD paper): for example i and structure y with record (Δ, φ), the dual gradient is
+
+    g_{i,y} = ∇_{i,y} D(α) = w·φ − Δ + A_i / (2C),      A_i = Σ_{y'∈A_i} α_{i,y'}
+
+the closed-form step is d = max(−α, −g / (‖φ‖² + 1/(2C)))  (Eq. 7), then w += d φ (Eq. 8),
+and a variable with α = 0 and −g < δ is removed from the active set (Eq. 9; the paper prints
+½ΣA where the derivation of Eq. 6 gives ΣA/(2C), which is what we use). Its projected
+gradient is g if α > 0 else min(g, 0); max |PG| over the active set measures optimality of the
+restricted problem (Eq. 10).
+
+Per-structure storage (structure id s): ``s_hash[s]``, ``s_ptr[s]``/``s_len[s]`` into the φ pool
+``p_idx``/``p_val``, and ``s_f[s] = (α, Δ, ‖φ‖²)``. Per example i: ``slots[i, :count[i]]`` holds its
+structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool counters
+(see :data:`META_FIELDS`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ALPHA, DELTA, SQNORM = 0, 1, 2
+# meta[k]: 0 next unused structure id, 1 φ-pool words used, 2 φ-pool words garbage,
+# 3 free structure ids on the stack, 4 marked (changed) weight entries
+M_NEXT, M_PUSED, M_PGARB, M_NFREE, M_NMARK = 0, 1, 2, 3, 4
+META_FIELDS = 5
+# stats[k] returned by the update kernel
+S_UPDATES, S_SHRUNK, S_MAXPG, S_NONZERO_STEPS = 0, 1, 2, 3
+# insert results
+I_ADMITTED, I_DUPLICATE, I_REJECTED, I_EVICTED, I_NEXT = 0, 1, 2, 3, 4
+
+
+@njit(cache=True, nogil=True)
+def sparse_dot(w, idx, val, start, end):
+    """w·φ for φ = (idx[start:end], val[start:end])."""
+    s = 0.0
+    for k in range(start, end):
+        s += w[idx[k]] * val[k]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _axpy_mark(w, d, idx, val, start, end, mark, marked, meta, track):
+    """w += d φ; when ``track``, remember every touched entry once in ``marked``."""
+    for k in range(start, end):
+        j = idx[k]
+        w[j] += d * val[k]
+        if track and mark[j] == 0:
+            mark[j] = 1
+            marked[meta[M_NMARK]] = j
+            meta[M_NMARK] += 1
+
+
+@njit(cache=True, nogil=True)
+def _remove_slot(slots, count, i, k):
+    """Drop slot k of example i, keeping the remaining slots in order."""
+    c = count[i]
+    for q in range(k, c - 1):
+        slots[i, q] = slots[i, q + 1]
+    slots[i, c - 1] = -1
+    count[i] = c - 1
+
+
+@njit(cache=True, nogil=True)
+def _free_structure(s, s_len, free_ids, meta):
+    meta[M_PGARB] += s_len[s]
+    free_ids[meta[M_NFREE]] = s
+    meta[M_NFREE] += 1
+
+
+@njit(cache=True, nogil=True)
+def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
+                    free_ids, meta, C, delta, shrink, mark, marked, track, stats):
+    """UPDATEWEIGHT (DCD-SSVM Algorithm 1 / DEMI-DCD Algorithm 1 lines 4–10) for each example
+    in ``order``: one Eq. (7)–(8) step on every structure of its active set, newest first,
+    removing structures that satisfy Eq. (9) when ``shrink``.
+
+    Accumulates into ``stats``: updates, shrunk structures, max |projected gradient|, non-zero
+    steps. Each step costs O(nnz(φ)); nothing is allocated.
+    """
+    inv2c = 1.0 / (2.0 * C)
+    for t in range(order.shape[0]):
+        i = order[t]
+        k = count[i] - 1
+        while k >= 0:
+            s = slots[i, k]
+            a = s_f[s, ALPHA]
+            st, ln = s_ptr[s], s_len[s]
+            g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
+            pg = g if a > 0.0 else min(g, 0.0)
+            if abs(pg) > stats[S_MAXPG]:
+                stats[S_MAXPG] = abs(pg)
+            if shrink and a == 0.0 and -g < delta:
+                _remove_slot(slots, count, i, k)
+                _free_structure(s, s_len, free_ids, meta)
+                stats[S_SHRUNK] += 1
+            else:
+                d = -g / (s_f[s, SQNORM] + inv2c)
+                if d < -a:
+                    d = -a
+                if d != 0.0:
+                    _axpy_mark(w, d, p_idx, p_val, st, st + ln, mark, marked, meta, track)
+                    s_f[s, ALPHA] = a + d
+                    alpha_sum[i] += d
+                    stats[S_NONZERO_STEPS] += 1
+                stats[S_UPDATES] += 1
+            k -= 1
+
+
+@njit(cache=True, nogil=True)
+def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
+                   alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
+                   admit, mark, marked, track, out):
+    """Add records start.. of a batch to the active sets (de-duplicated by hash).
+
+    A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
+    current w, exceeds ``admit`` (Eq. 11). When example i's active set is full, the structure
+    with the smallest α is evicted first (its α·φ is removed from w, so w = Σ α φ still holds).
+    Stops early when the structure-id or φ pool is full; ``out[I_NEXT]`` is then the first record
+    not processed, and the caller grows the pools and calls again.
+    ``out`` accumulates admitted, duplicates, rejected, evicted.
+    """
+    inv2c = 1.0 / (2.0 * C)
+    cap_s = s_f.shape[0]
+    cap_p = p_idx.shape[0]
+    max_per = slots.shape[1]
+    n = r_ex.shape[0]
+    out[I_NEXT] = n
+    for r in range(start, n):
+        i = r_ex[r]
+        h = r_hash[r]
+        dup = False
+        for k in range(count[i]):
+            if s_hash[slots[i, k]] == h:
+                dup = True
+                break
+        if dup:
+            out[I_DUPLICATE] += 1
+            continue
+        rs, re = r_ptr[r], r_ptr[r + 1]
+        viol = r_delta[r] - sparse_dot(w, r_idx, r_val, rs, re) - alpha_sum[i] * inv2c
+        if viol <= admit:
+            out[I_REJECTED] += 1
+            continue
+        nnz = re - rs
+        if (meta[M_NFREE] == 0 and meta[M_NEXT] >= cap_s) or meta[M_PUSED] + nnz > cap_p:
+            out[I_NEXT] = r
+            return
+        if count[i] == max_per:  # evict the smallest α
+            kmin = 0
+            for k in range(1, count[i]):
+                if s_f[slots[i, k], ALPHA] < s_f[slots[i, kmin], ALPHA]:
+                    kmin = k
+            s = slots[i, kmin]
+            a = s_f[s, ALPHA]
+            if a != 0.0:
+                _axpy_mark(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], mark, marked,
+                           meta, track)
+                alpha_sum[i] -= a
+            _remove_slot(slots, count, i, kmin)
+            _free_structure(s, s_len, free_ids, meta)
+            out[I_EVICTED] += 1
+        if meta[M_NFREE] > 0:
+            meta[M_NFREE] -= 1
+            s = free_ids[meta[M_NFREE]]
+        else:
+            s = meta[M_NEXT]
+            meta[M_NEXT] += 1
+        p0 = meta[M_PUSED]
+        sq = 0.0
+        for q in range(nnz):
+            p_idx[p0 + q] = r_idx[rs + q]
+            v = r_val[rs + q]
+            p_val[p0 + q] = v
+            sq += v * v
+        meta[M_PUSED] = p0 + nnz
+        s_hash[s] = h
+        s_ptr[s] = p0
+        s_len[s] = nnz
+        s_f[s, ALPHA] = 0.0
+        s_f[s, DELTA] = r_delta[r]
+        s_f[s, SQNORM] = sq
+        slots[i, count[i]] = s
+        count[i] += 1
+        out[I_ADMITTED] += 1
+
+
+@njit(cache=True, nogil=True)
+def compact_pool(slots, count, s_ptr, s_len, p_idx, p_val, new_idx, new_val, meta):
+    """Copy the φ of every live structure into fresh pools (dropping garbage of freed ones)."""
+    pos = 0
+    for i in range(slots.shape[0]):
+        for k in range(count[i]):
+            s = slots[i, k]
+            st, ln = s_ptr[s], s_len[s]
+            for q in range(ln):
+                new_idx[pos + q] = p_idx[st + q]
+                new_val[pos + q] = p_val[st + q]
+            s_ptr[s] = pos
+            pos += ln
+    meta[M_PUSED] = pos
+    meta[M_PGARB] = 0
+
+
+@njit(cache=True, nogil=True)
+def dual_terms(slots, count, alpha_sum, s_f):
+    """(Σ_i A_i², Σ_{i,y} Δ_{i,y} α_{i,y}) for the dual objective Eq. (2)."""
+    sq = 0.0
+    lin = 0.0
+    for i in range(slots.shape[0]):
+        sq += alpha_sum[i] * alpha_sum[i]
+        for k in range(count[i]):
+            s = slots[i, k]
+            lin += s_f[s, DELTA] * s_f[s, ALPHA]
+    return sq, lin
+
+
+@njit(cache=True, nogil=True)
+def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
+    """w = Σ α φ (Eq. 3) from scratch, for checks."""
+    w[:] = 0.0
+    for i in range(slots.shape[0]):
+        for k in range(count[i]):
+            s = slots[i, k]
+            a = s_f[s, ALPHA]
+            st = s_ptr[s]
+            for q in range(st, st + s_len[s]):
+                w[p_idx[q]] += a * p_val[q]
+
+
+@njit(cache=True, nogil=True)
+def clear_marks(mark, marked, meta):
+    for q in range(meta[M_NMARK]):
+        mark[marked[q]] = 0
+    meta[M_NMARK] = 0
