@@ -1,0 +1,486 @@
+"""Readers and writers for tagged corpora: CoNLL-U and whitespace-column (CoNLL-2000/2002) files.
+
+A corpus is a list of sentences x = (x_1 … x_n) with gold labels y = (y_1 … y_n). Every problem
+in a file raises :class:`demidcd.errors.InputError` naming the file and the 1-based line; a bad
+argument (format, column, encoding name) raises :class:`demidcd.errors.OptionError`.
+
+Writers put predicted labels into the label column and keep everything else of the original
+file (comments, multiword-token lines, other columns); they write atomically (temporary file in
+the same directory, then ``os.replace``). A ``.gz`` path is read and written gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gc
+import gzip
+import os
+import re
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from demidcd.errors import InputError, OptionError
+
+__all__ = [
+    "TaggedCorpus",
+    "read_tagged",
+    "write_tagged",
+    "corpus_from_lists",
+    "guess_format",
+    "FORMATS",
+]
+
+FORMATS = ("conllu", "columns")
+_CONLLU_NAMED = {"upos": 3, "xpos": 4}  # 0-based field index of named CoNLL-U columns
+_DOCSTART = "-DOCSTART-"
+_ASCII_WS_CHARS = " \t\r\f\v"
+_ASCII_WS = re.compile(r"[ \t\r\f\v]+")
+
+
+@dataclass
+class TaggedCorpus:
+    """Sentences with (optional) gold labels, plus what is needed to write them back faithfully.
+
+    ``raw[s]`` holds the original lines of sentence ``s`` split into fields: for CoNLL-U every
+    line (comments as a single field, token lines as their 10 fields); for columns format the
+    ``-DOCSTART-`` lines preceding the sentence and the token lines. ``label_column`` is the
+    0-based field index the labels were read from (``None`` = unknown / in memory).
+    """
+
+    tokens: list[list[str]]
+    tags: list[list[str]]
+    path: str
+    lines: list[int]
+    fmt: str
+    raw: list[list[list[str]]] | None
+    label_column: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_tokens(self) -> int:
+        """Total number of tokens Σ_s |x_s|."""
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def labeled(self) -> bool:
+        """True when every sentence carries gold labels."""
+        return len(self.tags) == len(self.tokens) and all(
+            len(g) == len(t) for g, t in zip(self.tags, self.tokens, strict=True)
+        )
+
+
+def guess_format(path: str | os.PathLike[str]) -> str:
+    """``"conllu"`` for ``*.conllu[.gz]`` files, else ``"columns"``."""
+    name = str(path).lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    return "conllu" if name.endswith(".conllu") else "columns"
+
+
+def _label_index(fmt: str, column: str | int | None) -> int | None:
+    """Resolve the user's ``column`` to a 0-based field index (``None`` = last column)."""
+    if fmt == "conllu":
+        if column is None:
+            return _CONLLU_NAMED["upos"]
+        if isinstance(column, str):
+            key = column.lower()
+            if key in _CONLLU_NAMED:
+                return _CONLLU_NAMED[key]
+            if key.isdigit():
+                column = int(key)
+            else:
+                raise OptionError(f"unknown CoNLL-U column {column!r}; use upos, xpos or 3..10")
+        if isinstance(column, int) and not isinstance(column, bool) and 3 <= column <= 10:
+            return column - 1
+        raise OptionError(f"bad CoNLL-U label column {column!r}; use upos, xpos or 3..10")
+    if fmt == "columns":
+        if column is None:
+            return None
+        if isinstance(column, str):
+            if not column.isdigit():
+                raise OptionError(f"bad label column {column!r}; use a 1-based number >= 2")
+            column = int(column)
+        if isinstance(column, int) and not isinstance(column, bool) and column >= 2:
+            return column - 1
+        raise OptionError(f"bad label column {column!r}; use a 1-based number >= 2")
+    raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def _read_text(path: str, encoding: str) -> str:
+    """Whole file as text; decoding errors name the line where the bad bytes are."""
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise OptionError(f"unknown encoding {encoding!r}") from None
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, None, "is a directory, not a file") from None
+    except PermissionError:
+        raise InputError(path, None, "permission denied") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error):
+        raise InputError(path, None, "not a valid gzip file (truncated or corrupt)") from None
+    except OSError as e:
+        raise InputError(path, None, f"cannot read file ({e.strerror or e})") from None
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        msg = f"not valid {encoding} text; pass --encoding (e.g. latin-1)"
+        if codecs.lookup(encoding).name == "utf-8":
+            msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
+        raise InputError(path, line, msg) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def read_tagged(
+    path: str | os.PathLike[str],
+    fmt: str = "conllu",
+    column: str | int | None = None,
+    encoding: str = "utf-8",
+    max_sentence_length: int = 5000,
+    labeled: bool = True,
+    keep_raw: bool = True,
+) -> TaggedCorpus:
+    """Read a tagged corpus.
+
+    ``fmt="conllu"``: ``column`` is ``"upos"`` (default, column 4), ``"xpos"`` (column 5) or a
+    1-based column 3..10; comments, multiword lines (``1-2``) and empty nodes (``5.1``) are
+    skipped. ``fmt="columns"``: whitespace columns, word in column 1, ``column`` the 1-based label
+    column (``None`` = last); ``-DOCSTART-`` lines end the current sentence and are skipped.
+    ``fmt="auto"`` picks by file name (:func:`guess_format`). With ``labeled=False`` labels are
+    not read (``tags`` holds empty lists) and a columns file may have a single column.
+    ``keep_raw=False`` drops the original lines (saves memory; the writer then emits the
+    minimal format). ``max_sentence_length`` guards against files without sentence breaks; the
+    default 5000 admits every sentence of the standard corpora (CoNLL-2002 esp.train has one of
+    1,238 tokens).
+    """
+    path = os.fspath(path)
+    if fmt == "auto":
+        fmt = guess_format(path)
+    li = _label_index(fmt, column)
+    if max_sentence_length < 1:
+        raise OptionError(f"max_sentence_length must be >= 1, got {max_sentence_length}")
+    text = _read_text(path, encoding)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
+    try:
+        if fmt == "conllu":
+            corpus = _parse_conllu(text, path, li, max_sentence_length, labeled, keep_raw)
+        else:
+            corpus = _parse_columns(text, path, li, max_sentence_length, labeled, keep_raw)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not corpus.tokens:
+        raise InputError(path, None, "no sentences found (empty file?)")
+    return corpus
+
+
+def _parse_conllu(
+    text: str, path: str, li: int, max_len: int, labeled: bool, keep_raw: bool
+) -> TaggedCorpus:
+    tokens: list[list[str]] = []
+    tags: list[list[str]] = []
+    lines: list[int] = []
+    raw: list[list[list[str]]] = []
+    words: list[str] = []
+    labs: list[str] = []
+    rlines: list[list[str]] = []
+    first = 0
+    colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
+    lineno = 0
+    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line or line.isspace():
+            if words:
+                tokens.append(words)
+                tags.append(labs if labeled else [])
+                lines.append(first)
+                raw.append(rlines)
+                words, labs, rlines = [], [], []
+            continue
+        if line[0] == "#":
+            if keep_raw:
+                rlines.append([line])
+            continue
+        f = line.split("\t")
+        if len(f) != 10:
+            raise InputError(path, lineno, f"expected 10 tab-separated columns, found {len(f)}")
+        tid = f[0]
+        if not tid.isdigit() or not tid.isascii():
+            if "-" in tid or "." in tid:  # multiword token / empty node
+                a, _, b = tid.replace(".", "-", 1).partition("-")
+                if a.isdigit() and b.isdigit() and a.isascii() and b.isascii():
+                    if keep_raw:
+                        rlines.append(f)
+                    continue
+            raise InputError(path, lineno, f"bad token id {tid!r}")
+        expect = len(words) + 1
+        if int(tid) != expect:
+            raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
+        if expect > max_len:
+            raise InputError(
+                path, first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
+            )
+        w = f[1]
+        if not w or w.isspace():
+            raise InputError(path, lineno, "empty word (column 2)")
+        if labeled:
+            lab = f[li]
+            if not lab or lab.isspace() or lab == "_":
+                raise InputError(path, lineno, f"empty label in {colname} (column {li + 1})")
+            labs.append(lab)
+        if not words:
+            first = lineno
+        words.append(w)
+        if keep_raw:
+            rlines.append(f)
+    if words:
+        tokens.append(words)
+        tags.append(labs if labeled else [])
+        lines.append(first)
+        raw.append(rlines)
+    elif rlines and raw and keep_raw:  # trailing comments after the last sentence
+        raw[-1].extend(rlines)
+    return TaggedCorpus(
+        tokens, tags, path, lines, "conllu", raw if keep_raw else None, li
+    )
+
+
+def _parse_columns(
+    text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool
+) -> TaggedCorpus:
+    tokens: list[list[str]] = []
+    tags: list[list[str]] = []
+    lines: list[int] = []
+    raw: list[list[list[str]]] = []
+    words: list[str] = []
+    labs: list[str] = []
+    rlines: list[list[str]] = []
+    first = 0
+    ncols = 0
+    ncols_line = 0
+    min_cols = 2 if labeled else 1
+    if li is not None:
+        min_cols = max(min_cols, li + 1) if labeled else 1
+    lineno = 0
+    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+        # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
+        # UTF-8) inside a word must not split it
+        f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
+        if not f or not f[0]:
+            if words:
+                tokens.append(words)
+                tags.append(labs if labeled else [])
+                lines.append(first)
+                raw.append(rlines)
+                words, labs, rlines = [], [], []
+            continue
+        if f[0].startswith(_DOCSTART):
+            if words:
+                tokens.append(words)
+                tags.append(labs if labeled else [])
+                lines.append(first)
+                raw.append(rlines)
+                words, labs, rlines = [], [], []
+            if keep_raw:
+                rlines.append(f)
+            continue
+        n = len(f)
+        if ncols == 0:
+            if n < min_cols:
+                what = f"at least {min_cols}" if li is None else f"{min_cols} (label column)"
+                raise InputError(path, lineno, f"expected {what} columns, found {n}")
+            ncols, ncols_line = n, lineno
+        elif n != ncols:
+            raise InputError(
+                path, lineno, f"expected {ncols} columns (as on line {ncols_line}), found {n}"
+            )
+        if len(words) >= max_len:
+            raise InputError(
+                path, first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
+            )
+        if not words:
+            first = lineno
+        words.append(f[0])
+        if labeled:
+            labs.append(f[-1] if li is None else f[li])
+        if keep_raw:
+            rlines.append(f)
+    if words:
+        tokens.append(words)
+        tags.append(labs if labeled else [])
+        lines.append(first)
+        raw.append(rlines)
+    elif rlines and raw and keep_raw:  # trailing -DOCSTART- line
+        raw[-1].extend(rlines)
+    label_col = (ncols - 1 if li is None else li) if (labeled and ncols) else li
+    return TaggedCorpus(
+        tokens, tags, path, lines, "columns", raw if keep_raw else None, label_col
+    )
+
+
+def corpus_from_lists(
+    tokens: list[list[str]], tags: list[list[str]] | None = None, fmt: str = "columns"
+) -> TaggedCorpus:
+    """Build an in-memory corpus from word lists and (optionally) tag lists of equal shape.
+
+    ``lines`` are the lines the sentences would start on in a file written by
+    :func:`write_tagged` (one token per line, a blank line after each sentence).
+    """
+    if fmt not in FORMATS:
+        raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    toks = [list(s) for s in tokens]
+    if tags is None:
+        tg: list[list[str]] = [[] for _ in toks]
+    else:
+        tg = [list(s) for s in tags]
+        if len(tg) != len(toks):
+            raise ValueError(f"{len(toks)} token sentences but {len(tg)} tag sentences")
+    lines: list[int] = []
+    line = 1
+    for s, (ws, ts) in enumerate(zip(toks, tg, strict=True)):
+        if not ws:
+            raise ValueError(f"sentence {s} is empty")
+        if tags is not None and len(ts) != len(ws):
+            raise ValueError(f"sentence {s}: {len(ws)} tokens but {len(ts)} tags")
+        for w in ws:
+            if not isinstance(w, str) or not w or w.isspace():
+                raise ValueError(f"sentence {s}: empty or non-string token {w!r}")
+        for t in ts:
+            if not isinstance(t, str) or not t or t.isspace():
+                raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
+        lines.append(line)
+        line += len(ws) + 1
+    return TaggedCorpus(toks, tg, "", lines, fmt, None, None)
+
+
+def _check_predicted(corpus: TaggedCorpus, predicted: list[list[str]], fmt: str) -> None:
+    if len(predicted) != len(corpus.tokens):
+        raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.tokens)}")
+    for s, (p, w) in enumerate(zip(predicted, corpus.tokens, strict=True)):
+        if len(p) != len(w):
+            raise ValueError(f"sentence {s}: {len(p)} predicted tags for {len(w)} tokens")
+        for t in p:
+            if not isinstance(t, str) or not t:
+                raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
+            bad = "\t\n\r" if fmt == "conllu" else _ASCII_WS_CHARS + "\n"
+            if any(c in t for c in bad):
+                raise ValueError(f"sentence {s}: tag {t!r} contains a separator")
+
+
+def _conllu_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int):
+    for s, (words, pred) in enumerate(zip(corpus.tokens, predicted, strict=True)):
+        rl = corpus.raw[s] if corpus.raw is not None else None
+        if rl is None:
+            for i, (w, t) in enumerate(zip(words, pred, strict=True)):
+                if "\t" in w or "\n" in w:
+                    raise ValueError(f"sentence {s}: word {w!r} contains a tab or newline")
+                f = [str(i + 1), w] + ["_"] * 8
+                f[li] = t
+                yield "\t".join(f)
+        else:
+            k = 0
+            for f in rl:
+                if len(f) == 10 and f[0].isdigit():
+                    g = list(f)
+                    g[li] = pred[k]
+                    k += 1
+                    yield "\t".join(g)
+                else:
+                    yield "\t".join(f)
+        yield ""
+
+
+def _columns_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int | None):
+    for s, (words, pred) in enumerate(zip(corpus.tokens, predicted, strict=True)):
+        rl = corpus.raw[s] if corpus.raw is not None else None
+        if rl is None:
+            for w, t in zip(words, pred, strict=True):
+                if _ASCII_WS.search(w) or "\n" in w:
+                    raise ValueError(f"sentence {s}: word {w!r} contains whitespace")
+                yield f"{w} {t}"
+        else:
+            k = 0
+            for f in rl:
+                if f[0].startswith(_DOCSTART):
+                    yield " ".join(f)
+                    yield ""
+                    continue
+                g = list(f)
+                if li is None or li >= len(g):
+                    g.append(pred[k])  # beyond the existing columns: append a new last column
+                else:
+                    g[li] = pred[k]
+                k += 1
+                yield " ".join(g)
+        yield ""
+
+
+def write_tagged(
+    path: str | os.PathLike[str],
+    corpus: TaggedCorpus,
+    predicted: list[list[str]],
+    column: str | int | None = None,
+    encoding: str = "utf-8",
+) -> None:
+    """Write ``corpus`` with ``predicted`` labels in the label column, atomically.
+
+    ``column=None`` uses the column the corpus was read from (``corpus.label_column``); for an
+    unlabeled columns file, or an in-memory corpus, predicted labels go into a new last column
+    (in memory: ``word tag`` lines). A columns-format ``column`` beyond the existing columns
+    appends one new last column. CoNLL-U keeps every original line and replaces only the label
+    field of token lines; an in-memory corpus gets ``_`` in the unknown fields.
+    """
+    path = os.fspath(path)
+    fmt = corpus.fmt
+    if fmt not in FORMATS:
+        raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if column is not None:
+        li = _label_index(fmt, column)
+    elif corpus.label_column is not None:
+        li = corpus.label_column
+    else:
+        li = _label_index(fmt, None)
+        if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
+            li = None  # unlabeled file: append the predictions
+    _check_predicted(corpus, predicted, fmt)
+    gen = _conllu_lines(corpus, predicted, li) if fmt == "conllu" else _columns_lines(
+        corpus, predicted, li
+    )
+    text = "\n".join(gen) + "\n"
+    data = text.encode(encoding)
+    if path.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + Path(path).name + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
