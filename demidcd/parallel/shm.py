@@ -1,0 +1,254 @@
+"""Named shared-memory numpy arrays that never leak.
+
+Ownership model (one place registers and unlinks every segment):
+
+* The **parent** (the process that will start the learner/workers) builds a
+  :class:`SharedArena` and calls :meth:`SharedArena.create` for every array. Each array lives in
+  its own POSIX shared-memory segment named ``/<prefix>-<parent pid>-<n>-<key>`` so that a
+  leftover segment in ``/dev/shm`` is attributable to the process that leaked it.
+* Children receive :meth:`SharedArena.spec` (a small picklable dict) and call
+  :meth:`SharedArena.attach`. Attaching maps the segments but never registers them anywhere: a
+  child exiting (normally, by exception or by a signal) cannot unlink the parent's segments and
+  makes the resource tracker print nothing. (Python 3.11's ``SharedMemory(name)`` registers the
+  segment with the resource tracker on attach; unregistering afterwards would also drop the
+  *parent's* registration, because forked children share the parent's tracker. We therefore
+  bypass ``SharedMemory`` and map segments with ``_posixshmem.shm_open`` + ``mmap``.)
+* Segments are unlinked by :meth:`SharedArena.close` (idempotent; call it in ``finally``), at
+  interpreter exit (``atexit``) and, if the owner is killed with SIGKILL, by the
+  ``multiprocess`` resource tracker (``track=True``, the default; it prints a "leaked
+  shared_memory" warning, which is accurate) or by :func:`sweep_stale` at the next start.
+  SIGINT raises ``KeyboardInterrupt`` so ``finally`` runs; use :func:`raise_on_sigterm` to make
+  SIGTERM do the same.
+
+Only the creating process (``os.getpid() == owner pid``) ever unlinks: an inherited ``atexit``
+handler in a forked child that exits through ``sys.exit`` does nothing.
+"""
+
+from __future__ import annotations
+
+import _posixshmem
+import atexit
+import mmap
+import os
+import re
+import signal
+import threading
+from typing import Any
+
+import numpy as np
+import psutil
+
+__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR"]
+
+SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
+_MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
+
+
+def _map(name: str, nbytes: int, create: bool) -> mmap.mmap:
+    """shm_open ``name`` (exclusive create when ``create``), size it, mmap it, close the fd."""
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = _posixshmem.shm_open(name, flags, mode=0o600)
+    try:
+        size = max(int(nbytes), 1)  # mmap refuses length 0
+        if create:
+            os.ftruncate(fd, size)
+        elif os.fstat(fd).st_size < size:
+            raise ValueError(f"shared segment {name} is smaller than its spec ({size} bytes)")
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _unlink(name: str) -> bool:
+    try:
+        _posixshmem.shm_unlink(name)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _as_array(buf: mmap.mmap, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(buf, dtype=dtype, count=n).reshape(shape)
+
+
+def _tracker() -> Any:
+    from multiprocess import resource_tracker
+
+    return resource_tracker
+
+
+class SharedArena:
+    """Creates named shared-memory numpy arrays in the parent; unlinks all of them on close(),
+    at interpreter exit (atexit), and on SIGTERM/SIGINT paths (the owner calls close in finally).
+
+    >>> arena = SharedArena()
+    >>> w = arena.create("w", (10,), np.float64)       # zero-filled, shared
+    >>> spec = arena.spec()                            # send to a child (fork or spawn)
+    >>> arrays = SharedArena.attach(spec)              # in the child: {"w": ndarray view}
+    >>> arena.close()                                  # in the parent, in ``finally``
+
+    ``track=True`` also registers each segment with the ``multiprocess`` resource tracker, which
+    unlinks it if the owner dies without running ``close`` (SIGKILL, OOM killer).
+    """
+
+    def __init__(self, prefix: str = "demidcd", track: bool = True):
+        if not re.fullmatch(r"[A-Za-z0-9_]+", prefix):
+            raise ValueError(f"arena prefix must be [A-Za-z0-9_]+, got {prefix!r}")
+        self.prefix = prefix
+        self.owner_pid = os.getpid()
+        self.track = track
+        self._segments: dict[str, tuple[str, tuple[int, ...], str]] = {}
+        self._maps: dict[str, mmap.mmap] = {}
+        self._arrays: dict[str, np.ndarray] = {}
+        self._counter = 0
+        self._closed = False
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    # -- parent side -----------------------------------------------------------------------
+    def create(self, key: str, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A new zero-filled shared array ``key`` of the given shape and dtype."""
+        if self._closed:
+            raise RuntimeError("SharedArena is closed")
+        if os.getpid() != self.owner_pid:
+            raise RuntimeError("SharedArena.create must be called in the process that owns it")
+        if key in self._segments:
+            raise KeyError(f"shared array {key!r} already exists")
+        shape_t = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
+        safe = re.sub(r"[^A-Za-z0-9_.]", "_", key)
+        with self._lock:
+            n = self._counter
+            self._counter += 1
+        name = f"/{self.prefix}-{self.owner_pid}-{n}-{safe}"[:_MAX_NAME]
+        buf = _map(name, nbytes, create=True)
+        if self.track:
+            _tracker().register(name, "shared_memory")
+        arr = _as_array(buf, shape_t, dt)  # ftruncate zero-fills
+        self._segments[key] = (name, shape_t, dt.str)
+        self._maps[key] = buf
+        self._arrays[key] = arr
+        return arr
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._arrays[key]
+
+    def names(self) -> list[str]:
+        """Segment names (with the leading '/') of all live arrays."""
+        return [v[0] for v in self._segments.values()]
+
+    def spec(self) -> dict:
+        """Picklable description of every array, for :meth:`attach` in a child."""
+        return {"prefix": self.prefix, "owner_pid": self.owner_pid,
+                "segments": dict(self._segments)}
+
+    # -- child side ------------------------------------------------------------------------
+    @staticmethod
+    def attach(spec: dict) -> dict[str, np.ndarray]:
+        """Map every array of ``spec`` (from :meth:`spec`) into this process.
+
+        Nothing is registered with a resource tracker: the child never unlinks, and its exit
+        never affects the parent's segments. The returned arrays keep their mappings alive.
+        """
+        out: dict[str, np.ndarray] = {}
+        for key, (name, shape, dts) in spec["segments"].items():
+            dt = np.dtype(dts)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            out[key] = _as_array(_map(name, nbytes, create=False), tuple(shape), dt)
+        return out
+
+    # -- cleanup ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unlink every segment (idempotent). A no-op in any process other than the owner.
+
+        The mappings are released too unless arrays handed out by :meth:`create` are still
+        referenced; then the memory is freed when the last reference dies (the name is gone
+        from ``/dev/shm`` either way).
+        """
+        if self._closed or os.getpid() != self.owner_pid:
+            return
+        self._closed = True
+        for key, (name, _, _) in list(self._segments.items()):
+            _unlink(name)
+            if self.track:
+                try:
+                    _tracker().unregister(name, "shared_memory")
+                except Exception:  # noqa: BLE001 - tracker gone at shutdown
+                    pass
+            self._arrays.pop(key, None)
+            buf = self._maps.pop(key, None)
+            if buf is not None:
+                try:
+                    buf.close()
+                except BufferError:  # arrays still referenced elsewhere
+                    pass
+        self._segments.clear()
+        try:
+            atexit.unregister(self.close)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __enter__(self) -> SharedArena:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_NAME_RE = re.compile(r"^(?P<prefix>[A-Za-z0-9_]+)-(?P<pid>\d+)-\d+-")
+
+
+def list_segments(prefix: str = "demidcd", pid: int | None = None) -> list[str]:
+    """Names (without '/') in ``/dev/shm`` made by an arena with this prefix (and parent pid)."""
+    try:
+        entries = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+    out = []
+    for e in entries:
+        m = _NAME_RE.match(e)
+        if m and m["prefix"] == prefix and (pid is None or int(m["pid"]) == pid):
+            out.append(e)
+    return sorted(out)
+
+
+def _owner_alive(pid: int, seg_mtime: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # pid reuse: a process started after the segment was created cannot own it
+        return proc.create_time() <= seg_mtime + 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return False
+
+
+def sweep_stale(prefix: str = "demidcd") -> list[str]:
+    """Unlink ``/dev/shm`` segments named ``<prefix>-<pid>-…`` whose creating process is dead.
+
+    Call at start-up. Returns the names unlinked. Linux only (elsewhere returns []).
+    """
+    removed = []
+    for e in list_segments(prefix):
+        pid = int(_NAME_RE.match(e)["pid"])
+        if pid == os.getpid():
+            continue
+        try:
+            mtime = os.stat(os.path.join(SHM_DIR, e)).st_mtime
+        except FileNotFoundError:
+            continue
+        if not _owner_alive(pid, mtime) and _unlink("/" + e):
+            removed.append(e)
+    return removed
+
+
+def raise_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread so ``finally: arena.close()``
+    runs (SIGINT already raises ``KeyboardInterrupt``). Call once in the parent."""
+
+    def _handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _handler)
