@@ -1,0 +1,191 @@
+"""Library API in scikit-learn style: construct with hyper-parameters, ``fit``, ``predict``,
+``score``, ``save`` / ``load``. Fitted attributes end in ``_``.
+
+>>> tagger = SequenceTagger(C=0.1, algorithm="dcd").fit(X, Y)   # X: token lists, Y: tag lists
+>>> tagger.predict([["The", "cat", "sat"]])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelFileError, OptionError
+from .io.model import load_model, save_model
+from .solvers import train
+from .solvers.common import SolverConfig, TrainResult, objective
+from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+from .tasks.sequence import SequenceTask
+
+
+class StructuredEstimator:
+    """Hyper-parameters shared by every estimator (see ``demidcd train --help``).
+
+    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, and the parallel
+    learners once installed. threads: processes (1 = single-process). tol, delta, max_epochs,
+    time_limit, seed, inner_passes (r), max_active (|A_i| bound), batch: see
+    :class:`~demidcd.solvers.common.SolverConfig`. rho / rho_worker: publish / refresh
+    intervals of the parallel engine. cpu_log: CSV path for the CPU timeline. eval_every:
+    seconds between primal/dual evaluations in the log. callback(record, w): per outer
+    iteration.
+    """
+
+    task_name = "task"
+
+    def __init__(self, C: float = 0.1, algorithm: str = "dcd", threads: int = 1,
+                 tol: float = 0.01, delta: float = 0.01, max_epochs: int = 100,
+                 time_limit: float | None = None, seed: int = 0, inner_passes: int = 5,
+                 max_active: int = 50, batch: int = 16, rho: int | None = None,
+                 rho_worker: int | None = None, cpu_log: str | None = None,
+                 eval_every: float | None = None,
+                 callback: Callable[[dict, np.ndarray], None] | None = None, **engine: Any):
+        self.C, self.algorithm, self.threads = C, algorithm, threads
+        self.tol, self.delta, self.max_epochs, self.time_limit = tol, delta, max_epochs, time_limit
+        self.seed, self.inner_passes, self.max_active, self.batch = (seed, inner_passes,
+                                                                     max_active, batch)
+        self.rho, self.rho_worker, self.cpu_log, self.eval_every = (rho, rho_worker, cpu_log,
+                                                                    eval_every)
+        self.callback = callback
+        self.engine = engine
+
+    def _config(self) -> SolverConfig:
+        return SolverConfig(C=float(self.C), tol=float(self.tol), delta=float(self.delta),
+                            max_epochs=int(self.max_epochs), time_limit=self.time_limit,
+                            seed=int(self.seed), inner_passes=int(self.inner_passes),
+                            max_active=int(self.max_active), batch=int(self.batch),
+                            eval_every=self.eval_every)
+
+    def _train(self, task, dev: tuple[Any, Any] | None = None) -> TrainResult:
+        config = self._config()
+        config.validate()
+        dev_eval = None
+        if dev is not None:
+            dev_task, dev_gold = dev
+
+            def dev_eval(w):
+                return dev_task.metric(dev_gold, dev_task.decode(w, np.arange(dev_task.n_examples)))
+
+        def cb(rec: dict, w: np.ndarray) -> None:
+            if dev_eval is not None:
+                rec["dev"] = dev_eval(w)["score"]
+            if self.callback is not None:
+                self.callback(rec, w)
+
+        engine = dict(self.engine)
+        for k in ("rho", "rho_worker", "cpu_log"):
+            if getattr(self, k) is not None:
+                engine[k] = getattr(self, k)
+        result = train(task, self.algorithm, config, int(self.threads), cb, **engine)
+        self.coef_ = result.w
+        self.result_ = result
+        return result
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("C", "algorithm", "threads", "tol", "delta",
+                                              "max_epochs", "time_limit", "seed",
+                                              "inner_passes", "max_active", "batch")}
+
+    def objective(self, task) -> dict[str, float | None]:
+        """Primal (Eq. 1) of the fitted w on a bound task, and the learner's dual and gap."""
+        ob = objective(task, self.coef_, float(self.C), self.result_.dual)
+        return {"primal": ob.primal, "dual": ob.dual, "gap": ob.gap}
+
+
+class SequenceTagger(StructuredEstimator):
+    """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
+
+    X is a list of token lists, Y a list of tag lists. Extra hyper-parameters: ``min_count``
+    (feature dictionary cut-off) and ``hashing`` (> 0: hashed features, no dictionary).
+    Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``, ``n_features_``, ``result_``.
+    """
+
+    task_name = "sequence"
+
+    def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0, **kw: Any):
+        super().__init__(**kw)
+        self.min_count, self.hashing = min_count, hashing
+
+    # -- encoding ---------------------------------------------------------------------------
+    def _task(self, X: list[list[str]], Y: list[list[str]] | None) -> SequenceTask:
+        enc = self.featurizer_.transform(X)
+        y = None
+        if Y is not None:
+            index = {t: k for k, t in enumerate(self.classes_)}
+            y = np.fromiter((index.get(t, -1) for s in Y for t in s), np.int32,
+                            count=enc.n_tokens)
+        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features)
+
+    def fit(self, X: list[list[str]], Y: list[list[str]], X_dev: list[list[str]] | None = None,
+            Y_dev: list[list[str]] | None = None) -> SequenceTagger:
+        """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
+        if len(X) != len(Y):
+            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        if not X:
+            raise OptionError("cannot fit on an empty data set")
+        self.classes_ = sorted({t for s in Y for t in s})
+        self.featurizer_ = SequenceFeaturizer(int(self.min_count), int(self.hashing)).fit(X)
+        self.n_features_ = self.featurizer_.n_features
+        task = self._task(X, Y)
+        dev = None
+        if X_dev is not None and Y_dev is not None:
+            dtask = self._task(X_dev, Y_dev)
+            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
+        self._train(task, dev)
+        return self
+
+    def predict(self, X: list[list[str]]) -> list[list[str]]:
+        """Viterbi decoding of each sentence; tags as strings."""
+        if not X:
+            return []
+        task = self._task(X, None)
+        names = np.asarray(self.classes_, dtype=object)
+        return [list(names[y]) for y in task.decode(self.coef_, np.arange(len(X)))]
+
+    def score(self, X: list[list[str]], Y: list[list[str]]) -> float:
+        """Token accuracy of :meth:`predict` against Y (tags unseen in training count wrong)."""
+        pred = self.predict(X)
+        total = sum(len(s) for s in Y)
+        right = sum(p == g for ps, gs in zip(pred, Y, strict=True)
+                    for p, g in zip(ps, gs, strict=True))
+        return right / max(total, 1)
+
+    def training_task(self, X: list[list[str]], Y: list[list[str]]) -> SequenceTask:
+        """The bound task for X, Y with this model's features and tags (for objectives)."""
+        return self._task(X, Y)
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model atomically (npz + JSON metadata, no pickle)."""
+        arrays, fmeta = self.featurizer_.state()
+        res = getattr(self, "result_", None)
+        meta = {"task": self.task_name, "labels": list(self.classes_), "featurizer": fmeta,
+                "dim": int(self.coef_.shape[0]), "hyper_parameters": self.hyper_parameters(),
+                "finished": bool(res.finished) if res else True,
+                "stop_reason": res.stop_reason if res else "unknown",
+                "epochs": res.epochs if res else None,
+                "seconds": round(res.seconds, 3) if res else None}
+        save_model(path, self.coef_, arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SequenceTagger:
+        """Read a model written by :meth:`save` (``allow_pickle=False``)."""
+        w, arrays, meta = load_model(path, task=cls.task_name)
+        try:
+            hp = meta.get("hyper_parameters", {})
+            obj = cls(min_count=meta["featurizer"]["min_count"],
+                      hashing=meta["featurizer"]["hashing"], **hp)
+            obj.featurizer_ = SequenceFeaturizer.from_state(arrays, meta["featurizer"])
+            obj.classes_ = [str(t) for t in meta["labels"]]
+            obj.n_features_ = obj.featurizer_.n_features
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
+        K = len(obj.classes_)
+        if w.shape[0] != obj.n_features_ * K + (K + 1) * (K + 1):
+            raise ModelFileError(str(path), "weight vector does not match features and labels")
+        obj.coef_ = w
+        obj.result_ = None
+        obj.meta_ = meta
+        return obj

@@ -1,0 +1,299 @@
+"""The ``demidcd`` command: train, predict, evaluate, generate.
+
+Every user error prints one line ``demidcd: error: …`` (naming the file and line, or the option)
+and exits with status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from .errors import DemidcdError, OptionError
+
+ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
+
+
+# --------------------------------------------------------------------------- options
+def _data_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--task", choices=("sequence", "entity-relation"), default="sequence")
+    g.add_argument("--format", choices=("conllu", "columns", "auto"), default="auto",
+                   help="input format (auto: .conllu → conllu, else columns)")
+    g.add_argument("--column", default=None,
+                   help="label column: upos|xpos for CoNLL-U (default upos), a 1-based column "
+                        "number for columns files (default the last)")
+    g.add_argument("--encoding", default="utf-8", help="input encoding (CoNLL-2002: latin-1)")
+    g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="print only results and errors")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a model (no data arguments: the synthetic default)")
+    t.add_argument("--train", metavar="FILE")
+    t.add_argument("--dev", metavar="FILE")
+    t.add_argument("--test", metavar="FILE")
+    _data_options(t)
+    s = t.add_argument_group("solver")
+    s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None,
+                   help="learner (default: demi-dcd when --threads > 1, else dcd)")
+    s.add_argument("--threads", type=int, default=None,
+                   help="processes (default: the number of cores)")
+    s.add_argument("--C", type=float, default=0.1, help="regularisation C of Eq. (1)")
+    s.add_argument("--tol", type=float, default=0.01)
+    s.add_argument("--delta", type=float, default=0.01, help="shrinking threshold δ, Eq. (9)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
+    s.add_argument("--max-epochs", type=int, default=100)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--inner-passes", type=int, default=5, help="r of DCD-SSVM")
+    s.add_argument("--max-active-per-example", type=int, default=50, dest="max_active")
+    s.add_argument("--batch", type=int, default=16,
+                   help="examples per inference call in 1-DCD (1 = strictly sequential)")
+    s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
+    s.add_argument("--rho-worker", type=int, default=None,
+                   help="inferences between refreshes of a worker's w")
+    s.add_argument("--min-count", type=int, default=None, help="feature dictionary cut-off")
+    s.add_argument("--hashing", type=int, default=0, metavar="DIM",
+                   help="hash observation features into DIM buckets (no dictionary)")
+    o = t.add_argument_group("output")
+    o.add_argument("--model", metavar="OUT", help="model file to write (.npz)")
+    o.add_argument("--log-json", metavar="FILE", help="write the log records as JSON lines")
+    o.add_argument("--cpu-log", metavar="FILE", help="CPU-use timeline as CSV")
+    o.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
+                   help="log primal, dual and gap at most every SECONDS")
+    _common(t)
+
+    for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
+        q = sub.add_parser(name, help=hlp)
+        q.add_argument("--model", required=True)
+        q.add_argument("--data", required=True, metavar="FILE")
+        _data_options(q)
+        if name == "predict":
+            q.add_argument("--out", required=True, metavar="FILE")
+        _common(q)
+
+    g = sub.add_parser("generate", help="write the synthetic corpus (train/dev/test)")
+    g.add_argument("--out-dir", required=True)
+    g.add_argument("--sentences", type=int, default=2000)
+    g.add_argument("--tags", type=int, default=12)
+    g.add_argument("--vocab", type=int, default=3000)
+    g.add_argument("--ambiguity", type=float, default=0.3)
+    g.add_argument("--mean-length", type=float, default=15)
+    g.add_argument("--seed", type=int, default=0)
+    _common(g)
+    return parser
+
+
+# --------------------------------------------------------------------------- helpers
+class Log:
+    """Human log on stdout (unless quiet) and JSON lines to a file, written atomically at the end."""
+
+    def __init__(self, quiet: bool, json_path: str | None):
+        self.quiet, self.json_path, self.records = quiet, json_path, []
+
+    def info(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def record(self, rec: dict) -> None:
+        self.records.append(rec)
+
+    def close(self) -> None:
+        if self.json_path:
+            from .io.model import atomic_write
+
+            text = "".join(json.dumps(r) + "\n" for r in self.records)
+            atomic_write(self.json_path, lambda f: f.write(text), mode="w")
+
+
+def _column(args) -> str | int | None:
+    c = args.column
+    if c is None or c in ("upos", "xpos"):
+        return c
+    try:
+        return int(c)
+    except ValueError:
+        raise OptionError(f"--column must be upos, xpos or a column number, got {c!r}") from None
+
+
+def _read(path: str, args, labeled: bool = True):
+    from .io.tagged import read_tagged
+
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "conllu" if path.endswith((".conllu", ".conllu.gz")) else "columns"
+    return read_tagged(path, fmt=fmt, column=_column(args), encoding=args.encoding,
+                       max_sentence_length=args.max_sentence_length, labeled=labeled)
+
+
+def _fmt_iter(rec: dict) -> str:
+    parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
+             f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}",
+             f"active {rec.get('active', 0):>8,}", f"shrunk {rec.get('shrunk', 0):>7,}",
+             f"admitted {rec.get('admitted', 0):>7,}", f"max_pg {rec.get('max_pg', 0.0):.4f}"]
+    for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
+        if k in rec and k not in ("inferences",):
+            parts.append(f"{k} {rec[k]}")
+    if "dev" in rec:
+        parts.append(f"dev {100 * rec['dev']:.2f}%")
+    if "primal" in rec:
+        parts.append(f"primal {rec['primal']:.6g} dual {rec['dual']:.6g} gap {rec['gap']:.3g}")
+    return "  ".join(parts)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_train(args) -> int:
+    from .api import SequenceTagger
+    from .tasks.features import DEFAULT_MIN_COUNT
+
+    threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
+    if threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {threads}")
+    if not args.C > 0:
+        raise OptionError(f"--C must be > 0, got {args.C}")
+    algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
+    from .solvers import ALGORITHMS
+
+    if algorithm not in ALGORITHMS:
+        raise OptionError(f"--algorithm {algorithm} is not available in this build")
+    if algorithm in ("dcd", "dcd-light") and threads > 1:
+        threads = 1
+    log = Log(args.quiet, args.log_json)
+    t0 = time.perf_counter()
+    if args.train:
+        train = _read(args.train, args)
+        dev = _read(args.dev, args) if args.dev else None
+        test = _read(args.test, args) if args.test else None
+        source = args.train
+    else:
+        from .synthetic import generate_splits
+
+        train, dev, test = generate_splits(seed=args.seed)
+        source = "synthetic default corpus (demidcd.synthetic, seed %d)" % args.seed
+    log.info(f"data: {source}: {len(train):,} sentences, {train.n_tokens:,} tokens "
+             f"(read in {time.perf_counter() - t0:.1f}s)")
+
+    def callback(rec: dict, w: np.ndarray) -> None:
+        log.record(rec)
+        log.info(_fmt_iter(rec))
+
+    est = SequenceTagger(
+        min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
+        hashing=args.hashing, C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
+        delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
+        seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
+        batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
+        eval_every=args.eval_every, callback=callback, log=log.info)
+    est._config().validate()
+    n_tags = len({t for s in train.tags for t in s})
+    log.info(f"model: algorithm {algorithm}, threads {threads}, C {args.C}, {n_tags} tags")
+    est.fit(train.tokens, train.tags, dev.tokens if dev else None, dev.tags if dev else None)
+    res = est.result_
+    F, dim = est.n_features_, est.coef_.shape[0]
+    log.info(f"features: {F:,} observation features x {n_tags} tags + transitions = "
+             f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, "
+             f"{res.seconds:.1f}s")
+    if args.model:
+        est.save(args.model)
+        log.info(f"model written to {args.model}"
+                 + ("" if res.finished else f" (partial: {res.stop_reason})"))
+    if dev is not None:
+        print(f"dev accuracy: {100 * est.score(dev.tokens, dev.tags):.2f}%", flush=True)
+    if test is not None:
+        print(f"test accuracy: {100 * est.score(test.tokens, test.tags):.2f}%", flush=True)
+    log.close()
+    return 130 if res.stop_reason == "interrupted" else 0
+
+
+def _load(args):
+    from .api import SequenceTagger
+
+    return SequenceTagger.load(args.model)
+
+
+def cmd_evaluate(args) -> int:
+    est = _load(args)
+    data = _read(args.data, args)
+    acc = est.score(data.tokens, data.tags)
+    print(f"accuracy: {100 * acc:.2f}% ({data.n_tokens:,} tokens, {len(data):,} sentences)")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .io.tagged import write_tagged
+
+    est = _load(args)
+    data = _read(args.data, args, labeled=False)
+    write_tagged(args.out, data, est.predict(data.tokens), column=_column(args))
+    if not args.quiet:
+        print(f"wrote {args.out} ({len(data):,} sentences)")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .io.tagged import write_tagged
+    from .synthetic import generate_splits
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    parts = generate_splits(seed=args.seed, n_sentences=args.sentences, n_tags=args.tags,
+                            vocab_size=args.vocab, ambiguity=args.ambiguity,
+                            mean_length=args.mean_length)
+    for name, corpus in zip(("train", "dev", "test"), parts, strict=True):
+        path = os.path.join(args.out_dir, f"{name}.txt")
+        write_tagged(path, corpus, corpus.tags)
+        if not args.quiet:
+            print(f"wrote {path}: {len(corpus):,} sentences, {corpus.n_tokens:,} tokens")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
+            "generate": cmd_generate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    # SIGTERM behaves like Ctrl-C: a graceful stop that saves the partial model
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return COMMANDS[args.command](args)
+    except DemidcdError as e:
+        if debug:
+            raise
+        print(f"demidcd: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("demidcd: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line unless --debug
+        if debug:
+            raise
+        print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _entry() -> Any:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()
