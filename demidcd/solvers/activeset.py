@@ -40,17 +40,18 @@ class ActiveSets:
     Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (also the admission
     threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α structure is evicted
     when a new one arrives), ``track_changes`` to record which entries of w changed since
-    :meth:`take_changes` (for publishing only what changed).
+    :meth:`take_changes` (for publishing only what changed). ``w`` and ``alpha_sum`` may be
+    given as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole.
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
                  max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
-                 w: np.ndarray | None = None):
+                 w: np.ndarray | None = None, alpha_sum: np.ndarray | None = None):
         self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
         self.w = np.zeros(dim) if w is None else w
         self.slots = np.full((n, max_active), -1, np.int32)
         self.count = np.zeros(n, np.int32)
-        self.alpha_sum = np.zeros(n)
+        self.alpha_sum = np.zeros(n) if alpha_sum is None else alpha_sum
         cap = max(1024, 4 * n)
         self.s_hash = np.zeros(cap, np.int64)
         self.s_ptr = np.zeros(cap, np.int64)

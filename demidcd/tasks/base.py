@@ -52,6 +52,16 @@ class RecordBatch:
             np.zeros(0, VALUE_DTYPE),
         )
 
+    def take(self, rows: np.ndarray) -> RecordBatch:
+        """The records at positions ``rows`` (a boolean mask or indices), as a new batch."""
+        rows = np.flatnonzero(rows) if rows.dtype == np.bool_ else np.asarray(rows, np.int64)
+        lens = (self.ptr[1:] - self.ptr[:-1])[rows]
+        ptr = np.zeros(rows.shape[0] + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        gather = np.repeat(self.ptr[rows] - ptr[:-1], lens) + np.arange(ptr[-1])
+        return RecordBatch(self.ex[rows], self.hash[rows], self.delta[rows], self.margin[rows],
+                           ptr, self.idx[gather], self.val[gather])
+
     def violation(self, alpha_sum: np.ndarray, C: float) -> np.ndarray:
         """−∇_{i,y} D = Δ − w·φ − Σ_y' α_{i,y'} / (2C) for each record (Eq. 9/11)."""
         return self.delta - self.margin - alpha_sum[self.ex] / (2.0 * C)
