@@ -1,0 +1,477 @@
+"""First-order chain sequence labelling (POS tagging, chunking, NER) as a :class:`Task`.
+
+Joint feature map, for a sentence x of n tokens with observation features O(x_t) ⊆ {0..F-1} and
+tags y_t ∈ {0..K-1} (START = END = K):
+
+    Φ(x, y) = Σ_t Σ_{f ∈ O(x_t)} e(f, y_t) + Σ_{t=0}^{n} e(y_{t-1} → y_t),
+
+with y_{-1} = START and y_n = END. Φ is laid out in w (float64, dim = F·K + (K+1)²) as
+
+    emission (f, t):    w[f·K + t]
+    transition (a → b): w[F·K + a·(K+1) + b]
+
+Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5) adds
+1 to every emission score s(t, k) with k ≠ y_{i,t} and runs Viterbi. A record holds
+φ = Φ(x, y_i) − Φ(x, y) with sorted unique indices and no zero entries, Δ, the margin w·φ and an
+FNV-1a hash of the tag ids.
+
+All per-sentence work (emission scoring from sparse features, Viterbi, φ construction and merge)
+is done by numba kernels that take a whole array of example indices per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
+from .features import EncodedSequences
+
+_FNV_OFFSET = np.uint64(14695981039346656037)
+_FNV_PRIME = np.uint64(1099511628211)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True)
+def _transitions(w, F, K):
+    """(tr, trT, start, end) copied out of w as contiguous blocks:
+
+    tr[a·K + b] = trT[b·K + a] = w(a → b), start[b] = w(START → b), end[a] = w(a → END).
+    """
+    base = F * K
+    K1 = K + 1
+    tr = np.empty(K * K, np.float64)
+    trT = np.empty(K * K, np.float64)
+    start = np.empty(K, np.float64)
+    end = np.empty(K, np.float64)
+    for a in range(K):
+        for b in range(K):
+            v = w[base + a * K1 + b]
+            tr[a * K + b] = v
+            trT[b * K + a] = v
+        end[a] = w[base + a * K1 + K]
+        start[a] = w[base + K * K1 + a]
+    return tr, trT, start, end
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
+    """em[t·K + k] = Σ_{f ∈ O(x_{a+t})} w[f·K + k] for t < n (contiguous rows of w).
+
+    Rows are taken as slices so that the inner loop over k has provably non-negative indices
+    and compiles to packed SIMD loads (no wrap-around handling, no gathers).
+    """
+    for t in range(n):
+        row = em[t * K:(t + 1) * K]
+        for k in range(K):
+            row[k] = 0.0
+        for q in range(feat_ptr[a + t], feat_ptr[a + t + 1]):
+            base = np.int64(feat_idx[q]) * K
+            wr = w[base:base + K]
+            for k in range(K):
+                row[k] += wr[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _augment(K, gold, a, n, em):
+    """Hamming loss augmentation: em[t·K + k] += 1 for every k ≠ gold tag (gold entry exact)."""
+    for t in range(n):
+        row = em[t * K:(t + 1) * K]
+        g = gold[a + t]
+        keep = row[g]
+        for k in range(K):
+            row[k] += 1.0
+        row[g] = keep
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _forward(em, n, K, tr, start, best):
+    """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w(a → b)).
+
+    K-major: for each predecessor a, an element-wise max over the contiguous row tr[a·K:(a+1)·K]
+    (vectorises; a reduction over a for each b does not). ``best`` is a K-scratch buffer.
+    """
+    for k in range(K):
+        em[k] += start[k]
+    for t in range(1, n):
+        prow = em[(t - 1) * K:t * K]
+        crow = em[t * K:(t + 1) * K]
+        pa = prow[0]
+        r = tr[0:K]
+        for b in range(K):
+            best[b] = pa + r[b]
+        for a in range(1, K):
+            pa = prow[a]
+            r = tr[a * K:(a + 1) * K]
+            for b in range(K):
+                v = pa + r[b]
+                best[b] = v if v > best[b] else best[b]
+        for b in range(K):
+            crow[b] += best[b]
+
+
+@nb.njit(cache=True, nogil=True)
+def _backtrack(em, n, K, trT, end, y):
+    """Recover the argmax path from the forward table (first index wins ties); return its score.
+
+    Recomputes each argmax over the predecessor a with the same additions as the forward pass,
+    so no back-pointer table is needed.
+    """
+    row = (n - 1) * K
+    best = em[row] + end[0]
+    arg = 0
+    for a in range(1, K):
+        v = em[row + a] + end[a]
+        if v > best:
+            best = v
+            arg = a
+    y[n - 1] = arg
+    for t in range(n - 1, 0, -1):
+        prev = (t - 1) * K
+        tb = y[t] * K
+        m = em[prev] + trT[tb]
+        arg = 0
+        for a in range(1, K):
+            v = em[prev + a] + trT[tb + a]
+            if v > m:
+                m = v
+                arg = a
+        y[t - 1] = arg
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best, y, gold, augment):
+    """argmax_y w·Φ(x, y) [+ Δ(gold, y) if augment] for tokens a..a+n-1, written to y[:n]."""
+    if n == 0:
+        return w[F * K + K * (K + 1) + K]
+    _emissions(w, K, feat_ptr, feat_idx, a, n, em)
+    if augment:
+        _augment(K, gold, a, n, em)
+    _forward(em, n, K, tr, start, best)
+    return _backtrack(em, n, K, trT, end, y)
+
+
+@nb.njit(cache=True, nogil=True)
+def _hash_tags(y, n):
+    """64-bit FNV-1a over the tag ids (one step per tag)."""
+    h = _FNV_OFFSET
+    for t in range(n):
+        h = (h ^ np.uint64(y[t])) * _FNV_PRIME
+    return h
+
+
+@nb.njit(cache=True, nogil=True)
+def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
+    """Unmerged entries of Φ(x, gold) − Φ(x, y) as keys 2·idx + (1 for +1, 0 for −1).
+
+    Returns (number of keys, Hamming distance).
+    """
+    m = 0
+    ham = 0
+    for t in range(n):
+        g = gold[a + t]
+        p = y[t]
+        if g != p:
+            ham += 1
+            for q in range(feat_ptr[a + t], feat_ptr[a + t + 1]):
+                base = np.int64(feat_idx[q]) * K
+                keys[m] = 2 * (base + g) + 1
+                keys[m + 1] = 2 * (base + p)
+                m += 2
+    tbase = F * K
+    K1 = K + 1
+    for t in range(n + 1):
+        gp = K if t == 0 else gold[a + t - 1]
+        gc = K if t == n else gold[a + t]
+        pp = K if t == 0 else y[t - 1]
+        pc = K if t == n else y[t]
+        if gp != pp or gc != pc:
+            keys[m] = 2 * (tbase + gp * K1 + gc) + 1
+            keys[m + 1] = 2 * (tbase + pp * K1 + pc)
+            m += 2
+    return m, ham
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge(keys, m, w, out_idx, out_val, pos):
+    """Sort keys[:m], sum the ±1 entries per index, drop zeros, append at pos.
+
+    Returns (new pos, w·φ).
+    """
+    ks = keys[:m]
+    ks.sort()
+    margin = 0.0
+    i = 0
+    while i < m:
+        idx = ks[i] >> 1
+        s = 0
+        while i < m and (ks[i] >> 1) == idx:
+            s += 1 if (ks[i] & 1) == 1 else -1
+            i += 1
+        if s != 0:
+            out_idx[pos] = idx
+            out_val[pos] = s
+            margin += s * w[idx]
+            pos += 1
+    return pos, margin
+
+
+@nb.njit(cache=True, nogil=True)
+def _max_sizes(sent_ptr, feat_ptr, examples):
+    """(longest sentence, largest unmerged φ) over the given examples."""
+    max_n = 0
+    max_keys = 0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        a = sent_ptr[i]
+        b = sent_ptr[i + 1]
+        n = b - a
+        if n > max_n:
+            max_n = n
+        mk = 2 * (feat_ptr[b] - feat_ptr[a]) + 2 * (n + 1)
+        if mk > max_keys:
+            max_keys = mk
+    return max_n, max_keys
+
+
+@nb.njit(cache=True, nogil=True)
+def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples):
+    """Loss-augmented Viterbi + record construction for every example in ``examples``.
+
+    Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
+    the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
+    """
+    n_ex = examples.shape[0]
+    max_n, max_keys = _max_sizes(sent_ptr, feat_ptr, examples)
+    tr, trT, start, end = _transitions(w, F, K)
+    best = np.empty(K, np.float64)
+    em = np.empty(max(max_n, 1) * K, np.float64)
+    y = np.empty(max(max_n, 1), np.int32)
+    keys = np.empty(max(max_keys, 1), np.int64)
+    r_ex = np.empty(n_ex, np.int64)
+    r_hash = np.empty(n_ex, np.uint64)
+    r_delta = np.empty(n_ex, np.float64)
+    r_margin = np.empty(n_ex, np.float64)
+    r_ptr = np.zeros(n_ex + 1, np.int64)
+    cap = max(1024, 2 * max_keys)
+    out_idx = np.empty(cap, np.int32)
+    out_val = np.empty(cap, np.float64)
+    nrec = 0
+    pos = 0
+    for e in range(n_ex):
+        i = examples[e]
+        a = sent_ptr[i]
+        n = sent_ptr[i + 1] - a
+        if n == 0:
+            continue
+        _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best, y, gold,
+                 True)
+        m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+        if ham == 0:
+            continue
+        if pos + m > cap:
+            while pos + m > cap:
+                cap *= 2
+            ni = np.empty(cap, np.int32)
+            nv = np.empty(cap, np.float64)
+            ni[:pos] = out_idx[:pos]
+            nv[:pos] = out_val[:pos]
+            out_idx = ni
+            out_val = nv
+        pos, margin = _merge(keys, m, w, out_idx, out_val, pos)
+        r_ex[nrec] = i
+        r_hash[nrec] = _hash_tags(y, n)
+        r_delta[nrec] = ham
+        r_margin[nrec] = margin
+        nrec += 1
+        r_ptr[nrec] = pos
+    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
+            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos].copy(),
+            out_val[:pos].copy())
+
+
+@nb.njit(cache=True, nogil=True)
+def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
+    """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example."""
+    n_ex = examples.shape[0]
+    ptr = np.zeros(n_ex + 1, np.int64)
+    for e in range(n_ex):
+        i = examples[e]
+        ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
+    max_n, _ = _max_sizes(sent_ptr, feat_ptr, examples)
+    tr, trT, start, end = _transitions(w, F, K)
+    best = np.empty(K, np.float64)
+    em = np.empty(max(max_n, 1) * K, np.float64)
+    tags = np.empty(ptr[n_ex], np.int32)
+    dummy = np.empty(0, np.int32)
+    for e in range(n_ex):
+        i = examples[e]
+        a = sent_ptr[i]
+        n = sent_ptr[i + 1] - a
+        if n > 0:
+            _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best,
+                     tags[ptr[e]:ptr[e + 1]], dummy, False)
+    return tags, ptr
+
+
+@nb.njit(cache=True, nogil=True)
+def phi_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, i, y):
+    """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y."""
+    a = sent_ptr[i]
+    n = sent_ptr[i + 1] - a
+    keys = np.empty(2 * (feat_ptr[a + n] - feat_ptr[a]) + 2 * (n + 1), np.int64)
+    m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+    idx = np.empty(m, np.int32)
+    val = np.empty(m, np.float64)
+    pos, margin = _merge(keys, m, w, idx, val, 0)
+    return idx[:pos].copy(), val[:pos].copy(), ham, margin
+
+
+# ---------------------------------------------------------------------------------------------
+# the task
+# ---------------------------------------------------------------------------------------------
+class SequenceTask(Task):
+    """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags."""
+
+    name = "sequence"
+
+    def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int):
+        self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
+        self.feat_ptr = np.ascontiguousarray(X.feat_ptr, np.int64)
+        self.feat_idx = np.ascontiguousarray(X.feat_idx, np.int32)
+        self.K = int(n_tags)
+        self.F = int(n_obs)
+        if self.K < 1 or self.F < 0:
+            raise ValueError("need n_tags >= 1 and n_obs >= 0")
+        n_tok = self.feat_ptr.shape[0] - 1
+        sp = self.sent_ptr
+        if sp[0] != 0 or sp[-1] != n_tok or np.any(np.diff(sp) < 0):
+            raise ValueError("sent_ptr is inconsistent with feat_ptr")
+        if self.feat_idx.size and (self.feat_idx.min() < 0 or self.feat_idx.max() >= self.F):
+            raise ValueError(f"observation feature ids must be in [0, {self.F})")
+        if Y is None:
+            self.Y = None
+        else:
+            self.Y = np.ascontiguousarray(Y, np.int32)
+            if self.Y.shape != (n_tok,):
+                raise ValueError(f"Y must have one tag per token ({n_tok}), got {self.Y.shape}")
+            if self.Y.size and (self.Y.min() < 0 or self.Y.max() >= self.K):
+                raise ValueError(f"tag ids must be in [0, {self.K})")
+        if self.dim >= 2**31:
+            raise ValueError("weight vector too large for int32 indices (reduce features)")
+
+    # -- sizes --------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """F·K + (K+1)²."""
+        return self.F * self.K + (self.K + 1) ** 2
+
+    @property
+    def n_examples(self) -> int:
+        return int(self.sent_ptr.shape[0] - 1)
+
+    def costs(self) -> np.ndarray:
+        """Tokens per sentence (float64)."""
+        return np.diff(self.sent_ptr).astype(np.float64)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _w(self, w: np.ndarray) -> np.ndarray:
+        w = np.ascontiguousarray(w, np.float64)
+        if w.shape != (self.dim,):
+            raise ValueError(f"w must have shape ({self.dim},), got {w.shape}")
+        return w
+
+    def _gold_array(self) -> np.ndarray:
+        if self.Y is None:
+            raise ValueError("this data set has no gold tags")
+        return self.Y
+
+    @staticmethod
+    def _examples(examples: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(examples, np.int64).reshape(-1)
+
+    # -- inference ----------------------------------------------------------------------------
+    def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """argmax_y w·Φ(x_i, y) + Δ(y_i, y) per example; one record per example with Δ > 0."""
+        ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
+            self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr, self.feat_idx,
+            self._gold_array(), self._examples(examples))
+        return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
+                           idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
+
+    def decode(self, w: np.ndarray, examples: np.ndarray) -> list[np.ndarray]:
+        """Viterbi argmax_y w·Φ(x_i, y): one int32 array of tag ids per example."""
+        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
+                                  self.feat_idx, self._examples(examples))
+        return [tags[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
+
+    def decode_flat(self, w: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`decode` but returns (flat int32 tags, int64 ptr) without a Python list."""
+        return decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
+                             self.feat_idx, self._examples(examples))
+
+    def gold(self, examples: np.ndarray) -> list[np.ndarray]:
+        Y = self._gold_array()
+        sp = self.sent_ptr
+        return [Y[sp[i]:sp[i + 1]] for i in self._examples(examples)]
+
+    def metric(self, gold: list[Any], predicted: list[Any]) -> dict[str, float]:
+        """Token accuracy = (# tokens with predicted tag = gold tag) / (# tokens)."""
+        if len(gold) != len(predicted):
+            raise ValueError("gold and predicted differ in number of sentences")
+        n = 0
+        correct = 0
+        for g, p in zip(gold, predicted, strict=True):
+            g = np.asarray(g)
+            p = np.asarray(p)
+            if g.shape != p.shape:
+                raise ValueError("gold and predicted sentences differ in length")
+            n += g.shape[0]
+            correct += int(np.count_nonzero(g == p))
+        acc = correct / n if n else 0.0
+        return {"score": acc, "accuracy": acc, "tokens": float(n)}
+
+    # -- records ------------------------------------------------------------------------------
+    def _y(self, i: int, y: Any) -> np.ndarray:
+        y = np.ascontiguousarray(y, np.int32).reshape(-1)
+        n = int(self.sent_ptr[i + 1] - self.sent_ptr[i])
+        if y.shape[0] != n:
+            raise ValueError(f"example {i} has {n} tokens, got {y.shape[0]} tags")
+        if n and (y.min() < 0 or y.max() >= self.K):
+            raise ValueError(f"tag ids must be in [0, {self.K})")
+        return y
+
+    def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
+        i = int(i)
+        idx, val, ham, _ = phi_kernel(np.zeros(self.dim), self.F, self.K, self.sent_ptr,
+                                      self.feat_ptr, self.feat_idx, self._gold_array(), i,
+                                      self._y(i, y))
+        return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
+
+    def score(self, w: np.ndarray, i: int, y: Any) -> float:
+        """w·Φ(x_i, y) (emissions + START/inner/END transitions), computed directly."""
+        w = self._w(w)
+        i = int(i)
+        y = self._y(i, y)
+        F, K = self.F, self.K
+        a = int(self.sent_ptr[i])
+        s = 0.0
+        for t, tag in enumerate(y):
+            f = self.feat_idx[self.feat_ptr[a + t]:self.feat_ptr[a + t + 1]].astype(np.int64)
+            s += float(w[f * K + tag].sum())
+        path = [K, *(int(v) for v in y), K]
+        for p, c in zip(path[:-1], path[1:], strict=True):
+            s += float(w[F * K + p * (K + 1) + c])
+        return s
+
+    @staticmethod
+    def hash_tags(y: np.ndarray) -> int:
+        """The record hash of a tag sequence (FNV-1a, as a signed int64)."""
+        y = np.ascontiguousarray(y, np.int32).reshape(-1)
+        return int(np.array([_hash_tags(y, y.shape[0])], np.uint64).view(np.int64)[0])
