@@ -1,0 +1,166 @@
+"""SequenceFeaturizer: template, determinism, min_count filtering, hashing, state round trip."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from demidcd.tasks.features import (
+    EncodedSequences,
+    SequenceFeaturizer,
+    collapse_shape,
+    word_shape,
+)
+
+SENTS = [
+    ["Al", "-", "Zaman", ":", "American", "forces", "killed", "Shaikh"],
+    ["The", "USA", "won", "12-10", "in", "1999", "."],
+    ["the", "the", "the"],
+    ["Ünïcode", "mañana", "中文", "x"],
+    [],
+    ["one"],
+]
+
+
+def token_features(sent: list[str], t: int) -> set[str]:
+    """The template written out independently of the package, for one token."""
+    w = sent[t]
+    lw = w.lower()
+
+    def shape(s):
+        return "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c
+                       for c in s)
+
+    sh = shape(w)
+    csh = "".join(c for i, c in enumerate(sh) if i == 0 or sh[i - 1] != c)
+    f = {"b", "w=" + w, "lw=" + lw, "sh=" + sh, "csh=" + csh}
+    for k in range(1, min(4, len(w)) + 1):
+        f |= {f"p{k}={w[:k]}", f"s{k}={w[-k:]}"}
+    if w[0].isupper():
+        f.add("cap")
+    if any(c.isdigit() for c in w):
+        f.add("dig")
+    if "-" in w:
+        f.add("hyph")
+    if w.isupper():
+        f.add("allcap")
+    for o in (-2, -1, 1, 2):
+        u = t + o
+        nb = "<s>" if u < 0 else "</s>" if u >= len(sent) else sent[u].lower()
+        f.add(f"w{o:+d}={nb}")
+    return f
+
+
+def all_token_features(sents):
+    return [token_features(s, t) for s in sents for t in range(len(s))]
+
+
+def decode_tokens(enc: EncodedSequences, names: list[str]) -> list[set[str]]:
+    return [
+        {names[j] for j in enc.feat_idx[enc.feat_ptr[t]:enc.feat_ptr[t + 1]]}
+        for t in range(enc.n_tokens)
+    ]
+
+
+def check_encoding(enc: EncodedSequences, sents, F):
+    assert enc.sent_ptr.dtype == np.int64 and enc.feat_ptr.dtype == np.int64
+    assert enc.feat_idx.dtype == np.int32
+    np.testing.assert_array_equal(np.diff(enc.sent_ptr), [len(s) for s in sents])
+    assert enc.feat_ptr[0] == 0 and enc.feat_ptr[-1] == enc.feat_idx.size
+    for t in range(enc.n_tokens):
+        ids = enc.feat_idx[enc.feat_ptr[t]:enc.feat_ptr[t + 1]]
+        assert np.all(np.diff(ids) > 0)
+        assert ids.size == 0 or (ids[0] >= 0 and ids[-1] < F)
+
+
+def test_shapes():
+    assert word_shape("Al-Zaman") == "Xx-Xxxxx"
+    assert collapse_shape(word_shape("Al-Zaman")) == "Xx-Xx"
+    assert word_shape("12-10") == "dd-dd" and collapse_shape("dd-dd") == "d-d"
+
+
+@pytest.mark.parametrize("min_count", [1, 2, 3])
+def test_dictionary_matches_brute_force(min_count):
+    fz = SequenceFeaturizer(min_count=min_count).fit(SENTS)
+    feats = all_token_features(SENTS)
+    counts = Counter(f for fs in feats for f in fs)
+    expect = sorted(f for f, c in counts.items() if c >= min_count)
+    assert fz.features == expect and fz.n_features == len(expect)
+    enc = fz.transform(SENTS)
+    check_encoding(enc, SENTS, fz.n_features)
+    kept = set(expect)
+    assert decode_tokens(enc, fz.features) == [fs & kept for fs in feats]
+
+
+def test_min_count_filters_and_unknown_dropped():
+    f1 = SequenceFeaturizer(min_count=1).fit(SENTS)
+    f3 = SequenceFeaturizer(min_count=3).fit(SENTS)
+    assert set(f3.features) < set(f1.features)
+    assert "w=the" in f3.features and "w=Zaman" not in f3.features  # 'the' fires 3 times
+    new = [["Zzyzx", "the", "unseenword"]]
+    enc = f1.transform(new)
+    got = decode_tokens(enc, f1.features)
+    want = [fs & set(f1.features) for fs in all_token_features(new)]
+    assert got == want and "w=Zzyzx" not in got[0] and "b" in got[0]
+
+
+def test_deterministic():
+    a = SequenceFeaturizer(min_count=1).fit(SENTS)
+    b = SequenceFeaturizer(min_count=1).fit(list(reversed(SENTS)))
+    assert a.features == b.features  # ids do not depend on sentence order
+    ea, eb = a.transform(SENTS), b.transform(SENTS)
+    for x, y in zip((ea.sent_ptr, ea.feat_ptr, ea.feat_idx),
+                    (eb.sent_ptr, eb.feat_ptr, eb.feat_idx), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_hashing_mode():
+    H = 97
+    fz = SequenceFeaturizer(hashing=H)
+    assert fz.n_features == H
+    enc = fz.fit(SENTS).transform(SENTS)
+    check_encoding(enc, SENTS, H)
+    feats = all_token_features(SENTS)
+    for t, fs in enumerate(feats):
+        want = sorted({zlib.crc32(f.encode("utf-8")) % H for f in fs})
+        np.testing.assert_array_equal(enc.feat_idx[enc.feat_ptr[t]:enc.feat_ptr[t + 1]], want)
+    big = SequenceFeaturizer(hashing=2**20).transform(SENTS)
+    assert big.feat_idx.max() < 2**20 and big.feat_idx.min() >= 0
+
+
+@pytest.mark.parametrize("kw", [{"min_count": 1}, {"min_count": 2}, {"hashing": 1000}])
+def test_state_round_trip(kw, tmp_path):
+    fz = SequenceFeaturizer(**kw).fit(SENTS)
+    arrays, meta = fz.state()
+    json.dumps(meta)
+    for v in arrays.values():
+        assert isinstance(v, np.ndarray) and v.dtype != object
+    np.savez(tmp_path / "f.npz", **arrays)
+    with np.load(tmp_path / "f.npz", allow_pickle=False) as z:
+        loaded = {k: z[k] for k in z.files}
+    fz2 = SequenceFeaturizer.from_state(loaded, json.loads(json.dumps(meta)))
+    assert fz2.n_features == fz.n_features and fz2.features == fz.features
+    e1, e2 = fz.transform(SENTS + [["new", "Words"]]), fz2.transform(SENTS + [["new", "Words"]])
+    np.testing.assert_array_equal(e1.feat_ptr, e2.feat_ptr)
+    np.testing.assert_array_equal(e1.feat_idx, e2.feat_idx)
+
+
+def test_state_rejects_inconsistent():
+    arrays, meta = SequenceFeaturizer(min_count=1).fit(SENTS).state()
+    with pytest.raises(ValueError):
+        SequenceFeaturizer.from_state(arrays, {**meta, "n_features": meta["n_features"] + 1})
+    with pytest.raises(ValueError):
+        SequenceFeaturizer.from_state(arrays, {**meta, "template_version": 99})
+
+
+def test_unfitted_and_bad_args():
+    with pytest.raises(RuntimeError):
+        SequenceFeaturizer().transform(SENTS)
+    with pytest.raises(ValueError):
+        SequenceFeaturizer(min_count=0)
+    with pytest.raises(ValueError):
+        SequenceFeaturizer(min_count=1).fit([["a\nb"]])
