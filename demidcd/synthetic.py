@@ -304,10 +304,25 @@ def _subset(c: TaggedCorpus, a: int, b: int) -> TaggedCorpus:
 
 
 def generate_splits(
-    seed: int = 0, n_train: int = 2000, n_dev: int = 500, n_test: int = 500, **kw: float
+    seed: int = 0,
+    n_train: int | None = None,
+    n_dev: int | None = None,
+    n_test: int | None = None,
+    n_sentences: int | None = None,
+    **kw: float,
 ) -> tuple[TaggedCorpus, TaggedCorpus, TaggedCorpus]:
     """Train/dev/test corpora drawn from one model: the first ``n_train`` sentences of
-    ``generate(n_train + n_dev + n_test, seed=seed, **kw)``, then ``n_dev``, then ``n_test``."""
+    ``generate(n_train + n_dev + n_test, seed=seed, **kw)``, then ``n_dev``, then ``n_test``.
+
+    ``n_train`` defaults to ``n_sentences`` (an alias, as in ``demidcd generate --sentences``)
+    or 2000; ``n_dev`` and ``n_test`` default to ``n_train // 4`` (500 each by default).
+    """
+    if n_train is None:
+        n_train = 2000 if n_sentences is None else n_sentences
+    elif n_sentences is not None and n_sentences != n_train:
+        raise ValueError("give n_train or n_sentences, not both")
+    n_dev = max(1, n_train // 4) if n_dev is None else n_dev
+    n_test = max(1, n_train // 4) if n_test is None else n_test
     if min(n_train, n_dev, n_test) < 1:
         raise ValueError("n_train, n_dev and n_test must be >= 1")
     c = generate(n_sentences=n_train + n_dev + n_test, seed=seed, **kw)  # type: ignore[arg-type]

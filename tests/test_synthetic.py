@@ -95,6 +95,10 @@ def test_default_splits_shape() -> None:
     for c in (tr, dv, te):
         assert c.labeled and c.fmt == "columns" and c.path == ""
         assert all(1 <= len(s) <= 60 for s in c.tokens)
+    small = generate_splits(n_sentences=40, n_tags=8, vocab_size=300, ambiguity=0.1,
+                            mean_length=7)  # the call `demidcd generate` makes
+    assert [len(c) for c in small] == [40, 10, 10]
+    assert len({t for c in small for s in c.tags for t in s}) <= 8
     lengths = [len(s) for s in tr.tokens]
     assert 12 <= np.mean(lengths) <= 16
 
