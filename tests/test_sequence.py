@@ -284,3 +284,17 @@ def test_ewt_smoke():
                 w[rb.idx] += rb.val
     acc = task.metric(task.gold(ex), task.decode(w, ex))["score"]
     assert acc > 0.9
+
+
+def test_sort_keys_matches_numpy():
+    from demidcd.tasks.sequence import _key_bits, _sort_keys
+
+    rng = np.random.default_rng(2)
+    counts = np.empty(256, np.int64)
+    for m in [0, 1, 5, 48, 49, 300, 2000]:
+        for top in [10, 2**20, 2**33]:
+            keys = rng.integers(0, top, m).astype(np.int64)
+            tmp = np.empty(m, np.int64)
+            got = _sort_keys(keys.copy(), tmp, counts, m, int(top).bit_length())
+            np.testing.assert_array_equal(got[:m], np.sort(keys))
+    assert _key_bits(3, 2) == int(2 * (3 * 2 + 9)).bit_length()

@@ -198,13 +198,50 @@ def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
 
 
 @nb.njit(cache=True, nogil=True)
-def _merge(keys, m, w, out_idx, out_val, pos):
-    """Sort keys[:m], sum the ±1 entries per index, drop zeros, append at pos.
+def _sort_keys(keys, tmp, counts, m, nbits):
+    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns the sorted buffer.
+
+    Insertion sort for short inputs, otherwise an LSD radix sort with 8-bit digits ping-ponging
+    between ``keys`` and ``tmp`` (both ≥ m long; ``counts`` is an int64[256] scratch): branch-free
+    and about 4x faster than quicksort on the few hundred keys of a typical record.
+    """
+    if m <= 48:
+        for i in range(1, m):
+            x = keys[i]
+            k = i - 1
+            while k >= 0 and keys[k] > x:
+                keys[k + 1] = keys[k]
+                k -= 1
+            keys[k + 1] = x
+        return keys
+    src = keys
+    dst = tmp
+    for shift in range(0, nbits, 8):
+        counts[:] = 0
+        for i in range(m):
+            counts[(src[i] >> shift) & 255] += 1
+        if counts[(src[0] >> shift) & 255] == m:
+            continue  # all keys share this digit
+        total = 0
+        for d in range(256):
+            c = counts[d]
+            counts[d] = total
+            total += c
+        for i in range(m):
+            x = src[i]
+            d = (x >> shift) & 255
+            dst[counts[d]] = x
+            counts[d] += 1
+        src, dst = dst, src
+    return src
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge(ks, m, w, out_idx, out_val, pos):
+    """Sum the ±1 entries of the sorted keys ks[:m] per index, drop zeros, append at pos.
 
     Returns (new pos, w·φ).
     """
-    ks = keys[:m]
-    ks.sort()
     margin = 0.0
     i = 0
     while i < m:
@@ -219,6 +256,16 @@ def _merge(keys, m, w, out_idx, out_val, pos):
             margin += s * w[idx]
             pos += 1
     return pos, margin
+
+
+@nb.njit(cache=True, nogil=True)
+def _key_bits(F, K):
+    """Number of bits of the largest key 2·(dim − 1) + 1."""
+    top = 2 * (F * K + (K + 1) * (K + 1))
+    nbits = 1
+    while (np.int64(1) << nbits) <= top:
+        nbits += 1
+    return nbits
 
 
 @nb.njit(cache=True, nogil=True)
@@ -253,6 +300,9 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples)
     em = np.empty(max(max_n, 1) * K, np.float64)
     y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
+    tmp = np.empty(max(max_keys, 1), np.int64)
+    counts = np.empty(256, np.int64)
+    nbits = _key_bits(F, K)
     r_ex = np.empty(n_ex, np.int64)
     r_hash = np.empty(n_ex, np.uint64)
     r_delta = np.empty(n_ex, np.float64)
@@ -283,7 +333,8 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples)
             nv[:pos] = out_val[:pos]
             out_idx = ni
             out_val = nv
-        pos, margin = _merge(keys, m, w, out_idx, out_val, pos)
+        ks = _sort_keys(keys, tmp, counts, m, nbits)
+        pos, margin = _merge(ks, m, w, out_idx, out_val, pos)
         r_ex[nrec] = i
         r_hash[nrec] = _hash_tags(y, n)
         r_delta[nrec] = ham
@@ -324,11 +375,15 @@ def phi_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, i, y):
     """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y."""
     a = sent_ptr[i]
     n = sent_ptr[i + 1] - a
-    keys = np.empty(2 * (feat_ptr[a + n] - feat_ptr[a]) + 2 * (n + 1), np.int64)
+    mk = 2 * (feat_ptr[a + n] - feat_ptr[a]) + 2 * (n + 1)
+    keys = np.empty(mk, np.int64)
+    tmp = np.empty(mk, np.int64)
+    counts = np.empty(256, np.int64)
     m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
     idx = np.empty(m, np.int32)
     val = np.empty(m, np.float64)
-    pos, margin = _merge(keys, m, w, idx, val, 0)
+    ks = _sort_keys(keys, tmp, counts, m, _key_bits(F, K))
+    pos, margin = _merge(ks, m, w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
 
 
