@@ -75,10 +75,11 @@ class StructuredEstimator:
                 self.callback(rec, w)
 
         engine = dict(self.engine)
-        for k in ("rho", "rho_worker", "cpu_log"):
+        for k in ("rho", "rho_worker"):
             if getattr(self, k) is not None:
                 engine[k] = getattr(self, k)
-        result = train(task, self.algorithm, config, int(self.threads), cb, **engine)
+        result = train(task, self.algorithm, config, int(self.threads), cb,
+                       cpu_log=self.cpu_log, **engine)
         self.coef_ = result.w
         self.result_ = result
         return result

@@ -198,7 +198,7 @@ def cmd_train(args) -> int:
         delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
         seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
         batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
-        eval_every=args.eval_every, callback=callback, log=log.info)
+        eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug)
     est._config().validate()
     n_tags = len({t for s in train.tags for t in s})
     log.info(f"model: algorithm {algorithm}, threads {threads}, C {args.C}, {n_tags} tags")
@@ -213,10 +213,13 @@ def cmd_train(args) -> int:
         est.save(args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
+    cpu_line = res.extra.get("cpu_line")
     if dev is not None:
         print(f"dev accuracy: {100 * est.score(dev.tokens, dev.tags):.2f}%", flush=True)
     if test is not None:
         print(f"test accuracy: {100 * est.score(test.tokens, test.tags):.2f}%", flush=True)
+    if cpu_line:
+        print(cpu_line, flush=True)
     log.close()
     return 130 if res.stop_reason == "interrupted" else 0
 

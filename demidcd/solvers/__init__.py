@@ -7,6 +7,7 @@ Every learner takes a :class:`~demidcd.tasks.base.Task` and a
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import OptionError
@@ -14,18 +15,37 @@ from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
 
 SINGLE_PROCESS = ("dcd", "dcd-light")
-ALGORITHMS = ("dcd", "dcd-light")
+ALGORITHMS = ("dcd", "dcd-light", "demi-dcd")
 
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
-          callback: Callback | None = None, **engine: Any) -> TrainResult:
-    """Train ``task`` with ``algorithm`` on ``threads`` processes (1 = single-process DCD)."""
+          callback: Callback | None = None, cpu_log: str | None = None,
+          log: Any = None, **engine: Any) -> TrainResult:
+    """Train ``task`` with ``algorithm`` on ``threads`` processes.
+
+    ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
+    ``engine`` options (``rho``, ``rho_worker``, ``debug``, …) go to the parallel schedules.
+    """
     if threads < 1:
         raise OptionError(f"--threads must be >= 1, got {threads}")
     if algorithm not in ALGORITHMS:
         raise OptionError(f"unknown --algorithm {algorithm!r}; choose one of "
                           f"{', '.join(ALGORITHMS)}")
     config.validate()
-    from .dcd import train_dcd
+    if threads == 1 or algorithm in SINGLE_PROCESS:
+        from ..parallel.monitor import CpuMonitor
+        from .dcd import train_dcd
 
-    return train_dcd(task, config, callback, light=algorithm == "dcd-light")
+        mon = CpuMonitor({"learner": os.getpid()}).start()
+        try:
+            res = train_dcd(task, config, callback, light=algorithm == "dcd-light")
+        finally:
+            mon.stop()
+        if cpu_log:
+            mon.write_csv(cpu_log)
+        res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(1))
+        return res
+    from .demi_dcd import train_demi_dcd
+
+    engine = {k: v for k, v in engine.items() if v is not None}
+    return train_demi_dcd(task, config, threads, callback, cpu_log=cpu_log, log=log, **engine)

@@ -113,3 +113,4 @@ class TrainResult:
     seconds: float
     history: list[dict] = field(default_factory=list)
     dual: float | None = None
+    extra: dict = field(default_factory=dict)  # engine measurements (CPU, publish cost, …)
