@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------- helpers
 class Log:
-    """Human log on stdout (unless quiet) and JSON lines to a file, written atomically at the end."""
+    """Human log on stdout (unless quiet); JSON lines to a file, written atomically at the end."""
 
     def __init__(self, quiet: bool, json_path: str | None):
         self.quiet, self.json_path, self.records = quiet, json_path, []
@@ -184,7 +184,7 @@ def cmd_train(args) -> int:
         from .synthetic import generate_splits
 
         train, dev, test = generate_splits(seed=args.seed)
-        source = "synthetic default corpus (demidcd.synthetic, seed %d)" % args.seed
+        source = f"synthetic default corpus (demidcd.synthetic, seed {args.seed})"
     log.info(f"data: {source}: {len(train):,} sentences, {train.n_tokens:,} tokens "
              f"(read in {time.perf_counter() - t0:.1f}s)")
 

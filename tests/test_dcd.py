@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from toy_task import ToyTask
 
 from demidcd.solvers.activeset import ActiveSets
 from demidcd.solvers.common import SolverConfig, objective, primal_objective
 from demidcd.solvers.dcd import train_dcd
-from toy_task import ToyTask
 
 
 def reference_optimum(task, C, passes=3000):

@@ -4,8 +4,9 @@ inference workers running Algorithm 2 in others, with no barrier between them.
 The learner loops over the examples in blocks: it drains the workers' rings into the active
 sets (de-duplicated by hash, admitted by Eq. 11 against its current w), runs the Eq. (7)–(9)
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
-block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 20 ms when anything changed), copying only the entries
-changed since the last publish. An *outer iteration* is one pass over all examples.
+block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 20 ms when
+anything changed), copying only the entries changed since the last publish. An *outer
+iteration* is one pass over all examples.
 
 Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and nothing was
 admitted during it, the learner publishes w (version V) and waits, draining rings; it resumes

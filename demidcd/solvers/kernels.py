@@ -22,7 +22,6 @@ structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool cou
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 ALPHA, DELTA, SQNORM = 0, 1, 2

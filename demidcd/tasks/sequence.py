@@ -240,8 +240,9 @@ def _sort_keys(keys, tmp, counts, m, nbits):
 def _merge(ks, m, w, out_idx, out_val, pos):
     """Sum the ±1 entries of the sorted keys ks[:m] per index, drop zeros, append at pos.
 
-    Returns (new pos, w·φ).
+    Returns (new pos, w·φ); w may be empty (margin 0), e.g. when only φ is wanted.
     """
+    has_w = w.shape[0] > 0
     margin = 0.0
     i = 0
     while i < m:
@@ -253,7 +254,8 @@ def _merge(ks, m, w, out_idx, out_val, pos):
         if s != 0:
             out_idx[pos] = idx
             out_val[pos] = s
-            margin += s * w[idx]
+            if has_w:
+                margin += s * w[idx]
             pos += 1
     return pos, margin
 
@@ -504,7 +506,7 @@ class SequenceTask(Task):
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
         i = int(i)
-        idx, val, ham, _ = phi_kernel(np.zeros(self.dim), self.F, self.K, self.sent_ptr,
+        idx, val, ham, _ = phi_kernel(np.zeros(0), self.F, self.K, self.sent_ptr,
                                       self.feat_ptr, self.feat_idx, self._gold_array(), i,
                                       self._y(i, y))
         return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
