@@ -298,3 +298,19 @@ def test_sort_keys_matches_numpy():
             got = _sort_keys(keys.copy(), tmp, counts, m, int(top).bit_length())
             np.testing.assert_array_equal(got[:m], np.sort(keys))
     assert _key_bits(3, 2) == int(2 * (3 * 2 + 9)).bit_length()
+
+
+def test_unknown_gold_tags_evaluate_but_do_not_train():
+    rng = np.random.default_rng(9)
+    X, Y, _ = random_instance(rng, 6, 3, 4)
+    Y = Y.copy()
+    Y[0] = -1
+    task = SequenceTask(X, Y, 3, 4)
+    ex = np.arange(task.n_examples)
+    w = rng.normal(size=task.dim)
+    m = task.metric(task.gold(ex), task.decode(w, ex))
+    assert m["tokens"] == Y.size and m["score"] <= (Y.size - 1) / Y.size
+    with pytest.raises(ValueError):
+        task.loss_augmented(w, ex)
+    with pytest.raises(ValueError):
+        SequenceTask(X, np.full_like(Y, -2), 3, 4)

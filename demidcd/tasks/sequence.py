@@ -393,7 +393,11 @@ def phi_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, i, y):
 # the task
 # ---------------------------------------------------------------------------------------------
 class SequenceTask(Task):
-    """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags."""
+    """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags.
+
+    ``Y``: int32 gold tag id per token (None for unlabeled data; −1 = a tag unseen in training,
+    allowed for evaluation only). ``n_obs``: F, the number of observation features.
+    """
 
     name = "sequence"
 
@@ -417,8 +421,11 @@ class SequenceTask(Task):
             self.Y = np.ascontiguousarray(Y, np.int32)
             if self.Y.shape != (n_tok,):
                 raise ValueError(f"Y must have one tag per token ({n_tok}), got {self.Y.shape}")
-            if self.Y.size and (self.Y.min() < 0 or self.Y.max() >= self.K):
-                raise ValueError(f"tag ids must be in [0, {self.K})")
+            if self.Y.size and (self.Y.min() < -1 or self.Y.max() >= self.K):
+                raise ValueError(f"tag ids must be in [0, {self.K}) (or -1 for an unknown tag)")
+        # −1 marks a gold tag unseen in training: fine for decode/metric (always wrong), but
+        # loss-augmented inference and φ need every gold tag to have weights.
+        self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0)
         if self.dim >= 2**31:
             raise ValueError("weight vector too large for int32 indices (reduce features)")
 
@@ -443,9 +450,11 @@ class SequenceTask(Task):
             raise ValueError(f"w must have shape ({self.dim},), got {w.shape}")
         return w
 
-    def _gold_array(self) -> np.ndarray:
+    def _gold_array(self, training: bool = True) -> np.ndarray:
         if self.Y is None:
             raise ValueError("this data set has no gold tags")
+        if training and self._unknown_gold:
+            raise ValueError("gold tags include unknown tags (-1): cannot train on this data")
         return self.Y
 
     @staticmethod
@@ -473,7 +482,7 @@ class SequenceTask(Task):
                              self.feat_idx, self._examples(examples))
 
     def gold(self, examples: np.ndarray) -> list[np.ndarray]:
-        Y = self._gold_array()
+        Y = self._gold_array(training=False)
         sp = self.sent_ptr
         return [Y[sp[i]:sp[i + 1]] for i in self._examples(examples)]
 
