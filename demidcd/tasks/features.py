@@ -24,8 +24,10 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-# Measured on UD English EWT XPOS (see the report in the commit / README): min_count 1 keeps
-# every feature; 2 removes the singletons (about half of all features) at no accuracy cost.
+# Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
+# 33,191 features for min_count 1 / 2 / 3 / 5; an averaged structured perceptron (10 epochs)
+# reaches 94.27 / 94.21 / 94.14 / 94.16 % dev accuracy, differences within the ±0.15 % standard
+# error. 2 drops the singletons (45 % of the features, so of w) at no measurable cost.
 DEFAULT_MIN_COUNT = 2
 TEMPLATE_VERSION = 1
 _BOS, _EOS = "<s>", "</s>"
