@@ -36,7 +36,7 @@ class StructuredEstimator:
     task_name = "task"
 
     def __init__(self, C: float = 0.1, algorithm: str = "dcd", threads: int = 1,
-                 tol: float = 0.01, delta: float = 0.01, max_epochs: int = 100,
+                 tol: float = 0.01, delta: float = 0.01, max_epochs: int | None = None,
                  time_limit: float | None = None, seed: int = 0, inner_passes: int = 5,
                  max_active: int = 50, batch: int = 16, rho: int | None = None,
                  rho_worker: int | None = None, cpu_log: str | None = None,
@@ -53,7 +53,7 @@ class StructuredEstimator:
 
     def _config(self) -> SolverConfig:
         return SolverConfig(C=float(self.C), tol=float(self.tol), delta=float(self.delta),
-                            max_epochs=int(self.max_epochs), time_limit=self.time_limit,
+                            max_epochs=self.max_epochs, time_limit=self.time_limit,
                             seed=int(self.seed), inner_passes=int(self.inner_passes),
                             max_active=int(self.max_active), batch=int(self.batch),
                             eval_every=self.eval_every)

@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tol", type=float, default=0.01)
     s.add_argument("--delta", type=float, default=0.01, help="shrinking threshold δ, Eq. (9)")
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
-    s.add_argument("--max-epochs", type=int, default=100)
+    s.add_argument("--max-epochs", type=int, default=None,
+                   help="outer iterations (default: 100 for dcd, unlimited learner passes for "
+                        "demi-dcd)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--inner-passes", type=int, default=5, help="r of DCD-SSVM")
     s.add_argument("--max-active-per-example", type=int, default=50, dest="max_active")

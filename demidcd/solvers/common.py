@@ -21,6 +21,7 @@ class SolverConfig:
     set is below tol. delta: shrinking threshold δ of Eq. (9); the admission threshold is
     min(delta, tol) so that a structure the stopping rule counts can always enter.
     inner_passes: r of DCD-SSVM (Algorithm 3); 0 gives DCD-Light (Algorithm 2).
+    max_epochs: outer iterations (None: see :meth:`epochs`).
     batch: examples per loss-augmented inference call in 1-DCD (1 = the exact sequential
     algorithm; larger amortises call overhead, with w refreshed between batches).
     """
@@ -28,7 +29,7 @@ class SolverConfig:
     C: float = 0.1
     tol: float = 0.01
     delta: float = 0.01
-    max_epochs: int = 100
+    max_epochs: int | None = None
     time_limit: float | None = None
     seed: int = 0
     inner_passes: int = 5
@@ -43,7 +44,7 @@ class SolverConfig:
             raise OptionError(f"--tol must be > 0, got {self.tol}")
         if self.delta < 0:
             raise OptionError(f"--delta must be >= 0, got {self.delta}")
-        if self.max_epochs < 1:
+        if self.max_epochs is not None and self.max_epochs < 1:
             raise OptionError(f"--max-epochs must be >= 1, got {self.max_epochs}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise OptionError(f"--time-limit must be > 0, got {self.time_limit}")
@@ -53,6 +54,11 @@ class SolverConfig:
             raise OptionError(f"--max-active-per-example must be >= 1, got {self.max_active}")
         if self.batch < 1:
             raise OptionError(f"--batch must be >= 1, got {self.batch}")
+
+    def epochs(self, default: int) -> int:
+        """The epoch limit: ``max_epochs``, or the learner's own default when None (1-DCD: 100
+        epochs of inference + updates; DEMI-DCD: unlimited learner passes, which are cheap)."""
+        return default if self.max_epochs is None else int(self.max_epochs)
 
     @property
     def admit(self) -> float:

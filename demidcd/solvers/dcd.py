@@ -28,7 +28,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
     reason, epoch, last_eval = "max-epochs", 0, 0.0
     try:
-        for epoch in range(1, config.max_epochs + 1):
+        for epoch in range(1, config.epochs(100) + 1):
             max_pg, shrunk, updates = 0.0, 0, 0
             for _ in range(r):
                 st = act.update(rng.permutation(n).astype(np.int64))

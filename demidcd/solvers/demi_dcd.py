@@ -8,9 +8,10 @@ block, and publishes [w, A] to the shared w̄ every ρ updates (and at least eve
 anything changed), copying only the entries changed since the last publish. An *outer
 iteration* is one pass over all examples.
 
-Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and nothing was
-admitted during it, the learner publishes w (version V) and waits, draining rings; it resumes
-updating when a record is admitted, and stops when every worker has finished a full sweep that
+Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and no violating
+structure arrived during it, the learner publishes w (version V) and waits, draining rings; it
+resumes updating when a violating structure arrives (new, or already in the active set: its
+gradient grew after it was visited in the pass), and stops when every worker has finished a full sweep that
 started at version ≥ V and found no structure violating by more than tol.
 """
 
@@ -63,6 +64,8 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
         t_publish += time.perf_counter() - t
 
     def ingest() -> int:
+        """Drain the rings into the active sets; returns how many records were admitted or
+        already present (either means some structure violates: more updates are due)."""
         nonlocal t_insert
         batch = pool.drain()
         if not len(batch):
@@ -74,17 +77,17 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
         cnt["duplicates"] += st.duplicates
         cnt["rejected"] += st.rejected
         cnt["evicted"] += st.evicted
-        return st.admitted
+        return st.admitted + st.duplicates
 
     pool.start()
     clock = Clock(config.time_limit)
     try:
         since_publish, last_publish = 0, time.perf_counter()
-        for epoch in range(1, config.max_epochs + 1):
+        for epoch in range(1, config.epochs(1 << 62) + 1):
             order = rng.permutation(n).astype(np.int64)
-            max_pg, admitted_in_pass, shrunk = 0.0, 0, 0
+            max_pg, received, shrunk = 0.0, 0, 0
             for s in range(0, n, BLOCK):
-                admitted_in_pass += ingest()
+                received += ingest()
                 t = time.perf_counter()
                 st = act.update(order[s:s + BLOCK])
                 t_update += time.perf_counter() - t
@@ -100,7 +103,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                     break
             cnt["shrunk"] += shrunk
             converged = False
-            if max_pg < config.tol and admitted_in_pass == 0 and not clock.expired():
+            if max_pg < config.tol and received == 0 and not clock.expired():
                 publish()
                 since_publish = 0
                 version = pool.wbar.version()
