@@ -1,0 +1,92 @@
+"""The command line end to end on synthetic data, and its error contract."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from demidcd.api import SequenceTagger
+from demidcd.cli import main
+from demidcd.errors import ModelFileError
+from demidcd.synthetic import generate
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "demidcd.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    assert main(["generate", "--out-dir", str(d), "--sentences", "300", "--quiet"]) == 0
+    return d
+
+
+@pytest.fixture(scope="module")
+def model(corpus_dir):
+    m = corpus_dir / "m.npz"
+    r = run("train", "--train", str(corpus_dir / "train.txt"), "--dev", str(corpus_dir / "dev.txt"),
+            "--test", str(corpus_dir / "test.txt"), "--threads", "1", "--max-epochs", "5",
+            "--model", str(m), "--log-json", str(corpus_dir / "log.jsonl"))
+    assert r.returncode == 0, r.stderr
+    assert "test accuracy:" in r.stdout and "average CPU:" in r.stdout
+    return m
+
+
+def test_train_evaluate_predict_roundtrip(corpus_dir, model, tmp_path):
+    recs = [json.loads(x) for x in (corpus_dir / "log.jsonl").read_text().splitlines()]
+    assert len(recs) == 5 and all("dev" in r and "active" in r for r in recs)
+    r = run("evaluate", "--model", str(model), "--data", str(corpus_dir / "test.txt"))
+    assert r.returncode == 0 and r.stdout.startswith("accuracy: ")
+    acc = float(r.stdout.split()[1].rstrip("%"))
+    assert 50 < acc < 100
+    out = tmp_path / "pred.txt"
+    r = run("predict", "--model", str(model), "--data", str(corpus_dir / "test.txt"),
+            "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    gold = [ln.split() for ln in (corpus_dir / "test.txt").read_text().splitlines() if ln]
+    pred = [ln.split() for ln in out.read_text().splitlines() if ln]
+    assert [g[0] for g in gold] == [p[0] for p in pred]
+    agree = np.mean([g[-1] == p[-1] for g, p in zip(gold, pred, strict=True)])
+    assert abs(100 * agree - acc) < 0.01
+
+
+def test_save_load_predicts_identically(corpus_dir, model, tmp_path):
+    est = SequenceTagger.load(model)
+    X = generate(n_sentences=30, seed=11).tokens
+    est.save(tmp_path / "again.npz")
+    again = SequenceTagger.load(tmp_path / "again.npz")
+    assert est.predict(X) == again.predict(X)
+    np.testing.assert_array_equal(est.coef_, again.coef_)
+
+
+def test_truncated_and_foreign_model_files_are_rejected(model, tmp_path):
+    data = model.read_bytes()
+    for cut in (len(data) // 2, 100, 0):
+        bad = tmp_path / f"t{cut}.npz"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(ModelFileError):
+            SequenceTagger.load(bad)
+    r = run("evaluate", "--model", str(tmp_path / f"t{len(data) // 2}.npz"), "--data",
+            str(model))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content,line", [("a B\nb\n", 2), ("a B\n\nc D E\n", 3)])
+def test_reader_errors_name_file_and_line(tmp_path, content, line):
+    f = tmp_path / "bad.txt"
+    f.write_text(content)
+    r = run("train", "--train", str(f), "--threads", "1", "--model", str(tmp_path / "x.npz"))
+    assert r.returncode == 2
+    assert f"bad.txt:{line}:" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("opt", [["--C", "0"], ["--C", "-1"], ["--threads", "0"]])
+def test_bad_options_exit_2(opt):
+    r = run("train", *opt, "--max-epochs", "1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--" in r.stderr
