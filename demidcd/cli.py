@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
+    s.add_argument("--perceptron-epochs", type=int, default=10,
+                   help="SP-IPM: perceptron epochs per mixing round")
+    s.add_argument("--mixing", choices=("uniform", "mistakes"), default="uniform",
+                   help="SP-IPM: parameter mixing weights")
+    s.add_argument("--averaged", action="store_true",
+                   help="SP-IPM: output the average of the mixed weights over rounds")
     s.add_argument("--min-count", type=int, default=None, help="feature dictionary cut-off")
     s.add_argument("--hashing", type=int, default=0, metavar="DIM",
                    help="hash observation features into DIM buckets (no dictionary)")
@@ -200,7 +206,9 @@ def cmd_train(args) -> int:
         delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
         seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
         batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
-        eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug)
+        eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug,
+        perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
+        averaged=args.averaged)
     est._config().validate()
     n_tags = len({t for s in train.tags for t in s})
     log.info(f"model: algorithm {algorithm}, threads {threads}, C {args.C}, {n_tags} tags")

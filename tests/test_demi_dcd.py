@@ -139,3 +139,44 @@ def test_engine_counts_are_consistent(small, shm_guard):
     ex = est.result_.extra
     assert ex["pushed"] >= ex["admitted"] + ex["duplicates"]
     np.testing.assert_array_less(0, ex["updates"])
+
+
+def test_ms_dcd_reaches_the_1dcd_optimum(small, shm_guard):
+    _, p1 = fit(small, algorithm="dcd", threads=1)
+    ms, p2 = fit(small, algorithm="ms-dcd", threads=3)
+    assert ms.result_.stop_reason == "converged"
+    assert abs(p2 - p1) / p1 <= 1e-3
+    assert ms.result_.extra["inference_seconds"] > 0 and ms.result_.extra["master_seconds"] > 0
+
+
+def test_sp_ipm_one_shard_equals_sequential_perceptron(small, shm_guard):
+    from demidcd.solvers.sp_ipm import perceptron_epochs
+    X, Y = small
+    est = SequenceTagger(algorithm="sp-ipm", threads=2, max_epochs=3, min_count=1,
+                         perceptron_epochs_per_round=2).fit(X, Y)
+    task = est.training_task(X, Y)
+    w = np.zeros(task.dim)
+    mistakes = perceptron_epochs(task, w, np.arange(task.n_examples), 6)
+    assert est.result_.extra["updates"] == mistakes > 0
+    np.testing.assert_array_equal(est.coef_, w)
+
+
+def test_sp_ipm_mixing_variants_run(small, shm_guard):
+    X, Y = small
+    for kw in ({"mixing": "mistakes"}, {"averaged": True}):
+        est = SequenceTagger(algorithm="sp-ipm", threads=3, max_epochs=2, min_count=1,
+                             perceptron_epochs_per_round=1, **kw).fit(X, Y)
+        assert est.score(X, Y) > 0.5
+
+
+@pytest.mark.parametrize("alg", ["ms-dcd", "sp-ipm"])
+def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
+    model = tmp_path / "m.npz"
+    p = _run(["--threads", "2", "--algorithm", alg, "--time-limit", "30", "--tol", "1e-9",
+              "--max-epochs", "100000", "--model", str(model)])
+    kids = _wait_for_worker(p)
+    time.sleep(2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 130, err
+    assert model.exists() and _gone(kids)

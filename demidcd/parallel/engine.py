@@ -12,7 +12,9 @@ inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedAre
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
 Worker schedules: ``"demi"`` loops over its shard until stopped (DEMI-DCD Algorithm 2);
-``"barrier"`` runs one sweep per command generation and then waits (MS-DCD's slaves).
+``"barrier"`` runs one sweep per command generation and then waits (MS-DCD's slaves);
+``"job"`` runs a caller-supplied ``job(pool, j)`` per command generation (SP-IPM's mappers),
+with extra shared ``arrays`` for its inputs and outputs.
 Supervision (:meth:`WorkerPool.check`): a worker that died (signal, exception) is restarted on
 the same shard and ring (a ring's head only moves after a whole record is written, so a killed
 producer never leaves a torn record); an exception is reported, with its traceback under
@@ -81,9 +83,12 @@ class WorkerPool:
     def __init__(self, task: Task, n_workers: int, C: float, admit: float, tol: float,
                  mode: str = "demi", seed: int = 0, chunk: int = 16,
                  ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
-                 debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5):
-        if mode not in ("demi", "barrier"):
-            raise ValueError(mode)
+                 debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5,
+                 job: Callable[[WorkerPool, int], None] | None = None,
+                 arrays: dict[str, tuple[tuple[int, ...], type]] | None = None):
+        if mode not in ("demi", "barrier", "job") or (mode == "job") != (job is not None):
+            raise ValueError(f"bad worker mode {mode!r}")
+        self.job = job
         self.task, self.n_workers, self.C = task, n_workers, float(C)
         self.admit, self.tol, self.mode, self.seed = float(admit), float(tol), mode, seed
         self.chunk, self.log = max(1, int(chunk)), log or (lambda s: None)
@@ -99,6 +104,8 @@ class WorkerPool:
             self.stats = self.arena.create("stats", (n_workers, N_STATS), np.int64)
             self.fstats = self.arena.create("fstats", (n_workers, 2), np.float64)
             self.err = self.arena.create("err", (n_workers, ERR_BYTES), np.uint8)
+            self.arrays = {k: self.arena.create(k, shape, dt)
+                           for k, (shape, dt) in (arrays or {}).items()}
         except BaseException:
             self.arena.close()
             raise
@@ -231,7 +238,8 @@ class WorkerPool:
         return bool((self.stats[:, CLEAN_VERSION] >= version).all())
 
     def command_sweep(self) -> int:
-        """Barrier mode: ask every worker for one sweep; returns the generation to wait for."""
+        """Barrier/job mode: ask every worker for one sweep (or job); returns the generation
+        to wait for."""
         self.ctrl[GENERATION] += 1
         return int(self.ctrl[GENERATION])
 
@@ -266,11 +274,15 @@ class WorkerPool:
         while not ctrl[STOP]:
             if os.getppid() != parent:
                 return
-            if self.mode == "barrier":
+            if self.mode != "demi":
                 if ctrl[GENERATION] <= gen:
                     time.sleep(0.0005)
                     continue
                 gen = int(ctrl[GENERATION])
+                if self.mode == "job":
+                    self.job(self, j)
+                    st[DONE_GEN] = gen
+                    continue
             order = rng.permutation(shard)
             v0, clean, viol_count, done = -1, True, 0, True
             t_inf = 0.0

@@ -15,7 +15,7 @@ from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
 
 SINGLE_PROCESS = ("dcd", "dcd-light")
-ALGORITHMS = ("dcd", "dcd-light", "demi-dcd")
+ALGORITHMS = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
@@ -24,7 +24,9 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     """Train ``task`` with ``algorithm`` on ``threads`` processes.
 
     ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
-    ``engine`` options (``rho``, ``rho_worker``, ``debug``, …) go to the parallel schedules.
+    ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
+    ``perceptron_epochs_per_round``, ``mixing``, ``averaged``) go to the parallel schedules,
+    which ignore the ones that are not theirs.
     """
     if threads < 1:
         raise OptionError(f"--threads must be >= 1, got {threads}")
@@ -45,7 +47,11 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
             mon.write_csv(cpu_log)
         res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(1))
         return res
-    from .demi_dcd import train_demi_dcd
-
     engine = {k: v for k, v in engine.items() if v is not None}
-    return train_demi_dcd(task, config, threads, callback, cpu_log=cpu_log, log=log, **engine)
+    if algorithm == "ms-dcd":
+        from .ms_dcd import train_ms_dcd as schedule
+    elif algorithm == "sp-ipm":
+        from .sp_ipm import train_sp_ipm as schedule
+    else:
+        from .demi_dcd import train_demi_dcd as schedule
+    return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, **engine)

@@ -110,6 +110,12 @@ class Task(ABC):
     def metric(self, gold: list[Any], predicted: list[Any]) -> dict[str, float]:
         """Evaluation metrics; the key ``"score"`` is the headline figure (higher is better)."""
 
+    def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """Like :meth:`loss_augmented` but for the plain argmax (no Δ in the objective): one
+        record per example the current w gets wrong. The structured perceptron's update is
+        w += φ of these records (SP-IPM)."""
+        raise NotImplementedError(f"{type(self).__name__} has no argmax_records")
+
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) as (sorted unique indices, values) and Δ(y_i, y) for one structure."""
         raise NotImplementedError

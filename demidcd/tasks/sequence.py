@@ -289,8 +289,9 @@ def _max_sizes(sent_ptr, feat_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples):
-    """Loss-augmented Viterbi + record construction for every example in ``examples``.
+def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment=True):
+    """Loss-augmented Viterbi + record construction for every example in ``examples``
+    (``augment=False``: plain Viterbi, records for the examples it gets wrong).
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
@@ -322,7 +323,7 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples)
         if n == 0:
             continue
         _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best, y, gold,
-                 True)
+                 augment)
         m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
         if ham == 0:
             continue
@@ -464,9 +465,16 @@ class SequenceTask(Task):
     # -- inference ----------------------------------------------------------------------------
     def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """argmax_y w·Φ(x_i, y) + Δ(y_i, y) per example; one record per example with Δ > 0."""
+        return self._records(w, examples, True)
+
+    def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """Records of the plain Viterbi argmax for the examples it gets wrong."""
+        return self._records(w, examples, False)
+
+    def _records(self, w: np.ndarray, examples: np.ndarray, augment: bool) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
             self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr, self.feat_idx,
-            self._gold_array(), self._examples(examples))
+            self._gold_array(), self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 

@@ -1,0 +1,119 @@
+"""The learner side shared by the multi-process DCD schedules (DEMI-DCD and MS-DCD).
+
+:class:`SharedLearner` owns the active sets over a local [w, A] vector, and a
+:class:`~demidcd.parallel.engine.WorkerPool`. It drains the rings into the active sets
+(:meth:`ingest`), publishes [w, A] (:meth:`publish`, only the changed entries), builds the
+per-iteration log record and the final :class:`TrainResult`. A schedule decides only *when*
+each of these happens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..parallel.engine import WorkerPool
+from ..tasks.base import Task
+from .activeset import ActiveSets
+from .common import Callback, Clock, SolverConfig, TrainResult, objective
+
+
+class SharedLearner:
+    def __init__(self, task: Task, config: SolverConfig, threads: int, mode: str,
+                 callback: Callback | None, chunk: int, ring_words: int,
+                 log: Callable[[str], None] | None, debug: bool):
+        config.validate()
+        self.task, self.config, self.threads, self.callback = task, config, threads, callback
+        self.log = log or (lambda s: None)
+        n, dim = task.n_examples, task.dim
+        self.pool = WorkerPool(task, threads - 1, config.C, config.admit, config.tol, mode,
+                               config.seed, chunk, ring_words, self.log, debug)
+        self.wa = np.zeros(dim + n)  # [w, A], published as one vector
+        self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
+                              track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:])
+        self._a_idx = np.arange(dim, dim + n, dtype=np.int64)
+        self.cnt = {"updates": 0, "admitted": 0, "duplicates": 0, "rejected": 0, "evicted": 0,
+                    "shrunk": 0, "publishes": 0}
+        self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "wait": 0.0}
+        self.history: list[dict] = []
+        self._last_eval = 0.0
+        self.clock: Clock | None = None
+
+    # ------------------------------------------------------------------ operations
+    def start(self) -> None:
+        self.pool.start()
+        self.clock = Clock(self.config.time_limit)
+
+    def publish(self) -> None:
+        t = time.perf_counter()
+        idx = np.concatenate((self.act.take_changes().astype(np.int64), self._a_idx))
+        self.pool.wbar.publish_sparse(self.wa, idx, force=True)
+        self.cnt["publishes"] += 1
+        self.seconds["publish"] += time.perf_counter() - t
+
+    def ingest(self) -> int:
+        """Drain the rings into the active sets; returns how many records were admitted or
+        already present (either means some structure violates: more updates are due)."""
+        batch = self.pool.drain()
+        if not len(batch):
+            return 0
+        t = time.perf_counter()
+        st = self.act.insert(batch, self.config.admit)
+        self.seconds["insert"] += time.perf_counter() - t
+        for k in ("admitted", "duplicates", "rejected", "evicted"):
+            self.cnt[k] += getattr(st, k)
+        return st.admitted + st.duplicates
+
+    def update(self, examples: np.ndarray):
+        t = time.perf_counter()
+        st = self.act.update(examples)
+        self.seconds["update"] += time.perf_counter() - t
+        self.cnt["updates"] += st.updates
+        self.cnt["shrunk"] += st.shrunk
+        return st
+
+    # ------------------------------------------------------------------ reporting
+    def iteration(self, epoch: int, max_pg: float, shrunk: int, **extra) -> dict:
+        """Log record of one outer iteration (also passed to the callback)."""
+        tot = self.pool.totals()
+        c = self.cnt
+        rec = {"epoch": epoch, "seconds": round(self.clock.elapsed(), 4), "updates": c["updates"],
+               "total_updates": c["updates"], "inferences": tot["inferences"],
+               "pushed": tot["pushed"], "admitted": c["admitted"], "duplicates": c["duplicates"],
+               "dropped": c["rejected"], "active": self.act.size, "shrunk": shrunk,
+               "max_pg": max_pg, "ring": tot["ring"], "wasted": tot["wasted"],
+               "publishes": c["publishes"], **extra}
+        cfg = self.config
+        if cfg.eval_every is not None and self.clock.elapsed() - self._last_eval >= cfg.eval_every:
+            ob = objective(self.task, self.act.w, cfg.C, self.act.dual_objective())
+            rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
+            self._last_eval = self.clock.elapsed()
+        self.history.append(rec)
+        if self.callback is not None:
+            self.callback(rec, self.act.w)
+        return rec
+
+    def finish(self, reason: str, epoch: int, cpu_log: str | None) -> TrainResult:
+        """Stop the pool (always call, in ``finally``), write the CPU log, build the result."""
+        seconds = self.clock.elapsed() if self.clock else 0.0
+        tot = self.pool.totals()
+        self.pool.close()
+        mon = self.pool.monitor
+        if cpu_log:
+            mon.write_csv(cpu_log)
+        res = TrainResult(self.act.w.copy(), reason == "converged", reason, epoch, seconds,
+                          self.history, self.act.dual_objective())
+        sec = self.seconds
+        res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(self.threads),
+                     "publish_seconds": sec["publish"], "update_seconds": sec["update"],
+                     "insert_seconds": sec["insert"], "wait_seconds": sec["wait"],
+                     **tot, **self.cnt}
+        c = self.cnt
+        self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
+                 f", {c['publishes']:,} publishes costing "
+                 f"{100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time; workers: "
+                 f"{tot['inferences']:,} inferences, {tot['pushed']:,} structures pushed, "
+                 f"{tot['wasted']:,} chunks redone after a concurrent publish")
+        return res

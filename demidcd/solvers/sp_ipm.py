@@ -1,0 +1,123 @@
+"""SP-IPM: iterative parameter mixing for the structured perceptron (McDonald, Hall and Mann
+2010; the DEMI-DCD paper's third baseline), on the same worker pool and CPU monitor.
+
+Each round every worker copies the mixed w̄, runs ``epochs`` epochs of structured-perceptron
+updates (Collins 2002: w += Φ(x_i, y_i) − Φ(x_i, ŷ) = φ whenever the argmax ŷ ≠ y_i) over its
+shard, in shard order, and writes its w_j; at the barrier the parent mixes
+w̄ = Σ_j μ_j w_j with μ_j = 1/k (uniform) or μ_j ∝ mistakes_j ("mistakes"), and publishes it.
+With ``averaged`` the output is the average of the mixed vectors over all rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..parallel.engine import WorkerPool
+from ..tasks.base import Task
+from .common import Callback, Clock, SolverConfig, TrainResult
+
+
+def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
+                      stop: Callable[[], bool] | None = None) -> int:
+    """Structured perceptron over ``order`` for ``epochs`` epochs, updating ``w`` in place;
+    returns the number of mistakes (= updates). One argmax per example, then w += φ."""
+    mistakes = 0
+    for _ in range(epochs):
+        for i in order:
+            if stop is not None and stop():
+                return mistakes
+            b = task.argmax_records(w, np.array([i], np.int64))
+            if len(b):
+                w[b.idx] += b.val  # φ has unique indices
+                mistakes += 1
+    return mistakes
+
+
+def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
+                 callback: Callback | None = None, cpu_log: str | None = None,
+                 log: Callable[[str], None] | None = None, debug: bool = False,
+                 perceptron_epochs_per_round: int = 10, mixing: str = "uniform",
+                 averaged: bool = False, **_: object) -> TrainResult:
+    """Train a structured perceptron by iterative parameter mixing on ``threads − 1`` workers.
+    ``config.max_epochs`` counts mixing rounds (default 100)."""
+    if mixing not in ("uniform", "mistakes"):
+        raise ValueError(f"mixing must be 'uniform' or 'mistakes', got {mixing!r}")
+    config.validate()
+    k, dim, n = threads - 1, task.dim, task.n_examples
+    E = int(perceptron_epochs_per_round)
+
+    def job(pool: WorkerPool, j: int) -> None:
+        w = np.empty(dim)
+        while True:  # consistent copy of the mixed w̄ (nobody writes during a round)
+            s = pool.wbar.read_begin()
+            w[:] = pool.wbar.w[:dim]
+            if pool.wbar.read_valid(s):
+                break
+        m = perceptron_epochs(task, w, pool.shards[j], E, stop=lambda: bool(pool.ctrl[0]))
+        pool.arrays["wloc"][j] = w
+        pool.arrays["mistakes"][j] = m
+        pool.stats[j, 0] += E * len(pool.shards[j])  # inferences
+
+    pool = WorkerPool(task, k, config.C, 0.0, 0.0, "job", config.seed, log=log, debug=debug,
+                      job=job, arrays={"wloc": ((k, dim), np.float64),
+                                       "mistakes": ((k,), np.int64)})
+    wa = np.zeros(dim + n)
+    w_sum = np.zeros(dim)
+    history: list[dict] = []
+    reason, rnd, updates, t_map, t_mix = "max-epochs", 0, 0, 0.0, 0.0
+    try:
+        pool.start()
+        clock = Clock(config.time_limit)
+        for rnd in range(1, config.epochs(100) + 1):
+            pool.wbar.publish(wa, force=True)
+            t = time.perf_counter()
+            gen = pool.command_sweep()
+            while not pool.sweep_done(gen) and not clock.expired():  # the barrier
+                pool.check()
+                time.sleep(0.0005)
+            t_map += time.perf_counter() - t
+            if not pool.sweep_done(gen):
+                reason = "time-limit"
+                break
+            t = time.perf_counter()
+            mis = pool.arrays["mistakes"].astype(np.float64)
+            mu = (mis / mis.sum() if mixing == "mistakes" and mis.sum() > 0
+                  else np.full(k, 1.0 / k))
+            wa[:dim] = mu @ pool.arrays["wloc"]
+            w_sum += wa[:dim]
+            t_mix += time.perf_counter() - t
+            updates += int(mis.sum())
+            rec = {"epoch": rnd, "seconds": round(clock.elapsed(), 4), "updates": updates,
+                   "total_updates": updates, "mistakes": int(mis.sum()),
+                   "inferences": int(pool.stats[:, 0].sum()), "active": 0, "shrunk": 0,
+                   "admitted": 0, "max_pg": 0.0}
+            history.append(rec)
+            if callback is not None:
+                callback(rec, w_sum / rnd if averaged else wa[:dim])
+            if mis.sum() == 0:
+                reason = "converged"
+                break
+            if clock.expired():
+                reason = "time-limit"
+                break
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        seconds = clock.elapsed() if "clock" in locals() else 0.0
+        inferences = int(pool.stats[:, 0].sum())
+        pool.close()
+    w = w_sum / max(rnd, 1) if averaged and rnd else wa[:dim].copy()
+    mon = pool.monitor
+    if cpu_log:
+        mon.write_csv(cpu_log)
+    res = TrainResult(w, reason == "converged", reason, rnd, seconds, history, None)
+    res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(threads),
+                 "updates": updates, "inferences": inferences, "map_seconds": t_map,
+                 "mix_seconds": t_mix}
+    if log:
+        log(f"SP-IPM: {rnd} rounds x {E} epochs, {updates:,} perceptron updates, "
+            f"{inferences:,} inferences; map {t_map:.2f}s, mix {t_mix:.2f}s")
+    return res
