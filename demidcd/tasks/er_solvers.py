@@ -27,9 +27,12 @@ iterated conditional modes, children tried in decreasing bound order, and the up
                                max_f W_ab(e, f)]
 
 (each unassigned–unassigned pair is credited optimistically once, to its earlier entity). Each
-node costs O(4n). See ``benchmarks/er_inference.py`` for measurements: on the whole corpus with
-random scores this solves every sentence (up to 24 entities) exactly, 2–3 orders of magnitude
-faster than the ILP solvers.
+node costs O(4n). Measured (``python benchmarks/er_inference.py``, one core, CoNLL04's 5,516
+sentences, random w ~ N(0,1); ``benchmarks/results/er_inference.json``): one full pass takes
+0.015 s (one numba call, scoring included; per-sentence calls: median 2 µs, max 4 ms for the
+24-entity sentence) against 82 s for PuLP+CBC and 87 s for HiGHS (max 8 s on one sentence),
+with identical objective values (max difference 7e-13). So no size cut-off or fallback is
+needed: branch and bound is exact and fast on every sentence.
 """
 
 from __future__ import annotations
