@@ -40,7 +40,8 @@ class StructuredEstimator:
                  time_limit: float | None = None, seed: int = 0, inner_passes: int = 5,
                  max_active: int = 50, batch: int = 16, rho: int | None = None,
                  rho_worker: int | None = None, cpu_log: str | None = None,
-                 eval_every: float | None = None,
+                 eval_every: float | None = None, snapshot_every: float | None = None,
+                 snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None, **engine: Any):
         self.C, self.algorithm, self.threads = C, algorithm, threads
         self.tol, self.delta, self.max_epochs, self.time_limit = tol, delta, max_epochs, time_limit
@@ -48,6 +49,7 @@ class StructuredEstimator:
                                                                      max_active, batch)
         self.rho, self.rho_worker, self.cpu_log, self.eval_every = (rho, rho_worker, cpu_log,
                                                                     eval_every)
+        self.snapshot_every, self.snapshot_dir = snapshot_every, snapshot_dir
         self.callback = callback
         self.engine = engine
 
@@ -68,7 +70,17 @@ class StructuredEstimator:
             def dev_eval(w):
                 return dev_task.metric(dev_gold, dev_task.decode(w, np.arange(dev_task.n_examples)))
 
+        snap = None
+        if self.snapshot_dir is not None:
+            from .io.snapshots import Snapshotter
+
+            snap = Snapshotter(self.snapshot_dir, self.snapshot_every or 5.0)
+            self.coef_, self.result_ = np.zeros(task.dim), None
+            self.save(os.path.join(self.snapshot_dir, "base.npz"))
+
         def cb(rec: dict, w: np.ndarray) -> None:
+            if snap is not None:
+                snap.maybe(rec["seconds"], w)
             if dev_eval is not None:
                 rec["dev"] = dev_eval(w)["score"]
             if self.callback is not None:
@@ -78,8 +90,16 @@ class StructuredEstimator:
         for k in ("rho", "rho_worker"):
             if getattr(self, k) is not None:
                 engine[k] = getattr(self, k)
-        result = train(task, self.algorithm, config, int(self.threads), cb,
-                       cpu_log=self.cpu_log, **engine)
+        try:
+            result = train(task, self.algorithm, config, int(self.threads), cb,
+                           cpu_log=self.cpu_log, **engine)
+        finally:
+            if snap is not None:
+                snap.close()
+        if snap is not None:
+            snap = Snapshotter(self.snapshot_dir, 1.0)
+            snap.maybe(result.seconds, result.w, force=True)
+            snap.close()
         self.coef_ = result.w
         self.result_ = result
         return result

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--cpu-log", metavar="FILE", help="CPU-use timeline as CSV")
     o.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
                    help="log primal, dual and gap at most every SECONDS")
+    o.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
+                   help="save w every SECONDS of solver time (see evaluate-snapshots)")
+    o.add_argument("--snapshot-dir", metavar="DIR")
     _common(t)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
@@ -94,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE")
         _common(q)
+
+    e = sub.add_parser("evaluate-snapshots",
+                       help="primal objective and metric of every snapshot, as CSV")
+    e.add_argument("snapshot_dir", metavar="DIR")
+    e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
+    e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
+    e.add_argument("--out", required=True, metavar="CSV")
+    _data_options(e)
+    _common(e)
 
     g = sub.add_parser("generate", help="write the synthetic corpus (train/dev/test)")
     g.add_argument("--out-dir", required=True)
@@ -208,7 +220,9 @@ def cmd_train(args) -> int:
         batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
         eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
-        averaged=args.averaged)
+        averaged=args.averaged, snapshot_every=args.snapshot_every,
+        snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
+                                           if args.snapshot_every and args.model else None))
     est._config().validate()
     n_tags = len({t for s in train.tags for t in s})
     log.info(f"model: algorithm {algorithm}, threads {threads}, C {args.C}, {n_tags} tags")
@@ -259,6 +273,29 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_evaluate_snapshots(args) -> int:
+    from .api import SequenceTagger
+    from .io.model import atomic_write
+    from .io.snapshots import list_snapshots
+    from .solvers.common import primal_objective
+
+    snaps = list_snapshots(args.snapshot_dir)
+    est = SequenceTagger.load(os.path.join(args.snapshot_dir, "base.npz"))
+    train = _read(args.train, args)
+    test = _read(args.test, args) if args.test else train
+    task = est.training_task(train.tokens, train.tags)
+    rows = ["seconds,primal,dual,metric"]
+    for seconds, path in snaps:
+        est.coef_ = np.load(path, allow_pickle=False)
+        primal, _ = primal_objective(task, est.coef_, float(est.C))
+        metric = est.score(test.tokens, test.tags)
+        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
+        if not args.quiet:
+            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%", flush=True)
+    atomic_write(args.out, lambda f: f.write("\n".join(rows) + "\n"), mode="w")
+    return 0
+
+
 def cmd_generate(args) -> int:
     from .io.tagged import write_tagged
     from .synthetic import generate_splits
@@ -276,7 +313,7 @@ def cmd_generate(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
-            "generate": cmd_generate}
+            "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots}
 
 
 def main(argv: list[str] | None = None) -> int:
