@@ -316,6 +316,15 @@ def test_records_and_score_identity(tmp_path: Path) -> None:
         # gold itself: no record, Δ = 0, φ = 0
         idx, val, dl = task.phi_delta(0, gold[0])
         assert dl == 0 and len(idx) == 0
+    # argmax records: exactly the examples decode gets wrong, with their φ
+    w = rng.normal(size=task.dim)
+    pred = task.decode(w, ex)
+    wrong = [int(i) for i in ex if task.phi_delta(int(i), pred[i])[2] > 0]
+    b = task.argmax_records(w, ex)
+    assert b.ex.tolist() == wrong
+    for k, i in enumerate(wrong):
+        idx, val, dl = task.phi_delta(i, pred[i])
+        assert np.array_equal(b.idx[b.ptr[k]:b.ptr[k + 1]], idx) and b.delta[k] == dl
     # hashes identify structures: equal structures hash equally, different ones differently
     w = rng.normal(size=task.dim)
     b1, b2 = task.loss_augmented(w, ex), task.loss_augmented(w, ex)

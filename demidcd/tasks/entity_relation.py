@@ -484,6 +484,14 @@ class EntityRelationTask(Task):
         ent, pair, eoff, poff, _ = self.infer(w, examples, augment=True)
         return self._batch(w, examples, ent, pair, eoff, poff, False)
 
+    def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """Records for the plain argmax (no Δ in the objective), one per wrong example."""
+        examples = np.ascontiguousarray(examples, dtype=np.int64)
+        if len(examples) == 0:
+            return RecordBatch.empty()
+        ent, pair, eoff, poff, _ = self.infer(w, examples, augment=False)
+        return self._batch(w, examples, ent, pair, eoff, poff, False)
+
     def decode(self, w: np.ndarray, examples: np.ndarray) -> list[Structure]:
         """argmax_y w·Φ(x_i, y) as (entity labels, pair labels) per example."""
         examples = np.ascontiguousarray(examples, dtype=np.int64)
