@@ -52,6 +52,9 @@ def token_features(sent: list[str], t: int) -> set[str]:
         u = t + o
         nb = "<s>" if u < 0 else "</s>" if u >= len(sent) else sent[u].lower()
         f.add(f"w{o:+d}={nb}")
+    prev = "<s>" if t == 0 else sent[t - 1].lower()
+    nxt = "</s>" if t == len(sent) - 1 else sent[t + 1].lower()
+    f |= {f"b-1={prev}|{lw}", f"b+1={lw}|{nxt}"}
     return f
 
 

@@ -8,6 +8,10 @@ For token t of a sentence (w_0 … w_{n-1}) the template emits the binary featur
     sh=<shape>, csh=<collapsed shape>    (X upper, x lower, d digit, other kept; csh drops repeats)
     cap, dig, hyph, allcap               (is capitalised, has digit, has hyphen, all caps)
     w-2=, w-1=, w+1=, w+2=<lower(w_{t±k})>  with <s> / </s> outside the sentence
+    b-1=<lower(w_{t-1})>|<lower(w_t)>, b+1=<lower(w_t)>|<lower(w_{t+1})>   word bigrams
+
+The bigrams were added by measurement: on EWT XPOS dev, 1-DCD for 15 epochs (C = 0.1)
+reached 94.25% without them and 94.54% with them (neighbour suffixes and shapes added nothing).
 
 Everything that depends on the word alone is computed once per word *type*; the per-token work
 (concatenating the type's ids with the neighbours' ids, sorting, deduplicating) is one numba
@@ -29,7 +33,7 @@ import numpy as np
 # reaches 94.27 / 94.21 / 94.14 / 94.16 % dev accuracy, differences within the ±0.15 % standard
 # error. 2 drops the singletons (45 % of the features, so of w) at no measurable cost.
 DEFAULT_MIN_COUNT = 2
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
 
@@ -101,12 +105,21 @@ def word_features(word: str) -> list[str]:
     return feats
 
 
+def _bigrams(tokens: list[list[str]]):
+    """Per token, the word-bigram features with its left and right neighbour (lower-cased)."""
+    for sent in tokens:
+        low = [_BOS] + [w.lower() for w in sent] + [_EOS]
+        for t in range(1, len(low) - 1):
+            yield f"b-1={low[t - 1]}|{low[t]}"
+            yield f"b+1={low[t]}|{low[t + 1]}"
+
+
 def _ctx_name(o: int, lw: str) -> str:
     return f"w{o:+d}={lw}"
 
 
 @nb.njit(cache=True, nogil=True)
-def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos):
+def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, tok_ids):
     """Per token: own-word ids ∪ neighbours' context ids (−1 = unknown, dropped), sorted unique.
 
     ctx[type, j] is the id of feature ``w{o_j}=lower(type)`` with o = (−2, −1, +1, +2);
@@ -117,7 +130,7 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos):
     cap = 0
     for t in range(n_tok):
         ty = tok_type[t]
-        cap += type_ptr[ty + 1] - type_ptr[ty] + 4
+        cap += type_ptr[ty + 1] - type_ptr[ty] + 4 + tok_ids.shape[1]
     feat_ptr = np.zeros(n_tok + 1, np.int64)
     feat_idx = np.empty(cap, np.int32)
     offs = np.array([-2, -1, 1, 2], np.int64)
@@ -130,6 +143,11 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos):
             ty = tok_type[t]
             for q in range(type_ptr[ty], type_ptr[ty + 1]):
                 v = type_ids[q]
+                if v >= 0:
+                    feat_idx[pos] = v
+                    pos += 1
+            for j in range(tok_ids.shape[1]):
+                v = tok_ids[t, j]
                 if v >= 0:
                     feat_idx[pos] = v
                     pos += 1
@@ -235,7 +253,9 @@ class SequenceFeaturizer:
         type_ids = np.array(ids, np.int32) if ids else np.zeros(0, np.int32)
         bos = np.array([fid(_ctx_name(o, _BOS)) for o in _OFFSETS], np.int32)
         eos = np.array([fid(_ctx_name(o, _EOS)) for o in _OFFSETS], np.int32)
-        feat_ptr, feat_idx = _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos)
+        tok_ids = np.array([fid(f) for f in _bigrams(tokens)], np.int32).reshape(-1, 2)
+        feat_ptr, feat_idx = _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos,
+                                       tok_ids)
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
 
     # -- public ------------------------------------------------------------------------------
@@ -253,6 +273,8 @@ class SequenceFeaturizer:
                 seen.setdefault(f, len(seen))
             for o in _OFFSETS:
                 seen.setdefault(_ctx_name(o, word.lower()), len(seen))
+        for f in _bigrams(tokens):
+            seen.setdefault(f, len(seen))
         for o in _OFFSETS:
             seen.setdefault(_ctx_name(o, _BOS), len(seen))
             seen.setdefault(_ctx_name(o, _EOS), len(seen))
