@@ -210,3 +210,113 @@ class SequenceTagger(StructuredEstimator):
         obj.result_ = None
         obj.meta_ = meta
         return obj
+
+
+class EntityRelationExtractor(StructuredEstimator):
+    """Joint entity and relation labelling (CoNLL04 style) with 0-1 ILP inference.
+
+    X is a list of :class:`~demidcd.io.conll04.ERSentence` (entity tokens given; gold labels
+    inside them for fit/score). Extra hyper-parameters: ``solver`` (``exact`` branch-and-bound,
+    ``cbc`` through PuLP, ``highs``), ``relation_loss_weight`` (λ of Δ), ``min_count``.
+    Fitted: ``coef_``, ``featurizer_``, ``result_``.
+    """
+
+    task_name = "entity-relation"
+
+    def __init__(self, solver: str = "exact", relation_loss_weight: float = 1.0,
+                 min_count: int = 1, **kw: Any):
+        super().__init__(**kw)
+        self.solver, self.relation_loss_weight, self.min_count = (solver,
+                                                                   relation_loss_weight,
+                                                                   min_count)
+
+    def _task(self, X, with_gold: bool):
+        from .tasks.entity_relation import EntityRelationTask
+
+        return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
+                                  with_gold=with_gold, solver=self.solver,
+                                  relation_loss_weight=float(self.relation_loss_weight))
+
+    def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
+        """Learn w from annotated sentences X (Y is unused: the labels are inside X)."""
+        from .tasks.entity_relation import EntityRelationFeaturizer
+
+        if not X:
+            raise OptionError("cannot fit on an empty data set")
+        self.featurizer_ = EntityRelationFeaturizer(int(self.min_count)).fit(X)
+        task = self._task(X, True)
+        dev = None
+        if X_dev:
+            dtask = self._task(X_dev, True)
+            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
+        self._train(task, dev)
+        return self
+
+    def predict(self, X) -> list[tuple[list[str], dict[tuple[int, int], str]]]:
+        """(entity labels, {(a, b): relation}) per sentence, by exact ILP inference."""
+        from .tasks.entity_relation import structure_to_labels
+
+        if not X:
+            return []
+        task = self._task(X, False)
+        return [structure_to_labels(y, s.n_entities)
+                for y, s in zip(task.decode(self.coef_, np.arange(len(X))), X, strict=True)]
+
+    def metrics(self, X) -> dict[str, float]:
+        """Micro P/R/F1 for entities and relations ("no relation" excluded)."""
+        task = self._task(X, True)
+        ex = np.arange(task.n_examples)
+        return task.metric(task.gold(ex), task.decode(self.coef_, ex))
+
+    def score(self, X, Y: Any = None) -> float:
+        """Mean of entity F1 and relation F1."""
+        return self.metrics(X)["score"]
+
+    def training_task(self, X, Y: Any = None):
+        return self._task(X, True)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        import json
+
+        blob = np.frombuffer(json.dumps(self.featurizer_.state()).encode(), np.uint8)
+        res = getattr(self, "result_", None)
+        meta = {"task": self.task_name, "dim": int(self.coef_.shape[0]),
+                "hyper_parameters": {**self.hyper_parameters(), "solver": self.solver,
+                                     "relation_loss_weight": self.relation_loss_weight,
+                                     "min_count": self.min_count},
+                "finished": bool(res.finished) if res else True,
+                "stop_reason": res.stop_reason if res else "unknown",
+                "epochs": res.epochs if res else None}
+        save_model(path, self.coef_, {"featurizer_json": blob}, meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EntityRelationExtractor:
+        import json
+
+        from .tasks.entity_relation import EntityRelationFeaturizer
+
+        w, arrays, meta = load_model(path, task=cls.task_name)
+        try:
+            obj = cls(**meta.get("hyper_parameters", {}))
+            obj.featurizer_ = EntityRelationFeaturizer.from_state(
+                json.loads(bytes(arrays["featurizer_json"]).decode()))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
+        f = obj.featurizer_
+        if w.shape[0] != 4 * f.n_entity_features + 6 * f.n_pair_features:
+            raise ModelFileError(str(path), "weight vector does not match the features")
+        obj.coef_, obj.result_, obj.meta_ = w, None, meta
+        return obj
+
+
+ESTIMATORS = {SequenceTagger.task_name: SequenceTagger,
+              EntityRelationExtractor.task_name: EntityRelationExtractor}
+
+
+def load_estimator(path: str | os.PathLike[str]) -> StructuredEstimator:
+    """Load a model file of any task."""
+    _, _, meta = load_model(path)
+    cls = ESTIMATORS.get(meta.get("task"))
+    if cls is None:
+        raise ModelFileError(str(path), f"unknown task {meta.get('task')!r}")
+    return cls.load(path)

@@ -32,6 +32,9 @@ def _data_options(p: argparse.ArgumentParser) -> None:
                         "number for columns files (default the last)")
     g.add_argument("--encoding", default="utf-8", help="input encoding (CoNLL-2002: latin-1)")
     g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N")
+    g.add_argument("--ilp-solver", choices=("exact", "cbc", "highs"), default=None,
+                   help="entity-relation inference: exact branch-and-bound (default), CBC "
+                        "through PuLP, or HiGHS")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -48,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--train", metavar="FILE")
     t.add_argument("--dev", metavar="FILE")
     t.add_argument("--test", metavar="FILE")
+    t.add_argument("--split-test", type=float, default=None, metavar="FRACTION",
+                   help="hold out a seeded random FRACTION of --train as the test set")
+    t.add_argument("--relation-loss-weight", type=float, default=1.0,
+                   help="entity-relation: weight of relation errors in Δ")
     _data_options(t)
     s = t.add_argument_group("solver")
     s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None,
@@ -106,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="CSV")
     _data_options(e)
     _common(e)
+
+    sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
+    sp.add_argument("file")
+    sp.add_argument("--out-dir", required=True)
+    sp.add_argument("--test-fraction", type=float, default=0.2)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--encoding", default="utf-8")
+    _common(sp)
 
     g = sub.add_parser("generate", help="write the synthetic corpus (train/dev/test)")
     g.add_argument("--out-dir", required=True)
@@ -177,8 +192,43 @@ def _fmt_iter(rec: dict) -> str:
 
 
 # --------------------------------------------------------------------------- commands
+def _is_er(args) -> bool:
+    return getattr(args, "task", "sequence") == "entity-relation"
+
+
+def _read_any(path: str, args, labeled: bool = True):
+    if _is_er(args):
+        from .io.conll04 import read_conll04
+
+        return read_conll04(path, encoding=args.encoding)
+    return _read(path, args, labeled)
+
+
+def _describe(data, args) -> str:
+    if _is_er(args):
+        return (f"{len(data):,} sentences, {sum(s.n_entities for s in data):,} entities, "
+                f"{sum(len(s.relations) for s in data):,} relations")
+    return f"{len(data):,} sentences, {data.n_tokens:,} tokens"
+
+
+def _xy(data, args):
+    return (data, None) if _is_er(args) else (data.tokens, data.tags)
+
+
+def _report(est, data, name: str, args) -> None:
+    """Print the headline metrics of ``est`` on ``data`` (stdout, even with --quiet)."""
+    if est.task_name == "entity-relation":
+        m = est.metrics(data)
+        for kind in ("entity", "relation"):
+            print(f"{name}{kind} F1: {100 * m[kind + '_f1']:.2f} (P {100 * m[kind + '_p']:.2f}, "
+                  f"R {100 * m[kind + '_r']:.2f})", flush=True)
+    else:
+        print(f"{name}accuracy: {100 * est.score(data.tokens, data.tags):.2f}%", flush=True)
+
+
 def cmd_train(args) -> int:
-    from .api import SequenceTagger
+    from .api import EntityRelationExtractor, SequenceTagger
+    from .solvers import ALGORITHMS
     from .tasks.features import DEFAULT_MIN_COUNT
 
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
@@ -186,35 +236,46 @@ def cmd_train(args) -> int:
         raise OptionError(f"--threads must be >= 1, got {threads}")
     if not args.C > 0:
         raise OptionError(f"--C must be > 0, got {args.C}")
+    if threads > (os.cpu_count() or 1) and not args.quiet:
+        print(f"demidcd: warning: --threads {threads} is more than the {os.cpu_count()} cores "
+              "of this machine", file=sys.stderr)
     algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-    from .solvers import ALGORITHMS
-
     if algorithm not in ALGORITHMS:
         raise OptionError(f"--algorithm {algorithm} is not available in this build")
     if algorithm in ("dcd", "dcd-light") and threads > 1:
         threads = 1
+    if algorithm in ("ms-dcd", "sp-ipm") and threads < 2:
+        raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
     log = Log(args.quiet, args.log_json)
     t0 = time.perf_counter()
     if args.train:
-        train = _read(args.train, args)
-        dev = _read(args.dev, args) if args.dev else None
-        test = _read(args.test, args) if args.test else None
+        train = _read_any(args.train, args)
+        dev = _read_any(args.dev, args) if args.dev else None
+        test = _read_any(args.test, args) if args.test else None
         source = args.train
+        if args.split_test:
+            if not 0 < args.split_test < 1:
+                raise OptionError(f"--split-test must be in (0, 1), got {args.split_test}")
+            from .io.splits import split_sentences
+
+            train, test = split_sentences(train, args.split_test, args.seed)
+            source += f" (seeded split: {1 - args.split_test:.0%} train, seed {args.seed})"
+    elif _is_er(args):
+        raise OptionError("--task entity-relation needs --train FILE")
     else:
         from .synthetic import generate_splits
 
         train, dev, test = generate_splits(seed=args.seed)
         source = f"synthetic default corpus (demidcd.synthetic, seed {args.seed})"
-    log.info(f"data: {source}: {len(train):,} sentences, {train.n_tokens:,} tokens "
-             f"(read in {time.perf_counter() - t0:.1f}s)")
+    log.info(f"data: {source}: {_describe(train, args)} (read in "
+             f"{time.perf_counter() - t0:.1f}s)")
 
     def callback(rec: dict, w: np.ndarray) -> None:
         log.record(rec)
         log.info(_fmt_iter(rec))
 
-    est = SequenceTagger(
-        min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
-        hashing=args.hashing, C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
+    common = dict(
+        C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
         delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
         seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
         batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
@@ -223,76 +284,108 @@ def cmd_train(args) -> int:
         averaged=args.averaged, snapshot_every=args.snapshot_every,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
+    if _is_er(args):
+        est = EntityRelationExtractor(solver=args.ilp_solver or "exact",
+                                      relation_loss_weight=args.relation_loss_weight,
+                                      min_count=args.min_count or 1, **common)
+    else:
+        est = SequenceTagger(
+            min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
+            hashing=args.hashing, **common)
     est._config().validate()
-    n_tags = len({t for s in train.tags for t in s})
-    log.info(f"model: algorithm {algorithm}, threads {threads}, C {args.C}, {n_tags} tags")
-    est.fit(train.tokens, train.tags, dev.tokens if dev else None, dev.tags if dev else None)
+    log.info(f"model: task {args.task}, algorithm {algorithm}, threads {threads}, C {args.C}")
+    X, Y = _xy(train, args)
+    Xd, Yd = _xy(dev, args) if dev is not None else (None, None)
+    est.fit(X, Y, Xd, Yd)
     res = est.result_
-    F, dim = est.n_features_, est.coef_.shape[0]
-    log.info(f"features: {F:,} observation features x {n_tags} tags + transitions = "
-             f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
-    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, "
-             f"{res.seconds:.1f}s")
+    dim = est.coef_.shape[0]
+    if _is_er(args):
+        f = est.featurizer_
+        log.info(f"features: {f.n_entity_features:,} entity x 4 labels + {f.n_pair_features:,} "
+                 f"pair x 6 labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+    else:
+        n_tags = len(est.classes_)
+        log.info(f"features: {est.n_features_:,} observation features x {n_tags} tags + "
+                 f"transitions = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s")
     if args.model:
         est.save(args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
-    cpu_line = res.extra.get("cpu_line")
     if dev is not None:
-        print(f"dev accuracy: {100 * est.score(dev.tokens, dev.tags):.2f}%", flush=True)
+        _report(est, dev, "dev ", args)
     if test is not None:
-        print(f"test accuracy: {100 * est.score(test.tokens, test.tags):.2f}%", flush=True)
-    if cpu_line:
-        print(cpu_line, flush=True)
+        _report(est, test, "test ", args)
+    if res.extra.get("cpu_line"):
+        print(res.extra["cpu_line"], flush=True)
     log.close()
     return 130 if res.stop_reason == "interrupted" else 0
 
 
 def _load(args):
-    from .api import SequenceTagger
+    from .api import load_estimator
 
-    return SequenceTagger.load(args.model)
+    est = load_estimator(args.model)
+    args.task = est.task_name
+    if est.task_name == "entity-relation" and getattr(args, "ilp_solver", None):
+        est.solver = args.ilp_solver
+    return est
 
 
 def cmd_evaluate(args) -> int:
     est = _load(args)
-    data = _read(args.data, args)
-    acc = est.score(data.tokens, data.tags)
-    print(f"accuracy: {100 * acc:.2f}% ({data.n_tokens:,} tokens, {len(data):,} sentences)")
+    data = _read_any(args.data, args)
+    _report(est, data, "", args)
     return 0
 
 
 def cmd_predict(args) -> int:
-    from .io.tagged import write_tagged
-
     est = _load(args)
-    data = _read(args.data, args, labeled=False)
-    write_tagged(args.out, data, est.predict(data.tokens), column=_column(args))
+    data = _read_any(args.data, args, labeled=False)
+    if _is_er(args):
+        from .io.conll04 import write_conll04
+
+        pred = est.predict(data)
+        write_conll04(args.out, data, [p[0] for p in pred], [p[1] for p in pred])
+    else:
+        from .io.tagged import write_tagged
+
+        write_tagged(args.out, data, est.predict(data.tokens), column=_column(args))
     if not args.quiet:
         print(f"wrote {args.out} ({len(data):,} sentences)")
     return 0
 
 
 def cmd_evaluate_snapshots(args) -> int:
-    from .api import SequenceTagger
     from .io.model import atomic_write
     from .io.snapshots import list_snapshots
     from .solvers.common import primal_objective
 
     snaps = list_snapshots(args.snapshot_dir)
-    est = SequenceTagger.load(os.path.join(args.snapshot_dir, "base.npz"))
-    train = _read(args.train, args)
-    test = _read(args.test, args) if args.test else train
-    task = est.training_task(train.tokens, train.tags)
+    args.model = os.path.join(args.snapshot_dir, "base.npz")
+    est = _load(args)
+    train = _read_any(args.train, args)
+    test = _read_any(args.test, args) if args.test else train
+    task = est.training_task(*_xy(train, args))
     rows = ["seconds,primal,dual,metric"]
     for seconds, path in snaps:
         est.coef_ = np.load(path, allow_pickle=False)
         primal, _ = primal_objective(task, est.coef_, float(est.C))
-        metric = est.score(test.tokens, test.tags)
+        metric = est.score(*_xy(test, args))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:
             print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%", flush=True)
     atomic_write(args.out, lambda f: f.write("\n".join(rows) + "\n"), mode="w")
+    return 0
+
+
+def cmd_split(args) -> int:
+    from .io.splits import split_file
+
+    for path, n in split_file(args.file, args.out_dir, args.test_fraction, args.seed,
+                              args.encoding):
+        if not args.quiet:
+            print(f"wrote {path}: {n:,} sentences")
     return 0
 
 
@@ -313,7 +406,8 @@ def cmd_generate(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
-            "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots}
+            "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots,
+            "split": cmd_split}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,45 @@
+"""Seeded train/test splits for users with a single annotated file.
+
+The entity-relation split shuffles sentences with ``random.Random(seed)`` and cuts at
+⌊(1 − f)·n⌋, the same split as the acceptance checks' ``split_conll04.py`` (seed 0 on CoNLL04:
+4,412 train / 1,104 test sentences). Tagged corpora are split the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+from typing import Any
+
+from .conll04 import read_conll04, split_corpus, write_conll04
+from .tagged import TaggedCorpus
+
+
+def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, Any]:
+    """(train, test) of a TaggedCorpus or a list of ERSentence."""
+    if not isinstance(data, TaggedCorpus):
+        return split_corpus(data, test_fraction, seed)
+    order = list(range(len(data)))
+    random.Random(seed).shuffle(order)
+    cut = int((1 - test_fraction) * len(order))
+
+    def part(ids: list[int]) -> TaggedCorpus:
+        pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
+        return replace(data, tokens=pick(data.tokens), tags=pick(data.tags),
+                       lines=pick(data.lines), raw=pick(data.raw))
+
+    return part(order[:cut]), part(order[cut:])
+
+
+def split_file(path: str, out_dir: str, test_fraction: float = 0.2, seed: int = 0,
+               encoding: str = "utf-8") -> list[tuple[str, int]]:
+    """Write ``train.corp`` and ``test.corp`` (CoNLL04 format) into ``out_dir``."""
+    train, test = split_corpus(read_conll04(path, encoding), test_fraction, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    out = []
+    for name, part in (("train.corp", train), ("test.corp", test)):
+        p = os.path.join(out_dir, name)
+        write_conll04(p, part)
+        out.append((p, len(part)))
+    return out
