@@ -90,3 +90,33 @@ def test_reader_errors_name_file_and_line(tmp_path, content, line):
 def test_bad_options_exit_2(opt):
     r = run("train", *opt, "--max-epochs", "1")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--" in r.stderr
+
+
+@pytest.mark.parametrize("alg,threads", [("dcd", "1"), ("demi-dcd", "2")])
+def test_entity_relation_end_to_end(tmp_path, alg, threads):
+    from test_entity_relation import SAMPLE
+    corp = tmp_path / "s.corp"
+    corp.write_text(SAMPLE * 3)
+    m = tmp_path / "er.npz"
+    r = run("train", "--task", "entity-relation", "--train", str(corp), "--algorithm", alg,
+            "--threads", threads, "--time-limit", "10", "--model", str(m))
+    assert r.returncode == 0, r.stderr
+    for solver in ("exact", "cbc"):
+        r = run("evaluate", "--model", str(m), "--data", str(corp), "--ilp-solver", solver)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("entity F1: 100.00") and lines[1].startswith("relation F1: ")
+    out = tmp_path / "pred.corp"
+    r = run("predict", "--model", str(m), "--data", str(corp), "--out", str(out))
+    assert r.returncode == 0 and out.read_text() == corp.read_text()
+
+
+def test_split_command_is_seeded(tmp_path):
+    from test_entity_relation import SAMPLE
+    corp = tmp_path / "s.corp"
+    corp.write_text(SAMPLE * 4)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert main(["split", str(corp), "--out-dir", str(d), "--seed", "3", "--quiet"]) == 0
+    assert (a / "test.corp").read_text() == (b / "test.corp").read_text()
+    assert (a / "train.corp").read_text().count("\n\n") > 0
