@@ -413,7 +413,10 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
-    # SIGTERM behaves like Ctrl-C: a graceful stop that saves the partial model
+    # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell that
+    # started us in the background set SIGINT to "ignore" (Python then keeps it ignored);
+    # SIGTERM behaves the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return COMMANDS[args.command](args)
