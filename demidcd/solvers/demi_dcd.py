@@ -4,7 +4,7 @@ inference workers running Algorithm 2 in others, with no barrier between them.
 The learner loops over the examples in blocks: it drains the workers' rings into the active
 sets (de-duplicated by hash, admitted by Eq. 11 against its current w), runs the Eq. (7)–(9)
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
-block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 20 ms when
+block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 100 ms when
 anything changed), copying only the entries changed since the last publish. An *outer
 iteration* is one pass over all examples.
 
@@ -26,8 +26,8 @@ from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
 from .learner import SharedLearner
 
-DEFAULT_RHO = 20_000  # updates between publishes (see benchmarks/results: publish cost < 5%)
-PUBLISH_INTERVAL = 0.02  # seconds: publish at least this often when anything changed
+DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
+PUBLISH_INTERVAL = 0.1  # seconds: publish at least this often when anything changed
 DEFAULT_CHUNK = 16  # examples per validated in-place inference chunk (ρ' of Algorithm 2)
 BLOCK = 64  # examples between ring drains
 

@@ -47,9 +47,16 @@ class SharedLearner:
         self.clock = Clock(self.config.time_limit)
 
     def publish(self) -> None:
+        """Copy [w, A] to the shared w̄: only the changed entries, or the whole vector when
+        more than 1/16 of w changed (measured on a 3.4 M-entry w: a full copy takes 2–3.5 ms,
+        a scattered copy of 300 k entries 4 ms)."""
         t = time.perf_counter()
-        idx = np.concatenate((self.act.take_changes().astype(np.int64), self._a_idx))
-        self.pool.wbar.publish_sparse(self.wa, idx, force=True)
+        changed = self.act.take_changes()
+        if changed.shape[0] > self.act.dim // 16:
+            self.pool.wbar.publish(self.wa, force=True)
+        else:
+            idx = np.concatenate((changed.astype(np.int64), self._a_idx))
+            self.pool.wbar.publish_sparse(self.wa, idx, force=True)
         self.cnt["publishes"] += 1
         self.seconds["publish"] += time.perf_counter() - t
 
