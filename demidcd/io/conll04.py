@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from demidcd.errors import InputError
+from demidcd.errors import InputError, OptionError
 
 ENTITY_LABELS: tuple[str, ...] = ("Peop", "Loc", "Org", "Other")
 RELATION_LABELS: tuple[str, ...] = (
@@ -58,19 +58,25 @@ def _finish_tokens(sent: ERSentence) -> None:
     sent.ent_label = [sent.tags[t] for t in sent.ent_tok]
 
 
-def read_conll04(path: str | os.PathLike, encoding: str = "utf-8") -> list[ERSentence]:
-    """Read a conll04-format file; any malformed line raises ``InputError(path, line, msg)``."""
+def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
+                 max_sentence_length: int = 5000) -> list[ERSentence]:
+    """Read a conll04-format file; any malformed line raises ``InputError(path, line, msg)``.
+
+    Reading and decoding follow :func:`demidcd.io.tagged.read_tagged`: ``.gz`` is decompressed,
+    a UTF-8 BOM is dropped, undecodable bytes name their line, an unknown encoding raises
+    :class:`~demidcd.errors.OptionError`. A file without sentences, and a sentence of more than
+    ``max_sentence_length`` tokens, are errors too.
+    """
+    from .tagged import _read_text
+
     path = str(path)
-    try:
-        with open(path, encoding=encoding) as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise InputError(path, None, f"not valid {encoding} text ({e.reason})") from None
-    except OSError as e:
-        raise InputError(path, None, f"cannot read: {e.strerror}") from None
+    if max_sentence_length < 1:
+        raise OptionError(f"max_sentence_length must be >= 1, got {max_sentence_length}")
+    text = _read_text(path, encoding)
     sentences: list[ERSentence] = []
     cur: ERSentence | None = None
     tok_pos: dict[int, int] = {}  # token index -> entity position, for the current sentence
+    first_line = 0  # line of the current sentence's first token
     state = "between"  # "tokens": inside a token block; "rels": after its blank line
     for lineno, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip("\r")
@@ -85,6 +91,7 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8") -> list[ERSen
                     _finish_sentence(cur)
                 cur = ERSentence(cols[0], [], [], [])
                 sentences.append(cur)
+                first_line = lineno
                 state = "tokens"
                 tok_pos = {}
             assert cur is not None
@@ -103,6 +110,9 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8") -> list[ERSen
             if idx != len(cur.words):
                 raise InputError(path, lineno, f"token index {idx} out of sequence "
                                  f"(expected {len(cur.words)})")
+            if idx >= max_sentence_length:
+                raise InputError(path, first_line, f"sentence longer than {max_sentence_length} "
+                                 "tokens (--max-sentence-length)")
             if not cols[5] or not cols[4]:
                 raise InputError(path, lineno, "empty word or POS column")
             if tag != "O":
@@ -142,8 +152,9 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8") -> list[ERSen
         else:
             raise InputError(path, lineno, f"expected 9 (token) or 3 (relation) tab-separated "
                              f"columns, found {len(cols)}")
-    if cur is not None:
-        _finish_sentence(cur)
+    if cur is None:
+        raise InputError(path, None, "no sentences found (empty file?)")
+    _finish_sentence(cur)
     return sentences
 
 

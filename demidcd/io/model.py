@@ -11,6 +11,7 @@ file under the final name.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from .. import __version__
 from ..errors import DemidcdError, ModelFileError
@@ -47,43 +49,119 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
         raise
 
 
+def _json_safe(x: Any) -> Any:
+    """``x`` with non-finite floats (e.g. ``time_limit=inf``) as ``None``: strict JSON, which
+    :func:`load_model` requires."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def save_model(path: str | os.PathLike[str], w: np.ndarray, arrays: dict[str, np.ndarray],
                meta: dict[str, Any]) -> None:
-    """Write weights, task arrays (names without the ``feat.`` prefix) and metadata atomically."""
-    full = {"format": FORMAT, "format_version": FORMAT_VERSION, "demidcd_version": __version__,
-            **meta}
+    """Write weights, task arrays (names without the ``feat.`` prefix) and metadata atomically.
+
+    Non-finite floats in ``meta`` are written as ``null``."""
+    full = _json_safe({"format": FORMAT, "format_version": FORMAT_VERSION,
+                       "demidcd_version": __version__, **meta})
     payload = {"w": np.ascontiguousarray(w, dtype=np.float64),
-               "meta.json": np.frombuffer(json.dumps(full).encode(), dtype=np.uint8)}
+               "meta.json": np.frombuffer(json.dumps(full, allow_nan=False).encode(),
+                                          dtype=np.uint8)}
     for k, v in arrays.items():
         payload[f"feat.{k}"] = np.asarray(v)
     atomic_write(path, lambda f: np.savez(f, **payload))
 
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (or an empty one)
+# optional metadata entries and the JSON type each must have when present
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "dim": int, "labels": list, "featurizer": dict, "hyper_parameters": dict, "finished": bool,
+    "stop_reason": str}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name} in meta.json")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):  # 1e999 parses as inf
+        raise ValueError(f"non-finite number {text} in meta.json")
+    return x
+
+
+def _check_meta(p: str, meta: Any, task: str | None) -> dict:
+    """Validate the metadata's format, version, task and the types of the known entries."""
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ModelFileError(p, "not a demidcd model file")
+    version = meta.get("format_version")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise ModelFileError(p, f"model format version {version!r} is not supported (this "
+                                f"demidcd reads {FORMAT_VERSION})")
+    if not isinstance(meta.get("task"), str):
+        raise ModelFileError(p, "corrupt model metadata (no task name)")
+    if task is not None and meta["task"] != task:
+        raise ModelFileError(p, f"model is for task {meta['task']!r}, not {task!r}")
+    for key, typ in _META_TYPES.items():
+        v = meta.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise ModelFileError(p, f"corrupt model metadata ({key!r} is a "
+                                    f"{type(v).__name__})")
+    if not all(isinstance(t, str) for t in meta.get("labels") or ()):
+        raise ModelFileError(p, "corrupt model metadata (a label is not a string)")
+    return meta
+
+
 def load_model(path: str | os.PathLike[str],
                task: str | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], dict]:
-    """Read (w, task arrays, metadata); any defect raises :class:`ModelFileError` in one line."""
+    """Read (w, task arrays, metadata); any defect raises :class:`ModelFileError` in one line.
+
+    The file is untrusted: it must be a zip (``.npz``) archive, is read with
+    ``allow_pickle=False``, its ``meta.json`` must be strict JSON (no NaN/Infinity) with the
+    expected types, and ``w`` must be a finite 1-D float64 vector of the recorded length. Any
+    failure of the parser on a damaged archive (bad zip structure, bad compressed data, bad
+    ``.npy`` headers, exhausted memory) is reported as a corrupt or truncated file.
+    """
     p = str(path)
     if not os.path.isfile(p):
         raise ModelFileError(p, "no such model file")
     try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise ModelFileError(p, f"cannot read model file ({e.strerror or e})") from None
+    if not head:
+        raise ModelFileError(p, "empty model file (truncated?)")
+    if head not in _ZIP_MAGIC:
+        raise ModelFileError(p, "not a demidcd model file (not an .npz archive)")
+    try:
+        with zipfile.ZipFile(p) as zf:
+            need = sum(i.file_size for i in zf.infolist())
+        avail = psutil.virtual_memory().available
+        if need > avail:
+            raise ModelFileError(p, f"model needs {need / 2**30:.1f} GiB of memory to load; "
+                                    f"{avail / 2**30:.1f} GiB available")
         with np.load(p, allow_pickle=False) as z:
             names = set(z.files)
             if "meta.json" not in names or "w" not in names:
                 raise ModelFileError(p, "not a demidcd model file (no meta.json or w entry)")
-            meta = json.loads(bytes(z["meta.json"]).decode())
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise ModelFileError(p, "not a demidcd model file")
-            if meta.get("format_version") != FORMAT_VERSION:
-                raise ModelFileError(p, f"model format version {meta.get('format_version')} is "
-                                        f"not supported (this demidcd reads {FORMAT_VERSION})")
-            if task is not None and meta.get("task") != task:
-                raise ModelFileError(p, f"model is for task {meta.get('task')!r}, not {task!r}")
+            raw = z["meta.json"]
+            if raw.dtype != np.uint8 or raw.ndim != 1:
+                raise ModelFileError(p, "corrupt model file (meta.json is not a byte string)")
+            meta = _check_meta(p, json.loads(raw.tobytes().decode("utf-8"),
+                                             parse_constant=_no_constant,
+                                             parse_float=_finite_float), task)
             w = z["w"]
             arrays = {k[5:]: z[k] for k in z.files if k.startswith("feat.")}
     except ModelFileError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
-            json.JSONDecodeError, zipfile.LargeZipFile) as e:
+    except Exception as e:  # noqa: BLE001 - whatever a damaged archive makes the parsers raise
         raise ModelFileError(p, f"corrupt or truncated model file ({type(e).__name__})") from None
     if w.dtype != np.float64 or w.ndim != 1 or not np.isfinite(w).all():
         raise ModelFileError(p, "corrupt model file (bad weight vector)")

@@ -141,6 +141,10 @@ def _read_text(path: str, encoding: str) -> str:
         if codecs.lookup(encoding).name == "utf-8":
             msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
         raise InputError(path, line, msg) from None
+    except LookupError:  # a bytes-to-bytes codec such as base64 or rot13
+        raise OptionError(f"{encoding!r} is not a text encoding") from None
+    except UnicodeError:  # codecs (idna, punycode) that give no position
+        raise InputError(path, None, f"not valid {encoding} text") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     return text
