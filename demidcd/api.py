@@ -186,8 +186,7 @@ class SequenceTagger(StructuredEstimator):
                 "dim": int(self.coef_.shape[0]), "hyper_parameters": self.hyper_parameters(),
                 "finished": bool(res.finished) if res else True,
                 "stop_reason": res.stop_reason if res else "unknown",
-                "epochs": res.epochs if res else None,
-                "seconds": round(res.seconds, 3) if res else None}
+                "epochs": res.epochs if res else None}
         save_model(path, self.coef_, arrays, meta)
 
     @classmethod

@@ -316,6 +316,8 @@ def cmd_train(args) -> int:
         _report(est, dev, "dev ", args)
     if test is not None:
         _report(est, test, "test ", args)
+    if res.extra.get("memory_line"):
+        log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):
         print(res.extra["cpu_line"], flush=True)
     log.close()

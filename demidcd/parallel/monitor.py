@@ -42,6 +42,7 @@ class CpuMonitor:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
         self._t_stop: float | None = None
+        self.peak_rss = 0  # bytes: the largest sum of resident memory over all processes
         for role, pid in pids.items():
             self.add(role, pid)
 
@@ -78,15 +79,18 @@ class CpuMonitor:
         with self._lock:
             procs = list(self._procs.items())
         vals: dict[str, float] = {}
+        rss = 0
         for role, p in procs:
             v = 0.0
             if p is not None:
                 try:
                     if p.status() != psutil.STATUS_ZOMBIE:
                         v = float(p.cpu_percent(None))
+                        rss += p.memory_info().rss
                 except (psutil.Error, OSError):
                     v = 0.0
             vals[role] = v
+        self.peak_rss = max(self.peak_rss, rss)
         s = (time.monotonic() - self._t0, sum(vals.values()), vals)
         with self._lock:
             self.samples.append(s)
@@ -136,6 +140,11 @@ class CpuMonitor:
             return 0.0
         late = [t for sec, t, _ in s if sec >= 1.0] or [t for _, t, _ in s]
         return sum(late) / len(late)
+
+    def memory_line(self) -> str:
+        """E.g. ``"peak memory: 412 MiB resident (all processes)"`` (shared pages counted once
+        per process, as top does)."""
+        return f"peak memory: {self.peak_rss / 2**20:.0f} MiB resident (all processes)"
 
     def summary_line(self, n_procs: int) -> str:
         """E.g. ``"average CPU: 187% of 200%"`` (n_procs processes can use n_procs·100 %)."""

@@ -18,6 +18,24 @@ SINGLE_PROCESS = ("dcd", "dcd-light")
 ALGORITHMS = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 
 
+def check_memory(task: Task, threads: int, ring_words: int) -> None:
+    """Fail early when the weight vectors alone would not fit in the available memory: the
+    learner's w, the shared [w, A] and the rings (threads > 1), and one w per SP-IPM mapper."""
+    import psutil
+
+    from ..errors import DemidcdError
+
+    dim, n = task.dim, task.n_examples
+    need = 8 * dim * 2
+    if threads > 1:
+        need += 8 * (dim + n) + 8 * ring_words * (threads - 1) + 8 * dim * (threads - 1)
+    avail = psutil.virtual_memory().available
+    if need > avail:
+        raise DemidcdError(f"training needs at least {need / 2**30:.1f} GiB for {dim:,} weights "
+                           f"on {threads} processes but only {avail / 2**30:.1f} GiB is "
+                           "available; use --hashing, a larger --min-count or fewer --threads")
+
+
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
           callback: Callback | None = None, cpu_log: str | None = None,
           log: Any = None, **engine: Any) -> TrainResult:
@@ -34,6 +52,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         raise OptionError(f"unknown --algorithm {algorithm!r}; choose one of "
                           f"{', '.join(ALGORITHMS)}")
     config.validate()
+    check_memory(task, threads, engine.get("ring_words", 1 << 22))
     if threads == 1 or algorithm in SINGLE_PROCESS:
         from ..parallel.monitor import CpuMonitor
         from .dcd import train_dcd
@@ -45,7 +64,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
             mon.stop()
         if cpu_log:
             mon.write_csv(cpu_log)
-        res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(1))
+        res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(1),
+                         memory_line=mon.memory_line(), peak_rss=mon.peak_rss)
         return res
     engine = {k: v for k, v in engine.items() if v is not None}
     if algorithm == "ms-dcd":

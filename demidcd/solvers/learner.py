@@ -114,6 +114,7 @@ class SharedLearner:
                           self.history, self.act.dual_objective())
         sec = self.seconds
         res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(self.threads),
+                     "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
                      "publish_seconds": sec["publish"], "update_seconds": sec["update"],
                      "insert_seconds": sec["insert"], "wait_seconds": sec["wait"],
                      **tot, **self.cnt}

@@ -115,6 +115,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
         mon.write_csv(cpu_log)
     res = TrainResult(w, reason == "converged", reason, rnd, seconds, history, None)
     res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(threads),
+                 "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
                  "updates": updates, "inferences": inferences, "map_seconds": t_map,
                  "mix_seconds": t_mix}
     if log:
