@@ -14,7 +14,8 @@ import numpy as np
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 
-DEFAULT_MAX_ACTIVE = 50
+DEFAULT_MAX_ACTIVE = 50  # EWT XPOS, 20 epochs of 1-DCD uncapped: largest |A_i| 20, p99 17;
+# a cap of 8 evicts and costs 0.09% test accuracy (94.68% -> 94.59%)
 
 
 @dataclass
