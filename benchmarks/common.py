@@ -1,0 +1,523 @@
+"""What every benchmark script shares: machine description, atomic result files, progress
+display, running the ``demidcd`` CLI, parsing its log lines, the relative-primal-difference and
+time-to-gap computations, moving averages and plotting helpers.
+
+Nothing here is timed; the scripts that import it are the benchmarks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+EWT = DATA / "ud_english_ewt"
+CONLL04 = DATA / "conll04" / "conll04.corp"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+# --------------------------------------------------------------------------- machine
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, memory, Python, numpy and numba versions (and the load right now)."""
+    import numba
+    import numpy as np
+
+    info: dict[str, Any] = {
+        "cpu": cpu_model(), "nproc": os.cpu_count(), "python": platform.python_version(),
+        "numpy": np.__version__, "numba": numba.__version__, "platform": platform.platform(),
+        "hostname": platform.node(), "load_average_1_5_15min": load_average(),
+    }
+    try:
+        import psutil
+
+        info["memory_gib"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        pass
+    try:
+        from importlib.metadata import version
+
+        info["demidcd"] = version("demidcd")
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    try:
+        info["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+            timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["git_commit"] = None
+    return info
+
+
+class LoadSampler:
+    """Measures how busy the machine was during named spans, and how much of that was *other*
+    people's work: system-wide busy CPU seconds (``/proc/stat`` via psutil) minus the CPU
+    seconds of this process and its waited-for children (``os.times``). Other engineers share
+    the machine; a span with much foreign load is less trustworthy, and methods are compared as
+    ratios within one run.
+    """
+
+    def __init__(self):
+        self.spans: dict[str, dict[str, float]] = {}
+        self.t0 = None
+
+    @staticmethod
+    def _busy() -> float:
+        import psutil
+
+        c = psutil.cpu_times()
+        return float(sum(c) - c.idle - getattr(c, "iowait", 0.0))
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def start(self) -> LoadSampler:
+        self.t0 = (time.perf_counter(), self._busy(), self._own(), load_average())
+        return self
+
+    def stop(self) -> None:
+        self.total = self._measure(self.t0)
+
+    def _measure(self, t0) -> dict[str, float]:
+        wall, busy, own = (time.perf_counter() - t0[0], self._busy() - t0[1],
+                           self._own() - t0[2])
+        foreign = max(busy - own, 0.0)
+        return {"wall_seconds": round(wall, 2), "system_busy_cores": round(busy / wall, 3),
+                "own_cores": round(own / wall, 3), "foreign_cores": round(foreign / wall, 3),
+                "load_average_start": t0[3][0] if t0[3] else None,
+                "load_average_end": (load_average() or [None])[0]}
+
+    class _Span:
+        def __init__(self, outer: LoadSampler, name: str):
+            self.outer, self.name = outer, name
+
+        def __enter__(self):
+            self.t0 = (time.perf_counter(), LoadSampler._busy(), LoadSampler._own(),
+                       load_average())
+            return self
+
+        def __exit__(self, *exc):
+            self.outer.spans[self.name] = self.outer._measure(self.t0)
+
+    def span(self, name: str) -> LoadSampler._Span:
+        return LoadSampler._Span(self, name)
+
+    def summary(self) -> dict[str, Any]:
+        return {"spans": self.spans, "total": getattr(self, "total", None),
+                "how": "foreign_cores = (system-wide busy CPU seconds - CPU seconds of this "
+                       "benchmark and its children) / wall seconds"}
+
+    def summary_line(self) -> str:
+        parts = [f"{k}: other processes used {v['foreign_cores']:.2f} cores"
+                 for k, v in self.spans.items()]
+        return "; ".join(parts) if parts else "n/a"
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line naming the machine, for logs and READMEs."""
+    return (f"{info.get('cpu')}, {info.get('nproc')} cores, {info.get('memory_gib')} GiB, "
+            f"Python {info.get('python')}, numpy {info.get('numpy')}, numba {info.get('numba')}")
+
+
+# --------------------------------------------------------------------------- result files
+def _atomic(path: str | os.PathLike[str], text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):  # numpy scalars
+        return _jsonable(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented JSON atomically (temporary file, then rename); inf → "inf"."""
+    return _atomic(path, json.dumps(_jsonable(obj), indent=1) + "\n")
+
+
+def write_csv(path: str | os.PathLike[str], header: Sequence[str],
+              rows: Iterable[Sequence[Any]]) -> Path:
+    """Write a CSV file atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(list(header))
+    for r in rows:
+        w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
+                    for v in r])
+    return _atomic(path, buf.getvalue())
+
+
+def read_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------------- progress
+class Progress:
+    """A tqdm bar over ``total`` steps on stderr (plain lines when tqdm is missing or stderr is
+    not a terminal); silent with ``quiet``. ``step(msg)`` advances by one and says what ran."""
+
+    def __init__(self, total: int, desc: str, quiet: bool = False):
+        self.quiet, self.desc, self.total, self.n = quiet, desc, total, 0
+        self.t0 = time.perf_counter()
+        self._last_note = -math.inf
+        self.bar = None
+        if not quiet:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=True,
+                                disable=None, dynamic_ncols=True)
+                if self.bar.disable:  # not a terminal: plain lines instead
+                    self.bar = None
+            except ImportError:
+                self.bar = None
+
+    def note(self, msg: str) -> None:
+        """Show what is running now (does not advance)."""
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(msg, refresh=True)
+        elif time.perf_counter() - self._last_note >= 5.0:  # plain lines: at most every 5 s
+            self._last_note = time.perf_counter()
+            print(f"[{self.desc} {self.n}/{self.total} {time.perf_counter() - self.t0:6.0f}s] "
+                  f"{msg}", file=sys.stderr, flush=True)
+
+    def step(self, msg: str = "") -> None:
+        self.n += 1
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            if msg:
+                self.bar.set_postfix_str(msg, refresh=True)
+        elif msg:
+            print(f"[{self.desc} {self.n}/{self.total} {time.perf_counter() - self.t0:6.0f}s] "
+                  f"done: {msg}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def say(msg: str, quiet: bool = False) -> None:
+    """A result line on stdout (suppressed by ``--quiet``)."""
+    if not quiet:
+        print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------- running the CLI
+def demidcd_cmd() -> list[str]:
+    """The ``demidcd`` command of this interpreter (works without the console script)."""
+    return [sys.executable, "-m", "demidcd.cli"]
+
+
+def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: float = 3600
+            ) -> tuple[str, float]:
+    """Run ``demidcd ARGS`` to completion, stdout+stderr to ``log_path``; return (log text,
+    wall seconds). Raises RuntimeError with the last log line on a non-zero exit."""
+    t0 = time.perf_counter()
+    with open(log_path, "w") as f:
+        r = subprocess.run([*demidcd_cmd(), *map(str, args)], stdout=f, stderr=subprocess.STDOUT,
+                           timeout=timeout, cwd=str(ROOT))
+    wall = time.perf_counter() - t0
+    text = Path(log_path).read_text()
+    if r.returncode != 0:
+        last = text.strip().splitlines()[-1] if text.strip() else "(no output)"
+        raise RuntimeError(f"demidcd {' '.join(map(str, args[:3]))} ... exited {r.returncode}: "
+                           f"{last} (log: {log_path})")
+    return text, wall
+
+
+# --------------------------------------------------------------------------- log parsing
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _f(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def parse_cpu_line(text: str) -> dict[str, float] | None:
+    """``average CPU: 187% of 200%`` → {"average": 187, "of": 200}."""
+    m = re.findall(r"average CPU:\s*" + _NUM + r"%\s*of\s*" + _NUM + "%", text)
+    return {"average": _f(m[-1][0]), "of": _f(m[-1][1])} if m else None
+
+
+def parse_learner_line(text: str) -> dict[str, float] | None:
+    """DEMI-DCD / MS-DCD ``learner: N updates (R/s), P publishes costing X% of its time;
+    workers: I inferences, S structures pushed, W chunks redone ...``."""
+    m = re.findall(r"learner:\s*" + _NUM + r" updates \(" + _NUM + r"/s\),\s*" + _NUM +
+                   r" publishes costing " + _NUM + r"% of its time; workers:\s*" + _NUM +
+                   r" inferences,\s*" + _NUM + r" structures pushed,\s*" + _NUM +
+                   r" chunks redone", text)
+    if not m:
+        return None
+    u, r, p, pct, inf, pushed, wasted = (_f(x) for x in m[-1])
+    return {"updates": u, "updates_per_s": r, "publishes": p, "publish_percent": pct,
+            "inferences": inf, "pushed": pushed, "chunks_redone": wasted}
+
+
+def parse_ms_split(text: str) -> dict[str, float] | None:
+    """``MS-DCD time split: inference (barrier) Xs, master DCD passes Ys over N iterations
+    (As vs Bs each)``."""
+    m = re.findall(r"MS-DCD time split: inference \(barrier\) " + _NUM + r"s, master DCD passes "
+                   + _NUM + r"s over " + _NUM + r" iterations \(" + _NUM + r"s vs " + _NUM +
+                   r"s each\)", text)
+    if not m:
+        return None
+    a, b, n, pa, pb = (_f(x) for x in m[-1])
+    return {"inference_seconds": a, "master_seconds": b, "iterations": n,
+            "inference_per_iteration": pa, "master_per_iteration": pb,
+            "master_share": b / (a + b) if a + b > 0 else float("nan")}
+
+
+def parse_stopped(text: str) -> dict[str, Any] | None:
+    """``stopped: REASON after N iterations, S s``."""
+    m = re.findall(r"stopped: (\S+) after " + _NUM + r" iterations, " + _NUM + "s", text)
+    return ({"reason": m[-1][0], "iterations": int(_f(m[-1][1])), "seconds": _f(m[-1][2])}
+            if m else None)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """``accuracy: NN.NN%`` and ``entity F1: NN.NN (P .., R ..)`` / ``relation F1: ...`` lines
+    (the last of each, as fractions)."""
+    out: dict[str, float] = {}
+    for key, pat in (("accuracy", r"accuracy:\s*" + _NUM + "%"),
+                     ("entity_f1", r"entity F1:\s*" + _NUM),
+                     ("relation_f1", r"relation F1:\s*" + _NUM)):
+        m = re.findall(pat, text)
+        if m:
+            out[key] = _f(m[-1]) / 100.0
+    return out
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict]:
+    p = Path(path)
+    if not p.is_file():
+        return []
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+# --------------------------------------------------------------------------- the measures
+def relative_difference(primals: Sequence[float], fstar: float) -> list[float]:
+    """(f(w) − f*) / f* for each primal value (the paper's Figure 1 and 4 measure)."""
+    if not fstar > 0:
+        raise ValueError(f"f* must be positive, got {fstar}")
+    return [(p - fstar) / fstar for p in primals]
+
+
+def fstar_of(runs: dict[str, Sequence[tuple[float, float]]],
+             exclude: Iterable[str] = ()) -> float:
+    """The lowest primal of any run not excluded (SP-IPM solves another problem)."""
+    ex = set(exclude)
+    vals = [p for name, pts in runs.items() if name not in ex for _, p in pts
+            if p is not None and math.isfinite(p)]
+    if not vals:
+        raise ValueError("no primal values to take f* from")
+    return min(vals)
+
+
+def time_to_gap(points: Sequence[tuple[float, float]], fstar: float, gap: float = 0.01
+                ) -> float:
+    """First time t (points are (t, primal), any order) whose relative difference is ≤ ``gap``;
+    inf if never reached."""
+    for t, p in sorted(points):
+        if p is not None and math.isfinite(p) and (p - fstar) / fstar <= gap:
+            return t
+    return math.inf
+
+
+def time_to_metric(points: Sequence[tuple[float, float]], target: float) -> float:
+    """First time t (points are (t, metric)) with metric ≥ ``target``; inf if never."""
+    for t, m in sorted(points):
+        if m is not None and math.isfinite(m) and m >= target:
+            return t
+    return math.inf
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b with inf/nan handled (time ratios: how many times slower b is than a → b / a)."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf if math.isfinite(a) and not math.isfinite(b) else math.nan
+    return a / b if b else math.inf
+
+
+def moving_average(times: Sequence[float], values: Sequence[float], window: float = 2.0
+                   ) -> list[float]:
+    """Trailing moving average over ``window`` seconds: the mean of the values with time in
+    (t − window, t] at each sample time t."""
+    out, q, s, lo = [], [], 0.0, 0
+    for t, v in zip(times, values, strict=True):
+        q.append((t, v))
+        s += v
+        while q[lo][0] <= t - window:
+            s -= q[lo][1]
+            lo += 1
+        out.append(s / (len(q) - lo))
+    return out
+
+
+def thin_log_spaced(times: Sequence[float], min_step: float = 1.0, rel_step: float = 0.08
+                    ) -> list[int]:
+    """Indices of a subset of sorted ``times`` spaced at least max(min_step, rel_step·t)
+    apart (roughly log-spaced after min_step/rel_step seconds); the last one is always kept."""
+    keep: list[int] = []
+    last = -math.inf
+    for k, t in enumerate(times):
+        if t - last >= max(min_step, rel_step * t):
+            keep.append(k)
+            last = t
+    if times and (not keep or keep[-1] != len(times) - 1):
+        keep.append(len(times) - 1)
+    return keep
+
+
+def thin_snapshots(snapshot_dir: str | os.PathLike[str], min_step: float = 1.0,
+                   rel_step: float = 0.08) -> tuple[int, int]:
+    """Delete snapshots of ``snapshot_dir`` so that the kept ones are log-spaced (see
+    :func:`thin_log_spaced`); returns (kept, total). Evaluation cost then grows with
+    log(duration), not duration."""
+    from demidcd.io.snapshots import list_snapshots
+
+    snaps = list_snapshots(snapshot_dir)
+    keep = set(thin_log_spaced([s for s, _ in snaps], min_step, rel_step))
+    for k, (_, path) in enumerate(snaps):
+        if k not in keep:
+            os.unlink(path)
+    return len(keep), len(snaps)
+
+
+def read_snapshot_csv(path: str | os.PathLike[str]) -> list[dict[str, float | None]]:
+    """Rows of ``demidcd evaluate-snapshots`` output: seconds, primal, dual (None), metric."""
+    rows = []
+    for r in read_csv(path):
+        rows.append({k: (float(v) if v not in ("", None) else None) for k, v in r.items()})
+    return sorted(rows, key=lambda r: r["seconds"])
+
+
+def read_cpu_csv(path: str | os.PathLike[str]) -> tuple[list[float], list[float]]:
+    """(seconds, total CPU %) of a ``--cpu-log`` file."""
+    rows = read_csv(path)
+    return [float(r["seconds"]) for r in rows], [float(r["total"]) for r in rows]
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "not reached"
+    return f"{x:.1f}s"
+
+
+def fmt_x(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.2f}x"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(v) for v in r) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- plotting
+def pyplot():
+    """matplotlib.pyplot with the Agg backend, or None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+    except ImportError:
+        return None
+
+
+def save_figure(fig, path: str | os.PathLike[str]) -> Path:
+    """Save a figure atomically as PNG and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+METHOD_STYLE = {
+    "1-DCD": dict(color="tab:gray", linestyle="--"),
+    "DEMI-DCD": dict(color="tab:red", linestyle="-"),
+    "MS-DCD": dict(color="tab:blue", linestyle="-."),
+    "SP-IPM": dict(color="tab:green", linestyle=":"),
+    "CRFsuite": dict(color="tab:purple", linestyle="-"),
+}
+
+
+def machine_caption(info: dict[str, Any]) -> str:
+    load = info.get("load_average_1_5_15min")
+    return (f"{info.get('cpu')}, {info.get('nproc')} cores; load before run "
+            f"{load[0] if load else 'n/a'}")
+
+
+def rmtree(path: str | os.PathLike[str]) -> None:
+    shutil.rmtree(path, ignore_errors=True)
