@@ -418,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell that
     # started us in the background set SIGINT to "ignore" (Python then keeps it ignored);
     # SIGTERM behaves the same way.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    from .solvers.common import StopRequest
+
+    StopRequest.requested = False
+    signal.signal(signal.SIGINT, StopRequest.handler)
+    signal.signal(signal.SIGTERM, StopRequest.handler)
     try:
         return COMMANDS[args.command](args)
     except DemidcdError as e:

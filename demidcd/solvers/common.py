@@ -92,8 +92,26 @@ def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None) ->
     return Objective(p, dual, gap, nv)
 
 
+class StopRequest:
+    """A graceful stop asked for by a signal (the CLI's SIGINT/SIGTERM handler).
+
+    The handler only sets a flag that the learners poll between blocks of work, so a signal
+    never interrupts a compiled kernel half-way; a second signal raises KeyboardInterrupt at
+    once.
+    """
+
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        if cls.requested:
+            raise KeyboardInterrupt
+        cls.requested = True
+
+
 class Clock:
-    """Wall-clock since the solver started (after data loading), the same for every learner."""
+    """Wall-clock since the solver started (after data loading), the same for every learner.
+    :meth:`expired` is also true once a stop was requested."""
 
     def __init__(self, time_limit: float | None = None):
         self.t0 = time.perf_counter()
@@ -103,7 +121,18 @@ class Clock:
         return time.perf_counter() - self.t0
 
     def expired(self) -> bool:
-        return self.time_limit is not None and self.elapsed() >= self.time_limit
+        return StopRequest.requested or (self.time_limit is not None
+                                         and self.elapsed() >= self.time_limit)
+
+
+def stop_reason(converged: bool, clock: Clock) -> str | None:
+    """Why an outer loop stops now: ``"interrupted"`` (a signal), ``"converged"``,
+    ``"time-limit"``, or None to go on."""
+    if StopRequest.requested:
+        return "interrupted"
+    if converged:
+        return "converged"
+    return "time-limit" if clock.expired() else None
 
 
 Callback = Callable[[dict, np.ndarray], None]

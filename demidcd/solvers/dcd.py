@@ -12,7 +12,7 @@ import numpy as np
 
 from ..tasks.base import Task
 from .activeset import ActiveSets
-from .common import Callback, Clock, SolverConfig, TrainResult, objective
+from .common import Callback, Clock, SolverConfig, TrainResult, objective, stop_reason
 
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
@@ -46,6 +46,9 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                 st = act.update(chunk)
                 pass_pg = max(pass_pg, st.max_pg)
                 shrunk, updates = shrunk + st.shrunk, updates + st.updates
+                if clock.expired():
+                    violators += 1  # an unfinished pass proves nothing
+                    break
             # the restricted problem is judged by the last full pass over every active set
             max_pg = pass_pg if r == 0 else max_pg
             totals["updates"] += updates
@@ -63,11 +66,8 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             history.append(rec)
             if callback is not None:
                 callback(rec, act.w)
-            if violators == 0 and max_pg < config.tol:
-                reason = "converged"
-                break
-            if clock.expired():
-                reason = "time-limit"
+            if stop := stop_reason(violators == 0 and max_pg < config.tol, clock):
+                reason = stop
                 break
     except KeyboardInterrupt:
         reason = "interrupted"

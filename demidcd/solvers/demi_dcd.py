@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..tasks.base import Task
-from .common import Callback, SolverConfig, TrainResult
+from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .learner import SharedLearner
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
@@ -77,11 +77,8 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                     time.sleep(0.001)
                 L.seconds["wait"] += time.perf_counter() - t
             L.iteration(epoch, max_pg, shrunk)
-            if converged:
-                reason = "converged"
-                break
-            if clock.expired():
-                reason = "time-limit"
+            if stop := stop_reason(converged, clock):
+                reason = stop
                 break
     except KeyboardInterrupt:
         reason = "interrupted"

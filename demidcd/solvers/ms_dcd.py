@@ -18,7 +18,7 @@ import numpy as np
 
 from ..parallel.engine import SWEEP_VIOL
 from ..tasks.base import Task
-from .common import Callback, SolverConfig, TrainResult
+from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .learner import SharedLearner
 
 
@@ -60,11 +60,8 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
             L.iteration(epoch, float(max_pg), shrunk, violators=violators,
                         inference_seconds=round(t_inference, 4),
                         master_seconds=round(t_master, 4))
-            if violators == 0 and max_pg < config.tol:
-                reason = "converged"
-                break
-            if clock.expired():
-                reason = "time-limit"
+            if stop := stop_reason(violators == 0 and max_pg < config.tol, clock):
+                reason = stop
                 break
     except KeyboardInterrupt:
         reason = "interrupted"

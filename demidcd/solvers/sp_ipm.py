@@ -17,7 +17,7 @@ import numpy as np
 
 from ..parallel.engine import WorkerPool
 from ..tasks.base import Task
-from .common import Callback, Clock, SolverConfig, TrainResult
+from .common import Callback, Clock, SolverConfig, TrainResult, stop_reason
 
 
 def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
@@ -80,7 +80,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                 time.sleep(0.0005)
             t_map += time.perf_counter() - t
             if not pool.sweep_done(gen):
-                reason = "time-limit"
+                reason = stop_reason(False, clock) or "time-limit"
                 break
             t = time.perf_counter()
             mis = pool.arrays["mistakes"].astype(np.float64)
@@ -97,11 +97,8 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
             history.append(rec)
             if callback is not None:
                 callback(rec, w_sum / rnd if averaged else wa[:dim])
-            if mis.sum() == 0:
-                reason = "converged"
-                break
-            if clock.expired():
-                reason = "time-limit"
+            if stop := stop_reason(mis.sum() == 0, clock):
+                reason = stop
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
