@@ -158,7 +158,7 @@ class CpuMonitor:
         from ..io.model import atomic_write
 
         def write(f) -> None:
-            w = csv.writer(f)
+            w = csv.writer(f, lineterminator="\n")
             w.writerow(["seconds", "total", *roles])
             for sec, tot, vals in rows:
                 w.writerow([f"{sec:.3f}", f"{tot:.1f}",
