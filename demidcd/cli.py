@@ -136,19 +136,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------- helpers
 class Log:
-    """Human log on stdout (unless quiet); JSON lines to a file, written atomically at the end."""
+    """Human log on stdout (unless quiet); JSON lines to a file, written atomically at the end.
+
+    On a terminal the per-iteration lines become a tqdm progress bar (elapsed time, iterations,
+    and the latest record as its status); elsewhere (files, pipes, CI) plain lines.
+    """
 
     def __init__(self, quiet: bool, json_path: str | None):
         self.quiet, self.json_path, self.records = quiet, json_path, []
+        self.bar = None
+        if not quiet and sys.stdout.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(unit=" iter", dynamic_ncols=True, leave=False)
+            except ImportError:
+                pass
 
     def info(self, msg: str) -> None:
-        if not self.quiet:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
             print(msg, flush=True)
 
-    def record(self, rec: dict) -> None:
+    def iteration(self, rec: dict) -> None:
         self.records.append(rec)
+        if self.bar is not None:
+            self.bar.update(1)
+            dev = f" dev {100 * rec['dev']:.2f}%" if "dev" in rec else ""
+            self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,} active "
+                                     f"{rec.get('active', 0):,} max_pg "
+                                     f"{rec.get('max_pg', 0.0):.3g}{dev}", refresh=False)
+        else:
+            self.info(_fmt_iter(rec))
 
     def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         if self.json_path:
             from .io.model import atomic_write
 
@@ -271,8 +298,7 @@ def cmd_train(args) -> int:
              f"{time.perf_counter() - t0:.1f}s)")
 
     def callback(rec: dict, w: np.ndarray) -> None:
-        log.record(rec)
-        log.info(_fmt_iter(rec))
+        log.iteration(rec)
 
     common = dict(
         C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
@@ -297,6 +323,7 @@ def cmd_train(args) -> int:
     X, Y = _xy(train, args)
     Xd, Yd = _xy(dev, args) if dev is not None else (None, None)
     est.fit(X, Y, Xd, Yd)
+    log.close()
     res = est.result_
     dim = est.coef_.shape[0]
     if _is_er(args):
@@ -320,7 +347,6 @@ def cmd_train(args) -> int:
         log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):
         print(res.extra["cpu_line"], flush=True)
-    log.close()
     return 130 if res.stop_reason == "interrupted" else 0
 
 

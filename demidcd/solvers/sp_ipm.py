@@ -10,6 +10,7 @@ With ``averaged`` the output is the average of the mixed vectors over all rounds
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -56,7 +57,8 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
             w[:] = pool.wbar.w[:dim]
             if pool.wbar.read_valid(s):
                 break
-        m = perceptron_epochs(task, w, pool.shards[j], E, stop=lambda: bool(pool.ctrl[0]))
+        m = perceptron_epochs(task, w, pool.shards[j], E,
+                              stop=lambda: bool(pool.ctrl[0]) or os.getppid() != pool.parent_pid)
         pool.arrays["wloc"][j] = w
         pool.arrays["mistakes"][j] = m
         pool.stats[j, 0] += E * len(pool.shards[j])  # inferences
