@@ -209,8 +209,8 @@ def _fmt_iter(rec: dict) -> str:
              f"active {rec.get('active', 0):>8,}", f"shrunk {rec.get('shrunk', 0):>7,}",
              f"admitted {rec.get('admitted', 0):>7,}", f"max_pg {rec.get('max_pg', 0.0):.4f}"]
     for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
-        if k in rec and k not in ("inferences",):
-            parts.append(f"{k} {rec[k]}")
+        if k in rec:
+            parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
     if "dev" in rec:
         parts.append(f"dev {100 * rec['dev']:.2f}%")
     if "primal" in rec:
