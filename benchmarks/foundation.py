@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev", default=str(EWT / "en_ewt-ud-dev.conllu"))
     ap.add_argument("--test", default=str(EWT / "en_ewt-ud-test.conllu"))
     ap.add_argument("--format", default="conllu", choices=("conllu", "columns"))
-    ap.add_argument("--column", default="xpos")
+    ap.add_argument("--column", default=None, help="default: xpos for CoNLL-U, else the last")
     ap.add_argument("--C", type=float, default=0.1)
     ap.add_argument("--time-limit", type=float, default=150.0)
     ap.add_argument("--max-epochs", type=int, default=100)
@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="foundation")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    col = args.column if args.column in ("upos", "xpos") else int(args.column)
+    if args.column is None and args.format == "conllu":
+        args.column = "xpos"
+    col = args.column if args.column in (None, "upos", "xpos") else int(args.column)
     info = machine_info()
     say(f"machine: {machine_line(info)}; load average {info['load_average_1_5_15min']}",
         args.quiet)

@@ -1,0 +1,225 @@
+"""The benchmark scripts end to end on tiny synthetic data, and their measures on fixed input.
+
+Nothing here is timed: the scripts run with budgets of about a second, and the tests check that
+they produce their results files and non-empty plots, and that the relative-difference,
+time-to-gap and moving-average computations give known answers.
+"""
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from demidcd.cli import main as cli_main
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(BENCH))
+common = importlib.import_module("common")
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path: Path) -> None:
+    assert path.is_file(), f"{path} not written"
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 5000, f"{path} is not a non-empty PNG"
+
+
+# --------------------------------------------------------------------------- fixed inputs
+def test_relative_difference_and_time_to_gap_on_fixed_input():
+    primals = [110.0, 102.0, 101.0, 100.5, 100.0]
+    rel = common.relative_difference(primals, 100.0)
+    assert rel == pytest.approx([0.10, 0.02, 0.01, 0.005, 0.0])
+    pts = list(zip([1.0, 2.0, 3.0, 4.0, 5.0], primals, strict=True))
+    assert common.time_to_gap(pts, 100.0, 0.01) == 3.0  # ≤ gap counts as reached
+    assert common.time_to_gap(pts, 100.0, 0.05) == 2.0
+    assert common.time_to_gap(list(reversed(pts)), 100.0, 0.01) == 3.0  # order does not matter
+    assert common.time_to_gap(pts[:2], 100.0, 0.01) == math.inf
+    assert common.time_to_gap([(1.0, 101.5), (2.0, 100.9)], 100.0, 0.01) == 2.0
+    with pytest.raises(ValueError):
+        common.relative_difference([1.0], 0.0)
+
+
+def test_fstar_excludes_methods_solving_another_problem():
+    runs = {"dcd": [(1.0, 12.0), (2.0, 10.0)], "demi-dcd": [(1.0, 11.0), (3.0, 10.5)],
+            "sp-ipm": [(1.0, 3.0)]}
+    assert common.fstar_of(runs, exclude=["sp-ipm"]) == 10.0
+    assert common.fstar_of(runs) == 3.0
+    with pytest.raises(ValueError):
+        common.fstar_of({"sp-ipm": [(1.0, 3.0)]}, exclude=["sp-ipm"])
+
+
+def test_time_to_metric_and_moving_average():
+    pts = [(1.0, 0.90), (2.0, 0.93), (4.0, 0.95)]
+    assert common.time_to_metric(pts, 0.93) == 2.0
+    assert common.time_to_metric(pts, 0.96) == math.inf
+    t = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+    v = [100.0, 200.0, 200.0, 200.0, 0.0, 0.0]
+    ma = common.moving_average(t, v, 2.0)
+    # window (t − 2, t]: at 2.5 → samples 1.0..2.5; at 3.0 → 1.5..3.0
+    assert ma == pytest.approx([100.0, 150.0, 500 / 3, 175.0, 150.0, 100.0])
+
+
+def test_thin_log_spaced_keeps_the_last_and_spaces_the_rest():
+    times = [0.1 * k for k in range(1, 1001)]  # 0.1 .. 100 s
+    keep = common.thin_log_spaced(times, min_step=1.0, rel_step=0.1)
+    kept = [times[k] for k in keep]
+    assert kept[0] == pytest.approx(0.1) and kept[-1] == pytest.approx(100.0)
+    gaps = [b - a for a, b in zip(kept[:-2], kept[1:-1], strict=True)]
+    assert all(g >= max(1.0, 0.1 * b) - 1e-9 for g, b in zip(gaps, kept[1:-1], strict=True))
+    assert 15 < len(kept) < 40
+
+
+def test_log_parsers_on_fixed_lines():
+    text = "\n".join([
+        "learner: 16,838,044 updates (280,619/s), 994 publishes costing 6.7% of its time; "
+        "workers: 1,380,992 inferences, 498,387 structures pushed, 903 chunks redone after a "
+        "concurrent publish",
+        "MS-DCD time split: inference (barrier) 12.50s, master DCD passes 37.50s over 20 "
+        "iterations (0.625s vs 1.875s each)",
+        "stopped: time-limit after 274 iterations, 60.0s",
+        "test accuracy: 94.65%", "test entity F1: 95.00 (P 95.00, R 95.00)",
+        "test relation F1: 65.02 (P 81.48, R 54.10)", "average CPU: 187% of 200%"])
+    lr = common.parse_learner_line(text)
+    assert lr == {"updates": 16838044, "updates_per_s": 280619, "publishes": 994,
+                  "publish_percent": 6.7, "inferences": 1380992, "pushed": 498387,
+                  "chunks_redone": 903}
+    ms = common.parse_ms_split(text)
+    assert ms["inference_seconds"] == 12.5 and ms["master_seconds"] == 37.5
+    assert ms["iterations"] == 20 and ms["master_share"] == pytest.approx(0.75)
+    assert common.parse_stopped(text) == {"reason": "time-limit", "iterations": 274,
+                                          "seconds": 60.0}
+    assert common.parse_cpu_line(text) == {"average": 187.0, "of": 200.0}
+    m = common.parse_metrics(text)
+    assert m["accuracy"] == pytest.approx(0.9465)
+    assert m["entity_f1"] == pytest.approx(0.95) and m["relation_f1"] == pytest.approx(0.6502)
+    assert common.parse_learner_line("nothing here") is None
+
+
+def test_atomic_result_files(tmp_path):
+    p = common.write_json(tmp_path / "r.json", {"a": math.inf, "b": [1.5, float("nan")]})
+    assert json.loads(p.read_text()) == {"a": "inf", "b": [1.5, None]}
+    c = common.write_csv(tmp_path / "r.csv", ["x", "y"], [[1, 0.5], [2, None]])
+    assert common.read_csv(c) == [{"x": "1", "y": "0.5"}, {"x": "2", "y": ""}]
+    assert not list(tmp_path.glob("*.tmp"))
+    info = common.machine_info()
+    for k in ("cpu", "nproc", "memory_gib", "python", "numpy", "numba"):
+        assert info.get(k) not in (None, ""), k
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench-synth")
+    assert cli_main(["generate", "--out-dir", str(d), "--sentences", "160", "--quiet"]) == 0
+    return d
+
+
+def _data(tiny):
+    return ["--train", str(tiny / "train.txt"), "--test", str(tiny / "test.txt"),
+            "--format", "columns"]
+
+
+def test_foundation_end_to_end(tiny, tmp_path):
+    foundation = importlib.import_module("foundation")
+    assert foundation.main([*_data(tiny), "--dev", str(tiny / "dev.txt"), "--time-limit", "2",
+                            "--max-epochs", "30", "--min-step", "0.01", "--reps", "1",
+                            "--fill-epochs", "2", "--passes", "1", "--out-dir", str(tmp_path),
+                            "--name", "f", "--quiet"]) == 0
+    res = json.loads((tmp_path / "f.json").read_text())
+    assert res["machine"]["nproc"] >= 1
+    d = res["dcd"]
+    assert d["epochs"] >= 1 and 0.5 < d["test_accuracy"] <= 1.0
+    assert min(r["relative_difference"] for r in d["curve"]) == 0.0
+    assert d["fstar"] == min(r["primal"] for r in d["curve"])
+    assert res["inference_one_core"]["loss_augmented_viterbi"]["tokens_per_s"] > 0
+    assert res["learner"]["mean_nnz_phi"] > 0 and res["learner"]["no_shrink"]["updates"] > 0
+    assert set(res["targets"]) == {"test_accuracy", "learner_updates_per_s",
+                                   "loss_augmented_viterbi_tokens_per_s_per_core"}
+    assert (tmp_path / "f_convergence.csv").read_text().startswith("seconds,epoch,primal")
+    assert_png(tmp_path / "f.png")
+
+
+def test_convergence_end_to_end(tiny, tmp_path):
+    convergence = importlib.import_module("convergence")
+    assert convergence.main([*_data(tiny), "--budget", "1", "--snapshot-every", "0.05",
+                             "--min-step", "0.05", "--crf-iterations", "5",
+                             "--out-dir", str(tmp_path), "--name", "c", "--quiet"]) == 0
+    res = json.loads((tmp_path / "c.json").read_text())
+    assert set(res["runs"]) == {"dcd", "demi-dcd", "ms-dcd", "sp-ipm"}
+    A = res["analysis"]
+    assert A["fstar_from"] != "sp-ipm"
+    dcd_primals = [r["primal"] for a in ("dcd", "demi-dcd", "ms-dcd")
+                   for r in res["runs"][a]["curve"]]
+    assert A["fstar"] == pytest.approx(min(dcd_primals))
+    for a, run in res["runs"].items():
+        assert run["curve"], a
+        assert run["cpu"] is not None and run["cpu"]["of"] == (100 if a == "dcd" else 200)
+        if run["stopped"]["seconds"] >= 0.6:  # the monitor samples every 0.5 s
+            assert run["cpu_timeline"]["seconds"], a
+    assert res["runs"]["demi-dcd"]["learner"]["updates"] > 0
+    assert res["runs"]["ms-dcd"]["ms_split"]["iterations"] >= 1
+    assert "demi_vs_ms_dcd_time_to_1pct" in A and "demi_vs_1dcd_time_to_1pct" in A
+    if importlib.util.find_spec("pycrfsuite") is not None:
+        crf = res["crfsuite"]
+        assert 0 < crf["test_accuracy"] <= 1 and crf["iterations_run"] >= 1
+        assert "demi_dcd_time_to_crfsuite_accuracy" in crf
+    header = (tmp_path / "c.csv").read_text().splitlines()[0]
+    assert header.startswith("method,seconds,primal,relative_difference,test_metric")
+    for suffix in ("primal", "test", "cpu"):
+        assert_png(tmp_path / f"c_{suffix}.png")
+
+
+def test_scaling_end_to_end_warns_when_oversubscribed(tiny, tmp_path, capsys):
+    import os
+
+    scaling = importlib.import_module("scaling")
+    over = (os.cpu_count() or 1) + 1
+    assert scaling.main([*_data(tiny), "--threads", f"1,2,{over}", "--budget", "1",
+                         "--snapshot-every", "0.05", "--min-step", "0.05", "--fill-epochs", "1",
+                         "--project-max", "8", "--out-dir", str(tmp_path), "--name", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "oversubscribed" in out
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert res["oversubscribed_threads"] == [over] and res["warning"]
+    assert set(res["time_to_1pct"]) == {"1", "2", str(over)}
+    proj = res["projection"]
+    assert [x["p"] for x in proj["work_conserving"]] == list(range(1, 9))
+    assert set(proj["validation"]) == {"1", "2"}
+    c = proj["inputs"]
+    assert c["t_inf_seconds_per_example"] > 0 and c["t_upd_seconds_per_update"] > 0
+    assert c["t_tr_seconds_per_structure"] > 0
+    # the model: past the bottleneck switch, adding workers no longer helps
+    T = [x["time_to_1pct"] for x in proj["work_conserving"]]
+    assert all(b <= a + 1e-12 for a, b in zip(T[1:-1], T[2:], strict=True))
+    assert_png(tmp_path / "s.png")
+
+
+def test_project_model_on_fixed_costs():
+    scaling = importlib.import_module("scaling")
+    cal = {"t_inf_seconds_per_example": 1e-3, "t_upd_seconds_per_update": 1e-6,
+           "t_tr_seconds_per_structure": 1e-5}
+    work = {"inferences": 10_000, "updates": 2_000_000, "admitted": 1_000}
+    pr = scaling.project(cal, work, q=0.5, f_pub=0.0, s=1.0, pmax=16)
+    assert pr[0]["time_to_1pct"] == pytest.approx(10 + 2 + 0.01)  # sequential sum
+    assert pr[1]["time_to_1pct"] == pytest.approx(10.0)  # inference-bound at p = 2
+    assert pr[1]["bottleneck"] == "inference"
+    learner = 2.0 + 0.5 * 10_000 * 1e-5  # 2.05 s: the floor
+    assert pr[15]["time_to_1pct"] == pytest.approx(learner)
+    assert pr[15]["bottleneck"] == "learner"
+    assert pr[4]["time_to_1pct"] == pytest.approx(10.0 / 4)
+
+
+def test_example_trains_with_demi_dcd_and_plots_cpu(tmp_path):
+    sys.path.insert(0, str(EXAMPLES))
+    ex = importlib.import_module("train_demi_cpu")
+    png, log = tmp_path / "cpu.png", tmp_path / "cpu.csv"
+    assert ex.main(["--sentences", "200", "--time-limit", "2", "--cpu-log", str(log),
+                    "--out", str(png)]) == 0
+    seconds, cols = ex.read_cpu_log(str(log))
+    assert seconds and "total" in cols and "learner" in cols and "worker 1" in cols
+    assert_png(png)
