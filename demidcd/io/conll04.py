@@ -71,7 +71,7 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
 
     path = str(path)
     if max_sentence_length < 1:
-        raise OptionError(f"max_sentence_length must be >= 1, got {max_sentence_length}")
+        raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
     sentences: list[ERSentence] = []
     cur: ERSentence | None = None

@@ -177,7 +177,7 @@ def read_tagged(
         fmt = guess_format(path)
     li = _label_index(fmt, column)
     if max_sentence_length < 1:
-        raise OptionError(f"max_sentence_length must be >= 1, got {max_sentence_length}")
+        raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
