@@ -296,10 +296,15 @@ class EntityRelationExtractor(StructuredEstimator):
 
         w, arrays, meta = load_model(path, task=cls.task_name)
         try:
-            obj = cls(**meta.get("hyper_parameters", {}))
+            hp = dict(meta.get("hyper_parameters", {}))
+            hp["relation_loss_weight"] = float(hp.get("relation_loss_weight", 1.0))
+            if not np.isfinite(hp["relation_loss_weight"]):
+                raise ValueError("relation_loss_weight is not finite")
+            obj = cls(**hp)
             obj.featurizer_ = EntityRelationFeaturizer.from_state(
                 json.loads(bytes(arrays["featurizer_json"]).decode()))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError,
+                UnicodeDecodeError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
         f = obj.featurizer_
         if w.shape[0] != 4 * f.n_entity_features + 6 * f.n_pair_features:
