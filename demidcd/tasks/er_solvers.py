@@ -38,6 +38,7 @@ needed: branch and bound is exact and fast on every sentence.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -259,6 +260,12 @@ def _pairs(n: int) -> list[tuple[int, int]]:
 
 def solve_cbc(U: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """The 0-1 ILP through PuLP and its bundled CBC (one model per call, messages off)."""
+    with warnings.catch_warnings():  # PuLP 3 deprecates the API PuLP 2 needs; both work
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _solve_cbc(U, P)
+
+
+def _solve_cbc(U: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     import pulp
 
     U = np.asarray(U, dtype=np.float64)
