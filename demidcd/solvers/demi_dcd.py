@@ -2,7 +2,8 @@
 inference workers running Algorithm 2 in others, with no barrier between them.
 
 The learner loops over the examples in blocks: it drains the workers' rings into the active
-sets (de-duplicated by hash, admitted by Eq. 11 against its current w), runs the Eq. (7)–(9)
+sets (de-duplicated by hash, admitted by Eq. 11 against its current w) and updates the examples
+that received structures at once (as DCD-Light does after inference), runs the Eq. (7)–(9)
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
 block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 100 ms when
 anything changed), copying only the entries changed since the last publish. An *outer
@@ -28,7 +29,7 @@ from .learner import SharedLearner
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
 PUBLISH_INTERVAL = 0.1  # seconds: publish at least this often when anything changed
-DEFAULT_CHUNK = 16  # examples per validated in-place inference chunk (ρ' of Algorithm 2)
+DEFAULT_CHUNK = 64  # examples per validated in-place inference chunk (ρ' of Algorithm 2)
 BLOCK = 64  # examples between ring drains
 
 
@@ -51,7 +52,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             order = rng.permutation(n).astype(np.int64)
             max_pg, received, shrunk = 0.0, 0, 0
             for s in range(0, n, BLOCK):
-                received += L.ingest()
+                received += L.ingest(update_now=True)
                 st = L.update(order[s:s + BLOCK])
                 max_pg, shrunk = max(max_pg, st.max_pg), shrunk + st.shrunk
                 since_publish += st.updates

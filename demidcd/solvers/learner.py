@@ -60,9 +60,13 @@ class SharedLearner:
         self.cnt["publishes"] += 1
         self.seconds["publish"] += time.perf_counter() - t
 
-    def ingest(self) -> int:
+    def ingest(self, update_now: bool = False) -> int:
         """Drain the rings into the active sets; returns how many records were admitted or
-        already present (either means some structure violates: more updates are due)."""
+        already present (either means some structure violates: more updates are due).
+
+        ``update_now``: run UPDATEWEIGHT at once on the examples that received records, as
+        DCD-Light does right after inference (DEMI-DCD; MS-DCD's master waits for the barrier).
+        """
         batch = self.pool.drain()
         if not len(batch):
             return 0
@@ -71,6 +75,8 @@ class SharedLearner:
         self.seconds["insert"] += time.perf_counter() - t
         for k in ("admitted", "duplicates", "rejected", "evicted"):
             self.cnt[k] += getattr(st, k)
+        if update_now:
+            self.update(np.unique(batch.ex))
         return st.admitted + st.duplicates
 
     def update(self, examples: np.ndarray):
