@@ -238,6 +238,27 @@ def run_crfsuite(data: dict, iterations: int, prog: Progress, work: Path) -> dic
 
 
 # --------------------------------------------------------------------------- analysis
+def cpu_normalised(timeline: dict, t: float, p: int) -> float:
+    """∫_0^t (CPU the run received / p cores) dt from its CPU log: the time the run would
+    have needed with p idle cores *if* its progress scaled with the CPU it got. An estimate
+    for shared machines (other people's processes take cores away from a run); each sample
+    covers the interval since the previous one; inf when t is."""
+    if not math.isfinite(t):
+        return math.inf
+    secs, vals = timeline["seconds"], timeline["total"]
+    if not secs:
+        return math.nan
+    cap, acc, prev = 100.0 * p, 0.0, 0.0
+    for s, v in zip(secs, vals, strict=True):
+        if prev >= t:
+            break
+        acc += (min(s, t) - prev) * min(v, cap) / cap
+        prev = s
+    if prev < t:  # after the last sample: its value
+        acc += (t - prev) * min(vals[-1], cap) / cap
+    return acc
+
+
 def analyse(runs: dict[str, dict], crf: dict | None, args) -> dict:
     pts = {a: [(r["seconds"], r["primal"]) for r in run["curve"] if r["primal"] is not None]
            for a, run in runs.items()}
@@ -261,6 +282,8 @@ def analyse(runs: dict[str, dict], crf: dict | None, args) -> dict:
         fm = [r["metric"] for r in run["curve"] if r["metric"] is not None]
         m["final_metric"] = fm[-1] if fm else None
         m["best_metric"] = max(fm) if fm else None
+        tl, p = run["cpu_timeline"], run["threads"]
+        m["cpu_normalised_time_to_0.01"] = cpu_normalised(tl, t1, p)
         m["cpu_average"] = (run["cpu"] or {}).get("average")
         m["cpu_of"] = (run["cpu"] or {}).get("of")
         m["cpu_fraction_of_p_cores"] = (m["cpu_average"] / m["cpu_of"]
@@ -268,16 +291,18 @@ def analyse(runs: dict[str, dict], crf: dict | None, args) -> dict:
         out["methods"][a] = m
     M = out["methods"]
 
-    def speed(other: str) -> float | None:
+    def speed(other: str, key: str = "time_to_0.01") -> float | None:
         if "demi-dcd" not in M or other not in M:
             return None
-        d, o = M["demi-dcd"]["time_to_0.01"], M[other]["time_to_0.01"]
+        d, o = M["demi-dcd"][key], M[other][key]
         if math.isinf(d):
             return 0.0 if math.isfinite(o) else math.nan
         return o / d if d > 0 else math.inf
 
     out["demi_vs_ms_dcd_time_to_1pct"] = speed("ms-dcd")
     out["demi_vs_1dcd_time_to_1pct"] = speed("dcd")
+    out["cpu_normalised_demi_vs_ms_dcd"] = speed("ms-dcd", "cpu_normalised_time_to_0.01")
+    out["cpu_normalised_demi_vs_1dcd"] = speed("dcd", "cpu_normalised_time_to_0.01")
     if crf is not None and "demi-dcd" in runs:
         target = crf["test_accuracy"]
         t = time_to_metric([(r["seconds"], r["metric"]) for r in runs["demi-dcd"]["curve"]],
@@ -424,7 +449,8 @@ def summary_table(res: dict) -> str:
                   f"E {100 * fin.get('entity_f1', math.nan):.1f} / "
                   f"R {100 * fin.get('relation_f1', math.nan):.1f}")
         rows.append([_label(a, runs), fmt_s(m["time_to_0.1"]), fmt_s(m["time_to_0.01"]),
-                     fmt_s(m["time_to_0.001"]), metric,
+                     fmt_s(m["time_to_0.001"]), fmt_s(m.get("cpu_normalised_time_to_0.01")),
+                     metric,
                      f"{m['cpu_average']:.0f}% of {m['cpu_of']:.0f}%"
                      if m["cpu_average"] is not None else "n/a",
                      f"{lr['updates_per_s']:,.0f}" if lr else "",
@@ -433,8 +459,9 @@ def summary_table(res: dict) -> str:
                      f"{lr['publish_percent']:.1f}%" if lr else "",
                      f"{res['load']['spans'].get(a, {}).get('foreign_cores', math.nan):.2f}"])
     return markdown_table(["method", "time to 10%", "time to 1%", "time to 0.1%",
-                           "final test", "average CPU", "learner updates/s",
-                           "structures/s pushed", "publish cost", "other load (cores)"], rows)
+                           "time to 1%, CPU-normalised", "final test", "average CPU",
+                           "learner updates/s", "structures/s pushed", "publish cost",
+                           "other load (cores)"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,8 +487,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", help="keep logs, CPU logs and models here (default: temporary)")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--name")
+    ap.add_argument("--reanalyse", metavar="JSON",
+                    help="recompute the analysis, plots and files of an earlier results file")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    if args.reanalyse:
+        import json
+
+        res = json.loads(Path(args.reanalyse).read_text())
+        args.task, args.threads = res["task"], res["threads"]
+        args.budget = res["budget_seconds"]
+        args.train = None if "train.corp" in res["data"]["train"] or "en_ewt" in res["data"][
+            "train"] else res["data"]["train"]
+        name = args.name or Path(args.reanalyse).stem
+        return report(res, args, name)
     if args.budget is None:
         args.budget = 60.0 if args.task == "entity-relation" else 100.0
     name = args.name or ("convergence_ewt" if args.task == "sequence" else
@@ -505,6 +544,14 @@ def main(argv: list[str] | None = None) -> int:
            "task": args.task, "threads": args.threads, "budget_seconds": args.budget,
            "data": {k: v for k, v in data.items() if k != "opts"} | {"options": data["opts"]},
            "load": load.summary(), "runs": runs, "crfsuite": crf}
+    return report(res, args, name)
+
+
+def report(res: dict, args, name: str) -> int:
+    """Analysis, targets, plots, CSV/JSON files and the printed summary of a finished run
+    (also used by ``--reanalyse`` on a results file)."""
+    q, runs, crf = args.quiet, res["runs"], res["crfsuite"]
+    data = res["data"]
     res["analysis"] = analyse(runs, crf, args)
     res["targets"] = targets(res, args)
     od = Path(args.out_dir)
@@ -537,7 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     say(res["table_markdown"], q)
     say(f"f* = {A['fstar']:.6g} (from {NAMES[A['fstar_from']]}); DEMI-DCD vs MS-DCD to 1%: "
         f"{fmt_x(A['demi_vs_ms_dcd_time_to_1pct'])}, vs 1-DCD: "
-        f"{fmt_x(A['demi_vs_1dcd_time_to_1pct'])}", q)
+        f"{fmt_x(A['demi_vs_1dcd_time_to_1pct'])}; normalised by the CPU each run received "
+        f"(estimate for an idle machine): {fmt_x(A['cpu_normalised_demi_vs_ms_dcd'])} and "
+        f"{fmt_x(A['cpu_normalised_demi_vs_1dcd'])}", q)
     if "ms-dcd" in runs and runs["ms-dcd"]["ms_split"]:
         s = runs["ms-dcd"]["ms_split"]
         say(f"MS-DCD time split: inference (barrier) {s['inference_seconds']:.1f}s, master "
@@ -552,7 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in res["targets"].items():
         say(f"target {k}: measured {v['measured']}, target {v['target']}: "
             f"{'met' if v['met'] else 'NOT met'}", q)
-    say(f"load: {load.summary_line()}", q)
+    spans = res["load"]["spans"]
+    say("load: " + "; ".join(f"{k}: other processes used {v['foreign_cores']:.2f} cores"
+                             for k, v in spans.items()), q)
     say(f"wrote {od / (name + '.json')}, {od / (name + '.csv')}, " + ", ".join(res["plots"]), q)
     return 0
 

@@ -64,6 +64,16 @@ def test_time_to_metric_and_moving_average():
     assert ma == pytest.approx([100.0, 150.0, 500 / 3, 175.0, 150.0, 100.0])
 
 
+def test_cpu_normalised_time_on_fixed_timeline():
+    convergence = importlib.import_module("convergence")
+    tl = {"seconds": [0.5, 1.0, 1.5], "total": [200.0, 100.0, 0.0]}
+    # each sample covers the half second before it; p = 2 cores = 200%
+    assert convergence.cpu_normalised(tl, 1.25, 2) == pytest.approx(0.5 + 0.25 + 0.0)
+    assert convergence.cpu_normalised(tl, 3.0, 2) == pytest.approx(0.75)  # last value (0) after
+    assert convergence.cpu_normalised(tl, 1.0, 1) == pytest.approx(1.0)  # capped at p cores
+    assert convergence.cpu_normalised(tl, math.inf, 2) == math.inf
+
+
 def test_thin_log_spaced_keeps_the_last_and_spaces_the_rest():
     times = [0.1 * k for k in range(1, 1001)]  # 0.1 .. 100 s
     keep = common.thin_log_spaced(times, min_step=1.0, rel_step=0.1)
