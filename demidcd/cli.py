@@ -227,7 +227,8 @@ def _read_any(path: str, args, labeled: bool = True):
     if _is_er(args):
         from .io.conll04 import read_conll04
 
-        return read_conll04(path, encoding=args.encoding)
+        return read_conll04(path, encoding=args.encoding,
+                            max_sentence_length=args.max_sentence_length)
     return _read(path, args, labeled)
 
 
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM behaves the same way.
     from .solvers.common import StopRequest
 
-    StopRequest.requested = False
+    StopRequest.requested = StopRequest.active = False
     signal.signal(signal.SIGINT, StopRequest.handler)
     signal.signal(signal.SIGTERM, StopRequest.handler)
     try:
@@ -462,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         print("demidcd: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - one line unless --debug
+        if StopRequest.requested and not debug:  # a signal that surfaced inside a kernel call
+            print("demidcd: interrupted", file=sys.stderr)
+            return 130
         if debug:
             raise
         print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the traceback)",

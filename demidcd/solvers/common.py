@@ -101,10 +101,14 @@ class StopRequest:
     """
 
     requested = False
+    active = False  # a learner loop is running and polls the flag (set by Clock)
 
     @classmethod
     def handler(cls, signum: int, frame: object) -> None:
-        if cls.requested:
+        """First signal during training: set the flag; otherwise (a second signal, or one
+        while reading data or saving) raise KeyboardInterrupt at once."""
+        if cls.requested or not cls.active:
+            cls.requested = True
             raise KeyboardInterrupt
         cls.requested = True
 
@@ -116,6 +120,7 @@ class Clock:
     def __init__(self, time_limit: float | None = None):
         self.t0 = time.perf_counter()
         self.time_limit = time_limit
+        StopRequest.active = True
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
