@@ -14,7 +14,9 @@ PROJECTION (a model, not a measurement) for p = 1 … ``--project-max``, from pe
 measured here on one core:
 
 * t_inf — loss-augmented inference seconds per example (chunks of 16, as a worker does);
-* t_upd — learner seconds per coordinate update (filled active sets, the update kernel);
+* t_upd — learner seconds per coordinate update (filled active sets, the update kernel):
+  1-DCD's (whole passes), and DEMI-DCD's learner's (blocks of 64 examples, every changed
+  entry of w tracked for the next publish), which is slower;
 * t_tr  — transport seconds per structure: ring push + pop + admission into the active set;
 * the work 1-DCD needed to reach 1%: inferences I, updates U, admitted structures A (from its
   log at that time), structures pushed per inference q and the publish overhead φ_pub (from the
@@ -22,10 +24,12 @@ measured here on one core:
 
 1-DCD does everything in sequence:  T(1) = I·t_inf + U·t_upd + A·t_tr.
 DEMI-DCD overlaps p − 1 workers with the learner, so the slower side sets the pace:
-T(p) = max(I·t_inf / (p − 1), (U·t_upd + q·I·t_tr)·(1 + φ_pub)). Its processes never wait,
+T(p) = max(I·t_inf / (p − 1), (U·t_upd' + q·I·t_tr)·(1 + φ_pub)) with t_upd' the
+DEMI-DCD learner's cost per update. Its processes never wait,
 so its busy CPU is p·100%; the *useful* part is the learner plus the workers' share T_inf/T(p).
 The model assumes DEMI-DCD needs as many inferences as 1-DCD (stale weights cost nothing); a
-second curve multiplies I by the ratio s = I(DEMI, p=2)/I(1-DCD) measured in this run. Both are
+second curve multiplies I and U by the ratios s = I(DEMI, p=2)/I(1-DCD) and
+u = U(DEMI, p=2)/U(1-DCD) measured at 1% in this run. Both are
 validated against the measured p = 1 and p = 2 points (the first is an honest prediction; the
 second is fitted at p = 2 and predicts nothing there).
 """
@@ -65,7 +69,7 @@ from common import (  # noqa: E402
     write_csv,
     write_json,
 )
-from convergence import data_setup, run_method  # noqa: E402
+from convergence import cpu_normalised, data_setup, run_method  # noqa: E402
 from foundation import learner_throughput, pin_one_core  # noqa: E402
 
 CHUNK = 16  # examples per worker inference call (DEMI-DCD's default rho_worker)
@@ -136,6 +140,7 @@ def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -
             os.sched_setaffinity(0, old)
     return {"t_inf_seconds_per_example": t_inf, "inference_chunk": CHUNK,
             "t_upd_seconds_per_update": 1.0 / lrn["no_shrink"]["updates_per_s"],
+            "t_upd_demi_seconds_per_update": 1.0 / lrn["tracked_blocks_of_64"]["updates_per_s"],
             "t_ring_seconds_per_structure": t_ring, "t_insert_seconds_per_structure": t_ins,
             "t_tr_seconds_per_structure": t_ring + t_ins,
             "transport_records_measured": nrec,
@@ -143,11 +148,14 @@ def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -
             "learner": lrn}
 
 
-def project(cal: dict, work1: dict, q: float, f_pub: float, s: float, pmax: int) -> list[dict]:
-    """Predicted time to 1% and CPU for p = 1..pmax (see the module docstring)."""
+def project(cal: dict, work1: dict, q: float, f_pub: float, s: float, pmax: int,
+            u: float = 1.0) -> list[dict]:
+    """Predicted time to 1% and CPU for p = 1..pmax (see the module docstring); ``s`` and
+    ``u`` scale the inferences and updates DEMI-DCD needs relative to 1-DCD."""
     I, U, A = work1["inferences"], work1["updates"], work1["admitted"]
     ti, tu, tt = (cal["t_inf_seconds_per_example"], cal["t_upd_seconds_per_update"],
                   cal["t_tr_seconds_per_structure"])
+    tud = cal.get("t_upd_demi_seconds_per_update", tu)
     out = []
     for p in range(1, pmax + 1):
         if p == 1:
@@ -157,7 +165,7 @@ def project(cal: dict, work1: dict, q: float, f_pub: float, s: float, pmax: int)
                         "busy_cpu_percent": 100.0, "useful_cpu_percent": 100.0})
             continue
         Ti = s * I * ti / (p - 1)
-        Tl = (U * tu + q * s * I * tt) * (1 + f_pub)
+        Tl = (u * U * tud + q * s * I * tt) * (1 + f_pub)
         T = max(Ti, Tl)
         out.append({"p": p, "time_to_1pct": T, "inference_seconds": Ti, "learner_seconds": Tl,
                     "bottleneck": "inference" if Ti >= Tl else "learner",
@@ -197,8 +205,8 @@ def plot(res: dict, path: Path):
     pm = res["projection"]["pmax"]
     grid = list(range(1, pm + 1))
     a2.plot(grid, grid, color="k", lw=0.8, ls=":", label="ideal (linear in p)")
-    for key, style, lab in (("work_conserving", "--", "PROJECTION: same inferences as 1-DCD"),
-                            ("calibrated", "-.", "PROJECTION: inferences × s (fitted at p=2)")):
+    for key, style, lab in (("work_conserving", "--", "PROJECTION: same work as 1-DCD"),
+                            ("calibrated", "-.", "PROJECTION: work × s, u (fitted at p=2)")):
         pr = res["projection"].get(key)
         if pr:
             t1 = pr[0]["time_to_1pct"]
@@ -321,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     pts = {p: [(r["seconds"], r["primal"]) for r in run["curve"] if r["primal"] is not None]
            for p, run in runs.items()}
     fstar = fstar_of(pts)
-    T, S = {}, {}
+    T, S, Tn = {}, {}, {}
     for p, run in runs.items():
         rel = relative_difference([x for _, x in pts[p]], fstar)
         k = 0
@@ -330,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["relative_difference"] = rel[k]
                 k += 1
         T[p] = time_to_gap(pts[p], fstar, 0.01)
+        Tn[p] = cpu_normalised(run["cpu_timeline"], T[p], run["threads"])
     for p in runs:
         S[p] = (T[1] / T[p] if math.isfinite(T[p]) and T[p] > 0 and math.isfinite(T[1])
                 else math.nan)
@@ -337,26 +346,27 @@ def main(argv: list[str] | None = None) -> int:
     w1 = work_at(runs[1]["records"], T[1], "dcd")
     proj: dict = {"pmax": args.project_max, "inputs": {}}
     if w1 is not None:
-        q_push, f_pub, s = 1.0, 0.0, None
+        q_push, f_pub, s, u = 1.0, 0.0, None, 1.0
         demi2 = runs.get(2)
         w2 = work_at(demi2["records"], T[2], "demi-dcd") if demi2 else None
         if demi2 and demi2["learner"]:
             lr = demi2["learner"]
             q_push = lr["pushed"] / max(lr["inferences"], 1)
             f_pub = lr["publish_percent"] / 100.0
-        if w2 is not None and w1["inferences"]:
+        if w2 is not None and w1["inferences"] and w1["updates"]:
             s = w2["inferences"] / w1["inferences"]
+            u = w2["updates"] / w1["updates"]
         proj["inputs"] = {"work_of_1dcd_at_1pct": w1, "work_of_demi_p2_at_1pct": w2,
                           "pushed_per_inference_q": q_push, "publish_overhead": f_pub,
-                          "inference_ratio_s": s, **{k: v for k, v in cal.items()
-                                                     if k != "learner"}}
+                          "inference_ratio_s": s, "update_ratio_u": u,
+                          **{k: v for k, v in cal.items() if k != "learner"}}
         proj["work_conserving"] = project(cal, w1, q_push, f_pub, 1.0, args.project_max)
         if s is not None:
-            proj["calibrated"] = project(cal, w1, q_push, f_pub, s, args.project_max)
+            proj["calibrated"] = project(cal, w1, q_push, f_pub, s, args.project_max, u)
         val = {}
         for p in (1, 2):
             if p in runs:
-                val[p] = {"measured": T[p],
+                val[p] = {"measured": T[p], "measured_cpu_normalised": Tn[p],
                           "predicted_work_conserving": proj["work_conserving"][p - 1][
                               "time_to_1pct"],
                           "predicted_calibrated": proj["calibrated"][p - 1]["time_to_1pct"]
@@ -375,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
            "warning": (f"threads {over} exceed the {cores} cores of this machine: those "
                        "points are oversubscribed" if over else None),
            "budget_seconds": args.budget, "fstar": fstar, "time_to_1pct": T, "speedup": S,
+           "time_to_1pct_cpu_normalised": Tn,
            "load": load.summary(), "calibration_learner": cal["learner"], "projection": proj,
            "runs": {p: {k: v for k, v in r.items() if k != "records"} for p, r in runs.items()}}
     od = Path(args.out_dir)
@@ -390,24 +401,27 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(od / f"{name}.csv", ["p", "kind", "time_to_1pct", "speedup_vs_p1",
                                    "cpu_percent", "useful_cpu_percent", "bottleneck"], rows)
     table = markdown_table(
-        ["p", "method", "time to 1%", "speed-up vs 1-DCD", "average CPU", "other load (cores)"],
+        ["p", "method", "time to 1%", "speed-up vs 1-DCD", "time to 1%, CPU-normalised",
+         "average CPU", "other load (cores)"],
         [[p, "1-DCD" if p == 1 else "DEMI-DCD" + (" (oversubscribed)" if p > cores else ""),
-          fmt_s(T[p]), f"{S[p]:.2f}x" if math.isfinite(S[p]) else "n/a",
+          fmt_s(T[p]), f"{S[p]:.2f}x" if math.isfinite(S[p]) else "n/a", fmt_s(Tn[p]),
           f"{(runs[p]['cpu'] or {}).get('average', math.nan):.0f}% of {100 * p}%",
           f"{load.spans.get(f'p{p}', {}).get('foreign_cores', math.nan)}"]
          for p in threads])
     res["table_markdown"] = table
     if "validation" in proj:
-        vt = markdown_table(["p", "measured time to 1%", "PROJECTION (same inferences)",
-                             "PROJECTION (fitted s)", "error of the first"],
-                            [[p, fmt_s(v["measured"]), fmt_s(v["predicted_work_conserving"]),
+        vt = markdown_table(["p", "measured time to 1%", "measured, CPU-normalised",
+                             "PROJECTION (same work)", "PROJECTION (fitted s, u)",
+                             "error of the first"],
+                            [[p, fmt_s(v["measured"]), fmt_s(v["measured_cpu_normalised"]),
+                              fmt_s(v["predicted_work_conserving"]),
                               fmt_s(v["predicted_calibrated"]),
                               f"{100 * v['relative_error_work_conserving']:+.0f}%"
                               if v["relative_error_work_conserving"] is not None else "n/a"]
                              for p, v in proj["validation"].items()])
         pt = markdown_table(
-            ["p", "PROJECTED time to 1% (same inferences)", "bottleneck", "speed-up",
-             "PROJECTED (fitted s)", "busy CPU", "useful CPU"],
+            ["p", "PROJECTED time to 1% (same work)", "bottleneck", "speed-up",
+             "PROJECTED (fitted s, u)", "busy CPU", "useful CPU"],
             [[x["p"], fmt_s(x["time_to_1pct"]), x["bottleneck"],
               f"{proj['work_conserving'][0]['time_to_1pct'] / x['time_to_1pct']:.2f}x",
               fmt_s(proj["calibrated"][x["p"] - 1]["time_to_1pct"]) if "calibrated" in proj
@@ -426,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e9 * c['t_upd_seconds_per_update']:.0f} ns/update, t_tr "
             f"{1e6 * c['t_tr_seconds_per_structure']:.2f} us/structure, q "
             f"{c['pushed_per_inference_q']:.3f} pushed/inference, publish "
-            f"{100 * c['publish_overhead']:.1f}%, s = {c['inference_ratio_s']}", q)
+            f"{100 * c['publish_overhead']:.1f}%, s = {c['inference_ratio_s']}, "
+            f"u = {c['update_ratio_u']}; DEMI learner t_upd "
+            f"{1e9 * c['t_upd_demi_seconds_per_update']:.0f} ns", q)
     if over:
         say(f"WARNING: threads {over} > {cores} cores: oversubscribed (see the plot)", q)
     say(f"load: {load.summary_line()}", q)
