@@ -63,8 +63,9 @@ class ActiveSets:
         self.p_val = np.zeros(1 << 16)
         self.meta = np.zeros(K.META_FIELDS, np.int64)
         self.track = bool(track_changes)
-        self.mark = np.zeros(dim if self.track else 1, np.uint8)
-        self.marked = np.zeros(dim if self.track else 1, np.int32)
+        pages = (dim >> K.PAGE_SHIFT) + 1 if self.track else 1
+        self.mark = np.zeros(pages, np.uint8)
+        self.marked = np.zeros(pages, np.int32)
         self._stats = np.zeros(4)
         self._ins = np.zeros(5, np.int64)
 
@@ -128,11 +129,12 @@ class ActiveSets:
                            int(st[K.S_NONZERO_STEPS]))
 
     def take_changes(self) -> np.ndarray:
-        """Indices of w changed since the last call (requires ``track_changes``)."""
+        """Pages of w (entries ``p·64 … p·64+63``, see ``kernels.PAGE_SHIFT``) changed since
+        the last call (requires ``track_changes``)."""
         n = int(self.meta[K.M_NMARK])
-        idx = self.marked[:n].copy()
+        pages = self.marked[:n].copy()
         K.clear_marks(self.mark, self.marked, self.meta)
-        return idx
+        return pages
 
     # ------------------------------------------------------------------ objective
     @property

@@ -6,7 +6,7 @@ sets (de-duplicated by hash, admitted by Eq. 11 against its current w) and updat
 that received structures at once (as DCD-Light does after inference), runs the Eq. (7)–(9)
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
 block, and publishes [w, A] to the shared w̄ every ρ updates (and at least every 100 ms when
-anything changed), copying only the entries changed since the last publish. An *outer
+anything changed), copying only the pages of w changed since the last publish. An *outer
 iteration* is one pass over all examples.
 
 Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and no violating
@@ -30,7 +30,7 @@ from .learner import SharedLearner
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
 PUBLISH_INTERVAL = 0.1  # seconds: publish at least this often when anything changed
 DEFAULT_CHUNK = 64  # examples per validated in-place inference chunk (ρ' of Algorithm 2)
-BLOCK = 64  # examples between ring drains
+BLOCK = 256  # examples between ring drains
 
 
 def train_demi_dcd(task: Task, config: SolverConfig, threads: int,

@@ -26,7 +26,9 @@ from numba import njit
 
 ALPHA, DELTA, SQNORM = 0, 1, 2
 # meta[k]: 0 next unused structure id, 1 φ-pool words used, 2 φ-pool words garbage,
-# 3 free structure ids on the stack, 4 marked (changed) weight entries
+# 3 free structure ids on the stack, 4 marked (changed) pages of w
+PAGE_SHIFT = 6  # change tracking in pages of 64 entries of w (512 bytes): a mark costs a
+# load from a small, cache-resident array, and a publish copies whole contiguous pages
 M_NEXT, M_PUSED, M_PGARB, M_NFREE, M_NMARK = 0, 1, 2, 3, 4
 META_FIELDS = 5
 # stats[k] returned by the update kernel
@@ -46,13 +48,13 @@ def sparse_dot(w, idx, val, start, end):
 
 @njit(cache=True, nogil=True)
 def _axpy_mark(w, d, idx, val, start, end, mark, marked, meta, track):
-    """w += d φ; when ``track``, remember every touched entry once in ``marked``."""
+    """w += d φ; when ``track``, remember every touched page of w once in ``marked``."""
     for k in range(start, end):
         j = idx[k]
         w[j] += d * val[k]
-        if track and mark[j] == 0:
-            mark[j] = 1
-            marked[meta[M_NMARK]] = j
+        if track and mark[j >> PAGE_SHIFT] == 0:
+            mark[j >> PAGE_SHIFT] = 1
+            marked[meta[M_NMARK]] = j >> PAGE_SHIFT
             meta[M_NMARK] += 1
 
 
