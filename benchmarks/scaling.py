@@ -191,7 +191,7 @@ def plot(res: dict, path: Path):
         over = " OVERSUBSCRIBED" if p > cores else ""
         a1.loglog([a for a, _ in pts], [b for _, b in pts], marker="o", ms=3,
                   ls="--" if p == 1 else "-", color="tab:gray" if p == 1 else
-                  cmap(k / max(len(ps) - 1, 1)),
+                  cmap(0.85 * (k - 1) / max(len(ps) - 2, 1)),
                   label=("1-DCD" if p == 1 else f"DEMI-DCD p={p}") + over)
     a1.axhline(0.01, color="k", lw=0.8, ls=":")
     a1.set_xlabel("wall-clock training time (s)")

@@ -74,6 +74,14 @@ def test_cpu_normalised_time_on_fixed_timeline():
     assert convergence.cpu_normalised(tl, math.inf, 2) == math.inf
 
 
+def test_load_adjusted_time_on_fixed_input():
+    convergence = importlib.import_module("convergence")
+    assert convergence.load_adjusted(10.0, 2, 2, 0.5) == pytest.approx(7.5)  # 1.5 of 2 cores
+    assert convergence.load_adjusted(10.0, 1, 2, 0.5) == pytest.approx(10.0)  # a core was free
+    assert convergence.load_adjusted(10.0, 1, 2, 1.5) == pytest.approx(5.0)
+    assert convergence.load_adjusted(math.inf, 2, 2, 0.0) == math.inf
+
+
 def test_thin_log_spaced_keeps_the_last_and_spaces_the_rest():
     times = [0.1 * k for k in range(1, 1001)]  # 0.1 .. 100 s
     keep = common.thin_log_spaced(times, min_step=1.0, rel_step=0.1)
