@@ -84,6 +84,9 @@ GAPS = (0.1, 0.05, 0.01, 0.001)
 # --------------------------------------------------------------------------- data
 def data_setup(args, work: Path, prog: Progress) -> dict:
     """Train/test files and the data options of the CLI for the chosen task."""
+    for k in ("train", "test"):  # the CLI runs with the repository as working directory
+        if getattr(args, k):
+            setattr(args, k, str(Path(getattr(args, k)).resolve()))
     if args.task == "entity-relation":
         if args.train:
             train, test = args.train, args.test
@@ -530,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             q)
     crf_on = args.task == "sequence" and not args.no_crfsuite
     prog = Progress(len(methods) + int(crf_on), f"convergence {args.task}", q)
-    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(
+    work = Path(args.work_dir).resolve() if args.work_dir else Path(tempfile.mkdtemp(
         prefix="demidcd-convergence-"))
     work.mkdir(parents=True, exist_ok=True)
     load = LoadSampler().start()

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"WARNING: asked for {', '.join(map(str, over))} threads on a machine with {cores} "
             "cores: those runs are oversubscribed and do not measure scaling", q)
     prog = Progress(len(threads) + 1, "scaling", q)
-    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(
+    work = Path(args.work_dir).resolve() if args.work_dir else Path(tempfile.mkdtemp(
         prefix="demidcd-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     load = LoadSampler().start()
