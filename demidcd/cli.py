@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=int, default=16,
                    help="examples per inference call in 1-DCD (1 = strictly sequential)")
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
+    s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
+                   help="DEMI-DCD: publish w at least this often when it changed (0.1)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--perceptron-epochs", type=int, default=10,
@@ -309,6 +311,7 @@ def cmd_train(args) -> int:
         eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
         averaged=args.averaged, snapshot_every=args.snapshot_every,
+        publish_interval=args.publish_interval,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
     if _is_er(args):

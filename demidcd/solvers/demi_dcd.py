@@ -37,7 +37,8 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    callback: Callback | None = None, rho: int = DEFAULT_RHO,
                    rho_worker: int = DEFAULT_CHUNK, cpu_log: str | None = None,
                    log: Callable[[str], None] | None = None, debug: bool = False,
-                   ring_words: int = 1 << 22, **_: object) -> TrainResult:
+                   ring_words: int = 1 << 22, publish_interval: float = PUBLISH_INTERVAL,
+                   **_: object) -> TrainResult:
     """Train with one learner (this process) and ``threads − 1`` inference workers."""
     L = SharedLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
                       debug)
@@ -57,7 +58,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                 max_pg, shrunk = max(max_pg, st.max_pg), shrunk + st.shrunk
                 since_publish += st.updates
                 if since_publish >= rho or (
-                        since_publish and time.perf_counter() - last_publish >= PUBLISH_INTERVAL):
+                        since_publish and time.perf_counter() - last_publish >= publish_interval):
                     L.publish()
                     since_publish, last_publish = 0, time.perf_counter()
                 pool.check()
