@@ -10,7 +10,8 @@ anything changed), copying only the pages of w changed since the last publish. A
 iteration* is one pass over all examples.
 
 Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and no violating
-structure arrived during it, the learner publishes w (version V) and waits, draining rings; it
+structure arrived during it, the learner publishes w (version V) and waits, draining rings and
+polishing the restricted problem without publishing (so no core idles and w̄ stays at V); it
 resumes updating when a violating structure arrives (new, or already in the active set: its
 gradient grew after it was visited in the pass), and stops when every worker has finished a
 full sweep that started at version ≥ V and found no structure violating by more than tol.
@@ -68,15 +69,18 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             if max_pg < config.tol and received == 0 and not clock.expired():
                 L.publish()
                 since_publish, version = 0, pool.wbar.version()
-                t = time.perf_counter()
-                while not clock.expired():  # wait for clean sweeps at this version
-                    if L.ingest():
+                t, k = time.perf_counter(), 0
+                while not clock.expired():  # wait for clean sweeps at this version,
+                    # polishing the restricted problem meanwhile (w̄ stays V)
+                    L.ingest()  # any record: a worker saw a violation at V (the learner's
+                    if L.last_drained:  # polished w may reject it): resume and republish
                         break
                     if pool.all_clean_since(version):
                         converged = True
                         break
                     pool.check()
-                    time.sleep(0.001)
+                    L.update(order[k:k + BLOCK])
+                    k = k + BLOCK if k + BLOCK < n else 0
                 L.seconds["wait"] += time.perf_counter() - t
             L.iteration(epoch, max_pg, shrunk)
             if stop := stop_reason(converged, clock):

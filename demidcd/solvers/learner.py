@@ -42,6 +42,7 @@ class SharedLearner:
         self.history: list[dict] = []
         self._last_eval = 0.0
         self.clock: Clock | None = None
+        self.last_drained = 0  # records in the last drain (admitted, duplicate or rejected)
 
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
@@ -71,6 +72,7 @@ class SharedLearner:
         DCD-Light does right after inference (DEMI-DCD; MS-DCD's master waits for the barrier).
         """
         batch = self.pool.drain()
+        self.last_drained = len(batch)
         if not len(batch):
             return 0
         t = time.perf_counter()
