@@ -75,6 +75,10 @@ def machine_info() -> dict[str, Any]:
         info["git_commit"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
             timeout=10).stdout.strip() or None
+        # uncommitted edits to the package at run time (the tree is shared while people work)
+        st = subprocess.run(["git", "status", "--porcelain", "--", "demidcd"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=10).stdout
+        info["git_dirty_files"] = [ln[3:] for ln in st.splitlines() if ln.strip()]
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
     return info
