@@ -150,7 +150,7 @@ def _data(tiny):
 
 def test_foundation_end_to_end(tiny, tmp_path):
     foundation = importlib.import_module("foundation")
-    assert foundation.main([*_data(tiny), "--dev", str(tiny / "dev.txt"), "--time-limit", "2",
+    assert foundation.main([*_data(tiny), "--dev", str(tiny / "dev.txt"), "--time-limit", "120",
                             "--max-epochs", "30", "--min-step", "0.01", "--reps", "1",
                             "--fill-epochs", "2", "--passes", "1", "--out-dir", str(tmp_path),
                             "--name", "f", "--quiet"]) == 0

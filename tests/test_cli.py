@@ -99,7 +99,7 @@ def test_entity_relation_end_to_end(tmp_path, alg, threads):
     corp.write_text(SAMPLE * 3)
     m = tmp_path / "er.npz"
     r = run("train", "--task", "entity-relation", "--train", str(corp), "--algorithm", alg,
-            "--threads", threads, "--time-limit", "10", "--model", str(m))
+            "--threads", threads, "--time-limit", "60", "--model", str(m))
     assert r.returncode == 0, r.stderr
     for solver in ("exact", "cbc"):
         r = run("evaluate", "--model", str(m), "--data", str(corp), "--ilp-solver", solver)
