@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -158,19 +157,12 @@ def machine_line(info: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- result files
 def _atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` atomically (the package's temporary-file-then-rename writer)."""
+    from demidcd.io.model import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(path, lambda f: f.write(text.encode()))
     return path
 
 
