@@ -29,6 +29,7 @@ from numba import njit
 from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from demidcd.tasks.er_solvers import REL_OF, exact_solve_into, get_solver
+from demidcd.tasks.sequence import merge_signed_keys
 
 NE = len(ENTITY_LABELS)
 NR = len(RELATION_LABELS)
@@ -371,19 +372,7 @@ def _records(w, examples, ent_ptr, pair_ptr, ef_ptr, ef_idx, pf_ptr, pf_idx, ent
                     c += 2
         kk = keys[:c]
         kk.sort()
-        p = 0
-        dot = 0.0
-        while p < c:
-            fi = kk[p] >> 1
-            v = 0.0
-            while p < c and (kk[p] >> 1) == fi:
-                v += 1.0 if (kk[p] & 1) == 1 else -1.0
-                p += 1
-            if v != 0.0:
-                idx[nnz] = fi
-                val[nnz] = v
-                dot += w[fi] * v
-                nnz += 1
+        nnz, dot = merge_signed_keys(kk, c, w, idx, val, nnz)
         ex[j] = s
         hs[j] = h
         dt[j] = delta[q]

@@ -260,6 +260,9 @@ def _merge(ks, m, w, out_idx, out_val, pos):
     return pos, margin
 
 
+merge_signed_keys = _merge  # shared with the entity-relation task (keys 2·index + [sign > 0])
+
+
 @nb.njit(cache=True, nogil=True)
 def _key_bits(F, K):
     """Number of bits of the largest key 2·(dim − 1) + 1."""
