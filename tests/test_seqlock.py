@@ -1,4 +1,4 @@
-"""Seqlock-protected shared weights: unit behaviour, deferral for starving readers, and a
+"""Double-buffered shared weights: unit behaviour, deferral for starving readers, and a
 writer process vs reader process test that must never observe a torn vector."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import multiprocess as mp
 import numpy as np
 import pytest
 
-from demidcd.parallel.seqlock import SEQ, WANT, SharedWeights, warmup
+from demidcd.parallel.seqlock import BEGUN, DONE, LINE_SHIFT, WANT, SharedWeights, warmup
 from demidcd.parallel.shm import SharedArena
 
 CTX = mp.get_context("fork")
@@ -27,6 +27,14 @@ def arena():
     a.close()
 
 
+def marks_for(dim: int, idx) -> np.ndarray:
+    """The learner's change marks for entries ``idx`` of w[:dim]."""
+    lines = (dim >> LINE_SHIFT) + 1
+    m = np.zeros(-(-lines // 8) * 8, np.uint8)
+    m[np.asarray(idx, np.int64) >> LINE_SHIFT] = 1
+    return m
+
+
 def test_publish_read_version(arena):
     sw = SharedWeights.allocate(arena, 1000)
     assert sw.version() == 0
@@ -34,20 +42,25 @@ def test_publish_read_version(arena):
     loc = np.full(1000, -1.0)
     assert sw.read_into(loc) == 0 and not loc.any()
     assert sw.publish(w)
-    assert sw.version() == 1 and sw.hdr[SEQ] == 2
+    assert sw.version() == 1 and sw.hdr[DONE] == sw.hdr[BEGUN] == 1
     assert sw.read_into(loc) == 1
     np.testing.assert_array_equal(loc, w)
+    # after a whole publish the idle buffer is two versions behind in unknown places: the
+    # next marked publish copies everything
+    assert sw.publish_marked(w, marks_for(990, []), tail=990) and sw.version() == 2
     w2 = w.copy()
-    w2[[3, 500, 999]] = [-1.0, -2.0, -3.0]
-    w2[10] = 77.0  # changed but not listed: must NOT be published by publish_sparse
-    assert sw.publish_sparse(w2, np.array([3, 500, 999], np.int32))
-    assert sw.read_into(loc) == 2
+    w2[[3, 500, 990]] = [-1.0, -2.0, -3.0]
+    w2[10] = 77.0  # changed but not marked: must NOT be published
+    w2[995:] = 5.0  # the tail (A) is always published whole
+    assert sw.publish_marked(w2, marks_for(990, [3, 500]), tail=990)
+    assert sw.read_into(loc) == 3
     expect = w.copy()
-    expect[[3, 500, 999]] = [-1.0, -2.0, -3.0]
+    expect[[3, 500]] = [-1.0, -2.0]
+    expect[990:] = w2[990:]
     np.testing.assert_array_equal(loc, expect)
     other = SharedWeights.attach(sw.spec())
     loc2 = np.zeros(1000)
-    assert other.read_into(loc2) == 2
+    assert other.read_into(loc2) == 3
     np.testing.assert_array_equal(loc2, expect)
     with pytest.raises(ValueError):
         sw.publish(np.zeros(999))
@@ -55,56 +68,88 @@ def test_publish_read_version(arena):
         sw.read_into(np.zeros(1000, np.float32))
 
 
+def test_marked_publishes_keep_both_buffers_exact(arena):
+    """Each version is exact when every change is marked, although each publish writes only
+    the idle buffer (two versions old) and only the lines of the last two intervals."""
+    dim, tail = 4099, 4000
+    sw = SharedWeights.allocate(arena, dim)
+    rng = np.random.default_rng(1)
+    w = np.zeros(dim)
+    mark = marks_for(tail, [])
+    loc = np.empty(dim)
+    for k in range(1, 40):
+        idx = rng.integers(0, tail, rng.integers(0, 60))
+        w[idx] = k
+        mark[idx >> LINE_SHIFT] = 1
+        w[tail:] = -k
+        if k % 7 == 0:
+            assert sw.publish(w)  # whole publishes interleave with marked ones
+            mark[:] = 0
+        else:
+            assert sw.publish_marked(w, mark, tail)
+            assert not mark.any()
+        assert sw.read_into(loc) == k
+        np.testing.assert_array_equal(loc, w)
+
+
 def test_in_place_read_validation(arena):
     sw = SharedWeights.allocate(arena, 10)
-    s = sw.read_begin()
-    assert sw.read_valid(s)
-    sw.publish(np.ones(10))
-    assert not sw.read_valid(s)
+    v = sw.read_begin()
+    buf = sw.buffer(v)
+    assert sw.read_valid(v)
+    sw.publish(np.ones(10))  # writes the other buffer: the reader of v is unaffected
+    assert sw.read_valid(v) and not buf.any()
+    sw.publish(np.full(10, 2.0))  # rewrites v's buffer
+    assert not sw.read_valid(v)
+    assert sw.read_valid(sw.read_begin())
 
 
-def test_reader_times_out_on_stalled_writer(arena):
+def test_reader_times_out_when_every_copy_overlaps_two_publishes(arena):
     sw = SharedWeights.allocate(arena, 10)
-    sw.hdr[SEQ] = 3  # a writer died mid-publish
+    sw.hdr[BEGUN] = 2  # two publishes began and never finished (a writer died mid-publish)
     with pytest.raises(TimeoutError):
         sw.read_into(np.zeros(10), timeout=0.05)
     assert sw.hdr[WANT] == 0  # the reader withdrew its request
 
 
 def test_writer_defers_for_a_starving_reader_then_catches_up(arena):
-    sw = SharedWeights.allocate(arena, 100, max_defer=0.2)
-    w = np.zeros(100)
-    loc = np.zeros(100)
+    dim = 100
+    sw = SharedWeights.allocate(arena, dim, max_defer=0.2)
+    w = np.zeros(dim)
+    mark = marks_for(dim, [])
+    loc = np.zeros(dim)
+    sw.publish(w)
     sw.hdr[WANT] = 1  # a reader asks for a pause
-    w[5] = 1.0
-    assert not sw.publish_sparse(w, np.array([5]))
-    w[7] = 2.0
-    assert not sw.publish_sparse(w, np.array([7]))
-    assert sw.has_pending and sw.version() == 0
+    w[5], mark[5 >> LINE_SHIFT] = 1.0, 1
+    assert not sw.publish_marked(w, mark, dim)
+    w[70], mark[70 >> LINE_SHIFT] = 2.0, 1
+    assert not sw.publish_marked(w, mark, dim)
+    assert sw.version() == 1 and mark.any()  # marks keep accumulating
     sw.read_into(loc)
     assert not loc.any()
-    sw.hdr[WANT] = 0  # reader done: the next publish carries the deferred entries
-    w[9] = 3.0
-    assert sw.publish_sparse(w, np.array([9]))
-    assert sw.version() == 1 and not sw.has_pending
+    sw.hdr[WANT] = 0  # reader done: the next publish carries the deferred changes
+    w[90], mark[90 >> LINE_SHIFT] = 3.0, 1
+    assert sw.publish_marked(w, mark, dim)
+    assert sw.version() == 2
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
     # deferral is bounded by max_defer even if the flag is never cleared
     sw.hdr[WANT] = 1
-    w[1] = 4.0
-    assert not sw.publish_sparse(w, np.array([1]))
+    w[1], mark[0] = 4.0, 1
+    assert not sw.publish_marked(w, mark, dim)
     time.sleep(0.25)
-    w[2] = 5.0
-    assert sw.publish_sparse(w, np.array([2]))
+    w[20], mark[20 >> LINE_SHIFT] = 5.0, 1
+    assert sw.publish_marked(w, mark, dim)
     sw.hdr[WANT] = 0
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
-    # full publish deferred, then flush writes everything
+    # whole publish deferred, then flush writes everything
     sw.hdr[WANT] = 1
     w[:] = 6.0
-    assert not sw.publish(w)
+    assert not sw.publish(w) and sw.has_pending
     sw.flush(w)
     sw.hdr[WANT] = 0
+    assert not sw.has_pending
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
 
@@ -128,59 +173,68 @@ def _writer_full(spec, flags_spec, n_pub):
     flags[0] = 1
 
 
-def _writer_sparse(spec, flags_spec, n_pub):
+def _writer_marked(spec, flags_spec, n_pub):
     sw = SharedWeights.attach(spec)
     flags = SharedArena.attach(flags_spec)["flags"]
     d = sw.dim
     w = np.zeros(d)
+    mark = marks_for(d - 1, [])
     rng = np.random.default_rng(0)
     for k in range(1, n_pub + 1):
         if flags[1]:
             break
         idx = np.unique(rng.integers(0, d - 1, 2000))
         w[idx] = float(k)
+        mark[idx >> LINE_SHIFT] = 1
         w[d - 1] = w[: d - 1].sum()  # exact: integer-valued, < 2**53
-        sw.publish_sparse(w, np.append(idx, d - 1))
+        sw.publish_marked(w, mark, d - 1)
     sw.flush(w)
     flags[0] = 1
 
 
 def _reader(spec, flags_spec, mode, res_spec):
+    """Reads by copy (read_into) and in place (as the workers do); every read that claims to
+    be valid must be consistent: all entries equal the version (full), or the last entry is
+    the sum of the others (marked)."""
     sw = SharedWeights.attach(spec)
     flags = SharedArena.attach(flags_spec)["flags"]
     res = SharedArena.attach(res_spec)["res"]
     loc = np.empty(sw.dim)
-    raw = np.empty(sw.dim)
-    reads = torn_raw = bad = 0
+    reads = bad = invalid = 0
     last = -1
     versions = set()
     t_end = time.monotonic() + 20
+
+    def consistent(x: np.ndarray, v: int) -> bool:
+        if mode == "full":
+            return x.min() == x.max() == (float(v) if v else 0.0)
+        return x[-1] == x[:-1].sum()
+
     while flags[0] == 0 and time.monotonic() < t_end:
         v = sw.read_into(loc, timeout=5)
         reads += 1
         versions.add(v)
-        if v < last:
-            bad += 1
+        bad += v < last or not consistent(loc, v)
         last = v
-        if mode == "full":
-            ok = loc.min() == loc.max() == float(v)
-            raw[:] = sw.w  # unprotected copy, for comparison only
-            torn_raw += raw.min() != raw.max()
+        v = sw.read_begin()  # in place
+        buf = sw.buffer(v)
+        ok = consistent(buf, v)
+        if sw.read_valid(v):
+            bad += not ok
         else:
-            ok = loc[-1] == loc[:-1].sum()
-        bad += not ok
-    res[:4] = reads, bad, len(versions), torn_raw
+            invalid += 1
+    res[:4] = reads, bad, len(versions), invalid
     flags[1] = 1
 
 
 @pytest.mark.parametrize("mode,dim,n_pub", [("full", 200_000, 1500),
-                                             ("sparse", 1_000_000, 4000)])
+                                             ("marked", 1_000_000, 4000)])
 def test_reader_never_sees_torn_vector(arena, mode, dim, n_pub):
     sw = SharedWeights.allocate(arena, dim)
     flags = arena.create("flags", (4,), np.int64)
     arena.create("res", (4,), np.int64)
     spec = arena.spec()
-    target = _writer_full if mode == "full" else _writer_sparse
+    target = _writer_full if mode == "full" else _writer_marked
     pw = CTX.Process(target=target, args=(sw.spec(), spec, n_pub))
     pr = CTX.Process(target=_reader, args=(sw.spec(), spec, mode, spec))
     pr.start()
@@ -193,9 +247,9 @@ def test_reader_never_sees_torn_vector(arena, mode, dim, n_pub):
             p.join()
     res = arena["res"]
     assert pw.exitcode == 0 and pr.exitcode == 0
-    reads, bad, n_versions, torn_raw = (int(x) for x in res)
+    reads, bad, n_versions, invalid = (int(x) for x in res)
     print(f"\n{mode}: {reads} reads, {n_versions} versions seen, {bad} bad, "
-          f"{torn_raw} torn unprotected copies, {int(flags[2])} deferred publishes")
+          f"{invalid} in-place reads rejected, {int(flags[2])} deferred publishes")
     assert bad == 0
     assert reads >= 20 and n_versions >= 5  # reads really overlapped many publishes
     # the final state is consistent and complete

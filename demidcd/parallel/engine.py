@@ -4,10 +4,11 @@ One process (the caller, the *learner*) owns every shared-memory segment and for
 inference workers (``multiprocess`` "fork" context, so the bound task and its numba kernels are
 inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedArena`:
 
-* ``wbar`` — the published vector [w, A] (weights, then the per-example α-sums A_i) under a
-  seqlock (:class:`~.seqlock.SharedWeights`). Workers read it **in place**: a chunk of
-  inferences runs on w̄ between ``read_begin`` and ``read_valid``; a chunk during which a publish
-  started is discarded and redone, so no worker ever uses a torn w (counted as ``wasted``).
+* ``wbar`` — the published vector [w, A] (weights, then the per-example α-sums A_i), double
+  buffered under two counters (:class:`~.seqlock.SharedWeights`). Workers read it **in place**:
+  a chunk of inferences runs on the current buffer between ``read_begin`` and ``read_valid``; a
+  chunk during which two publishes began (so its buffer was rewritten) is discarded and redone,
+  so no worker ever uses a torn w (counted as ``wasted``).
 * one SPSC :class:`~.ring.RecordRing` per worker carrying records (i, h, Δ, φ, m) to the learner.
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
@@ -203,10 +204,6 @@ class WorkerPool:
         self.close()
 
     # ------------------------------------------------------------------ learner side
-    @property
-    def w_view(self) -> np.ndarray:
-        return self.wbar.w
-
     def drain(self, max_records: int = 1 << 16) -> RecordBatch:
         """All records currently in the rings (never blocks)."""
         parts = [r.pop(max_records) for r in self.rings]
@@ -263,7 +260,6 @@ class WorkerPool:
     def _worker_loop(self, j: int) -> None:
         task, wbar, ring, st = self.task, self.wbar, self.rings[j], self.stats[j]
         ctrl, dim = self.ctrl, self.dim
-        w, A = wbar.w[:dim], wbar.w[dim:]
         shard = self.shards[j]
         rng = np.random.default_rng([self.seed, j, self.restarts[j]])
         parent = self.parent_pid
@@ -297,8 +293,9 @@ class WorkerPool:
                 t = time.perf_counter()
                 while True:
                     seq = wbar.read_begin()
-                    b = task.loss_augmented(w, ex)
-                    viol = b.violation(A, self.C) if len(b) else np.zeros(0)
+                    buf = wbar.buffer(seq)
+                    b = task.loss_augmented(buf[:dim], ex)
+                    viol = b.violation(buf[dim:], self.C) if len(b) else np.zeros(0)
                     if wbar.read_valid(seq):
                         break
                     st[WASTED] += 1
@@ -327,6 +324,6 @@ class WorkerPool:
             if done:
                 st[SWEEPS] += 1
                 st[SWEEP_VIOL] = viol_count
-                st[CLEAN_VERSION] = v0 // 2 if clean and v0 >= 0 else -1
+                st[CLEAN_VERSION] = v0 if clean and v0 >= 0 else -1
                 if self.mode == "barrier":
                     st[DONE_GEN] = gen

@@ -1,45 +1,41 @@
-"""The shared weight vector w̄ under a seqlock (one writer: the learner; many readers: workers).
+"""The shared weight vector w̄: double buffering under two sequence counters (one writer, the
+learner; many readers, the workers).
 
-Protocol (sequence counter ``seq`` = ``hdr[0]``, int64 in shared memory)::
+Layout: two buffers ``buf[0]``, ``buf[1]`` (float64[dim] each) and a header of int64 counters:
+``BEGUN`` = publishes started, ``DONE`` = publishes completed. Version v (v = DONE after the v-th
+publish) lives in ``buf[v % 2]``. Protocol::
 
-    writer:  seq += 1 (odd)  ; fence ; write data ; fence ; seq += 1 (even)
-    reader:  s1 = seq (wait while odd) ; fence ; copy ; fence ; s2 = seq ; ok iff s1 == s2
+    writer (publish v+1):  BEGUN = v+1 ; fence ; write buf[(v+1) % 2] ; fence ; DONE = v+1
+    reader:                v = DONE ; fence ; read buf[v % 2] ... ; fence ; ok iff BEGUN ≤ v+1
 
-A reader therefore never returns a torn (half-written) vector; the *version* of a consistent
-copy is ``s1 // 2`` = number of completed publishes.
+The writer only ever writes the buffer that is *not* current, so a reader of version v is safe
+until publish v+2 begins (the next write to ``buf[v % 2]``): a reader never uses a torn
+(half-written) vector, and, unlike a single-buffer seqlock, one publish during a read costs the
+reader nothing. A read that overlapped two publishes is reported invalid and redone. This lets
+the learner publish every few milliseconds while workers read w̄ in place for whole chunks.
+
+Keeping the idle buffer current costs no full copies: the writer brings ``buf[(v+1) % 2]``
+(which holds version v−1) up to date by copying the cache lines changed during the last two
+publish intervals — the learner marks changed lines (``mark[j >> LINE_SHIFT] = 1``) and
+:meth:`SharedWeights.publish_marked` copies lines marked now or at the previous publish.
 
 Memory ordering — the guarantee relied on
 -----------------------------------------
-Both the compiler and the CPU must keep (a) the odd-counter store before the data stores and
-the data stores before the even-counter store, and (b) the reader's counter loads around its data
-loads. We use an explicit ``fence seq_cst`` LLVM instruction (:func:`fence`, a numba intrinsic):
-
-* LLVM never moves a load or store across a fence (a fence is modelled as reading and writing
-  all memory), so numba cannot reorder or merge the counter accesses with the copy loop even
-  when they sit in one compiled function;
-* the fence is also a hardware barrier (``lock or`` on x86-64, ``dmb ish`` on AArch64), so the
-  protocol does not depend on x86-64 TSO (which by itself already keeps store→store and
-  load→load order).
-
-The Python-level methods additionally run "begin", "copy" and "end" as separate compiled calls
-(not inlined into each other), so even without the fence the compiler could not reorder them and
-x86-64 TSO would keep the order. :func:`publish_sparse_kernel` and :func:`read_attempt_kernel` are
-single njit functions (fences inside) that the learner/workers may call from their own njit
-loops. Aligned 8-byte loads/stores are atomic on every 64-bit target we support, so a counter
-value is never itself torn. Exactly one process may write (the learner).
+The counter stores must stay ordered with the data stores (writer) and the counter loads with
+the data loads (reader), against both compiler and CPU reordering. Each counter access sits in
+its own compiled function next to an explicit ``fence seq_cst`` LLVM instruction
+(:func:`fence`): LLVM never moves a load or store across a fence, and the fence is a hardware
+barrier (``lock or`` on x86-64, ``dmb ish`` on AArch64), so the protocol does not depend on
+x86-64 TSO. Aligned 8-byte loads/stores are atomic on every 64-bit target we support, so a
+counter value is never itself torn. Exactly one process may write (the learner).
 
 Reader starvation
 -----------------
-A full copy of 15 M float64 takes ~10 ms; if the learner publishes more often than that, a
-reader could retry forever. After a failed attempt a reader raises the ``want`` flag
-(``hdr[8]``, its own cache line); while it is set the writer *defers* publishes for at most
-``max_defer`` seconds (default 0.5 s; remembering the changed indices) so the reader can finish;
-the deferred entries are written by the next publish (or :meth:`SharedWeights.flush`). Reads
-normally finish within one or two copy times (measured: 15 M entries, writer publishing
-back-to-back, 2 cores: median ~35 ms per read), so w̄ lags the learner by about one copy time
-while a worker is reading. ``max_defer`` only bounds the lag if a reader is descheduled or dies
-holding the flag; too small a value (below a copy time under load) lets readers starve.
-Correctness never depends on the flag, only progress.
+A reader that copies all of w̄ (:meth:`SharedWeights.read_into`) fails only if two publishes
+began during its copy. After a failed attempt it raises the ``want`` flag (``hdr[WANT]``, its
+own cache line); while it is set the writer *defers* publishes for at most ``max_defer`` seconds
+(default 0.5 s), keeping the changes for the next publish. Correctness never depends on the
+flag, only progress.
 """
 
 from __future__ import annotations
@@ -51,12 +47,13 @@ import numpy as np
 from numba import njit, types
 from numba.core.extending import intrinsic
 
-__all__ = ["SharedWeights", "fence", "publish_sparse_kernel", "read_attempt_kernel",
-           "SEQ", "WANT", "HDR_WORDS", "warmup"]
+__all__ = ["SharedWeights", "fence", "BEGUN", "DONE", "WANT", "HDR_WORDS", "LINE_SHIFT",
+           "warmup"]
 
-SEQ = 0  # hdr index of the sequence counter
+BEGUN, DONE = 0, 1  # hdr indices of the publish counters (one cache line)
 WANT = 8  # hdr index of the reader-wants-a-pause flag (separate 64-byte cache line)
 HDR_WORDS = 16
+LINE_SHIFT = 3  # changes are tracked and copied per line of 8 entries (64 bytes, a cache line)
 
 
 @intrinsic
@@ -72,15 +69,18 @@ def fence(typingctx: Any) -> Any:
 
 
 @njit(cache=True, nogil=True)
-def _write_begin(hdr: np.ndarray) -> None:
-    hdr[SEQ] = hdr[SEQ] + 1  # odd: write in progress
+def _store_counter(hdr: np.ndarray, i: int, v: int) -> None:
+    fence()
+    hdr[i] = v
     fence()
 
 
 @njit(cache=True, nogil=True)
-def _write_end(hdr: np.ndarray) -> None:
+def _load_counter(hdr: np.ndarray, i: int) -> int:
     fence()
-    hdr[SEQ] = hdr[SEQ] + 1  # even: consistent
+    v = hdr[i]
+    fence()
+    return v
 
 
 @njit(cache=True, nogil=True)
@@ -90,82 +90,61 @@ def _copy_full(dst: np.ndarray, src: np.ndarray) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _copy_sparse(dst: np.ndarray, src: np.ndarray, idx: np.ndarray) -> None:
-    for k in range(idx.shape[0]):
-        j = idx[k]
+def _copy_marked(dst: np.ndarray, src: np.ndarray, cur: np.ndarray, prev: np.ndarray,
+                 tail: int) -> int:
+    """Copy src → dst on every line of ``2**LINE_SHIFT`` entries of src[:tail] marked (byte
+    ≠ 0) in ``cur`` or ``prev``, then ``prev ← cur, cur ← 0``; copy src[tail:] whole. Runs of
+    marked lines are copied as one contiguous block; eight unmarked lines are skipped with one
+    uint64 test. Returns the number of lines copied."""
+    cur64, prev64 = cur.view(np.uint64), prev.view(np.uint64)
+    n_lines = cur.shape[0]
+    copied = 0
+    k = 0
+    while k < n_lines:
+        if (k & 7) == 0 and (cur64[k >> 3] | prev64[k >> 3]) == 0:
+            k += 8
+            continue
+        if (cur[k] | prev[k]) == 0:
+            k += 1
+            continue
+        first = k
+        while k < n_lines and (cur[k] | prev[k]) != 0:
+            prev[k] = cur[k]
+            cur[k] = 0
+            k += 1
+        copied += k - first
+        for j in range(first << LINE_SHIFT, min(k << LINE_SHIFT, tail)):
+            dst[j] = src[j]
+    for j in range(tail, src.shape[0]):
         dst[j] = src[j]
-
-
-@njit(cache=True, nogil=True)
-def publish_sparse_kernel(hdr: np.ndarray, wbar: np.ndarray, w: np.ndarray,
-                          idx: np.ndarray) -> None:
-    """w̄[idx] ← w[idx] under the seqlock, in one compiled call (callable from njit code)."""
-    hdr[SEQ] = hdr[SEQ] + 1
-    fence()
-    for k in range(idx.shape[0]):
-        j = idx[k]
-        wbar[j] = w[j]
-    fence()
-    hdr[SEQ] = hdr[SEQ] + 1
-
-
-@njit(cache=True, nogil=True)
-def read_attempt_kernel(hdr: np.ndarray, wbar: np.ndarray, dst: np.ndarray,
-                        spins: int) -> int:
-    """One seqlock read: wait ≤ ``spins`` polls for an even counter, copy w̄ into ``dst``,
-    recheck. Returns the (even) counter value on success, −1 if the copy may be torn."""
-    s1 = hdr[SEQ]
-    n = 0
-    while s1 & 1:
-        if n >= spins:
-            return -1
-        n += 1
-        fence()
-        s1 = hdr[SEQ]
-    fence()
-    for j in range(wbar.shape[0]):
-        dst[j] = wbar[j]
-    fence()
-    s2 = hdr[SEQ]
-    return s1 if s1 == s2 else -1
-
-
-@njit(cache=True, nogil=True)
-def _load_seq(hdr: np.ndarray) -> int:
-    s = hdr[SEQ]
-    fence()
-    return s
-
-
-@njit(cache=True, nogil=True)
-def _store_word(hdr: np.ndarray, i: int, v: int) -> None:
-    fence()
-    hdr[i] = v
+    return copied
 
 
 class SharedWeights:
-    """w̄ (float64[dim]) plus its seqlock header (int64[16]) in shared memory.
+    """w̄ = two float64[dim] buffers plus an int64[16] header, in shared memory.
 
-    Writer (learner only): :meth:`publish`, :meth:`publish_sparse`, :meth:`flush`.
-    Readers (workers): :meth:`read_into`, or in place with :meth:`read_begin` /
-    :meth:`read_valid`. Build with :meth:`allocate` in the parent, ship :meth:`spec` to
-    children and :meth:`attach` there (warm the kernels with :func:`warmup` before forking).
+    Writer (learner only): :meth:`publish` (whole vector), :meth:`publish_marked` (changed
+    lines), :meth:`flush`. Readers (workers): :meth:`read_into` (a consistent copy), or in place:
+    ``v = read_begin()``, use :meth:`buffer` ``(v)``, then :meth:`read_valid` ``(v)``.
+    Build with :meth:`allocate` in the parent, ship :meth:`spec` to children and :meth:`attach`
+    there (warm the kernels with :func:`warmup` before forking).
     """
 
     def __init__(self, arrays: dict[str, np.ndarray], key: str = "wbar",
                  max_defer: float = 0.5):
         self.key = key
-        self.w: np.ndarray = arrays[key]
+        self.buf: np.ndarray = arrays[key]
         self.hdr: np.ndarray = arrays[key + "_hdr"]
-        if self.w.dtype != np.float64 or self.hdr.dtype != np.int64:
-            raise TypeError("SharedWeights needs float64 w̄ and int64 header arrays")
-        self.dim = int(self.w.shape[0])
+        if self.buf.dtype != np.float64 or self.buf.ndim != 2 or self.buf.shape[0] != 2 \
+                or self.hdr.dtype != np.int64:
+            raise TypeError("SharedWeights needs float64[2, dim] buffers and an int64 header")
+        self.dim = int(self.buf.shape[1])
         self.max_defer = float(max_defer)
         self._spec: dict | None = None
-        # writer-side deferral state (only meaningful in the writer process)
-        self._pending: list[np.ndarray] = []
-        self._pending_n = 0
-        self._pending_all = False
+        # writer-side state (only meaningful in the writer process)
+        self._prev: np.ndarray | None = None  # lines marked at the previous publish
+        self._prev_full = True  # the previous publish's changes are unknown: copy all next
+        self._pending_full = False  # a deferred whole-vector publish
         self._defer_since: float | None = None
 
     # -- construction ----------------------------------------------------------------------
@@ -173,7 +152,7 @@ class SharedWeights:
     def allocate(arena: Any, dim: int, key: str = "wbar", max_defer: float = 0.5
                  ) -> SharedWeights:
         """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.parallel.shm.SharedArena`)."""
-        arena.create(key, (int(dim),), np.float64)
+        arena.create(key, (2, int(dim)), np.float64)
         arena.create(key + "_hdr", (HDR_WORDS,), np.int64)
         sw = SharedWeights({key: arena[key], key + "_hdr": arena[key + "_hdr"]}, key, max_defer)
         segs = arena.spec()["segments"]
@@ -197,6 +176,10 @@ class SharedWeights:
         return sw
 
     # -- writer ----------------------------------------------------------------------------
+    def _check(self, w: np.ndarray) -> None:
+        if w.shape != (self.dim,) or w.dtype != np.float64:
+            raise ValueError(f"publish needs float64[{self.dim}], got {w.dtype}{w.shape}")
+
     def _should_defer(self) -> bool:
         if self.hdr[WANT] == 0:
             self._defer_since = None
@@ -209,120 +192,117 @@ class SharedWeights:
         self._defer_since = None  # publish now; the next request starts a new deferral window
         return False
 
-    def _defer(self, idx: np.ndarray | None) -> None:
-        if idx is None or self._pending_n + len(idx) > self.dim // 4:
-            self._pending_all = True
-            self._pending.clear()
-            self._pending_n = 0
-        elif not self._pending_all:
-            self._pending.append(np.array(idx, copy=True))
-            self._pending_n += len(idx)
+    def _begin(self) -> tuple[int, np.ndarray]:
+        v = int(self.hdr[DONE]) + 1
+        _store_counter(self.hdr, BEGUN, v)
+        return v, self.buf[v % 2]
 
-    def _write(self, w: np.ndarray, idx: np.ndarray | None) -> None:
-        _write_begin(self.hdr)
-        if idx is None or self._pending_all:
-            _copy_full(self.w, w)
-        else:
-            for p in self._pending:
-                _copy_sparse(self.w, w, p)
-            _copy_sparse(self.w, w, idx)
-        _write_end(self.hdr)
-        self._pending.clear()
-        self._pending_n = 0
-        self._pending_all = False
+    def _end(self, v: int) -> None:
+        _store_counter(self.hdr, DONE, v)
 
     def publish(self, w: np.ndarray, force: bool = False) -> bool:
-        """w̄ ← w (full copy under the seqlock). Returns False if deferred for a reader (see
-        module docstring); the copy then happens at the next publish or :meth:`flush`."""
-        if w.shape != self.w.shape or w.dtype != np.float64:
-            raise ValueError(f"publish needs float64[{self.dim}], got {w.dtype}{w.shape}")
+        """w̄ ← w (whole vector). Returns False if deferred for a reader (see the module
+        docstring); the copy then happens at the next publish or :meth:`flush`."""
+        self._check(w)
         if not force and self._should_defer():
-            self._defer(None)
+            self._pending_full = True
             return False
-        self._write(w, None)
+        v, dst = self._begin()
+        _copy_full(dst, w)
+        self._end(v)
+        self._prev_full, self._pending_full = True, False
         return True
 
-    def publish_sparse(self, w: np.ndarray, idx: np.ndarray, force: bool = False) -> bool:
-        """w̄[idx] ← w[idx] under the seqlock (plus any deferred entries). ``idx`` = entries
-        changed since the last publish (duplicates harmless). Returns False if deferred."""
-        if w.shape != self.w.shape or w.dtype != np.float64:
-            raise ValueError(f"publish needs float64[{self.dim}], got {w.dtype}{w.shape}")
+    def publish_marked(self, w: np.ndarray, mark: np.ndarray, tail: int,
+                       force: bool = False) -> bool:
+        """w̄ ← w, copying only the lines of w[:tail] marked in ``mark`` (one byte per line of
+        ``2**LINE_SHIFT`` entries, as the learner's update kernel writes them; length a multiple
+        of 8) since the last publish, and w[tail:] whole. Clears ``mark``. Returns False if
+        deferred for a reader (``mark`` then keeps accumulating)."""
+        self._check(w)
+        if mark.dtype != np.uint8 or mark.shape[0] % 8 or mark.shape[0] << LINE_SHIFT < tail:
+            raise ValueError("mark must be uint8, a multiple of 8 long, covering w[:tail]")
         if not force and self._should_defer():
-            self._defer(idx)
             return False
-        self._write(w, idx)
+        if self._prev is None or self._prev.shape != mark.shape:
+            self._prev, self._prev_full = np.zeros_like(mark), True
+        v, dst = self._begin()
+        if self._prev_full or self._pending_full:  # the idle buffer's lag is unknown
+            _copy_full(dst, w)
+            self._prev[:] = mark
+            mark[:] = 0
+        else:
+            _copy_marked(dst, w, mark, self._prev, tail)
+        self._end(v)
+        self._prev_full = self._pending_full = False
         return True
 
     def flush(self, w: np.ndarray) -> None:
-        """Write any deferred entries now, ignoring reader requests (e.g. at the end of
-        training). No-op when nothing is pending."""
-        if self._pending_all or self._pending:
-            self._write(w, np.zeros(0, np.int64))
+        """Write a deferred whole-vector publish now, ignoring reader requests."""
+        if self._pending_full:
+            self.publish(w, force=True)
 
     @property
     def has_pending(self) -> bool:
-        """True if a deferred publish has not reached w̄ yet."""
-        return self._pending_all or bool(self._pending)
+        """True if a deferred whole-vector publish has not reached w̄ yet."""
+        return self._pending_full
 
     # -- readers ---------------------------------------------------------------------------
+    def read_begin(self) -> int:
+        """For reading w̄ in place: the current version v (its data: :meth:`buffer` ``(v)``)."""
+        return int(_load_counter(self.hdr, DONE))
+
+    def buffer(self, version: int) -> np.ndarray:
+        """The buffer holding ``version`` (valid while :meth:`read_valid` says so)."""
+        return self.buf[version % 2]
+
+    def read_valid(self, version: int) -> bool:
+        """True iff the buffer of ``version`` was not rewritten since :meth:`read_begin`
+        returned it (no second publish began), so every in-place read in between saw it."""
+        return int(_load_counter(self.hdr, BEGUN)) <= version + 1
+
     def read_into(self, w_local: np.ndarray, timeout: float | None = None) -> int:
         """Consistent copy w_local ← w̄; returns its version (= number of completed publishes).
-
-        Retries until a copy is not torn; raises TimeoutError after ``timeout`` seconds.
-        """
-        if w_local.shape != self.w.shape or w_local.dtype != np.float64:
+        Retries until a copy is not torn; raises TimeoutError after ``timeout`` seconds."""
+        if w_local.shape != (self.dim,) or w_local.dtype != np.float64:
             raise ValueError(f"read_into needs float64[{self.dim}], got {w_local.dtype}"
                              f"{w_local.shape}")
-        tries = 0
-        asked = False
-        t0 = time.perf_counter() if timeout is not None else 0.0
+        asked, tries = False, 0
+        t0 = time.perf_counter()
         try:
             while True:
-                s = read_attempt_kernel(self.hdr, self.w, w_local, 100_000)
-                if s >= 0:
-                    return s // 2
+                v = self.read_begin()
+                _copy_full(w_local, self.buffer(v))
+                if self.read_valid(v):
+                    return v
                 tries += 1
                 if not asked:
-                    _store_word(self.hdr, WANT, 1)
+                    _store_counter(self.hdr, WANT, 1)
                     asked = True
                 if tries % 8 == 0:
                     time.sleep(0)
                 if timeout is not None and time.perf_counter() - t0 > timeout:
-                    raise TimeoutError("could not read a consistent w̄ (writer stalled?)")
+                    raise TimeoutError("could not read a consistent w̄ (writer too fast?)")
         finally:
             if asked:
-                _store_word(self.hdr, WANT, 0)
-
-    def read_begin(self) -> int:
-        """For reading w̄ in place: spin until no write is in progress; return the counter."""
-        while True:
-            s = _load_seq(self.hdr)
-            if not s & 1:
-                return s
-            time.sleep(0)
-
-    def read_valid(self, s: int) -> bool:
-        """True iff no publish started since :meth:`read_begin` returned ``s`` (the in-place
-        reads made in between saw one consistent w̄)."""
-        return _load_seq(self.hdr) == s
+                _store_counter(self.hdr, WANT, 0)
 
     def version(self) -> int:
         """Number of completed publishes."""
-        return int(self.hdr[SEQ]) // 2
+        return int(self.hdr[DONE])
+
+    @property
+    def w(self) -> np.ndarray:
+        """The current version's buffer (a snapshot view: only safe with :meth:`read_valid`)."""
+        return self.buffer(self.version())
 
 
 def warmup() -> None:
     """Compile (or load from cache) every kernel, e.g. in the parent before forking."""
     hdr = np.zeros(HDR_WORDS, np.int64)
-    a = np.zeros(4)
-    b = np.ones(4)
-    for idt in (np.int32, np.int64):
-        i = np.arange(2, dtype=idt)
-        _copy_sparse(a, b, i)
-        publish_sparse_kernel(hdr, a, b, i)
-    _write_begin(hdr)
+    a, b = np.zeros(16), np.ones(16)
+    m = np.zeros(8, np.uint8)
+    _store_counter(hdr, WANT, 0)
+    _load_counter(hdr, DONE)
     _copy_full(a, b)
-    _write_end(hdr)
-    read_attempt_kernel(hdr, a, b, 1)
-    _load_seq(hdr)
-    _store_word(hdr, WANT, 0)
+    _copy_marked(a, b, m, m.copy(), 8)

@@ -20,7 +20,8 @@ ALGORITHMS = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 
 def check_memory(task: Task, threads: int, ring_words: int) -> None:
     """Fail early when the weight vectors alone would not fit in the available memory: the
-    learner's w, the shared [w, A] and the rings (threads > 1), and one w per SP-IPM mapper."""
+    learner's w, the shared [w, A] (two buffers) and the rings (threads > 1), and one w per
+    SP-IPM mapper."""
     import psutil
 
     from ..errors import DemidcdError
@@ -28,7 +29,7 @@ def check_memory(task: Task, threads: int, ring_words: int) -> None:
     dim, n = task.dim, task.n_examples
     need = 8 * dim * 2
     if threads > 1:
-        need += 8 * (dim + n) + 8 * ring_words * (threads - 1) + 8 * dim * (threads - 1)
+        need += 16 * (dim + n) + 8 * ring_words * (threads - 1) + 8 * dim * (threads - 1)
     avail = psutil.virtual_memory().available
     if need > avail:
         raise DemidcdError(f"training needs at least {need / 2**30:.1f} GiB for {dim:,} weights "

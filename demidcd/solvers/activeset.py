@@ -18,6 +18,28 @@ DEFAULT_MAX_ACTIVE = 50  # EWT XPOS, 20 epochs of 1-DCD uncapped: largest |A_i| 
 # a cap of 8 evicts and costs 0.09% test accuracy (94.68% -> 94.59%)
 
 
+POOL_WORDS_PER_EXAMPLE = 2048  # φ-pool capacity reserved up front (EWT XPOS peaks at ~900
+# live words per example; with garbage and headroom the pools then never grow during training)
+
+
+def _reserve_pool(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """φ pools (indices, values) with room for ``POOL_WORDS_PER_EXAMPLE`` words per example,
+    at most 1/16 of physical memory. ``np.zeros`` of this size maps fresh zero pages that the OS
+    commits only when first written, so the reservation costs what is used; growing by copying
+    instead cost EWT XPOS 0.75 s of page faults and copies in its first seconds."""
+    try:
+        import psutil
+
+        budget = psutil.virtual_memory().total // 16 // 12
+    except Exception:  # noqa: BLE001 - psutil is a dependency; be safe anyway
+        budget = 1 << 24
+    words = int(max(1 << 16, min(n * POOL_WORDS_PER_EXAMPLE, budget)))
+    try:
+        return np.zeros(words, INDEX_DTYPE), np.zeros(words)
+    except MemoryError:  # strict overcommit: start small and grow
+        return np.zeros(1 << 16, INDEX_DTYPE), np.zeros(1 << 16)
+
+
 @dataclass
 class InsertStats:
     admitted: int = 0
@@ -40,9 +62,9 @@ class ActiveSets:
 
     Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (also the admission
     threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α structure is evicted
-    when a new one arrives), ``track_changes`` to record which entries of w changed since
-    :meth:`take_changes` (for publishing only what changed). ``w`` and ``alpha_sum`` may be
-    given as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole.
+    when a new one arrives), ``track_changes`` to mark which lines of 8 entries of w changed
+    (``mark``, one byte per line, cleared by each publish). ``w`` and ``alpha_sum`` may be given
+    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole.
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
@@ -59,13 +81,11 @@ class ActiveSets:
         self.s_len = np.zeros(cap, np.int32)
         self.s_f = np.zeros((cap, 3))
         self.free_ids = np.zeros(cap, np.int32)
-        self.p_idx = np.zeros(1 << 16, INDEX_DTYPE)
-        self.p_val = np.zeros(1 << 16)
+        self.p_idx, self.p_val = _reserve_pool(n)
         self.meta = np.zeros(K.META_FIELDS, np.int64)
         self.track = bool(track_changes)
-        pages = (dim >> K.PAGE_SHIFT) + 1 if self.track else 1
-        self.mark = np.zeros(pages, np.uint8)
-        self.marked = np.zeros(pages, np.int32)
+        lines = (dim >> K.LINE_SHIFT) + 1 if self.track else 1
+        self.mark = np.zeros(-(-lines // 8) * 8, np.uint8)  # padded: viewable as uint64
         self._stats = np.zeros(4)
         self._ins = np.zeros(5, np.int64)
 
@@ -82,12 +102,16 @@ class ActiveSets:
         self.s_f = s_f
 
     def _grow_pool(self, need: int) -> None:
+        """Drop the garbage of freed structures from the φ pools, in place when they stay large
+        enough for twice the live words plus ``need``, otherwise into pools twice as large."""
         live = int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB])
         cap = self.p_idx.shape[0]
-        while cap < 2 * (live + need):
-            cap *= 2
-        new_idx = np.zeros(cap, INDEX_DTYPE)
-        new_val = np.zeros(cap)
+        if cap >= 2 * (live + need):
+            new_idx, new_val = self.p_idx, self.p_val
+        else:
+            while cap < 2 * (live + need):
+                cap *= 2
+            new_idx, new_val = np.empty(cap, INDEX_DTYPE), np.empty(cap)
         K.compact_pool(self.slots, self.count, self.s_ptr, self.s_len, self.p_idx, self.p_val,
                        new_idx, new_val, self.meta)
         self.p_idx, self.p_val = new_idx, new_val
@@ -104,8 +128,7 @@ class ActiveSets:
             K.insert_records(batch.ex, batch.hash, batch.delta, batch.ptr, batch.idx, batch.val,
                              start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
                              self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
-                             self.free_ids, self.meta, self.C, admit, self.mark, self.marked,
-                             self.track, out)
+                             self.free_ids, self.meta, self.C, admit, self.mark, self.track, out)
             start = int(out[K.I_NEXT])
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
@@ -122,19 +145,19 @@ class ActiveSets:
         st[:] = 0.0
         K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
-                          self.C, self.delta, shrink, self.mark, self.marked, self.track, st)
+                          self.C, self.delta, shrink, self.mark, self.track, st)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]))
 
     def take_changes(self) -> np.ndarray:
-        """Pages of w (entries ``p·64 … p·64+63``, see ``kernels.PAGE_SHIFT``) changed since
-        the last call (requires ``track_changes``)."""
-        n = int(self.meta[K.M_NMARK])
-        pages = self.marked[:n].copy()
-        K.clear_marks(self.mark, self.marked, self.meta)
-        return pages
+        """Lines of w (entries ``l·8 … l·8+7``, see ``kernels.LINE_SHIFT``) changed since the
+        last call, clearing the marks (requires ``track_changes``; the DEMI-DCD learner instead
+        hands ``mark`` to :meth:`~demidcd.parallel.seqlock.SharedWeights.publish_marked`)."""
+        lines = np.flatnonzero(self.mark)
+        self.mark[:] = 0
+        return lines
 
     # ------------------------------------------------------------------ objective
     @property
@@ -157,5 +180,5 @@ class ActiveSets:
 
     def memory_bytes(self) -> int:
         arrays = (self.slots, self.count, self.alpha_sum, self.s_hash, self.s_ptr, self.s_len,
-                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark, self.marked)
+                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark)
         return int(sum(a.nbytes for a in arrays))

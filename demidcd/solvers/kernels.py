@@ -22,15 +22,19 @@ structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool cou
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
+
+from ..parallel.seqlock import LINE_SHIFT
 
 ALPHA, DELTA, SQNORM = 0, 1, 2
 # meta[k]: 0 next unused structure id, 1 φ-pool words used, 2 φ-pool words garbage,
-# 3 free structure ids on the stack, 4 marked (changed) pages of w
-PAGE_SHIFT = 6  # change tracking in pages of 64 entries of w (512 bytes): a mark costs a
-# load from a small, cache-resident array, and a publish copies whole contiguous pages
-M_NEXT, M_PUSED, M_PGARB, M_NFREE, M_NMARK = 0, 1, 2, 3, 4
-META_FIELDS = 5
+# 3 free structure ids on the stack
+# change tracking: the learner stores mark[j >> LINE_SHIFT] = 1 for every entry j of w it changes
+# (a branch-free store into a small L2-resident array; a line is 8 entries, one cache line), and
+# a publish copies exactly the changed lines (see demidcd.parallel.seqlock)
+M_NEXT, M_PUSED, M_PGARB, M_NFREE = 0, 1, 2, 3
+META_FIELDS = 4
 # stats[k] returned by the update kernel
 S_UPDATES, S_SHRUNK, S_MAXPG, S_NONZERO_STEPS = 0, 1, 2, 3
 # insert results
@@ -47,15 +51,16 @@ def sparse_dot(w, idx, val, start, end):
 
 
 @njit(cache=True, nogil=True)
-def _axpy_mark(w, d, idx, val, start, end, mark, marked, meta, track):
-    """w += d φ; when ``track``, remember every touched page of w once in ``marked``."""
-    for k in range(start, end):
-        j = idx[k]
-        w[j] += d * val[k]
-        if track and mark[j >> PAGE_SHIFT] == 0:
-            mark[j >> PAGE_SHIFT] = 1
-            marked[meta[M_NMARK]] = j >> PAGE_SHIFT
-            meta[M_NMARK] += 1
+def _axpy_mark(w, d, idx, val, start, end, mark, track):
+    """w += d φ; when ``track``, also mark every touched line of w in ``mark``."""
+    if track:
+        for k in range(start, end):
+            j = idx[k]
+            w[j] += d * val[k]
+            mark[j >> LINE_SHIFT] = 1
+    else:
+        for k in range(start, end):
+            w[idx[k]] += d * val[k]
 
 
 @njit(cache=True, nogil=True)
@@ -77,7 +82,7 @@ def _free_structure(s, s_len, free_ids, meta):
 
 @njit(cache=True, nogil=True)
 def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                    free_ids, meta, C, delta, shrink, mark, marked, track, stats):
+                    free_ids, meta, C, delta, shrink, mark, track, stats):
     """UPDATEWEIGHT (DCD-SSVM Algorithm 1 / DEMI-DCD Algorithm 1 lines 4–10) for each example
     in ``order``: one Eq. (7)–(8) step on every structure of its active set, newest first,
     removing structures that satisfy Eq. (9) when ``shrink``.
@@ -106,7 +111,7 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 if d < -a:
                     d = -a
                 if d != 0.0:
-                    _axpy_mark(w, d, p_idx, p_val, st, st + ln, mark, marked, meta, track)
+                    _axpy_mark(w, d, p_idx, p_val, st, st + ln, mark, track)
                     s_f[s, ALPHA] = a + d
                     alpha_sum[i] += d
                     stats[S_NONZERO_STEPS] += 1
@@ -117,7 +122,7 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
-                   admit, mark, marked, track, out):
+                   admit, mark, track, out):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
@@ -161,8 +166,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             s = slots[i, kmin]
             a = s_f[s, ALPHA]
             if a != 0.0:
-                _axpy_mark(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], mark, marked,
-                           meta, track)
+                _axpy_mark(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], mark, track)
                 alpha_sum[i] -= a
             _remove_slot(slots, count, i, kmin)
             _free_structure(s, s_len, free_ids, meta)
@@ -194,17 +198,28 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
 
 @njit(cache=True, nogil=True)
 def compact_pool(slots, count, s_ptr, s_len, p_idx, p_val, new_idx, new_val, meta):
-    """Copy the φ of every live structure into fresh pools (dropping garbage of freed ones)."""
-    pos = 0
+    """Move the φ of every live structure to the front of the pools ``new_idx``/``new_val``
+    (dropping the garbage of freed ones), in the order they are stored, so ``new_*`` may be the
+    current pools themselves (in-place compaction: every block moves down or stays)."""
+    n_live = 0
+    for i in range(slots.shape[0]):
+        n_live += count[i]
+    live = np.empty(n_live, np.int64)
+    q = 0
     for i in range(slots.shape[0]):
         for k in range(count[i]):
-            s = slots[i, k]
-            st, ln = s_ptr[s], s_len[s]
-            for q in range(ln):
-                new_idx[pos + q] = p_idx[st + q]
-                new_val[pos + q] = p_val[st + q]
-            s_ptr[s] = pos
-            pos += ln
+            live[q] = slots[i, k]
+            q += 1
+    live = live[np.argsort(s_ptr[live])]
+    pos = 0
+    for q in range(n_live):
+        s = live[q]
+        st, ln = s_ptr[s], s_len[s]
+        for r in range(ln):
+            new_idx[pos + r] = p_idx[st + r]
+            new_val[pos + r] = p_val[st + r]
+        s_ptr[s] = pos
+        pos += ln
     meta[M_PUSED] = pos
     meta[M_PGARB] = 0
 
@@ -233,10 +248,3 @@ def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
             st = s_ptr[s]
             for q in range(st, st + s_len[s]):
                 w[p_idx[q]] += a * p_val[q]
-
-
-@njit(cache=True, nogil=True)
-def clear_marks(mark, marked, meta):
-    for q in range(meta[M_NMARK]):
-        mark[marked[q]] = 0
-    meta[M_NMARK] = 0

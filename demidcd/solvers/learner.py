@@ -18,7 +18,6 @@ from ..parallel.engine import WorkerPool
 from ..tasks.base import Task
 from .activeset import ActiveSets
 from .common import Callback, Clock, SolverConfig, TrainResult, objective
-from .kernels import PAGE_SHIFT
 
 
 class SharedLearner:
@@ -34,14 +33,15 @@ class SharedLearner:
         self.wa = np.zeros(dim + n)  # [w, A], published as one vector
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:])
-        self._a_idx = np.arange(dim, dim + n, dtype=np.int64)
-        self._page = np.arange(1 << PAGE_SHIFT, dtype=np.int64)
         self.cnt = {"updates": 0, "admitted": 0, "duplicates": 0, "rejected": 0, "evicted": 0,
                     "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "wait": 0.0}
         self.history: list[dict] = []
         self._last_eval = 0.0
         self.clock: Clock | None = None
+        self.last_publish_cost = 0.0  # seconds the last publish took
+        self.drained_at_publish = self.rejected_at_publish = 0  # counters at that publish
+        self.stale_share = 1.0  # share of records rejected since the last publish (Eq. 11)
         self.last_drained = 0  # records in the last drain (admitted, duplicate or rejected)
 
     # ------------------------------------------------------------------ operations
@@ -50,19 +50,16 @@ class SharedLearner:
         self.clock = Clock(self.config.time_limit)
 
     def publish(self) -> None:
-        """Copy [w, A] to the shared w̄: only the changed pages of w (and all of A), or the
-        whole vector when more than 1/16 of w changed (on a 3.4 M-entry w a full copy takes
-        2–3.5 ms, a scattered copy of 300 k entries 4 ms)."""
+        """Copy [w, A] to the shared w̄: the lines of w changed since the last two publishes
+        (double buffering, see :mod:`demidcd.parallel.seqlock`) and all of A."""
         t = time.perf_counter()
-        pages = self.act.take_changes()
-        if pages.shape[0] << PAGE_SHIFT > self.act.dim // 16:
-            self.pool.wbar.publish(self.wa, force=True)
-        else:
-            idx = ((pages.astype(np.int64) << PAGE_SHIFT)[:, None] + self._page).ravel()
-            idx = np.concatenate((idx[idx < self.act.dim], self._a_idx))
-            self.pool.wbar.publish_sparse(self.wa, idx, force=True)
+        self.pool.wbar.publish_marked(self.wa, self.act.mark, self.act.dim, force=True)
         self.cnt["publishes"] += 1
-        self.seconds["publish"] += time.perf_counter() - t
+        c = self.cnt
+        self.drained_at_publish = c["admitted"] + c["duplicates"] + c["rejected"]
+        self.rejected_at_publish = c["rejected"]
+        self.last_publish_cost = time.perf_counter() - t
+        self.seconds["publish"] += self.last_publish_cost
 
     def ingest(self, update_now: bool = False) -> int:
         """Drain the rings into the active sets; returns how many records were admitted or

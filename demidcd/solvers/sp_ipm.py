@@ -54,7 +54,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
         w = np.empty(dim)
         while True:  # consistent copy of the mixed w̄ (nobody writes during a round)
             s = pool.wbar.read_begin()
-            w[:] = pool.wbar.w[:dim]
+            w[:] = pool.wbar.buffer(s)[:dim]
             if pool.wbar.read_valid(s):
                 break
         m = perceptron_epochs(task, w, pool.shards[j], E,
