@@ -32,7 +32,7 @@ class Snapshotter:
             raise DemidcdError(f"--snapshot-every must be > 0, got {every}")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.every, self.last = float(every), -np.inf
+        self.every, self.due = float(every), -np.inf  # solver time of the next snapshot
         self._q: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -46,9 +46,10 @@ class Snapshotter:
             atomic_write(self.dir / f"w-{seconds:010.3f}.npy", lambda f, w=w: np.save(f, w))
 
     def maybe(self, seconds: float, w: np.ndarray, force: bool = False) -> None:
-        """Snapshot w if ``every`` seconds passed since the last one (or ``force``)."""
-        if force or seconds - self.last >= self.every:
-            self.last = seconds
+        """Snapshot w at the first call at or after each multiple of ``every`` seconds (a fixed
+        grid, so late calls do not push later snapshots back), and when ``force``d."""
+        if force or seconds >= self.due:
+            self.due = (np.floor(seconds / self.every) + 1.0) * self.every
             self._q.put((float(seconds), w.copy()))
 
     def close(self) -> None:
