@@ -18,7 +18,7 @@ Measures, in this order, all in this process:
 3. Learner updates/s on EWT's cached structures: active sets filled by ``--fill-epochs``
    DCD-SSVM epochs, then timed ``ActiveSets.update`` passes over all of them (mean nnz of φ
    reported), without and with shrinking, and as the parallel learners run them (blocks of 64
-   examples, every changed entry of w tracked for the next publish).
+   examples, every changed cache line of w marked for the next publish).
 
 Writes ``<name>.json``, ``<name>_convergence.csv`` and ``<name>.png`` to ``--out-dir``.
 """
@@ -57,6 +57,7 @@ from demidcd.api import SequenceTagger  # noqa: E402
 from demidcd.io.tagged import read_tagged  # noqa: E402
 from demidcd.solvers.activeset import ActiveSets  # noqa: E402
 from demidcd.solvers.common import primal_objective  # noqa: E402
+from demidcd.solvers.kernels import LINE_SHIFT  # noqa: E402
 from demidcd.tasks import sequence as seqmod  # noqa: E402
 
 TARGETS = {"test_accuracy": 0.945, "loss_augmented_viterbi_tokens_per_s_per_core": 500_000,
@@ -165,8 +166,8 @@ def learner_throughput(task, C: float, fill_epochs: int, passes: int, seed: int 
     # separately and together, marks cleared after each pass as a publish does.
     def passes_of(block: int, track: bool) -> dict:
         act.track = track
-        act.mark = np.zeros(task.dim if track else 1, np.uint8)
-        act.marked = np.zeros(task.dim if track else 1, np.int32)
+        lines = (task.dim >> LINE_SHIFT) + 1 if track else 1
+        act.mark = np.zeros(-(-lines // 8) * 8, np.uint8)
         ups, secs = 0, 0.0
         for _ in range(passes):
             order = rng.permutation(n).astype(np.int64)
