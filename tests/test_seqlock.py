@@ -9,7 +9,15 @@ import multiprocess as mp
 import numpy as np
 import pytest
 
-from demidcd.parallel.seqlock import BEGUN, DONE, LINE_SHIFT, WANT, SharedWeights, warmup
+from demidcd.parallel.seqlock import (
+    BEGUN,
+    DONE,
+    LINE_SHIFT,
+    WANT,
+    SharedWeights,
+    mark_array,
+    warmup,
+)
 from demidcd.parallel.shm import SharedArena
 
 CTX = mp.get_context("fork")
@@ -29,8 +37,7 @@ def arena():
 
 def marks_for(dim: int, idx) -> np.ndarray:
     """The learner's change marks for entries ``idx`` of w[:dim]."""
-    lines = (dim >> LINE_SHIFT) + 1
-    m = np.zeros(-(-lines // 8) * 8, np.uint8)
+    m = mark_array(dim)
     m[np.asarray(idx, np.int64) >> LINE_SHIFT] = 1
     return m
 

@@ -48,12 +48,19 @@ from numba import njit, types
 from numba.core.extending import intrinsic
 
 __all__ = ["SharedWeights", "fence", "BEGUN", "DONE", "WANT", "HDR_WORDS", "LINE_SHIFT",
-           "warmup"]
+           "mark_array", "warmup"]
 
 BEGUN, DONE = 0, 1  # hdr indices of the publish counters (one cache line)
 WANT = 8  # hdr index of the reader-wants-a-pause flag (separate 64-byte cache line)
 HDR_WORDS = 16
 LINE_SHIFT = 3  # changes are tracked and copied per line of 8 entries (64 bytes, a cache line)
+
+
+def mark_array(n: int) -> np.ndarray:
+    """Zeroed change marks for entries 0..n−1: one byte per line of ``2**LINE_SHIFT`` entries,
+    padded to a multiple of 8 bytes (read as uint64 words by :func:`_copy_marked`)."""
+    lines = (n >> LINE_SHIFT) + 1
+    return np.zeros(-(-lines // 8) * 8, np.uint8)
 
 
 @intrinsic
@@ -290,11 +297,6 @@ class SharedWeights:
     def version(self) -> int:
         """Number of completed publishes."""
         return int(self.hdr[DONE])
-
-    @property
-    def w(self) -> np.ndarray:
-        """The current version's buffer (a snapshot view: only safe with :meth:`read_valid`)."""
-        return self.buffer(self.version())
 
 
 def warmup() -> None:

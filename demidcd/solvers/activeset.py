@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..parallel.seqlock import mark_array
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 
@@ -27,12 +28,9 @@ def _reserve_pool(n: int) -> tuple[np.ndarray, np.ndarray]:
     at most 1/16 of physical memory. ``np.zeros`` of this size maps fresh zero pages that the OS
     commits only when first written, so the reservation costs what is used; growing by copying
     instead cost EWT XPOS 0.75 s of page faults and copies in its first seconds."""
-    try:
-        import psutil
+    import psutil
 
-        budget = psutil.virtual_memory().total // 16 // 12
-    except Exception:  # noqa: BLE001 - psutil is a dependency; be safe anyway
-        budget = 1 << 24
+    budget = psutil.virtual_memory().total // 16 // 12  # 12 bytes per word (index + value)
     words = int(max(1 << 16, min(n * POOL_WORDS_PER_EXAMPLE, budget)))
     try:
         return np.zeros(words, INDEX_DTYPE), np.zeros(words)
@@ -84,8 +82,7 @@ class ActiveSets:
         self.p_idx, self.p_val = _reserve_pool(n)
         self.meta = np.zeros(K.META_FIELDS, np.int64)
         self.track = bool(track_changes)
-        lines = (dim >> K.LINE_SHIFT) + 1 if self.track else 1
-        self.mark = np.zeros(-(-lines // 8) * 8, np.uint8)  # padded: viewable as uint64
+        self.mark = mark_array(dim if self.track else 0)
         self._stats = np.zeros(4)
         self._ins = np.zeros(5, np.int64)
 
@@ -150,14 +147,6 @@ class ActiveSets:
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]))
-
-    def take_changes(self) -> np.ndarray:
-        """Lines of w (entries ``l·8 … l·8+7``, see ``kernels.LINE_SHIFT``) changed since the
-        last call, clearing the marks (requires ``track_changes``; the DEMI-DCD learner instead
-        hands ``mark`` to :meth:`~demidcd.parallel.seqlock.SharedWeights.publish_marked`)."""
-        lines = np.flatnonzero(self.mark)
-        self.mark[:] = 0
-        return lines
 
     # ------------------------------------------------------------------ objective
     @property

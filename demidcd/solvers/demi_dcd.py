@@ -53,9 +53,6 @@ def publish_gap(L: SharedLearner, longest: float) -> float:
     up to 3/4 of the structures arrive stale) publishes come every few ms; near the optimum
     (< 10% rejected) they cost ≤ 3–10% of the learner's time. Bounded by
     :data:`MIN_PUBLISH_INTERVAL` and ``longest``."""
-    drained = L.cnt["admitted"] + L.cnt["duplicates"] + L.cnt["rejected"] - L.drained_at_publish
-    if drained > 0:
-        L.stale_share = (L.cnt["rejected"] - L.rejected_at_publish) / drained
     share = min(PUBLISH_SHARE[1], max(PUBLISH_SHARE[0], L.stale_share))
     return min(longest, max(MIN_PUBLISH_INTERVAL, L.last_publish_cost / share))
 

@@ -40,8 +40,9 @@ class SharedLearner:
         self._last_eval = 0.0
         self.clock: Clock | None = None
         self.last_publish_cost = 0.0  # seconds the last publish took
-        self.drained_at_publish = self.rejected_at_publish = 0  # counters at that publish
-        self.stale_share = 1.0  # share of records rejected since the last publish (Eq. 11)
+        self._drained_since_publish = self._rejected_since_publish = 0
+        self.stale_share = 1.0  # share of the records drained since the last publish that were
+        # rejected (no longer violated under w, Eq. 11); kept when nothing was drained
         self.last_drained = 0  # records in the last drain (admitted, duplicate or rejected)
 
     # ------------------------------------------------------------------ operations
@@ -55,9 +56,7 @@ class SharedLearner:
         t = time.perf_counter()
         self.pool.wbar.publish_marked(self.wa, self.act.mark, self.act.dim, force=True)
         self.cnt["publishes"] += 1
-        c = self.cnt
-        self.drained_at_publish = c["admitted"] + c["duplicates"] + c["rejected"]
-        self.rejected_at_publish = c["rejected"]
+        self._drained_since_publish = self._rejected_since_publish = 0
         self.last_publish_cost = time.perf_counter() - t
         self.seconds["publish"] += self.last_publish_cost
 
@@ -77,6 +76,9 @@ class SharedLearner:
         self.seconds["insert"] += time.perf_counter() - t
         for k in ("admitted", "duplicates", "rejected", "evicted"):
             self.cnt[k] += getattr(st, k)
+        self._drained_since_publish += len(batch)
+        self._rejected_since_publish += st.rejected
+        self.stale_share = self._rejected_since_publish / self._drained_since_publish
         if update_now:
             self.update(np.unique(batch.ex))
         return st.admitted + st.duplicates
