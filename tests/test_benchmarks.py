@@ -59,6 +59,32 @@ def test_fstar_excludes_methods_solving_another_problem():
         common.fstar_of({"sp-ipm": [(1.0, 3.0)]}, exclude=["sp-ipm"])
 
 
+def test_convergence_fstar_option_on_fixed_runs():
+    convergence = importlib.import_module("convergence")
+
+    def run(points, threads):
+        return {"curve": [{"seconds": t, "primal": p, "metric": None} for t, p in points],
+                "cpu_timeline": {"seconds": [], "total": []}, "threads": threads, "cpu": None}
+
+    runs = {"dcd": run([(1.0, 120.0), (2.0, 105.0), (3.0, 100.5)], 1),
+            "demi-dcd": run([(1.0, 110.0), (2.0, 100.9)], 2)}
+
+    class Args:
+        fstar = 100.0
+
+    A = convergence.analyse(runs, None, Args())
+    assert A["fstar"] == 100.0 and A["fstar_from"] == "given"
+    assert A["methods"]["dcd"]["time_to_0.01"] == 3.0
+    assert A["methods"]["demi-dcd"]["time_to_0.01"] == 2.0
+    assert A["demi_vs_1dcd_time_to_1pct"] == pytest.approx(1.5)
+    Args.fstar = 101.0  # above what a run reached: the run's own minimum is f*
+    A = convergence.analyse(runs, None, Args())
+    assert A["fstar"] == 100.5 and A["fstar_from"] == "dcd"
+    Args.fstar = None  # without it, f* is the lowest DCD-family primal of the run
+    A = convergence.analyse(runs, None, Args())
+    assert A["fstar"] == 100.5 and A["methods"]["demi-dcd"]["time_to_0.01"] == 2.0
+
+
 def test_time_to_metric_and_moving_average():
     pts = [(1.0, 0.90), (2.0, 0.93), (4.0, 0.95)]
     assert common.time_to_metric(pts, 0.93) == 2.0
