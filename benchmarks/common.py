@@ -356,14 +356,15 @@ def relative_difference(primals: Sequence[float], fstar: float) -> list[float]:
 
 
 def fstar_of(runs: dict[str, Sequence[tuple[float, float]]],
-             exclude: Iterable[str] = ()) -> float:
-    """The lowest primal of any run not excluded (SP-IPM solves another problem)."""
+             exclude: Iterable[str] = (), reference: float | None = None) -> float:
+    """The lowest primal of any run not excluded (SP-IPM solves another problem), or
+    ``reference`` (e.g. a long run's f*, so that short runs stay comparable) when it is lower."""
     ex = set(exclude)
     vals = [p for name, pts in runs.items() if name not in ex for _, p in pts
             if p is not None and math.isfinite(p)]
     if not vals:
         raise ValueError("no primal values to take f* from")
-    return min(vals)
+    return min(vals) if reference is None else min(min(vals), reference)
 
 
 def time_to_gap(points: Sequence[tuple[float, float]], fstar: float, gap: float = 0.01

@@ -275,12 +275,11 @@ def analyse(runs: dict[str, dict], crf: dict | None, args, spans: dict | None = 
             cores: int | None = None) -> dict:
     pts = {a: [(r["seconds"], r["primal"]) for r in run["curve"] if r["primal"] is not None]
            for a, run in runs.items()}
-    fstar = fstar_of(pts, exclude=[a for a in pts if a not in DCD_FAMILY])
-    fstar_from = min((a for a in pts if a in DCD_FAMILY),
-                     key=lambda a: min((p for _, p in pts[a]), default=math.inf))
-    given = getattr(args, "fstar", None)  # a long run's f*: short runs stay comparable
-    if given is not None and given <= fstar:  # (a run that went below it sets f* itself)
-        fstar, fstar_from = given, "given"
+    given = getattr(args, "fstar", None)
+    fstar = fstar_of(pts, exclude=[a for a in pts if a not in DCD_FAMILY], reference=given)
+    fstar_from = "given" if fstar == given else min(
+        (a for a in pts if a in DCD_FAMILY),
+        key=lambda a: min((p for _, p in pts[a]), default=math.inf))
     out: dict = {"fstar": fstar, "fstar_from": fstar_from, "fstar_given": given, "methods": {}}
     for a, run in runs.items():
         rel = relative_difference([p for _, p in pts[a]], fstar)

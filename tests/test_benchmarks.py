@@ -57,6 +57,9 @@ def test_fstar_excludes_methods_solving_another_problem():
     assert common.fstar_of(runs) == 3.0
     with pytest.raises(ValueError):
         common.fstar_of({"sp-ipm": [(1.0, 3.0)]}, exclude=["sp-ipm"])
+    runs = {"dcd": [(1.0, 5.0), (2.0, 4.0)]}
+    assert common.fstar_of(runs, reference=3.5) == 3.5  # a long run's lower f*
+    assert common.fstar_of(runs, reference=4.5) == 4.0  # a run went below it
 
 
 def test_convergence_fstar_option_on_fixed_runs():
