@@ -26,7 +26,7 @@ class StructuredEstimator:
 
     C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, and the parallel
     learners once installed. threads: processes (1 = single-process). tol, delta, max_epochs,
-    time_limit, seed, inner_passes (r), max_active (|A_i| bound), batch: see
+    time_limit, seed, inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps: see
     :class:`~demidcd.solvers.common.SolverConfig`. rho / rho_worker: publish / refresh
     intervals of the parallel engine. cpu_log: CSV path for the CPU timeline. eval_every:
     seconds between primal/dual evaluations in the log. callback(record, w): per outer
@@ -38,7 +38,8 @@ class StructuredEstimator:
     def __init__(self, C: float = 0.1, algorithm: str = "dcd", threads: int = 1,
                  tol: float = 0.01, delta: float = 0.01, max_epochs: int | None = None,
                  time_limit: float | None = None, seed: int = 0, inner_passes: int = 5,
-                 max_active: int = 50, batch: int = 16, rho: int | None = None,
+                 max_active: int = 50, batch: int = 16, skip: float = 0.75, sweeps: int = 1,
+                 rho: int | None = None,
                  rho_worker: int | None = None, cpu_log: str | None = None,
                  eval_every: float | None = None, snapshot_every: float | None = None,
                  snapshot_dir: str | None = None,
@@ -47,6 +48,7 @@ class StructuredEstimator:
         self.tol, self.delta, self.max_epochs, self.time_limit = tol, delta, max_epochs, time_limit
         self.seed, self.inner_passes, self.max_active, self.batch = (seed, inner_passes,
                                                                      max_active, batch)
+        self.skip, self.sweeps = skip, sweeps
         self.rho, self.rho_worker, self.cpu_log, self.eval_every = (rho, rho_worker, cpu_log,
                                                                     eval_every)
         self.snapshot_every, self.snapshot_dir = snapshot_every, snapshot_dir
@@ -58,6 +60,7 @@ class StructuredEstimator:
                             max_epochs=self.max_epochs, time_limit=self.time_limit,
                             seed=int(self.seed), inner_passes=int(self.inner_passes),
                             max_active=int(self.max_active), batch=int(self.batch),
+                            skip=float(self.skip), sweeps=int(self.sweeps),
                             eval_every=self.eval_every)
 
     def _train(self, task, dev: tuple[Any, Any] | None = None) -> TrainResult:

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-active-per-example", type=int, default=50, dest="max_active")
     s.add_argument("--batch", type=int, default=16,
                    help="examples per inference call in 1-DCD (1 = strictly sequential)")
+    s.add_argument("--skip", type=float, default=0.75, metavar="SHARE",
+                   help="DCD learners: share of the examples with the smallest projected "
+                        "gradients that a pass over the active sets leaves out between full "
+                        "passes (0 = always full passes)")
+    s.add_argument("--sweeps", type=int, default=1,
+                   help="DCD learners: sweeps over an example's active set per visit, at most")
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed (0.1)")
@@ -307,8 +313,9 @@ def cmd_train(args) -> int:
         C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
         delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
         seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
-        batch=args.batch, rho=args.rho, rho_worker=args.rho_worker, cpu_log=args.cpu_log,
-        eval_every=args.eval_every, callback=callback, log=log.info, debug=args.debug,
+        batch=args.batch, skip=args.skip, sweeps=args.sweeps, rho=args.rho,
+        rho_worker=args.rho_worker, cpu_log=args.cpu_log, eval_every=args.eval_every,
+        callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
         averaged=args.averaged, snapshot_every=args.snapshot_every,
         publish_interval=args.publish_interval,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from toy_task import ToyTask
 
-from demidcd.solvers.activeset import ActiveSets
+from demidcd.solvers.activeset import FULL_EVERY, ActiveSets, SweepPlan
 from demidcd.solvers.common import SolverConfig, objective, primal_objective
 from demidcd.solvers.dcd import train_dcd
 
@@ -20,10 +20,10 @@ def reference_optimum(task, C, passes=3000):
     return act
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_each_update_does_not_increase_dual(seed):
+@pytest.mark.parametrize("seed,sweeps", [(0, 1), (1, 1), (2, 1), (0, 4), (1, 4)])
+def test_each_update_does_not_increase_dual(seed, sweeps):
     task = ToyTask(seed=seed)
-    act = ActiveSets(task.n_examples, task.dim, 0.5, delta=0.0, max_active=64)
+    act = ActiveSets(task.n_examples, task.dim, 0.5, delta=0.0, max_active=64, sweeps=sweeps)
     act.insert(task.all_structures(), admit=-np.inf)
     prev = act.dual_objective()  # −D(α): must never decrease
     rng = np.random.default_rng(seed)
@@ -36,8 +36,9 @@ def test_each_update_does_not_increase_dual(seed):
     np.testing.assert_allclose(act.w, act.rebuilt_w(), atol=1e-10)
 
 
-@pytest.mark.parametrize("light", [False, True])
-def test_dcd_reaches_reference_optimum_and_primal_ge_dual(light):
+@pytest.mark.parametrize("light,skip,sweeps", [(False, 0.0, 1), (True, 0.0, 1),
+                                               (False, 0.75, 1), (False, 0.9, 3)])
+def test_dcd_reaches_reference_optimum_and_primal_ge_dual(light, skip, sweeps):
     task = ToyTask(seed=3)
     C = 0.5
     ref = reference_optimum(task, C)
@@ -49,8 +50,8 @@ def test_dcd_reaches_reference_optimum_and_primal_ge_dual(light):
         ob = objective(task, w, C, None)
         gaps.append(ob.primal)
 
-    res = train_dcd(task, SolverConfig(C=C, tol=1e-5, delta=1e-5, max_epochs=3000),
-                    callback=check, light=light)
+    res = train_dcd(task, SolverConfig(C=C, tol=1e-5, delta=1e-5, max_epochs=3000, skip=skip,
+                                       sweeps=sweeps), callback=check, light=light)
     assert res.stop_reason == "converged"
     p, _ = primal_objective(task, res.w, C)
     assert p >= res.dual - 1e-9  # weak duality
@@ -92,7 +93,56 @@ def test_eviction_keeps_w_consistent():
         assert abs(act.alpha_sum[i] - act.s_f[act.slots[i, :act.count[i]], 0].sum()) < 1e-10
 
 
+def test_sweep_plan_skips_small_gradients_and_only_full_passes_certify():
+    task = ToyTask(seed=4, n=40)
+    act = ActiveSets(task.n_examples, task.dim, 0.5, delta=0.0, max_active=64)
+    act.insert(task.all_structures(), admit=-np.inf)
+    assert np.isinf(act.ex_pg).all()  # admitted structures: every example is due
+    plan = SweepPlan(act, skip=0.5)
+    order = np.arange(task.n_examples, dtype=np.int64)
+    assert plan.threshold() == -1.0 and plan.full  # the first pass is full
+    st = act.update(order, skip_below=-1.0)
+    assert st.skipped == 0 and np.isfinite(act.ex_pg).all()
+    assert st.max_pg == pytest.approx(act.ex_pg.max())
+    thr = plan.threshold()
+    assert not plan.full
+    assert thr == pytest.approx(np.sort(act.ex_pg)[task.n_examples // 2])
+    before_alpha, before_pg = act.s_f[:, 0].copy(), act.ex_pg.copy()
+    st = act.update(order, skip_below=thr)
+    skipped = before_pg < thr
+    assert st.skipped == skipped.sum() > 0
+    for i in np.flatnonzero(skipped):  # a skipped example is left exactly as it was
+        s = act.slots[i, :act.count[i]]
+        np.testing.assert_array_equal(act.s_f[s, 0], before_alpha[s])
+        assert act.ex_pg[i] == before_pg[i]
+    assert not plan.certifies(0.0, 1e-3)  # a skipping pass proves nothing ...
+    assert plan.threshold() == -1.0 and plan.full  # ... and makes the next pass full
+    assert plan.certifies(0.0, 1e-3)
+    for _ in range(FULL_EVERY - 1):
+        plan.threshold()
+    assert plan.threshold() == -1.0  # every FULL_EVERY-th pass is full
+    i = int(np.argmin(act.ex_pg))  # a re-found (duplicate) structure makes its example due
+    act.insert(task.all_structures(), admit=-np.inf)
+    assert np.isinf(act.ex_pg[i])
+    assert SweepPlan(act, skip=0.0).threshold() == -1.0
+
+
+def test_more_sweeps_per_visit_close_the_gap_no_slower_per_pass():
+    task = ToyTask(seed=6, n=30)
+    gaps = {}
+    for sweeps in (1, 3):
+        act = ActiveSets(task.n_examples, task.dim, 0.5, delta=0.0, max_active=64, sweeps=sweeps)
+        act.insert(task.all_structures(), admit=-np.inf)
+        act.update(np.arange(task.n_examples, dtype=np.int64), shrink=False)
+        gaps[sweeps] = primal_objective(task, act.w, 0.5)[0] - act.dual_objective()
+    assert gaps[3] <= gaps[1] + 1e-12
+
+
 def test_invalid_config_rejected():
     from demidcd.errors import OptionError
     with pytest.raises(OptionError, match="--C"):
         SolverConfig(C=0).validate()
+    with pytest.raises(OptionError, match="--skip"):
+        SolverConfig(skip=1.0).validate()
+    with pytest.raises(OptionError, match="--sweeps"):
+        SolverConfig(sweeps=0).validate()

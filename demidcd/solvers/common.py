@@ -24,6 +24,10 @@ class SolverConfig:
     max_epochs: outer iterations (None: see :meth:`epochs`).
     batch: examples per loss-augmented inference call in 1-DCD (1 = the exact sequential
     algorithm; larger amortises call overhead, with w refreshed between batches).
+    skip: share of the examples with the smallest projected gradients that a pass over the
+    active sets leaves out between full passes (:class:`~demidcd.solvers.activeset.SweepPlan`).
+    sweeps: sweeps over an example's active set per visit, at most
+    (:func:`~demidcd.solvers.kernels.update_examples`).
     """
 
     C: float = 0.1
@@ -36,6 +40,8 @@ class SolverConfig:
     max_active: int = 50
     batch: int = 1
     eval_every: float | None = None
+    skip: float = 0.75
+    sweeps: int = 1
 
     def validate(self) -> None:
         if not self.C > 0:
@@ -54,6 +60,10 @@ class SolverConfig:
             raise OptionError(f"--max-active-per-example must be >= 1, got {self.max_active}")
         if self.batch < 1:
             raise OptionError(f"--batch must be >= 1, got {self.batch}")
+        if self.sweeps < 1:
+            raise OptionError(f"--sweeps must be >= 1, got {self.sweeps}")
+        if not 0.0 <= self.skip < 1.0:
+            raise OptionError(f"--skip must be in [0, 1), got {self.skip}")
 
     def epochs(self, default: int) -> int:
         """The epoch limit: ``max_epochs``, or the learner's own default when None (1-DCD: 100

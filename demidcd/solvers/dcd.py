@@ -1,7 +1,9 @@
 """1-DCD: single-process DCD-SSVM (Algorithm 3) and DCD-Light (Algorithm 2) of
 Chang & Yih (2013), the reference every parallel learner must agree with.
 
-Each outer iteration: r passes of UPDATEWEIGHT over the working sets (DCD-SSVM only), then one
+Each outer iteration: r passes of UPDATEWEIGHT over the working sets (DCD-SSVM only; between
+full passes they leave out the examples with the smallest projected gradients, see
+:class:`~demidcd.solvers.activeset.SweepPlan`), then one
 shuffled pass that runs loss-augmented inference (Eq. 5) per example, admits the structure when
 it violates by more than min(δ, tol) (Eq. 11), and runs UPDATEWEIGHT on that example.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tasks.base import Task
-from .activeset import ActiveSets
+from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, TrainResult, objective, stop_reason
 
 
@@ -20,7 +22,9 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light."""
     config.validate()
     rng = np.random.default_rng(config.seed)
-    act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active)
+    act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
+                     sweeps=config.sweeps)
+    plan = SweepPlan(act, config.skip)
     clock = Clock(config.time_limit)
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
@@ -29,10 +33,11 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     reason, epoch, last_eval = "max-epochs", 0, 0.0
     try:
         for epoch in range(1, config.epochs(100) + 1):
-            max_pg, shrunk, updates = 0.0, 0, 0
+            max_pg, shrunk, updates, certified = 0.0, 0, 0, False
             for _ in range(r):
-                st = act.update(rng.permutation(n).astype(np.int64))
+                st = act.update(rng.permutation(n).astype(np.int64), skip_below=plan.threshold())
                 max_pg, shrunk, updates = st.max_pg, shrunk + st.shrunk, updates + st.updates
+                certified = plan.certifies(max_pg, config.tol)
                 if clock.expired():
                     break
             order = rng.permutation(n).astype(np.int64)
@@ -49,8 +54,9 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                 if clock.expired():
                     violators += 1  # an unfinished pass proves nothing
                     break
-            # the restricted problem is judged by the last full pass over every active set
-            max_pg = pass_pg if r == 0 else max_pg
+            # the restricted problem is judged by the last pass over every active set
+            if r == 0:
+                max_pg, certified = pass_pg, pass_pg < config.tol
             totals["updates"] += updates
             totals["inferences"] += n
             totals["admitted"] += admitted
@@ -66,7 +72,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             history.append(rec)
             if callback is not None:
                 callback(rec, act.w)
-            if stop := stop_reason(violators == 0 and max_pg < config.tol, clock):
+            if stop := stop_reason(violators == 0 and certified, clock):
                 reason = stop
                 break
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..tasks.base import Task
+from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .learner import SharedLearner
 
@@ -68,6 +69,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                       debug)
     n, pool = task.n_examples, L.pool
     rng = np.random.default_rng(config.seed)
+    plan = SweepPlan(L.act, config.skip)
     reason, epoch = "max-epochs", 0
     try:
         L.start()
@@ -76,9 +78,10 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
         for epoch in range(1, config.epochs(1 << 62) + 1):
             order = rng.permutation(n).astype(np.int64)
             max_pg, received, shrunk = 0.0, 0, 0
+            skip_below = plan.threshold()
             for s in range(0, n, BLOCK):
                 received += L.ingest(update_now=True)
-                st = L.update(order[s:s + BLOCK])
+                st = L.update(order[s:s + BLOCK], skip_below)
                 max_pg, shrunk = max(max_pg, st.max_pg), shrunk + st.shrunk
                 since_publish += st.updates
                 if since_publish and (since_publish >= rho or time.perf_counter() - last_publish
@@ -89,7 +92,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                 if clock.expired():
                     break
             converged = False
-            if max_pg < config.tol and received == 0 and not clock.expired():
+            if plan.certifies(max_pg, config.tol) and received == 0 and not clock.expired():
                 L.publish()
                 since_publish, version = 0, pool.wbar.version()
                 t, k = time.perf_counter(), 0

@@ -36,9 +36,12 @@ ALPHA, DELTA, SQNORM = 0, 1, 2
 M_NEXT, M_PUSED, M_PGARB, M_NFREE = 0, 1, 2, 3
 META_FIELDS = 4
 # stats[k] returned by the update kernel
-S_UPDATES, S_SHRUNK, S_MAXPG, S_NONZERO_STEPS = 0, 1, 2, 3
+S_UPDATES, S_SHRUNK, S_MAXPG, S_NONZERO_STEPS, S_SKIPPED = 0, 1, 2, 3, 4
+STATS_FIELDS = 5
 # insert results
 I_ADMITTED, I_DUPLICATE, I_REJECTED, I_EVICTED, I_NEXT = 0, 1, 2, 3, 4
+RESWEEP_RATIO = 0.3  # a visit stops re-sweeping an example once its max |PG| fell below this
+# share of the first sweep's (EWT XPOS frozen active sets: see benchmarks/README.md)
 
 
 @njit(cache=True, nogil=True)
@@ -81,55 +84,87 @@ def _free_structure(s, s_len, free_ids, meta):
 
 
 @njit(cache=True, nogil=True)
+def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val, free_ids,
+                   meta, inv2c, delta, shrink, mark, track, stats):
+    """One Eq. (7)–(8) step on every structure of example i, newest first, removing those that
+    satisfy Eq. (9) when ``shrink``; returns the largest |projected gradient| seen."""
+    ex_max = 0.0
+    k = count[i] - 1
+    while k >= 0:
+        s = slots[i, k]
+        a = s_f[s, ALPHA]
+        st, ln = s_ptr[s], s_len[s]
+        g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
+        pg = abs(g) if a > 0.0 else max(-g, 0.0)
+        if pg > ex_max:
+            ex_max = pg
+        if shrink and a == 0.0 and -g < delta:
+            _remove_slot(slots, count, i, k)
+            _free_structure(s, s_len, free_ids, meta)
+            stats[S_SHRUNK] += 1
+        else:
+            d = -g / (s_f[s, SQNORM] + inv2c)
+            if d < -a:
+                d = -a
+            if d != 0.0:
+                _axpy_mark(w, d, p_idx, p_val, st, st + ln, mark, track)
+                s_f[s, ALPHA] = a + d
+                alpha_sum[i] += d
+                stats[S_NONZERO_STEPS] += 1
+            stats[S_UPDATES] += 1
+        k -= 1
+    return ex_max
+
+
+@njit(cache=True, nogil=True)
 def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                    free_ids, meta, C, delta, shrink, mark, track, stats):
+                    free_ids, meta, C, delta, shrink, mark, track, ex_pg, skip_below,
+                    max_sweeps, stats):
     """UPDATEWEIGHT (DCD-SSVM Algorithm 1 / DEMI-DCD Algorithm 1 lines 4–10) for each example
-    in ``order``: one Eq. (7)–(8) step on every structure of its active set, newest first,
+    in ``order``: Eq. (7)–(8) steps on every structure of its active set, newest first,
     removing structures that satisfy Eq. (9) when ``shrink``.
 
-    Accumulates into ``stats``: updates, shrunk structures, max |projected gradient|, non-zero
-    steps. Each step costs O(nnz(φ)); nothing is allocated.
+    A visit sweeps the example's structures up to ``max_sweeps`` times, stopping once a sweep's
+    largest |projected gradient| falls below :data:`RESWEEP_RATIO` of the first sweep's: the
+    structures of one example share A_i and their φ and weights are still in cache, so a repeat
+    costs a fraction of the first sweep and solves the example's block of the dual more exactly.
+    ``ex_pg[i]`` is the largest |PG| of the first sweep at example i's last visit (+inf once a
+    structure is admitted); examples with ``ex_pg[i] < skip_below`` are skipped (−1: visit all;
+    see :class:`demidcd.solvers.activeset.SweepPlan`).
+    Accumulates into ``stats``: updates, shrunk structures, max |projected gradient| (first
+    sweeps), non-zero steps, skipped examples. Each step costs O(nnz(φ)); nothing is allocated.
     """
     inv2c = 1.0 / (2.0 * C)
     for t in range(order.shape[0]):
         i = order[t]
-        k = count[i] - 1
-        while k >= 0:
-            s = slots[i, k]
-            a = s_f[s, ALPHA]
-            st, ln = s_ptr[s], s_len[s]
-            g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
-            pg = g if a > 0.0 else min(g, 0.0)
-            if abs(pg) > stats[S_MAXPG]:
-                stats[S_MAXPG] = abs(pg)
-            if shrink and a == 0.0 and -g < delta:
-                _remove_slot(slots, count, i, k)
-                _free_structure(s, s_len, free_ids, meta)
-                stats[S_SHRUNK] += 1
-            else:
-                d = -g / (s_f[s, SQNORM] + inv2c)
-                if d < -a:
-                    d = -a
-                if d != 0.0:
-                    _axpy_mark(w, d, p_idx, p_val, st, st + ln, mark, track)
-                    s_f[s, ALPHA] = a + d
-                    alpha_sum[i] += d
-                    stats[S_NONZERO_STEPS] += 1
-                stats[S_UPDATES] += 1
-            k -= 1
+        if ex_pg[i] < skip_below:
+            stats[S_SKIPPED] += 1
+            continue
+        first = _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
+                               free_ids, meta, inv2c, delta, shrink, mark, track, stats)
+        ex_pg[i] = first
+        if first > stats[S_MAXPG]:
+            stats[S_MAXPG] = first
+        for _ in range(1, max_sweeps):
+            if _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
+                              free_ids, meta, inv2c, delta, shrink, mark, track,
+                              stats) < RESWEEP_RATIO * first:
+                break
 
 
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
-                   admit, mark, track, out):
+                   admit, mark, track, ex_pg, out):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
     current w, exceeds ``admit`` (Eq. 11). When example i's active set is full, the structure
     with the smallest α is evicted first (its α·φ is removed from w, so w = Σ α φ still holds).
     Stops early when the structure-id or φ pool is full; ``out[I_NEXT]`` is then the first record
-    not processed, and the caller grows the pools and calls again.
+    not processed, and the caller grows the pools and calls again. An example that receives a
+    violating record (admitted, or a duplicate: its structure is violated again) gets
+    ``ex_pg[i] = +inf`` so that the next pass visits it.
     ``out`` accumulates admitted, duplicates, rejected, evicted.
     """
     inv2c = 1.0 / (2.0 * C)
@@ -148,6 +183,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
                 break
         if dup:
             out[I_DUPLICATE] += 1
+            ex_pg[i] = np.inf
             continue
         rs, re = r_ptr[r], r_ptr[r + 1]
         viol = r_delta[r] - sparse_dot(w, r_idx, r_val, rs, re) - alpha_sum[i] * inv2c
@@ -193,6 +229,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
         s_f[s, SQNORM] = sq
         slots[i, count[i]] = s
         count[i] += 1
+        ex_pg[i] = np.inf
         out[I_ADMITTED] += 1
 
 

@@ -32,7 +32,8 @@ class SharedLearner:
                                config.seed, chunk, ring_words, self.log, debug)
         self.wa = np.zeros(dim + n)  # [w, A], published as one vector
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
-                              track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:])
+                              track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:],
+                              sweeps=config.sweeps)
         self.cnt = {"updates": 0, "admitted": 0, "duplicates": 0, "rejected": 0, "evicted": 0,
                     "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "wait": 0.0}
@@ -83,9 +84,9 @@ class SharedLearner:
             self.update(np.unique(batch.ex))
         return st.admitted + st.duplicates
 
-    def update(self, examples: np.ndarray):
+    def update(self, examples: np.ndarray, skip_below: float = -1.0):
         t = time.perf_counter()
-        st = self.act.update(examples)
+        st = self.act.update(examples, skip_below=skip_below)
         self.seconds["update"] += time.perf_counter() - t
         self.cnt["updates"] += st.updates
         self.cnt["shrunk"] += st.shrunk

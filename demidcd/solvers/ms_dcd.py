@@ -4,7 +4,8 @@ engine as DEMI-DCD.
 Each outer iteration: the master publishes w, and all p − 1 slaves run loss-augmented inference
 on their shards with that same w, pushing structures that satisfy Eq. (11); the master waits at
 the barrier (draining the rings). Then the master runs up to ``inner_passes`` DCD passes
-(Eq. 7–9, the shared kernel) over all active sets, stopping early once max |PG| < tol, while
+(Eq. 7–9, the shared kernel; :class:`~demidcd.solvers.activeset.SweepPlan` decides which
+examples a pass visits) over all active sets, stopping early once max |PG| < tol, while
 the slaves wait. It solves the same L2-loss SSVM as 1-DCD and DEMI-DCD and stops when a sweep
 finds no structure violating by more than tol and max |PG| < tol.
 """
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..parallel.engine import SWEEP_VIOL
 from ..tasks.base import Task
+from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .learner import SharedLearner
 
@@ -33,6 +35,7 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
     rng = np.random.default_rng(config.seed)
     reason, epoch = "max-epochs", 0
     t_inference = t_master = 0.0
+    plan = SweepPlan(L.act, config.skip)
     try:
         L.start()
         clock = L.clock
@@ -48,19 +51,19 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
             t_inference += time.perf_counter() - t
             violators = int(pool.stats[:, SWEEP_VIOL].sum())  # found in this sweep
             t = time.perf_counter()
-            max_pg, shrunk = np.inf, 0
+            max_pg, shrunk, certified = np.inf, 0, False
             for _ in range(max(config.inner_passes, 1)):
                 if clock.expired():
                     break
-                st = L.update(rng.permutation(n).astype(np.int64))
+                st = L.update(rng.permutation(n).astype(np.int64), plan.threshold())
                 max_pg, shrunk = st.max_pg, shrunk + st.shrunk
-                if max_pg < config.tol:
+                if certified := plan.certifies(max_pg, config.tol):
                     break
             t_master += time.perf_counter() - t
             L.iteration(epoch, float(max_pg), shrunk, violators=violators,
                         inference_seconds=round(t_inference, 4),
                         master_seconds=round(t_master, 4))
-            if stop := stop_reason(violators == 0 and max_pg < config.tol, clock):
+            if stop := stop_reason(violators == 0 and certified, clock):
                 reason = stop
                 break
     except KeyboardInterrupt:
