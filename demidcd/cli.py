@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DCD learners: sweeps over an example's active set per visit, at most")
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
-                   help="DEMI-DCD: publish w at least this often when it changed (0.1)")
+                   help="DEMI-DCD: publish w at least this often when it changed (0.3)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--perceptron-epochs", type=int, default=10,

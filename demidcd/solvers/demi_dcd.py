@@ -7,7 +7,7 @@ that received structures at once (as DCD-Light does after inference), runs the E
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
 block, and publishes [w, A] to the shared, double-buffered w̄ every ρ updates and otherwise on a
 schedule driven by staleness (:func:`publish_gap`): every few ms while the workers' structures
-arrive stale, at most every 100 ms near the optimum; a publish copies only the cache lines of w
+arrive stale, at most every 300 ms near the optimum; a publish copies only the cache lines of w
 changed in the last two intervals. An *outer iteration* is one pass over all examples.
 
 Why staleness rules the first seconds: a structure found with an old w̄ is often no longer
@@ -38,7 +38,9 @@ from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .learner import SharedLearner
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
-PUBLISH_INTERVAL = 0.1  # seconds: publish at least this often when anything changed
+PUBLISH_INTERVAL = 0.3  # seconds: publish at least this often when anything changed (EWT XPOS
+# p=2, AMD EPYC: 0.3 s left a lower primal at 12 s and 14 s than 0.1 s in 3 of 3 interleaved
+# pairs, publishing cost 7% of the learner's time instead of 11%; 0.6 and 1.2 s: no different)
 MIN_PUBLISH_INTERVAL = 0.003  # seconds: and at most this often (a worker chunk takes ~2 ms)
 PUBLISH_SHARE = (0.03, 0.5)  # bounds of the learner's time spent publishing (publish_gap)
 DEFAULT_CHUNK = 64  # examples per validated in-place inference chunk (ρ' of Algorithm 2)
