@@ -180,3 +180,36 @@ def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
     out, err = p.communicate(timeout=20)
     assert p.returncode == 130, err
     assert model.exists() and _gone(kids)
+
+
+WARM_UP_PROBE = """
+import numpy as np
+from demidcd.api import SequenceTagger
+from demidcd.synthetic import generate
+from demidcd.solvers import warm_up
+from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.solvers import kernels as K
+from demidcd.tasks import sequence as S
+from demidcd.parallel import ring, seqlock
+c = generate(n_sentences=20, n_tags=4, vocab_size=50, seed=1)
+est = SequenceTagger(min_count=1)
+est.classes_ = sorted({t for s in c.tags for t in s})
+est.featurizer_ = SequenceFeaturizer(1, 0).fit(c.tokens)
+task = est.training_task(c.tokens, c.tags)
+kernels = [K.update_examples, K.insert_records, K.compact_pool, K.dual_terms,
+           S.loss_augmented_kernel, ring._push_kernel, ring._pop_copy, seqlock._copy_marked]
+before = sum(len(k.signatures) for k in kernels)
+warm_up(task, "demi-dcd", 2)
+print(before, min(len(k.signatures) for k in kernels))
+"""
+
+
+def test_warm_up_compiles_every_kernel_before_the_clock():
+    """In a fresh process nothing is compiled; after warm_up every kernel a DEMI-DCD learner and
+    its worker call is (so compilation never lands on the solver's clock, and forked workers
+    inherit it)."""
+    out = subprocess.run([sys.executable, "-c", WARM_UP_PROBE], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    before, after = map(int, out.stdout.split())
+    assert before == 0 and after >= 1
