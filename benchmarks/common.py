@@ -355,6 +355,15 @@ def relative_difference(primals: Sequence[float], fstar: float) -> list[float]:
     return [(p - fstar) / fstar for p in primals]
 
 
+def annotate_relative(curve: list[dict], fstar: float) -> list[float]:
+    """Set ``relative_difference`` on every row of a run's snapshot curve that has a primal;
+    returns those differences in order."""
+    rel = relative_difference([r["primal"] for r in curve if r["primal"] is not None], fstar)
+    for r, d in zip((r for r in curve if r["primal"] is not None), rel, strict=True):
+        r["relative_difference"] = d
+    return rel
+
+
 def fstar_of(runs: dict[str, Sequence[tuple[float, float]]],
              exclude: Iterable[str] = (), reference: float | None = None) -> float:
     """The lowest primal of any run not excluded (SP-IPM solves another problem), or

@@ -47,6 +47,7 @@ from common import (  # noqa: E402
     RESULTS,
     LoadSampler,
     Progress,
+    annotate_relative,
     fmt_s,
     fmt_x,
     fstar_of,
@@ -64,7 +65,6 @@ from common import (  # noqa: E402
     read_cpu_csv,
     read_jsonl,
     read_snapshot_csv,
-    relative_difference,
     rmtree,
     run_cli,
     save_figure,
@@ -282,12 +282,7 @@ def analyse(runs: dict[str, dict], crf: dict | None, args, spans: dict | None = 
         key=lambda a: min((p for _, p in pts[a]), default=math.inf))
     out: dict = {"fstar": fstar, "fstar_from": fstar_from, "fstar_given": given, "methods": {}}
     for a, run in runs.items():
-        rel = relative_difference([p for _, p in pts[a]], fstar)
-        k = 0
-        for r in run["curve"]:
-            if r["primal"] is not None:
-                r["relative_difference"] = rel[k]
-                k += 1
+        rel = annotate_relative(run["curve"], fstar)
         m = {f"time_to_{g:g}": time_to_gap(pts[a], fstar, g) for g in GAPS}
         # resolution of the 1% figure: the snapshot before the one that reached it
         t1 = m["time_to_0.01"]

@@ -53,6 +53,7 @@ from common import (  # noqa: E402
     RESULTS,
     LoadSampler,
     Progress,
+    annotate_relative,
     fmt_s,
     fstar_of,
     machine_caption,
@@ -61,7 +62,6 @@ from common import (  # noqa: E402
     markdown_table,
     pyplot,
     read_jsonl,
-    relative_difference,
     rmtree,
     save_figure,
     say,
@@ -331,12 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     fstar = fstar_of(pts)
     T, S, Tn = {}, {}, {}
     for p, run in runs.items():
-        rel = relative_difference([x for _, x in pts[p]], fstar)
-        k = 0
-        for r in run["curve"]:
-            if r["primal"] is not None:
-                r["relative_difference"] = rel[k]
-                k += 1
+        annotate_relative(run["curve"], fstar)
         T[p] = time_to_gap(pts[p], fstar, 0.01)
         Tn[p] = cpu_normalised(run["cpu_timeline"], T[p], run["threads"])
     for p in runs:
