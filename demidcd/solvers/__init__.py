@@ -54,7 +54,7 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     batch = task.loss_augmented(w, ex)
     if algorithm == "sp-ipm":
         task.argmax_records(w, ex)
-    act = ActiveSets(1, task.dim, 1.0, track_changes=threads > 1)
+    act = ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w)  # w is still 0
     act.insert(batch, 0.0)
     act.update(ex)
     act._grow_pool(0)

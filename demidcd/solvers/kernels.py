@@ -48,8 +48,8 @@ RESWEEP_RATIO = 0.3  # a visit stops re-sweeping an example once its max |PG| fe
 # indices, so every a[k] with a signed k (or a signed feature index) costs a sign test and a
 # select; with unsigned loop counters and indices the loop body is one load, one multiply and
 # one add (or one read-modify-write). Together with four partial sums (which break the serial
-# chain of floating-point adds) this made the update kernel 1.25-1.45x faster on cached EWT
-# XPOS active sets (AMD EPYC; benchmarks/README.md, "Learner kernel").
+# chain of floating-point adds) this made the update kernel 1.24-1.47x faster on frozen EWT
+# XPOS active sets (AMD EPYC; benchmarks/README.md, "Current code (772ea80)").
 _U1, _U2, _U3, _U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
 _LINE = np.uint64(LINE_SHIFT)
 
