@@ -70,7 +70,7 @@ def _viterbi_pass(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment
     path score (so nothing is optimised away). No φ, no records."""
     max_n, _ = seqmod._max_sizes(sent_ptr, feat_ptr, examples)
     tr, trT, start, end = seqmod._transitions(w, F, K)
-    best = np.empty(K, np.float64)
+    scratch = np.empty(2 * K, np.float64)
     em = np.empty(max(max_n, 1) * K, np.float64)
     y = np.empty(max(max_n, 1), np.int32)
     total = 0.0
@@ -80,7 +80,7 @@ def _viterbi_pass(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment
         n = sent_ptr[i + 1] - a
         if n > 0:
             total += seqmod._viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em,
-                                     best, y, gold, augment)
+                                     scratch, y, gold, augment)
     return total
 
 

@@ -89,29 +89,36 @@ def _augment(K, gold, a, n, em):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _forward(em, n, K, tr, start, best):
+def _forward(em, n, K, tr, start, scratch):
     """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w(a → b)).
 
     K-major: for each predecessor a, an element-wise max over the contiguous row tr[a·K:(a+1)·K]
-    (vectorises; a reduction over a for each b does not). ``best`` is a K-scratch buffer.
+    (vectorises; a reduction over a for each b does not). The running max alternates between
+    the two halves of ``scratch`` (2K long): written in place, ``m[b] = v if v > m[b] else m[b]``
+    compiles to a masked store (vmaskmovpd), which is microcoded on AMD Zen; a store to the
+    other buffer is a plain vmaxpd + store, and made this function 2.2x faster (EWT XPOS, K = 49).
     """
     for k in range(K):
         em[k] += start[k]
+    src = scratch[0:K]
+    dst = scratch[K:2 * K]
     for t in range(1, n):
         prow = em[(t - 1) * K:t * K]
         crow = em[t * K:(t + 1) * K]
         pa = prow[0]
         r = tr[0:K]
         for b in range(K):
-            best[b] = pa + r[b]
+            src[b] = pa + r[b]
         for a in range(1, K):
             pa = prow[a]
             r = tr[a * K:(a + 1) * K]
             for b in range(K):
                 v = pa + r[b]
-                best[b] = v if v > best[b] else best[b]
+                o = src[b]
+                dst[b] = v if v > o else o
+            src, dst = dst, src
         for b in range(K):
-            crow[b] += best[b]
+            crow[b] += src[b]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -145,14 +152,15 @@ def _backtrack(em, n, K, trT, end, y):
 
 
 @nb.njit(cache=True, nogil=True)
-def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best, y, gold, augment):
+def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
+             augment):
     """argmax_y w·Φ(x, y) [+ Δ(gold, y) if augment] for tokens a..a+n-1, written to y[:n]."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
     _emissions(w, K, feat_ptr, feat_idx, a, n, em)
     if augment:
         _augment(K, gold, a, n, em)
-    _forward(em, n, K, tr, start, best)
+    _forward(em, n, K, tr, start, scratch)
     return _backtrack(em, n, K, trT, end, y)
 
 
@@ -302,7 +310,7 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
     n_ex = examples.shape[0]
     max_n, max_keys = _max_sizes(sent_ptr, feat_ptr, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    best = np.empty(K, np.float64)
+    scratch = np.empty(2 * K, np.float64)
     em = np.empty(max(max_n, 1) * K, np.float64)
     y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
@@ -325,7 +333,7 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
         n = sent_ptr[i + 1] - a
         if n == 0:
             continue
-        _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best, y, gold,
+        _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
                  augment)
         m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
         if ham == 0:
@@ -362,7 +370,7 @@ def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
     max_n, _ = _max_sizes(sent_ptr, feat_ptr, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    best = np.empty(K, np.float64)
+    scratch = np.empty(2 * K, np.float64)
     em = np.empty(max(max_n, 1) * K, np.float64)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
@@ -371,7 +379,7 @@ def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
         a = sent_ptr[i]
         n = sent_ptr[i + 1] - a
         if n > 0:
-            _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, best,
+            _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch,
                      tags[ptr[e]:ptr[e + 1]], dummy, False)
     return tags, ptr
 
