@@ -16,8 +16,15 @@ reached 94.25% without them and 94.54% with them (neighbour suffixes and shapes 
 Everything that depends on the word alone is computed once per word *type*; the per-token work
 (concatenating the type's ids with the neighbours' ids, sorting, deduplicating) is one numba
 kernel. Feature ids come either from a dictionary built by :meth:`SequenceFeaturizer.fit`
-(features firing on ≥ ``min_count`` training tokens, ids in sorted-string order) or, with
-``hashing > 0``, from ``zlib.crc32(utf-8 bytes) mod hashing`` (stable across processes).
+(features firing on ≥ ``min_count`` training tokens, ids in order of decreasing count, ties in
+string order) or, with ``hashing > 0``, from ``zlib.crc32(utf-8 bytes) mod hashing`` (stable
+across processes).
+
+Why frequency order: the weight of feature f for tag k is w[f·K + k], so the rows of frequent
+features, which inference reads and the learner updates most, then sit together at the front of
+w (fewer cache and TLB misses than ids in string order, which scatter them over all of w). On
+EWT XPOS (w of 46 MB), one core, AMD EPYC: loss-augmented inference 1.15x and the DCD update
+kernel 1.2x faster than with string-order ids (medians of 6 interleaved pairs).
 """
 
 from __future__ import annotations
@@ -260,7 +267,7 @@ class SequenceFeaturizer:
 
     # -- public ------------------------------------------------------------------------------
     def fit(self, tokens: list[list[str]]) -> SequenceFeaturizer:
-        """Build the dictionary: features firing on ≥ min_count tokens, ids in string order."""
+        """Build the dictionary: features firing on ≥ min_count tokens, ids by decreasing count."""
         if self.hashing:
             return self
         # Every feature that fires on the training data, with a provisional id.
@@ -281,7 +288,8 @@ class SequenceFeaturizer:
         enc = self._encode(tokens, seen)
         counts = np.bincount(enc.feat_idx, minlength=len(seen))
         names = list(seen)
-        kept = sorted(names[j] for j in np.flatnonzero(counts >= self.min_count))
+        keep = np.flatnonzero(counts >= self.min_count)
+        kept = [names[j] for j in sorted(keep, key=lambda j: (-counts[j], names[j]))]
         self.features = kept
         self._index = {f: j for j, f in enumerate(kept)}
         return self
