@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from ..errors import OptionError
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
@@ -45,8 +47,6 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
     while its worker compiles the inference kernels (a 1 s CI run then made no update at all).
     """
-    import numpy as np
-
     from .activeset import ActiveSets
 
     ex = np.zeros(1, np.int64)
@@ -54,11 +54,7 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     batch = task.loss_augmented(w, ex)
     if algorithm == "sp-ipm":
         task.argmax_records(w, ex)
-    act = ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w)  # w is still 0
-    act.insert(batch, 0.0)
-    act.update(ex)
-    act._grow_pool(0)
-    act.dual_objective()
+    ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
     if threads > 1:
         from ..parallel.ring import warmup as ring_warmup
 

@@ -158,6 +158,14 @@ class ActiveSets:
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]), int(st[K.S_SKIPPED]))
 
+    def compile_kernels(self, batch: RecordBatch) -> None:
+        """Run every kernel once (insert, update, pool compaction, dual terms) so numba
+        compiles them, or loads them from its cache, now (see :func:`demidcd.solvers.warm_up`)."""
+        self.insert(batch, 0.0)
+        self.update(np.arange(self.n, dtype=np.int64))
+        self._grow_pool(0)
+        self.dual_objective()
+
     # ------------------------------------------------------------------ objective
     @property
     def size(self) -> int:
