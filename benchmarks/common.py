@@ -293,17 +293,21 @@ def parse_cpu_line(text: str) -> dict[str, float] | None:
 
 
 def parse_learner_line(text: str) -> dict[str, float] | None:
-    """DEMI-DCD / MS-DCD ``learner: N updates (R/s), P publishes costing X% of its time;
-    workers: I inferences, S structures pushed, W chunks redone ...``."""
+    """DEMI-DCD / MS-DCD ``learner: N updates (R/s), P publishes costing X% of its time[, L
+    inferences of its own]; workers: I inferences, S structures pushed, W chunks redone ...``
+    (``inferences`` counts both the learner's and the workers')."""
     m = re.findall(r"learner:\s*" + _NUM + r" updates \(" + _NUM + r"/s\),\s*" + _NUM +
-                   r" publishes costing " + _NUM + r"% of its time; workers:\s*" + _NUM +
+                   r" publishes costing " + _NUM + r"% of its time(?:,\s*" + _NUM +
+                   r" inferences of its own)?; workers:\s*" + _NUM +
                    r" inferences,\s*" + _NUM + r" structures pushed,\s*" + _NUM +
                    r" chunks redone", text)
     if not m:
         return None
-    u, r, p, pct, inf, pushed, wasted = (_f(x) for x in m[-1])
-    return {"updates": u, "updates_per_s": r, "publishes": p, "publish_percent": pct,
-            "inferences": inf, "pushed": pushed, "chunks_redone": wasted}
+    u, r, p, pct, own, inf, pushed, wasted = m[-1]
+    own_n = _f(own) if own else 0.0
+    return {"updates": _f(u), "updates_per_s": _f(r), "publishes": _f(p),
+            "publish_percent": _f(pct), "inferences": _f(inf) + own_n,
+            "learner_inferences": own_n, "pushed": _f(pushed), "chunks_redone": _f(wasted)}
 
 
 def parse_ms_split(text: str) -> dict[str, float] | None:

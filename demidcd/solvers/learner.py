@@ -34,9 +34,10 @@ class SharedLearner:
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:],
                               sweeps=config.sweeps)
-        self.cnt = {"updates": 0, "admitted": 0, "duplicates": 0, "rejected": 0, "evicted": 0,
-                    "shrunk": 0, "publishes": 0}
-        self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "wait": 0.0}
+        self.cnt = {"updates": 0, "learner_inferences": 0, "admitted": 0, "duplicates": 0,
+                    "rejected": 0, "evicted": 0, "shrunk": 0, "publishes": 0}
+        self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "infer": 0.0,
+                        "wait": 0.0}
         self.history: list[dict] = []
         self._last_eval = 0.0
         self.clock: Clock | None = None
@@ -84,6 +85,20 @@ class SharedLearner:
             self.update(np.unique(batch.ex))
         return st.admitted + st.duplicates
 
+    def infer(self, examples: np.ndarray) -> None:
+        """Loss-augmented inference (Eq. 5) on ``examples`` with the learner's own w, then
+        admission (Eq. 11) and UPDATEWEIGHT on them: one chunk of a DCD-Light epoch."""
+        t = time.perf_counter()
+        batch = self.task.loss_augmented(self.act.w, examples)
+        self.seconds["infer"] += time.perf_counter() - t
+        self.cnt["learner_inferences"] += len(examples)
+        t = time.perf_counter()
+        st = self.act.insert(batch, self.config.admit)
+        self.seconds["insert"] += time.perf_counter() - t
+        for k in ("admitted", "duplicates", "rejected", "evicted"):
+            self.cnt[k] += getattr(st, k)
+        self.update(examples)
+
     def update(self, examples: np.ndarray, skip_below: float = -1.0):
         t = time.perf_counter()
         st = self.act.update(examples, skip_below=skip_below)
@@ -98,7 +113,8 @@ class SharedLearner:
         tot = self.pool.totals()
         c = self.cnt
         rec = {"epoch": epoch, "seconds": round(self.clock.elapsed(), 4), "updates": c["updates"],
-               "total_updates": c["updates"], "inferences": tot["inferences"],
+               "total_updates": c["updates"],
+               "inferences": tot["inferences"] + c["learner_inferences"],
                "pushed": tot["pushed"], "admitted": c["admitted"], "duplicates": c["duplicates"],
                "dropped": c["rejected"], "active": self.act.size, "shrunk": shrunk,
                "max_pg": max_pg, "ring": tot["ring"], "wasted": tot["wasted"],
@@ -128,11 +144,13 @@ class SharedLearner:
                      "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
                      "publish_seconds": sec["publish"], "update_seconds": sec["update"],
                      "insert_seconds": sec["insert"], "wait_seconds": sec["wait"],
+                     "learner_infer_seconds": sec["infer"],
                      **tot, **self.cnt}
         c = self.cnt
         self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
                  f", {c['publishes']:,} publishes costing "
-                 f"{100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time; workers: "
+                 f"{100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time, "
+                 f"{c['learner_inferences']:,} inferences of its own; workers: "
                  f"{tot['inferences']:,} inferences, {tot['pushed']:,} structures pushed, "
                  f"{tot['wasted']:,} chunks redone after a concurrent publish")
         return res
