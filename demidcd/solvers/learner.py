@@ -73,11 +73,7 @@ class SharedLearner:
         self.last_drained = len(batch)
         if not len(batch):
             return 0
-        t = time.perf_counter()
-        st = self.act.insert(batch, self.config.admit)
-        self.seconds["insert"] += time.perf_counter() - t
-        for k in ("admitted", "duplicates", "rejected", "evicted"):
-            self.cnt[k] += getattr(st, k)
+        st = self._insert(batch)
         self._drained_since_publish += len(batch)
         self._rejected_since_publish += st.rejected
         self.stale_share = self._rejected_since_publish / self._drained_since_publish
@@ -92,12 +88,17 @@ class SharedLearner:
         batch = self.task.loss_augmented(self.act.w, examples)
         self.seconds["infer"] += time.perf_counter() - t
         self.cnt["learner_inferences"] += len(examples)
+        self._insert(batch)
+        self.update(examples)
+
+    def _insert(self, batch):
+        """Admit the records of ``batch`` (Eq. 11), counting and timing it."""
         t = time.perf_counter()
         st = self.act.insert(batch, self.config.admit)
         self.seconds["insert"] += time.perf_counter() - t
         for k in ("admitted", "duplicates", "rejected", "evicted"):
             self.cnt[k] += getattr(st, k)
-        self.update(examples)
+        return st
 
     def update(self, examples: np.ndarray, skip_below: float = -1.0):
         t = time.perf_counter()
