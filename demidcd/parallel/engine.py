@@ -241,9 +241,13 @@ class WorkerPool:
         s = self.stats
         return {"inferences": int(s[:, INFER].sum()), "pushed": int(s[:, PUSHED].sum()),
                 "wasted": int(s[:, WASTED].sum()), "backoffs": int(s[:, BACKOFF].sum()),
-                "sweeps": int(s[:, SWEEPS].min()) if self.n_workers else 0,
+                "sweeps": self.sweeps_completed(),
                 "ring": round(max((r.occupancy() for r in self.rings), default=0.0), 4),
                 "infer_seconds": float(self.fstats[:, 0].sum())}
+
+    def sweeps_completed(self) -> int:
+        """Full sweeps every worker has finished (the fewest of any worker)."""
+        return int(self.stats[:, SWEEPS].min()) if self.n_workers else 0
 
     def all_clean_since(self, version: int) -> bool:
         """Every worker finished a clean sweep that started at published version ≥ ``version``."""

@@ -99,7 +99,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                 L.publish()
                 last_publish = time.perf_counter()
             pool.check()
-            if clock.expired() or pool.totals()["sweeps"] >= LEARNER_EPOCH_SWEEPS:
+            if clock.expired() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
                 break
         for epoch in range(1, config.epochs(1 << 62) + 1):
             order = rng.permutation(n).astype(np.int64)
