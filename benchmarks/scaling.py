@@ -140,7 +140,7 @@ def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -
             os.sched_setaffinity(0, old)
     return {"t_inf_seconds_per_example": t_inf, "inference_chunk": CHUNK,
             "t_upd_seconds_per_update": 1.0 / lrn["no_shrink"]["updates_per_s"],
-            "t_upd_demi_seconds_per_update": 1.0 / lrn["tracked_blocks_of_64"]["updates_per_s"],
+            "t_upd_demi_seconds_per_update": 1.0 / lrn["blocks_of_64"]["updates_per_s"],
             "t_ring_seconds_per_structure": t_ring, "t_insert_seconds_per_structure": t_ins,
             "t_tr_seconds_per_structure": t_ring + t_ins,
             "transport_records_measured": nrec,

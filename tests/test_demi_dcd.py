@@ -202,7 +202,7 @@ est.classes_ = sorted({t for s in c.tags for t in s})
 est.featurizer_ = SequenceFeaturizer(1, 0).fit(c.tokens)
 task = est.training_task(c.tokens, c.tags)
 kernels = [K.update_examples, K.insert_records, K.compact_pool, K.dual_terms,
-           S.loss_augmented_kernel, ring._push_kernel, ring._pop_copy, seqlock._copy_marked]
+           S.loss_augmented_kernel, ring._push_kernel, ring._pop_copy, seqlock._copy_lines]
 before = sum(len(k.signatures) for k in kernels)
 warm_up(task, "demi-dcd", 2)
 print(before, min(len(k.signatures) for k in kernels))

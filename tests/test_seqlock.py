@@ -52,32 +52,38 @@ def test_publish_read_version(arena):
     assert sw.version() == 1 and sw.hdr[DONE] == sw.hdr[BEGUN] == 1
     assert sw.read_into(loc) == 1
     np.testing.assert_array_equal(loc, w)
-    # after a whole publish the idle buffer is two versions behind in unknown places: the
-    # next marked publish copies everything
-    assert sw.publish_marked(w, marks_for(990, []), tail=990) and sw.version() == 2
-    w2 = w.copy()
-    w2[[3, 500, 990]] = [-1.0, -2.0, -3.0]
-    w2[10] = 77.0  # changed but not marked: must NOT be published
-    w2[995:] = 5.0  # the tail (A) is always published whole
-    assert sw.publish_marked(w2, marks_for(990, [3, 500]), tail=990)
-    assert sw.read_into(loc) == 3
-    expect = w.copy()
-    expect[[3, 500]] = [-1.0, -2.0]
-    expect[990:] = w2[990:]
-    np.testing.assert_array_equal(loc, expect)
     other = SharedWeights.attach(sw.spec())
     loc2 = np.zeros(1000)
-    assert other.read_into(loc2) == 3
-    np.testing.assert_array_equal(loc2, expect)
+    assert other.read_into(loc2) == 1
+    np.testing.assert_array_equal(loc2, w)
+    # line publishes (a fresh w̄): w[:990] is zero off the marked lines, as the learner's w is
+    # off the lines its admitted φ touch, so copying those lines and the tail (A) is exact
+    sl = SharedWeights.allocate(arena, 1000, key="lines")
+    w = np.zeros(1000)
+    w[500] = -2.0
+    lines = marks_for(990, [3, 500])
+    for v in (1, 2, 3):  # both buffers, then the first again
+        w[3], w[995:] = -v, v
+        assert sl.publish_lines(w, lines, tail=990) and sl.version() == v
+        assert sl.read_into(loc) == v
+        np.testing.assert_array_equal(loc, w)
+    assert lines.any()  # the marks are kept
+    w2 = w.copy()
+    w2[10] = 77.0  # off the marked lines (breaks the contract): not published
+    assert sl.publish_lines(w2, lines, tail=990)
+    sl.read_into(loc)
+    assert loc[10] == 0.0 and loc[3] == w2[3]
+    with pytest.raises(ValueError):
+        sl.publish_lines(w, mark_array(100), tail=990)  # does not cover w[:990]
     with pytest.raises(ValueError):
         sw.publish(np.zeros(999))
     with pytest.raises(ValueError):
         sw.read_into(np.zeros(1000, np.float32))
 
 
-def test_marked_publishes_keep_both_buffers_exact(arena):
-    """Each version is exact when every change is marked, although each publish writes only
-    the idle buffer (two versions old) and only the lines of the last two intervals."""
+def test_line_publishes_keep_both_buffers_exact(arena):
+    """Each version is exact when w is zero off the marked lines, although each publish
+    writes only the idle buffer (two versions old) and only the marked lines."""
     dim, tail = 4099, 4000
     sw = SharedWeights.allocate(arena, dim)
     rng = np.random.default_rng(1)
@@ -90,11 +96,11 @@ def test_marked_publishes_keep_both_buffers_exact(arena):
         mark[idx >> LINE_SHIFT] = 1
         w[tail:] = -k
         if k % 7 == 0:
-            assert sw.publish(w)  # whole publishes interleave with marked ones
-            mark[:] = 0
+            assert sw.publish(w)  # whole publishes interleave with line publishes
         else:
-            assert sw.publish_marked(w, mark, tail)
-            assert not mark.any()
+            before = mark.copy()
+            assert sw.publish_lines(w, mark, tail)
+            np.testing.assert_array_equal(mark, before)  # the marks are kept
         assert sw.read_into(loc) == k
         np.testing.assert_array_equal(loc, w)
 
@@ -128,25 +134,25 @@ def test_writer_defers_for_a_starving_reader_then_catches_up(arena):
     sw.publish(w)
     sw.hdr[WANT] = 1  # a reader asks for a pause
     w[5], mark[5 >> LINE_SHIFT] = 1.0, 1
-    assert not sw.publish_marked(w, mark, dim)
+    assert not sw.publish_lines(w, mark, dim)
     w[70], mark[70 >> LINE_SHIFT] = 2.0, 1
-    assert not sw.publish_marked(w, mark, dim)
-    assert sw.version() == 1 and mark.any()  # marks keep accumulating
+    assert not sw.publish_lines(w, mark, dim)
+    assert sw.version() == 1 and mark.any()
     sw.read_into(loc)
     assert not loc.any()
     sw.hdr[WANT] = 0  # reader done: the next publish carries the deferred changes
     w[90], mark[90 >> LINE_SHIFT] = 3.0, 1
-    assert sw.publish_marked(w, mark, dim)
+    assert sw.publish_lines(w, mark, dim)
     assert sw.version() == 2
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
     # deferral is bounded by max_defer even if the flag is never cleared
     sw.hdr[WANT] = 1
     w[1], mark[0] = 4.0, 1
-    assert not sw.publish_marked(w, mark, dim)
+    assert not sw.publish_lines(w, mark, dim)
     time.sleep(0.25)
     w[20], mark[20 >> LINE_SHIFT] = 5.0, 1
-    assert sw.publish_marked(w, mark, dim)
+    assert sw.publish_lines(w, mark, dim)
     sw.hdr[WANT] = 0
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
@@ -194,7 +200,7 @@ def _writer_marked(spec, flags_spec, n_pub):
         w[idx] = float(k)
         mark[idx >> LINE_SHIFT] = 1
         w[d - 1] = w[: d - 1].sum()  # exact: integer-valued, < 2**53
-        sw.publish_marked(w, mark, d - 1)
+        sw.publish_lines(w, mark, d - 1)
     sw.flush(w)
     flags[0] = 1
 

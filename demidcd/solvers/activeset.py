@@ -62,8 +62,10 @@ class ActiveSets:
 
     Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (also the admission
     threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α structure is evicted
-    when a new one arrives), ``track_changes`` to mark which lines of 8 entries of w changed
-    (``mark``, one byte per line, cleared by each publish). ``w`` and ``alpha_sum`` may be given
+    when a new one arrives), ``track_changes`` to mark the lines of 8 entries of w that some
+    admitted φ touches (``mark``, one byte per line, set at admission and never cleared): w
+    changes only there, so copying the marked lines publishes w exactly, and the update kernel
+    marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
     as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole.
     """
 
@@ -151,8 +153,7 @@ class ActiveSets:
         st[:] = 0.0
         K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
-                          self.C, self.delta, shrink, self.mark, self.track, self.ex_pg,
-                          skip_below, self.sweeps, st)
+                          self.C, self.delta, shrink, self.ex_pg, skip_below, self.sweeps, st)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),

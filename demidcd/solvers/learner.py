@@ -53,10 +53,11 @@ class SharedLearner:
         self.clock = Clock(self.config.time_limit)
 
     def publish(self) -> None:
-        """Copy [w, A] to the shared w̄: the lines of w changed since the last two publishes
-        (double buffering, see :mod:`demidcd.parallel.seqlock`) and all of A."""
+        """Copy [w, A] to the shared w̄ (its idle buffer, see :mod:`demidcd.parallel.seqlock`):
+        the lines of w that some admitted φ touches (the only ones that can be non-zero) and all
+        of A."""
         t = time.perf_counter()
-        self.pool.wbar.publish_marked(self.wa, self.act.mark, self.act.dim, force=True)
+        self.pool.wbar.publish_lines(self.wa, self.act.mark, self.act.dim, force=True)
         self.cnt["publishes"] += 1
         self._drained_since_publish = self._rejected_since_publish = 0
         self.last_publish_cost = time.perf_counter() - t
