@@ -8,7 +8,8 @@ updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 
 block, and publishes [w, A] to the shared, double-buffered w̄ every ρ updates and otherwise on a
 schedule driven by staleness (:func:`publish_gap`): every few ms while the workers' structures
 arrive stale, at most every 300 ms near the optimum; a publish copies only the cache lines of w
-changed in the last two intervals. An *outer iteration* is one pass over all examples.
+that some admitted φ touches (w is zero elsewhere). An *outer iteration* is one pass over all
+examples.
 
 Why staleness rules the first seconds: a structure found with an old w̄ is often no longer
 violated under the learner's w and is rejected (Eq. 11). On EWT XPOS (p = 2) with a publish
