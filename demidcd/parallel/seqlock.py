@@ -56,11 +56,11 @@ __all__ = ["SharedWeights", "fence", "BEGUN", "DONE", "WANT", "HDR_WORDS", "LINE
 BEGUN, DONE = 0, 1  # hdr indices of the publish counters (one cache line)
 WANT = 8  # hdr index of the reader-wants-a-pause flag (separate 64-byte cache line)
 HDR_WORDS = 16
-LINE_SHIFT = 3  # changes are tracked and copied per line of 8 entries (64 bytes, a cache line)
+LINE_SHIFT = 3  # w is marked and copied per line of 8 entries (64 bytes, a cache line)
 
 
 def mark_array(n: int) -> np.ndarray:
-    """Zeroed change marks for entries 0..n−1: one byte per line of ``2**LINE_SHIFT`` entries,
+    """Zeroed line marks for entries 0..n−1: one byte per line of ``2**LINE_SHIFT`` entries,
     padded to a multiple of 8 bytes (read as uint64 words by :func:`_copy_lines`)."""
     lines = (n >> LINE_SHIFT) + 1
     return np.zeros(-(-lines // 8) * 8, np.uint8)

@@ -92,11 +92,16 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
         L.start()
         clock = L.clock
         since_publish, last_publish = 0, time.perf_counter()
+
+        def publish_due(updates: int) -> bool:  # ρ updates, or the staleness schedule
+            return updates >= rho or (time.perf_counter() - last_publish
+                                      >= publish_gap(L, publish_interval))
+
         first = rng.permutation(n).astype(np.int64)
         for s in range(0, n, LEARNER_CHUNK):  # the learner's own DCD-Light epoch
             L.ingest(update_now=True)
             L.infer(first[s:s + LEARNER_CHUNK])
-            if time.perf_counter() - last_publish >= publish_gap(L, publish_interval):
+            if publish_due(0):
                 L.publish()
                 last_publish = time.perf_counter()
             pool.check()
@@ -111,8 +116,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                 st = L.update(order[s:s + BLOCK], skip_below)
                 max_pg, shrunk = max(max_pg, st.max_pg), shrunk + st.shrunk
                 since_publish += st.updates
-                if since_publish and (since_publish >= rho or time.perf_counter() - last_publish
-                                      >= publish_gap(L, publish_interval)):
+                if since_publish and publish_due(since_publish):
                     L.publish()
                     since_publish, last_publish = 0, time.perf_counter()
                 pool.check()

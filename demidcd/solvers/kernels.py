@@ -302,7 +302,4 @@ def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
     for i in range(slots.shape[0]):
         for k in range(count[i]):
             s = slots[i, k]
-            a = s_f[s, ALPHA]
-            st = s_ptr[s]
-            for q in range(st, st + s_len[s]):
-                w[p_idx[q]] += a * p_val[q]
+            axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
