@@ -105,6 +105,28 @@ def test_line_publishes_keep_both_buffers_exact(arena):
         np.testing.assert_array_equal(loc, w)
 
 
+def test_float32_buffers_hold_w_rounded(arena):
+    """A float32 w̄ (the sequence task's workers search with it) holds w rounded to float32,
+    after whole and line publishes alike; read_into widens it back."""
+    dim, tail = 1029, 1000
+    sw = SharedWeights.allocate(arena, dim, dtype=np.float32)
+    assert sw.buf.dtype == np.float32
+    rng = np.random.default_rng(2)
+    w = np.zeros(dim)
+    mark = marks_for(tail, [])
+    loc = np.empty(dim)
+    for k in range(1, 6):
+        idx = rng.integers(0, tail, 30)
+        w[idx] = rng.normal(size=30) / 3.0
+        mark[idx >> LINE_SHIFT] = 1
+        w[tail:] = rng.normal(size=dim - tail)
+        assert sw.publish_lines(w, mark, tail) if k % 2 else sw.publish(w)
+        v = sw.read_begin()
+        np.testing.assert_array_equal(sw.buffer(v), w.astype(np.float32))
+        assert sw.read_into(loc) == k
+        np.testing.assert_array_equal(loc, w.astype(np.float32).astype(np.float64))
+
+
 def test_in_place_read_validation(arena):
     sw = SharedWeights.allocate(arena, 10)
     v = sw.read_begin()

@@ -98,6 +98,28 @@ def test_decode_and_loss_augmented_match_brute_force(seed):
             assert rb.hash[k] == SequenceTask.hash_tags(arg_la)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_float32_weights_find_the_float64_structures(seed):
+    """Workers search with w̄ rounded to float32 (``inference_dtype``): on random instances
+    without near-ties the records are those of float64 w, margins within float32 rounding."""
+    rng = np.random.default_rng(200 + seed)
+    K, F = 6, 40
+    X, Y, _ = random_instance(rng, 60, K, F, max_len=14)
+    task = SequenceTask(X, Y, K, F)
+    assert task.inference_dtype == np.float32
+    ex = np.arange(task.n_examples)
+    w = rng.normal(size=task.dim)
+    r64 = task.loss_augmented(w, ex)
+    r32 = task.loss_augmented(w.astype(np.float32), ex)
+    check_batch_shape(r32, task.dim)
+    np.testing.assert_array_equal(r32.ex, r64.ex)
+    np.testing.assert_array_equal(r32.hash, r64.hash)
+    np.testing.assert_array_equal(r32.idx, r64.idx)
+    np.testing.assert_array_equal(r32.val, r64.val)
+    np.testing.assert_allclose(r32.margin, r64.margin, rtol=0, atol=1e-4)
+    assert np.abs(r32.margin - r64.margin).max() > 0  # really computed in float32
+
+
 def check_batch_shape(rb: RecordBatch, dim: int):
     n = len(rb)
     assert rb.ex.dtype == np.int64 and rb.hash.dtype == np.int64

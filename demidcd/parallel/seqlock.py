@@ -142,9 +142,10 @@ class SharedWeights:
         self.key = key
         self.buf: np.ndarray = arrays[key]
         self.hdr: np.ndarray = arrays[key + "_hdr"]
-        if self.buf.dtype != np.float64 or self.buf.ndim != 2 or self.buf.shape[0] != 2 \
-                or self.hdr.dtype != np.int64:
-            raise TypeError("SharedWeights needs float64[2, dim] buffers and an int64 header")
+        if self.buf.dtype not in (np.float64, np.float32) or self.buf.ndim != 2 \
+                or self.buf.shape[0] != 2 or self.hdr.dtype != np.int64:
+            raise TypeError("SharedWeights needs float64 or float32 [2, dim] buffers and an "
+                            "int64 header")
         self.dim = int(self.buf.shape[1])
         self.max_defer = float(max_defer)
         self._spec: dict | None = None
@@ -154,10 +155,11 @@ class SharedWeights:
 
     # -- construction ----------------------------------------------------------------------
     @staticmethod
-    def allocate(arena: Any, dim: int, key: str = "wbar", max_defer: float = 0.5
-                 ) -> SharedWeights:
-        """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.parallel.shm.SharedArena`)."""
-        arena.create(key, (2, int(dim)), np.float64)
+    def allocate(arena: Any, dim: int, key: str = "wbar", max_defer: float = 0.5,
+                 dtype: type = np.float64) -> SharedWeights:
+        """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.parallel.shm.SharedArena`),
+        stored as ``dtype`` (float64, or float32: publishes round the writer's float64 w)."""
+        arena.create(key, (2, int(dim)), dtype)
         arena.create(key + "_hdr", (HDR_WORDS,), np.int64)
         sw = SharedWeights({key: arena[key], key + "_hdr": arena[key + "_hdr"]}, key, max_defer)
         segs = arena.spec()["segments"]

@@ -54,6 +54,8 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     batch = task.loss_augmented(w, ex)
     if algorithm == "sp-ipm":
         task.argmax_records(w, ex)
+    elif threads > 1 and task.inference_dtype != np.float64:  # the workers' w̄
+        task.loss_augmented(w.astype(task.inference_dtype), ex)
     ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
     if threads > 1:
         from ..parallel.ring import warmup as ring_warmup

@@ -71,10 +71,12 @@ class Task(ABC):
     """A structured-prediction task bound to one encoded data set.
 
     Implementations hold flat numpy arrays and bind them to numba kernels; the methods here are
-    thin Python shells. ``w`` is always a float64 vector of length :attr:`dim`.
+    thin Python shells. ``w`` is a float64 vector of length :attr:`dim`; :meth:`loss_augmented`
+    also takes one of :attr:`inference_dtype`.
     """
 
     name: str = "task"
+    inference_dtype: type = np.float64  # the dtype of the published w̄ its workers search with
 
     @property
     @abstractmethod

