@@ -145,15 +145,17 @@ class ActiveSets:
                            int(out[K.I_REJECTED]), int(out[K.I_EVICTED]))
 
     def update(self, order: np.ndarray, shrink: bool = True,
-               skip_below: float = -1.0) -> UpdateStats:
+               skip_below: float = -1.0, sweeps: int | None = None) -> UpdateStats:
         """One Eq. (7)–(9) pass over the active sets of the examples in ``order``, leaving out
         those whose largest |PG| at their last visit was below ``skip_below`` (see
-        :class:`SweepPlan`) and sweeping each example up to ``sweeps`` times."""
+        :class:`SweepPlan`) and sweeping each example up to ``sweeps`` times (default: the
+        ``sweeps`` given at construction)."""
         st = self._stats
         st[:] = 0.0
         K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
-                          self.C, self.delta, shrink, self.ex_pg, skip_below, self.sweeps, st)
+                          self.C, self.delta, shrink, self.ex_pg, skip_below,
+                          self.sweeps if sweeps is None else sweeps, st)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
