@@ -3,13 +3,15 @@ inference workers running Algorithm 2 in others, with no barrier between them.
 
 The learner loops over the examples in blocks: it drains the workers' rings into the active
 sets (de-duplicated by hash, admitted by Eq. 11 against its current w) and updates the examples
-that received structures at once (as DCD-Light does after inference), runs the Eq. (7)–(9)
+that received structures at once (as DCD-Light does after inference, but sweeping each up to
+:data:`~demidcd.solvers.learner.FRESH_SWEEPS` times), runs the Eq. (7)–(9)
 updates of :func:`~demidcd.solvers.kernels.update_examples` (the same kernel as 1-DCD) on the
 block, and publishes [w, A] to the shared, double-buffered w̄ every ρ updates and otherwise on a
 schedule driven by staleness (:func:`publish_gap`): every few ms while the workers' structures
 arrive stale, at most every 300 ms near the optimum; a publish copies only the cache lines of w
-that some admitted φ touches (w is zero elsewhere). An *outer iteration* is one pass over all
-examples.
+that some admitted φ touches (w is zero elsewhere), rounded to the task's ``inference_dtype``
+(float32 for sequences: the workers' Viterbi runs 1.3x faster). An *outer iteration* is one
+pass over all examples.
 
 Why staleness rules the first seconds: a structure found with an old w̄ is often no longer
 violated under the learner's w and is rejected (Eq. 11). On EWT XPOS (p = 2) with a publish
@@ -34,7 +36,8 @@ structure arrived during it, the learner publishes w (version V) and waits, drai
 polishing the restricted problem without publishing (so no core idles and w̄ stays at V); it
 resumes updating when a violating structure arrives (new, or already in the active set: its
 gradient grew after it was visited in the pass), and stops when every worker has finished a
-full sweep that started at version ≥ V and found no structure violating by more than tol.
+full sweep that started at version ≥ V and found no structure violating by more than tol
+(plus the pool's ``slack``, 1e-4, when w̄ is float32).
 """
 
 from __future__ import annotations
