@@ -1,4 +1,5 @@
-"""The multi-process engine: shared state, the inference worker pool, supervision, cleanup.
+"""The shared-memory transport (:class:`~demidcd.parallel.transport.Transport` on one machine):
+shared state, the forked inference workers, supervision, cleanup.
 
 One process (the caller, the *learner*) owns every shared-memory segment and forks p − 1
 inference workers (``multiprocess`` "fork" context, so the bound task and its numba kernels are
@@ -17,10 +18,9 @@ inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedAre
 * one SPSC :class:`~.ring.RecordRing` per worker carrying records (i, h, Δ, φ, m) to the learner.
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
-Worker schedules: ``"demi"`` loops over its shard until stopped (DEMI-DCD Algorithm 2);
-``"barrier"`` runs one sweep per command generation and then waits (MS-DCD's slaves);
-``"job"`` runs a caller-supplied ``job(pool, j)`` per command generation (SP-IPM's mappers),
-with extra shared ``arrays`` for its inputs and outputs.
+Each worker runs :func:`demidcd.solvers.worker.run_worker` (modes ``"demi"``, ``"barrier"``,
+``"job"``) over a :class:`_ShmEndpoint` (the stop flag, the command generation, its ring, its
+row of ``stats``; a job's outputs go to shared arrays ``outputs[name][j]``).
 Placement: when the learner and the workers fit on the cores this process may use, each is
 pinned to a core of its own (the learner's thread, and the CPU-monitor thread it starts, to the
 first; worker j to the (j+1)-th), so no worker shares its core and no process migrates; measured
@@ -54,95 +54,70 @@ import traceback
 from collections.abc import Callable
 
 import numpy as np
-from numba import njit
 
-from ..errors import DemidcdError
-from ..tasks.base import InferenceInterrupted, RecordBatch, Task
+from ..solvers.worker import (
+    BACKOFF,
+    CHUNK_SECONDS,
+    CLEAN_VERSION,
+    COPY_RATIO,
+    DONE_GEN,
+    ERROR,
+    N_STATS,
+    WASTED,
+    WbarReader,
+    WorkerEndpoint,
+    WorkerSpec,
+    rounding_slack,
+    run_worker,
+    violation_and_slack,
+)
+from ..tasks.base import RecordBatch, Task
 from .monitor import CpuMonitor
 from .ring import RecordRing
 from .seqlock import SharedWeights, load_word, store_word
 from .shm import SharedArena, sweep_stale
+from .transport import Transport, WorkerError, balanced_shards, concat_batches
+
+__all__ = ["WorkerPool", "WorkerError", "balanced_shards", "rounding_slack", "CHUNK_SECONDS",
+           "COPY_RATIO"]
 
 # ctrl words
 STOP, GENERATION = 0, 1
-# per-worker int64 stats columns
-(INFER, PUSHED, SWEEPS, CLEAN_VERSION, WASTED, BACKOFF, DONE_GEN, ERROR, SWEEP_VIOL,
- N_STATS) = range(10)
 ERR_BYTES = 8192
-
-
-class WorkerError(DemidcdError):
-    """An inference worker failed (the message is one line; ``details`` has the traceback)."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
-
-
-CHUNK_SECONDS = 0.05  # a worker's chunk holds at most this much measured inference (_WbarReader)
-COPY_RATIO = 20.0  # ...and reads w̄ through a private copy when the chunk costs > 20 copies
 WORKER_NICE = 10  # oversubscribed (more processes than cores): workers yield to the learner
 
 
-def balanced_shards(costs: np.ndarray, k: int, seed: int = 0) -> list[np.ndarray]:
-    """Split examples into k shards of nearly equal total cost (longest-processing-time
-    greedy: heaviest example first, to the lightest shard). Each shard sorted."""
-    order = np.argsort(-np.asarray(costs, np.float64), kind="stable")
-    load = np.zeros(k)
-    owner = np.empty(len(order), np.int64)
-    for e in order:
-        j = int(np.argmin(load))
-        owner[e] = j
-        load[j] += costs[e]
-    return [np.flatnonzero(owner == j).astype(np.int64) for j in range(k)]
+class WorkerPool(Transport):
+    """The shared-memory transport: p − 1 forked workers over a shared [w, A] and one ring per
+    worker (see the module docstring)."""
 
-
-class WorkerPool:
-    """p − 1 inference workers over a shared [w, A] and one ring per worker.
-
-    ``admit``: push a structure when its violation Δ − w̄·φ − A_i/(2C) exceeds it (Eq. 11);
-    ``tol``: a sweep is *clean* when no structure violates by more than ``tol`` and every chunk
-    read the same published version; ``chunk``: examples per validated in-place read.
-    """
-
-    def __init__(self, task: Task, n_workers: int, C: float, admit: float, tol: float,
-                 mode: str = "demi", seed: int = 0, chunk: int = 16,
+    def __init__(self, task: Task, n_workers: int, spec: WorkerSpec,
                  ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
                  debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5,
-                 job: Callable[[WorkerPool, int], None] | None = None,
-                 arrays: dict[str, tuple[tuple[int, ...], type]] | None = None,
                  learner_share: bool = False):
-        if mode not in ("demi", "barrier", "job") or (mode == "job") != (job is not None):
-            raise ValueError(f"bad worker mode {mode!r}")
-        self.job = job
-        self.task, self.n_workers, self.C = task, n_workers, float(C)
-        self.admit, self.tol, self.mode, self.seed = float(admit), float(tol), mode, seed
-        self.chunk, self.log = max(1, int(chunk)), log or (lambda s: None)
+        self.task, self.n_workers, self.spec = task, n_workers, spec
+        self.log = log or (lambda s: None)
         self.debug, self.max_restarts = debug, max_restarts
         self.dim, self.n = task.dim, task.n_examples
         sweep_stale()
         self.arena = SharedArena()
         try:
-            # workers search with w̄ in the task's inference dtype (float32 for Viterbi); SP-IPM's
-            # mappers start exactly from the mixed w, so its w̄ stays float64
-            dtype = np.float64 if mode == "job" else task.inference_dtype
-            self.wbar = SharedWeights.allocate(self.arena, self.dim + self.n, dtype=dtype)
+            self.wbar = SharedWeights.allocate(self.arena, self.dim + self.n,
+                                               dtype=spec.wbar_dtype(task))
             self.rings = [RecordRing.allocate(self.arena, f"ring{j}", ring_words)
                           for j in range(n_workers)]
             self.ctrl = self.arena.create("ctrl", (8,), np.int64)
             self.stats = self.arena.create("stats", (n_workers, N_STATS), np.int64)
             self.fstats = self.arena.create("fstats", (n_workers, 2), np.float64)
             self.err = self.arena.create("err", (n_workers, ERR_BYTES), np.uint8)
-            self.arrays = {k: self.arena.create(k, shape, dt)
-                           for k, (shape, dt) in (arrays or {}).items()}
+            self.outputs = {k: self.arena.create(f"out-{k}", (n_workers, *shape), dt)
+                            for k, (shape, dt) in spec.outputs.items()}
         except BaseException:
             self.arena.close()
             raise
         self.stats[:, CLEAN_VERSION] = -1
         # learner_share: the learner takes a shard too (MS-DCD's master infers at the barrier)
-        parts = balanced_shards(task.costs(), n_workers + int(learner_share), seed)
+        parts = balanced_shards(task.costs(), n_workers + int(learner_share), spec.seed)
         self.shards = parts[:n_workers]
         self.learner_shard = parts[n_workers] if learner_share else np.zeros(0, np.int64)
         self.copy_ratio = COPY_RATIO
@@ -250,71 +225,49 @@ class WorkerPool:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
 
-    def __enter__(self) -> WorkerPool:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ learner side
+    def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
+        """Write ``wa`` into w̄'s idle buffer (only the marked lines of ``wa[:tail]``, see
+        :meth:`SharedWeights.publish_lines`) and flip to it."""
+        if marks is None:
+            self.wbar.publish(wa, force=True)
+        else:
+            self.wbar.publish_lines(wa, marks, tail, force=True)
+        return self.wbar.version()
+
+    def version(self) -> int:
+        return self.wbar.version()
+
     def drain(self, max_records: int = 1 << 16) -> RecordBatch:
         """All records currently in the rings (never blocks)."""
-        parts = [r.pop(max_records) for r in self.rings]
-        parts = [b for b in parts if len(b)]
-        if not parts:
-            return RecordBatch.empty()
-        if len(parts) == 1:
-            return parts[0]
-        nnz = np.cumsum([0] + [int(b.ptr[-1]) for b in parts[:-1]])
-        return RecordBatch(np.concatenate([b.ex for b in parts]),
-                           np.concatenate([b.hash for b in parts]),
-                           np.concatenate([b.delta for b in parts]),
-                           np.concatenate([b.margin for b in parts]),
-                           np.concatenate([parts[0].ptr[:1]] + [b.ptr[1:] + o for b, o in
-                                                                 zip(parts, nnz, strict=True)]),
-                           np.concatenate([b.idx for b in parts]),
-                           np.concatenate([b.val for b in parts]))
+        return concat_batches([r.pop(max_records) for r in self.rings])
 
-    def totals(self) -> dict[str, int | float]:
-        s = self.stats
-        return {"inferences": int(s[:, INFER].sum()), "pushed": int(s[:, PUSHED].sum()),
-                "wasted": int(s[:, WASTED].sum()), "backoffs": int(s[:, BACKOFF].sum()),
-                "sweeps": self.sweeps_completed(),
-                "ring": round(max((r.occupancy() for r in self.rings), default=0.0), 4),
-                "infer_seconds": float(self.fstats[:, 0].sum())}
+    def _column(self, col: int) -> np.ndarray:
+        return np.array([load_word(self.stats[j], col) for j in range(self.n_workers)],
+                        np.int64)
 
-    def _words(self, col: int) -> list[int]:
-        return [load_word(self.stats[j], col) for j in range(self.n_workers)]
+    def infer_seconds(self) -> float:
+        return float(self.fstats[:, 0].sum())
 
-    def sweeps_completed(self) -> int:
-        """Full sweeps every worker has finished (the fewest of any worker)."""
-        return min(self._words(SWEEPS)) if self.n_workers else 0
+    def occupancy(self) -> float:
+        return max((r.occupancy() for r in self.rings), default=0.0)
 
-    def all_clean_since(self, version: int) -> bool:
-        """Every worker finished a clean sweep that started at published version ≥ ``version``."""
-        return all(v >= version for v in self._words(CLEAN_VERSION))
-
-    def command_sweep(self) -> int:
-        """Barrier/job mode: ask every worker for one sweep (or job); returns the generation
-        to wait for."""
+    def command(self) -> int:
         g = load_word(self.ctrl, GENERATION) + 1
         store_word(self.ctrl, GENERATION, g)
         return g
 
-    def sweep_done(self, generation: int) -> bool:
-        """Every worker finished the sweep (or job) of ``generation`` (acquire: its records and
-        SWEEP_VIOL are visible once this is true)."""
-        return all(g >= generation for g in self._words(DONE_GEN))
+    def done(self, generation: int) -> bool:
+        """Acquire: the records and SWEEP_VIOL of ``generation`` are visible once true."""
+        return bool((self._column(DONE_GEN) >= generation).all())
 
-    def sweep_violations(self) -> int:
-        """Structures violating by more than tol found in the workers' last sweeps."""
-        return int(self.stats[:, SWEEP_VIOL].sum())
+    def results(self) -> dict[str, np.ndarray]:
+        return self.outputs
 
     def stop_requested(self) -> bool:
         return bool(load_word(self.ctrl, STOP))
 
     def request_stop(self) -> None:
-        """Ask every worker to stop (they finish or abandon their current inference)."""
         store_word(self.ctrl, STOP, 1)
 
     # ------------------------------------------------------------------ worker side
@@ -323,7 +276,13 @@ class WorkerPool:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             self.monitor = None  # the parent's sampling thread does not exist here
-            self._worker_loop(j)
+            if self.cores:
+                os.sched_setaffinity(0, self.worker_cores(j))
+            if self.oversubscribed:
+                os.nice(WORKER_NICE)  # the learner keeps priority on a shared core
+            rng = np.random.default_rng([self.spec.seed, j, self.restarts[j]])
+            reader = _WbarReader(self.wbar, self.spec.chunk, self.copy_ratio)
+            run_worker(self.task, self.spec, self.shards[j], reader, _ShmEndpoint(self, j), rng)
         except BaseException:  # noqa: BLE001 - reported to the learner, never swallowed
             tb = traceback.format_exc().encode()[-(ERR_BYTES - 1):]
             self.err[j, :len(tb)] = np.frombuffer(tb, np.uint8)
@@ -331,92 +290,38 @@ class WorkerPool:
             os._exit(1)
         os._exit(0)
 
-    def _worker_loop(self, j: int) -> None:
-        if self.cores:
-            os.sched_setaffinity(0, self.worker_cores(j))
-        if self.oversubscribed:
-            os.nice(WORKER_NICE)  # the learner keeps priority on a shared core
-        task, wbar, ring, st = self.task, self.wbar, self.rings[j], self.stats[j]
-        ctrl = self.ctrl
-        parent = self.parent_pid
 
-        def stopped() -> bool:
-            return bool(load_word(ctrl, STOP)) or os.getppid() != parent
+class _ShmEndpoint(WorkerEndpoint):
+    """Worker j's side of the shared-memory transport."""
 
-        task.should_stop = stopped  # an ILP solver polls it and is killed on a stop
-        shard = self.shards[j]
-        rng = np.random.default_rng([self.seed, j, self.restarts[j]])
-        gen = load_word(st, DONE_GEN)
-        reader = _WbarReader(wbar, self.chunk, self.copy_ratio)
-        # fault injection for the test suite and the soak script: raise after N chunks
-        fault_after = int(os.environ.get("DEMIDCD_FAULT_WORKER_RAISE", "-1"))
-        chunks = 0
-        while not stopped():
-            if self.mode != "demi":
-                if load_word(ctrl, GENERATION) <= gen:
-                    time.sleep(0.0005)
-                    continue
-                gen = load_word(ctrl, GENERATION)
-                if self.mode == "job":
-                    try:
-                        self.job(self, j)
-                    except InferenceInterrupted:  # stopped mid-job: the job wrote nothing
-                        return
-                    store_word(st, DONE_GEN, gen)
-                    continue
-            order = rng.permutation(shard)
-            v0, clean, viol_count, done = -1, True, 0, True
-            t_inf, s = 0.0, 0
-            while s < len(order):
-                if stopped():
-                    done = False
-                    break
-                ex = order[s:s + reader.chunk_size()]
-                s += len(ex)
-                chunks += 1
-                if chunks == fault_after:
-                    raise RuntimeError("injected fault (DEMIDCD_FAULT_WORKER_RAISE)")
-                t, unproven = time.perf_counter(), task.unproven
-                try:
-                    seq, b, viol, slack = reader.infer(task, ex, self.C, st)
-                except InferenceInterrupted:
-                    done = False
-                    break
-                dt = time.perf_counter() - t
-                t_inf += dt
-                reader.observe(dt, len(ex))
-                st[INFER] += len(ex)
-                if v0 < 0:
-                    v0 = seq
-                elif seq != v0:
-                    clean = False
-                if task.unproven != unproven:  # a solver stopped at its time cap
-                    clean = False
-                nv = int((viol > self.tol + slack).sum())
-                if nv:
-                    clean, viol_count = False, viol_count + nv
-                keep = viol > self.admit + slack
-                if keep.any():
-                    pending = b if keep.all() else b.take(keep)
-                    k = 0
-                    while k < len(pending):
-                        k = ring.push(pending, k)
-                        if k < len(pending):  # full ring: back off, never block forever
-                            st[BACKOFF] += 1
-                            if stopped():
-                                return
-                            time.sleep(0.0005)
-                    st[PUSHED] += len(pending)
-            self.fstats[j, 0] += t_inf
-            if done:
-                st[SWEEP_VIOL] = viol_count
-                store_word(st, CLEAN_VERSION, v0 if clean and v0 >= 0 else -1)
-                store_word(st, SWEEPS, int(st[SWEEPS]) + 1)
-                if self.mode == "barrier":
-                    store_word(st, DONE_GEN, gen)  # after the ring records and SWEEP_VIOL
+    def __init__(self, pool: WorkerPool, j: int):
+        self.ctrl, self.ring, self.j = pool.ctrl, pool.rings[j], j
+        self.st, self.fst = pool.stats[j], pool.fstats[j]
+        self.outputs, self.parent = pool.outputs, pool.parent_pid
+
+    def stopped(self) -> bool:
+        return bool(load_word(self.ctrl, STOP)) or os.getppid() != self.parent
+
+    def generation(self) -> int:
+        return load_word(self.ctrl, GENERATION)
+
+    def push(self, batch: RecordBatch) -> bool:
+        k = 0
+        while k < len(batch):
+            k = self.ring.push(batch, k)
+            if k < len(batch):  # full ring: back off, never block forever
+                self.st[BACKOFF] += 1
+                if self.stopped():
+                    return False
+                time.sleep(0.0005)
+        return True
+
+    def job_output(self, outputs: dict) -> None:
+        for k, v in outputs.items():
+            self.outputs[k][self.j] = v
 
 
-class _WbarReader:
+class _WbarReader(WbarReader):
     """How a worker reads w̄ for a chunk of inferences, chosen by measurement.
 
     * **In place** (cheap inference, e.g. Viterbi: 64 EWT sentences take ~2 ms): the chunk runs
@@ -430,32 +335,16 @@ class _WbarReader:
       whatever one inference costs. Chosen when the chunk's measured inference time exceeds
       ``copy_ratio`` copies (the copy then costs at most 1/copy_ratio of the chunk), and for
       the retry of a chunk that failed in place.
-
-    Chunks hold up to ``max_chunk`` examples but at most :data:`CHUNK_SECONDS` of measured
-    inference, so a worker re-reads w̄ at least that often (fresh structures) and checks the
-    stop flag between chunks (a slow solver also polls it, see ``Task.should_stop``).
     """
 
     def __init__(self, wbar: SharedWeights, max_chunk: int, copy_ratio: float):
-        self.wbar, self.max_chunk, self.copy_ratio = wbar, max(1, int(max_chunk)), copy_ratio
-        self.per_example = 0.0  # measured seconds per inference (moving average)
+        super().__init__(max_chunk)
+        self.wbar, self.copy_ratio = wbar, copy_ratio
         self.copy_seconds = wbar.dim * wbar.buf.dtype.itemsize / 2e9  # until measured
         self.local: np.ndarray | None = None
-        self._abs = np.zeros(0)
-
-    def chunk_size(self) -> int:
-        if self.per_example <= 0.0:
-            return 1  # measure one inference first
-        return int(min(self.max_chunk, max(1.0, CHUNK_SECONDS / self.per_example)))
-
-    def observe(self, seconds: float, n: int) -> None:
-        per = seconds / max(n, 1)
-        self.per_example = per if self.per_example <= 0.0 else 0.8 * self.per_example + 0.2 * per
 
     def infer(self, task: Task, ex: np.ndarray, C: float, st: np.ndarray
               ) -> tuple[int, RecordBatch, np.ndarray, np.ndarray]:
-        """Loss-augmented inference on ``ex`` with a consistent w̄: (version, records, violation
-        −∇D of each record (Eq. 11), and its float rounding slack)."""
         wbar = self.wbar
         dim = wbar.dim - task.n_examples
         expected = self.per_example * len(ex)
@@ -463,7 +352,7 @@ class _WbarReader:
             seq = wbar.read_begin()
             buf = wbar.buffer(seq)
             b = task.loss_augmented(buf[:dim], ex)
-            viol, slack = self._violation(b, buf, dim, C)
+            viol, slack = violation_and_slack(b, buf, dim, C)
             if wbar.read_valid(seq):
                 return seq, b, viol, slack
             st[WASTED] += 1
@@ -473,31 +362,8 @@ class _WbarReader:
         seq = wbar.read_into(self.local)
         self.copy_seconds = time.perf_counter() - t
         b = task.loss_augmented(self.local[:dim], ex)
-        viol, slack = self._violation(b, self.local, dim, C)
+        viol, slack = violation_and_slack(b, self.local, dim, C)
         return seq, b, viol, slack
 
-    @staticmethod
-    def _violation(b: RecordBatch, wa: np.ndarray, dim: int, C: float
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        if not len(b):
-            return np.zeros(0), np.zeros(0)
-        viol = b.violation(wa[dim:], C)
-        return viol, rounding_slack(wa, dim, b.ex, b.ptr, b.idx, b.val, C)
-
-
-@njit(cache=True, nogil=True)
-def rounding_slack(wa: np.ndarray, dim: int, ex: np.ndarray, ptr: np.ndarray, idx: np.ndarray,
-                   val: np.ndarray, C: float) -> np.ndarray:
-    """Bound on how far rounding [w, A] to ``wa``'s dtype moves each record's violation
-    Δ − w·φ − A_i/(2C) (Eq. 11) from its value under the learner's float64 [w, A]:
-    4u(Σ_k |w̄_k φ_k| + |Ā_i|/(2C)) + 1e-12, u the unit roundoff of ``wa`` (2^-24 for float32,
-    2^-53 for float64). Relative to the size of w̄·φ, so a worker's test neither keeps pushing a
-    structure the learner rejects nor blocks the stop rule, however large w grows."""
-    u = np.finfo(wa.dtype).eps / 2.0
-    out = np.empty(ex.shape[0])
-    for r in range(ex.shape[0]):
-        acc = abs(np.float64(wa[dim + ex[r]])) / (2.0 * C)
-        for q in range(ptr[r], ptr[r + 1]):
-            acc += abs(np.float64(wa[idx[q]]) * val[q])
-        out[r] = 4.0 * u * acc + 1e-12
-    return out
+    def read_copy(self, out: np.ndarray) -> int:
+        return self.wbar.read_into(out)

@@ -41,7 +41,7 @@ drains the rings into the active sets (new structures enter with α = 0) and, wh
 expensive, checks examples itself with w_V. It resumes updating when a violating structure
 arrives, and stops when every worker has finished a full sweep that started at version ≥ V and
 found no structure violating by more than tol (plus the rounding slack of a float32 w̄,
-relative to Σ|w̄_k φ_k|: see :func:`~demidcd.parallel.engine.rounding_slack`) and had no
+relative to Σ|w̄_k φ_k|: see :func:`~demidcd.solvers.worker.rounding_slack`) and had no
 inference stopped by a solver's time cap. The w returned is then exactly w_V, the one the
 sweeps certify.
 """
@@ -111,11 +111,13 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    log: Callable[[str], None] | None = None, debug: bool = False,
                    ring_words: int = 1 << 22, publish_interval: float = PUBLISH_INTERVAL,
                    tick: Callable[[float, np.ndarray], None] | None = None,
+                   backend: str = "shm", ray_address: str | None = None,
                    **_: object) -> TrainResult:
-    """Train with one learner (this process) and ``threads − 1`` inference workers."""
+    """Train with one learner (this process) and ``threads − 1`` inference workers on the
+    ``backend`` transport ("shm" or "ray")."""
     L = SharedLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
-                      debug, tick=tick)
-    n, pool = task.n_examples, L.pool
+                      debug, tick=tick, backend=backend, ray_address=ray_address)
+    n, workers = task.n_examples, L.transport
     rng = np.random.default_rng(config.seed)
     plan = SweepPlan(L.act, config.skip)
     reason, epoch = "max-epochs", 0
@@ -135,7 +137,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             if publish_due(0):
                 L.publish()
                 last_publish = time.perf_counter()
-            if L.poll() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
+            if L.poll() or workers.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
                 break
         at += LEARNER_CHUNK
         share, t_main, infer_main = 0.0, time.perf_counter(), L.seconds["infer"]
@@ -169,14 +171,14 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             share = inference_share(L, full_pass_ema)
             converged = False
             if plan.certifies(max_pg, config.tol) and received == 0 and not L.poll():
-                L.publish()  # version V: w is not changed again unless a violation arrives,
-                since_publish, version = 0, pool.wbar.version()  # so the w returned is the
+                version = L.publish()  # V: w is not changed again unless a violation arrives,
+                since_publish = 0  # so the w returned is the
                 t = time.perf_counter()  # one the workers' clean sweeps certify
                 while not L.poll():
                     L.ingest()  # records only enter the active sets (α = 0): w stays w_V
                     if L.last_drained:  # a worker saw a violation at V: resume
                         break
-                    if pool.all_clean_since(version):
+                    if workers.all_clean_since(version):
                         converged = True
                         break
                     if share > 0.0:  # check examples itself with w_V, without updating

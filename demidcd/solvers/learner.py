@@ -1,8 +1,9 @@
 """The learner side shared by the multi-process DCD schedules (DEMI-DCD and MS-DCD).
 
 :class:`SharedLearner` owns the active sets over a local [w, A] vector, and a
-:class:`~demidcd.parallel.engine.WorkerPool`. It drains the rings into the active sets
-(:meth:`ingest`), publishes [w, A] (:meth:`publish`, only the changed entries), builds the
+:class:`~demidcd.parallel.transport.Transport` (shared memory or Ray, ``backend``). It drains
+the workers' records into the active sets (:meth:`ingest`), publishes [w, A] (:meth:`publish`,
+only the lines an admitted φ touches), builds the
 per-iteration log record and the final :class:`TrainResult`. A schedule decides only *when*
 each of these happens.
 """
@@ -14,10 +15,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..parallel.engine import WorkerPool
+from ..parallel.transport import make_transport
 from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective
+from .worker import WorkerSpec
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first
@@ -31,14 +33,16 @@ class SharedLearner:
     def __init__(self, task: Task, config: SolverConfig, threads: int, mode: str,
                  callback: Callback | None, chunk: int, ring_words: int,
                  log: Callable[[str], None] | None, debug: bool, learner_share: bool = False,
-                 tick: Callable[[float, np.ndarray], None] | None = None):
+                 tick: Callable[[float, np.ndarray], None] | None = None,
+                 backend: str = "shm", ray_address: str | None = None):
         config.validate()
         self.task, self.config, self.threads, self.callback = task, config, threads, callback
         self.log = log or (lambda s: None)
         n, dim = task.n_examples, task.dim
-        self.pool = WorkerPool(task, threads - 1, config.C, config.admit, config.tol, mode,
-                               config.seed, chunk, ring_words, self.log, debug,
-                               learner_share=learner_share)
+        spec = WorkerSpec(mode, config.C, config.admit, config.tol, config.seed, chunk)
+        self.transport = make_transport(backend, task, threads - 1, spec, log=self.log,
+                                        debug=debug, learner_share=learner_share,
+                                        ring_words=ring_words, ray_address=ray_address)
         self.tick = tick
         self.wa = np.zeros(dim + n)  # [w, A], published as one vector
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
@@ -59,7 +63,7 @@ class SharedLearner:
 
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
-        self.pool.start()
+        self.transport.start()
         self.clock = Clock(self.config.time_limit, self.tick)
         clock = self.clock
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
@@ -67,7 +71,7 @@ class SharedLearner:
 
     def poll(self) -> bool:
         """Snapshot when due, supervise the workers; True once the run must stop."""
-        self.pool.check()
+        self.transport.check()
         return self.clock.poll(self.act.w)
 
     @property
@@ -77,19 +81,19 @@ class SharedLearner:
         c = self.cnt["learner_inferences"]
         if c:
             return self.seconds["infer"] / c
-        tot = self.pool.totals()
+        tot = self.transport.totals()
         return tot["infer_seconds"] / tot["inferences"] if tot["inferences"] else 0.0
 
-    def publish(self) -> None:
-        """Copy [w, A] to the shared w̄ (its idle buffer, see :mod:`demidcd.parallel.seqlock`):
-        the lines of w that some admitted φ touches (the only ones that can be non-zero) and all
-        of A."""
+    def publish(self) -> int:
+        """Publish [w, A] as the next version of w̄ (returned): the lines of w that some
+        admitted φ touches (the only ones that can be non-zero) and all of A."""
         t = time.perf_counter()
-        self.pool.wbar.publish_lines(self.wa, self.act.mark, self.act.dim, force=True)
+        version = self.transport.publish(self.wa, self.act.mark, self.act.dim)
         self.cnt["publishes"] += 1
         self._drained_since_publish = self._rejected_since_publish = 0
         self.last_publish_cost = time.perf_counter() - t
         self.seconds["publish"] += self.last_publish_cost
+        return version
 
     def ingest(self, update_now: bool = False) -> int:
         """Drain the rings into the active sets; returns how many records were admitted or
@@ -99,7 +103,7 @@ class SharedLearner:
         DCD-Light does right after inference, sweeping each up to :data:`FRESH_SWEEPS` times
         (DEMI-DCD; MS-DCD's master waits for the barrier).
         """
-        batch = self.pool.drain()
+        batch = self.transport.drain()
         self.last_drained = len(batch)
         if not len(batch):
             return 0
@@ -152,7 +156,7 @@ class SharedLearner:
     # ------------------------------------------------------------------ reporting
     def iteration(self, epoch: int, max_pg: float, shrunk: int, **extra) -> dict:
         """Log record of one outer iteration (also passed to the callback)."""
-        tot = self.pool.totals()
+        tot = self.transport.totals()
         c = self.cnt
         rec = {"epoch": epoch, "seconds": round(self.clock.elapsed(), 4), "updates": c["updates"],
                "total_updates": c["updates"],
@@ -175,10 +179,10 @@ class SharedLearner:
     def finish(self, reason: str, epoch: int, cpu_log: str | None) -> TrainResult:
         """Stop the pool (always call, in ``finally``), write the CPU log, build the result."""
         seconds = self.clock.elapsed() if self.clock else 0.0
-        tot = self.pool.totals()
-        self.pool.close()
+        tot = self.transport.totals()
+        self.transport.close()
         self.task.__dict__.pop("should_stop", None)  # back to the class default
-        mon = self.pool.monitor
+        mon = self.transport.monitor
         if cpu_log:
             mon.write_csv(cpu_log)
         res = TrainResult(self.act.w.copy(), reason == "converged", reason, epoch, seconds,

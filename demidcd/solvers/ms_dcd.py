@@ -29,24 +29,26 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                  cpu_log: str | None = None, log: Callable[[str], None] | None = None,
                  debug: bool = False, ring_words: int = 1 << 22,
                  tick: Callable[[float, np.ndarray], None] | None = None,
+                 backend: str = "shm", ray_address: str | None = None,
                  **_: object) -> TrainResult:
     """Train with a master (this process) and ``threads − 1`` slaves, barrier-synchronised.
     The data is split into ``threads`` parts (as JLIS does for p processors): the master infers
     on its own part while the slaves infer on theirs, then waits at the barrier."""
     L = SharedLearner(task, config, threads, "barrier", callback, rho_worker, ring_words, log,
-                      debug, learner_share=True, tick=tick)
-    n, pool = task.n_examples, L.pool
+                      debug, learner_share=True, tick=tick, backend=backend,
+                      ray_address=ray_address)
+    n, workers = task.n_examples, L.transport
     rng = np.random.default_rng(config.seed)
     reason, epoch = "max-epochs", 0
     t_inference = t_master = 0.0
     plan = SweepPlan(L.act, config.skip)
-    mine = pool.learner_shard
+    mine = workers.learner_shard
     try:
         L.start()
         for epoch in range(1, config.epochs(1 << 62) + 1):
             L.publish()
             t = time.perf_counter()
-            gen = pool.command_sweep()
+            gen = workers.command()
             unproven, own_violators, stopped = task.unproven, 0, False
             for s in range(0, len(mine), LEARNER_CHUNK):  # the master's part, with w = w̄
                 L.ingest()
@@ -55,14 +57,14 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                     stopped = True
                     break
                 own_violators += found
-            while not pool.sweep_done(gen) and not stopped:  # the barrier
+            while not workers.done(gen) and not stopped:  # the barrier
                 L.ingest()
                 if L.poll():
                     break
                 time.sleep(0.0002)
             L.ingest()
             t_inference += time.perf_counter() - t
-            violators = pool.sweep_violations() + own_violators + (task.unproven - unproven)
+            violators = workers.sweep_violations() + own_violators + (task.unproven - unproven)
             t = time.perf_counter()
             max_pg, shrunk, certified = np.inf, 0, False
             for _ in range(max(config.inner_passes, 1)):
@@ -76,7 +78,7 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
             L.iteration(epoch, float(max_pg), shrunk, violators=violators,
                         inference_seconds=round(t_inference, 4),
                         master_seconds=round(t_master, 4))
-            done = pool.sweep_done(gen)
+            done = workers.done(gen)
             if stop := stop_reason(done and violators == 0 and certified, L.clock):
                 reason = stop
                 break

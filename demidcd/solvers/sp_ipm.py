@@ -10,15 +10,16 @@ With ``averaged`` the output is the average of the mixed vectors over all rounds
 
 from __future__ import annotations
 
-import os
+import functools
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from ..parallel.engine import INFER, PUSHED, WorkerPool
+from ..parallel.transport import make_transport
 from ..tasks.base import InferenceInterrupted, Task
 from .common import Callback, Clock, SolverConfig, TrainResult, stop_reason
+from .worker import WorkerSpec
 
 
 def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
@@ -46,12 +47,23 @@ def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
     return mistakes
 
 
+def mapper(task: Task, w: np.ndarray, shard: np.ndarray, stop: Callable[[], bool],
+           epochs: int) -> tuple[dict[str, object], int, int]:
+    """One SP-IPM mapper round (a worker job, see :data:`~demidcd.solvers.worker.Job`):
+    ``epochs`` perceptron epochs over ``shard`` from the mixed ``w`` (a private copy), also
+    after a stop (the learner then mixes a partial round)."""
+    live = np.zeros(2, np.int64)
+    m = perceptron_epochs(task, w, shard, epochs, progress=live, stop=stop)
+    return {"wloc": w, "mistakes": m}, int(live[0]), int(live[1])
+
+
 def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, cpu_log: str | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False,
                  perceptron_epochs_per_round: int = 10, mixing: str = "uniform",
                  averaged: bool = False,
                  tick: Callable[[float, np.ndarray], None] | None = None,
+                 backend: str = "shm", ray_address: str | None = None,
                  **_: object) -> TrainResult:
     """Train a structured perceptron by iterative parameter mixing on ``threads − 1`` workers.
     ``config.max_epochs`` counts mixing rounds (default 100)."""
@@ -61,24 +73,10 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
     k, dim, n = threads - 1, task.dim, task.n_examples
     E = int(perceptron_epochs_per_round)
 
-    def job(pool: WorkerPool, j: int) -> None:
-        w = np.empty(dim)
-        while True:  # consistent copy of the mixed w̄ (nobody writes during a round)
-            s = pool.wbar.read_begin()
-            w[:] = pool.wbar.buffer(s)[:dim]
-            if pool.wbar.read_valid(s):
-                break
-        live = np.zeros(2, np.int64)
-        m = perceptron_epochs(task, w, pool.shards[j], E, progress=live,
-                              stop=lambda: pool.stop_requested() or os.getppid() != pool.parent_pid)
-        pool.arrays["wloc"][j] = w  # also after a stop: the parent mixes a partial round
-        pool.arrays["mistakes"][j] = m
-        pool.stats[j, INFER] += int(live[0])
-        pool.stats[j, PUSHED] += int(live[1])
-
-    pool = WorkerPool(task, k, config.C, 0.0, 0.0, "job", config.seed, log=log, debug=debug,
-                      job=job, arrays={"wloc": ((k, dim), np.float64),
-                                       "mistakes": ((k,), np.int64)})
+    spec = WorkerSpec("job", config.C, seed=config.seed, job=functools.partial(mapper, epochs=E),
+                      outputs={"wloc": ((dim,), np.float64), "mistakes": ((), np.int64)})
+    pool = make_transport(backend, task, k, spec, log=log, debug=debug,
+                          ray_address=ray_address)
     wa = np.zeros(dim + n)
     w_sum = np.zeros(dim)
     w_out = wa[:dim]  # the model so far (the mixed or the averaged w)
@@ -88,36 +86,37 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
         pool.start()
         clock = Clock(config.time_limit, tick)
         for rnd in range(1, config.epochs(100) + 1):
-            pool.wbar.publish(wa, force=True)
+            pool.publish(wa)
             t = time.perf_counter()
-            gen = pool.command_sweep()
-            while not pool.sweep_done(gen) and not clock.poll(w_out):  # the barrier
+            gen = pool.command()
+            while not pool.done(gen) and not clock.poll(w_out):  # the barrier
                 pool.check()
                 time.sleep(0.0005)
-            partial = not pool.sweep_done(gen)
+            partial = not pool.done(gen)
             if partial:  # the limit or a signal: the mappers stop within one inference and
                 pool.request_stop()  # hand in their w_j, mixed as a last, partial round
                 deadline = time.perf_counter() + 2.0
-                while not pool.sweep_done(gen) and time.perf_counter() < deadline:
+                while not pool.done(gen) and time.perf_counter() < deadline:
                     pool.check()
                     time.sleep(0.001)
             t_map += time.perf_counter() - t
-            if not pool.sweep_done(gen):
+            if not pool.done(gen):
                 rnd -= 1
                 reason = stop_reason(False, clock) or "time-limit"
                 break
             t = time.perf_counter()
-            mis = pool.arrays["mistakes"].astype(np.float64)
+            out = pool.results()
+            mis = out["mistakes"].astype(np.float64)
             mu = (mis / mis.sum() if mixing == "mistakes" and mis.sum() > 0
                   else np.full(k, 1.0 / k))
-            wa[:dim] = mu @ pool.arrays["wloc"]
+            wa[:dim] = mu @ out["wloc"]
             w_sum += wa[:dim]
             w_out = w_sum / rnd if averaged else wa[:dim]
             t_mix += time.perf_counter() - t
             updates += int(mis.sum())
             rec = {"epoch": rnd, "seconds": round(clock.elapsed(), 4), "updates": updates,
                    "total_updates": updates, "mistakes": int(mis.sum()),
-                   "inferences": int(pool.stats[:, 0].sum()), "active": 0, "shrunk": 0,
+                   "inferences": pool.totals()["inferences"], "active": 0, "shrunk": 0,
                    "admitted": 0, "max_pg": 0.0}
             history.append(rec)
             if callback is not None:
@@ -129,7 +128,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
         reason = "interrupted"
     finally:
         seconds = clock.elapsed() if "clock" in locals() else 0.0
-        inferences = int(pool.stats[:, 0].sum())
+        inferences = pool.totals()["inferences"]
         pool.close()
     w = w_sum / max(rnd, 1) if averaged and rnd else wa[:dim].copy()
     mon = pool.monitor

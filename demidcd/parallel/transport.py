@@ -1,0 +1,211 @@
+"""The transport interface: everything a parallel schedule (DEMI-DCD, MS-DCD, SP-IPM) may ask of
+the machinery that runs its inference workers, and nothing else.
+
+A schedule (the learner, in this process) publishes [w, A] as a new *version* of w̄
+(:meth:`Transport.publish`), drains the records the workers found (:meth:`Transport.drain`, a
+:class:`~demidcd.tasks.base.RecordBatch`, never blocking), commands a generation (one sweep per
+worker for MS-DCD's barrier, one job for SP-IPM's mappers: :meth:`Transport.command`,
+:meth:`Transport.done`, :meth:`Transport.results`), reads per-worker counters (sweeps completed,
+clean-since-version, sweep violations, totals), supervises the workers (:meth:`Transport.check`:
+a dead worker is restarted on its shard), and stops and closes. The workers run
+:func:`demidcd.solvers.worker.run_worker` under every transport.
+
+Two transports implement it: shared memory on one machine (:mod:`demidcd.parallel.engine`,
+forked processes, a double-buffered w̄ read in place, one SPSC ring per worker) and a Ray
+cluster (:mod:`demidcd.parallel.ray`, actors on any node, w̄ as versioned deltas through the
+object store, records in batches of numpy arrays). :func:`make_transport` picks one by name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DemidcdError, OptionError
+from ..solvers.worker import (
+    BACKOFF,
+    CLEAN_VERSION,
+    DONE_GEN,
+    INFER,
+    PUSHED,
+    SWEEP_VIOL,
+    SWEEPS,
+    WASTED,
+    WorkerSpec,
+)
+from ..tasks.base import RecordBatch, Task
+
+__all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "BACKENDS",
+           "balanced_shards"]
+
+BACKENDS = ("shm", "ray")
+
+
+class WorkerError(DemidcdError):
+    """An inference worker failed (the message is one line; ``details`` has the traceback)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def balanced_shards(costs: np.ndarray, k: int, seed: int = 0) -> list[np.ndarray]:
+    """Split examples into k shards of nearly equal total cost (longest-processing-time
+    greedy: heaviest example first, to the lightest shard). Each shard sorted."""
+    order = np.argsort(-np.asarray(costs, np.float64), kind="stable")
+    load = np.zeros(k)
+    owner = np.empty(len(order), np.int64)
+    for e in order:
+        j = int(np.argmin(load))
+        owner[e] = j
+        load[j] += costs[e]
+    return [np.flatnonzero(owner == j).astype(np.int64) for j in range(k)]
+
+
+def concat_batches(parts: list[RecordBatch]) -> RecordBatch:
+    """One batch holding the records of ``parts`` in order."""
+    parts = [b for b in parts if len(b)]
+    if not parts:
+        return RecordBatch.empty()
+    if len(parts) == 1:
+        return parts[0]
+    nnz = np.cumsum([0] + [int(b.ptr[-1]) for b in parts[:-1]])
+    return RecordBatch(np.concatenate([b.ex for b in parts]),
+                       np.concatenate([b.hash for b in parts]),
+                       np.concatenate([b.delta for b in parts]),
+                       np.concatenate([b.margin for b in parts]),
+                       np.concatenate([parts[0].ptr[:1]] + [b.ptr[1:] + o for b, o in
+                                                             zip(parts, nnz, strict=True)]),
+                       np.concatenate([b.idx for b in parts]),
+                       np.concatenate([b.val for b in parts]))
+
+
+class Transport(ABC):
+    """p − 1 inference workers behind one interface (see the module docstring).
+
+    Attributes every transport sets: ``n_workers``; ``shards`` (worker j's examples);
+    ``learner_shard`` (the learner's own part when built with ``learner_share``, MS-DCD's
+    master); ``monitor`` (a :class:`~demidcd.parallel.monitor.CpuMonitor` of the learner and
+    the workers it can see)."""
+
+    n_workers: int
+    shards: list[np.ndarray]
+    learner_shard: np.ndarray
+    monitor: Any
+
+    # -- lifecycle
+    @abstractmethod
+    def start(self) -> Transport:
+        """Start the workers (logs ``worker K pid N`` for each)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker and release every resource (idempotent; call in ``finally``)."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Supervise: restart a worker that died on its shard, or raise :class:`WorkerError`
+        after too many restarts. Cheap enough to call between blocks."""
+
+    def __enter__(self) -> Transport:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- w̄
+    @abstractmethod
+    def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
+        """Make float64 ``wa`` = [w, A] the next version of w̄ and return that version.
+        ``marks`` (one byte per line of 8 entries of ``wa[:tail]``, see
+        :func:`~demidcd.parallel.seqlock.mark_array`): ``wa[:tail]`` is zero off the marked
+        lines now and in every earlier version, so only those lines (and ``wa[tail:]``) need
+        to travel."""
+
+    @abstractmethod
+    def version(self) -> int:
+        """The number of completed publishes (the version the workers read next)."""
+
+    # -- records and generations
+    @abstractmethod
+    def drain(self) -> RecordBatch:
+        """Every record that has arrived from the workers (never waits for one)."""
+
+    @abstractmethod
+    def command(self) -> int:
+        """Barrier and job modes: ask every worker for one sweep (or job) with the current
+        w̄; returns the generation to wait for with :meth:`done`."""
+
+    @abstractmethod
+    def done(self, generation: int) -> bool:
+        """Every worker finished ``generation`` (its records have then all been drained or
+        are in the next :meth:`drain`; its sweep violations and job outputs are readable)."""
+
+    def results(self) -> dict[str, np.ndarray]:
+        """Job mode: each output of the workers' last jobs, stacked as [worker, ...]."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def request_stop(self) -> None:
+        """Ask every worker to stop (they finish or abandon their current inference)."""
+
+    # -- counters
+    @abstractmethod
+    def _column(self, col: int) -> np.ndarray:
+        """Per-worker counter ``col`` (see :mod:`demidcd.solvers.worker`), acquire-read."""
+
+    def infer_seconds(self) -> float:
+        return 0.0
+
+    def occupancy(self) -> float:
+        """How full the fullest record channel is (0–1)."""
+        return 0.0
+
+    def totals(self) -> dict[str, int | float]:
+        c = self._column
+        return {"inferences": int(c(INFER).sum()), "pushed": int(c(PUSHED).sum()),
+                "wasted": int(c(WASTED).sum()), "backoffs": int(c(BACKOFF).sum()),
+                "sweeps": self.sweeps_completed(), "ring": round(self.occupancy(), 4),
+                "infer_seconds": self.infer_seconds()}
+
+    def sweeps_completed(self) -> int:
+        """Full sweeps every worker has finished (the fewest of any worker)."""
+        return int(self._column(SWEEPS).min()) if self.n_workers else 0
+
+    def all_clean_since(self, version: int) -> bool:
+        """Every worker finished a clean sweep that started at version ≥ ``version``."""
+        return bool((self._column(CLEAN_VERSION) >= version).all())
+
+    def sweep_violations(self) -> int:
+        """Structures violating by more than tol found in the workers' last sweeps."""
+        return int(self._column(SWEEP_VIOL).sum())
+
+    def generations_done(self) -> np.ndarray:
+        return self._column(DONE_GEN)
+
+
+def make_transport(backend: str, task: Task, n_workers: int, spec: WorkerSpec, *,
+                   log: Callable[[str], None] | None = None, debug: bool = False,
+                   learner_share: bool = False, ring_words: int = 1 << 22,
+                   ray_address: str | None = None, max_restarts: int = 3) -> Transport:
+    """The transport ``backend`` ("shm" or "ray") for ``n_workers`` workers running ``spec``."""
+    if backend == "shm":
+        from .engine import WorkerPool
+
+        return WorkerPool(task, n_workers, spec, log=log, debug=debug,
+                          learner_share=learner_share, ring_words=ring_words,
+                          max_restarts=max_restarts)
+    if backend == "ray":
+        from .ray import RayTransport, require_ray
+
+        require_ray()
+        return RayTransport(task, n_workers, spec, log=log, debug=debug,
+                            learner_share=learner_share, ring_words=ring_words,
+                            address=ray_address, max_restarts=max_restarts)
+    raise OptionError(f"unknown --backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
