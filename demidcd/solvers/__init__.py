@@ -58,9 +58,9 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
         task.loss_augmented(w.astype(task.inference_dtype), ex)
     ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
     if threads > 1:
-        from .worker import rounding_slack
         from ..parallel.ring import warmup as ring_warmup
         from ..parallel.seqlock import warmup as seqlock_warmup
+        from .worker import rounding_slack
 
         ring_warmup()
         seqlock_warmup()
