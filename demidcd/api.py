@@ -30,7 +30,9 @@ class StructuredEstimator:
     :class:`~demidcd.solvers.common.SolverConfig`. rho / rho_worker: publish / refresh
     intervals of the parallel engine. cpu_log: CSV path for the CPU timeline. eval_every:
     seconds between primal/dual evaluations in the log. callback(record, w): per outer
-    iteration.
+    iteration. Engine keywords: ``backend="ray"`` (and ``ray_address="HOST:PORT"``, default a
+    local Ray instance) runs the inference workers as Ray actors (``pip install
+    'demidcd[ray]'``) instead of forked processes on this machine.
     """
 
     task_name = "task"

@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DEMI-DCD: publish w at least this often when it changed (0.3)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
+    s.add_argument("--backend", choices=("shm", "ray"), default="shm",
+                   help="how the learner reaches its inference workers: shm (forked processes "
+                        "on this machine) or ray (Ray actors on a cluster; pip install "
+                        "'demidcd[ray]')")
+    s.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="--backend ray: the cluster to join (e.g. HEAD_IP:6379); default: start "
+                        "a local Ray instance for this run")
     s.add_argument("--perceptron-epochs", type=int, default=10,
                    help="SP-IPM: perceptron epochs per mixing round")
     s.add_argument("--mixing", choices=("uniform", "mistakes"), default="uniform",
@@ -282,6 +289,12 @@ def cmd_train(args) -> int:
         threads = 1
     if algorithm in ("ms-dcd", "sp-ipm") and threads < 2:
         raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
+    if args.ray_address and args.backend != "ray":
+        raise OptionError("--ray-address needs --backend ray")
+    if args.backend == "ray":
+        from .parallel.ray import require_ray
+
+        require_ray()  # a clear one-line error before any data is read
     log = Log(args.quiet, args.log_json)
     t0 = time.perf_counter()
     if args.train:
@@ -318,7 +331,8 @@ def cmd_train(args) -> int:
         callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
         averaged=args.averaged, snapshot_every=args.snapshot_every,
-        publish_interval=args.publish_interval,
+        publish_interval=args.publish_interval, backend=args.backend,
+        ray_address=args.ray_address,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
     if _is_er(args):

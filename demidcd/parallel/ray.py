@@ -198,7 +198,13 @@ class RayTransport(Transport):
         self._spec_ref = ray.put(self.spec)
         for j in range(self.n_workers):
             self._spawn(j)
-        infos = ray.get([a.info.remote() for a in self.actors])
+        try:
+            infos = ray.get([a.info.remote() for a in self.actors])
+        except Exception as e:  # noqa: BLE001 - an actor could not start
+            lines = [x for x in str(e).strip().splitlines() if x.strip()]
+            raise WorkerError(f"an inference actor failed to start: "
+                              f"{lines[-1].strip() if lines else type(e).__name__}",
+                              str(e)) from None
         for j, info in enumerate(infos):
             self._started(j, info)
         self.log(f"{self.n_workers} inference actors on {where}")
@@ -440,7 +446,8 @@ class _RayWorker(WorkerEndpoint):
         self.st = np.array(st, np.int64)
         self.st[CLEAN_VERSION] = -1
         self.fst = np.zeros(2)
-        self.reader = _Replica(spec.chunk, task.dim + task.n_examples, spec.wbar_dtype(task),
+        self.reader = _Replica(spec.chunk, self.task.dim + self.task.n_examples,
+                               spec.wbar_dtype(self.task),
                                version, init)
         self.lock = threading.Condition()
         self.outbox: list[RecordBatch] = []

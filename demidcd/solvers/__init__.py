@@ -77,7 +77,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
 
     ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
     ``tick(seconds, w)`` is called by the learner between blocks of work (snapshots);
-    ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
+    ``engine`` options (``backend`` "shm" or "ray" and ``ray_address``: the transport, see
+    :mod:`demidcd.parallel.transport`; ``rho``, ``rho_worker``, ``debug``, SP-IPM's
     ``perceptron_epochs_per_round``, ``mixing``, ``averaged``) go to the parallel schedules,
     which ignore the ones that are not theirs.
     """
@@ -87,6 +88,13 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         raise OptionError(f"unknown --algorithm {algorithm!r}; choose one of "
                           f"{', '.join(ALGORITHMS)}")
     config.validate()
+    backend = engine.get("backend") or "shm"
+    if backend not in ("shm", "ray"):
+        raise OptionError(f"unknown backend {backend!r}; choose shm or ray")
+    if backend == "ray" and threads > 1 and algorithm not in SINGLE_PROCESS:
+        from ..parallel.ray import require_ray
+
+        require_ray()
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
     warm_up(task, algorithm, threads)
     if threads == 1 or algorithm in SINGLE_PROCESS:
