@@ -58,6 +58,7 @@ from .transport import Transport, WorkerError, balanced_shards, concat_batches
 __all__ = ["RayTransport", "require_ray", "FETCH_WAIT"]
 
 FETCH_WAIT = 0.05  # seconds an actor's fetch waits for records before returning empty
+FETCH_GAP = 0.005  # ...and records wait at most this long for more to join their batch
 
 
 def require_ray() -> Any:
@@ -488,10 +489,17 @@ class _RayWorker(WorkerEndpoint):
 
     def fetch(self, wait: float) -> tuple:
         """(counters, seconds, records as 7 arrays or None, job outputs or None, error or
-        None), once records, a sweep end or an error are there, or after ``wait`` s."""
+        None), once a sweep or job ended or an error came, else after ``wait`` s, or
+        :data:`FETCH_GAP` s when records are waiting."""
+        t0 = time.perf_counter()
         with self.lock:
-            if not (self.outbox or self._changed or self.error):
-                self.lock.wait(wait)
+            while not (self._changed or self.error or self._stop.is_set()):
+                left = wait - (time.perf_counter() - t0)
+                if self.outbox:  # batch what arrives within FETCH_GAP (fewer round trips)
+                    left = min(left, FETCH_GAP - (time.perf_counter() - t0))
+                if left <= 0:
+                    break
+                self.lock.wait(left)
             st, fst = self.st.copy(), self.fst.copy()  # before the records they cover
             recs, self.outbox, self.out_words = self.outbox, [], 0
             out, self.outputs, self._changed = self.outputs, None, False

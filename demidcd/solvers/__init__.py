@@ -89,7 +89,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
                           f"{', '.join(ALGORITHMS)}")
     config.validate()
     backend = engine.get("backend") or "shm"
-    if backend not in ("shm", "ray"):
+    if not callable(backend) and backend not in ("shm", "ray"):
         raise OptionError(f"unknown backend {backend!r}; choose shm or ray")
     if backend == "ray" and threads > 1 and algorithm not in SINGLE_PROCESS:
         from ..parallel.ray import require_ray
