@@ -74,7 +74,7 @@ from ..solvers.worker import (
 from ..tasks.base import RecordBatch, Task
 from .monitor import CpuMonitor
 from .ring import RecordRing
-from .seqlock import SharedWeights, load_word, store_word
+from .seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
 from .shm import SharedArena, sweep_stale
 from .transport import Transport, WorkerError, balanced_shards, concat_batches
 
@@ -121,6 +121,7 @@ class WorkerPool(Transport):
         self.shards = parts[:n_workers]
         self.learner_shard = parts[n_workers] if learner_share else np.zeros(0, np.int64)
         self.copy_ratio = COPY_RATIO
+        self.bytes_out = 0  # w̄ bytes copied by publishes
         self.procs: list = [None] * n_workers
         self.restarts = [0] * n_workers
         self.parent_pid = os.getpid()
@@ -229,10 +230,14 @@ class WorkerPool(Transport):
     def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
         """Write ``wa`` into w̄'s idle buffer (only the marked lines of ``wa[:tail]``, see
         :meth:`SharedWeights.publish_lines`) and flip to it."""
+        item = self.wbar.buf.dtype.itemsize
         if marks is None:
             self.wbar.publish(wa, force=True)
+            self.bytes_out += wa.shape[0] * item
         else:
             self.wbar.publish_lines(wa, marks, tail, force=True)
+            lines = int(np.count_nonzero(marks))  # the lines copied
+            self.bytes_out += ((lines << LINE_SHIFT) + wa.shape[0] - tail) * item
         return self.wbar.version()
 
     def version(self) -> int:
@@ -251,6 +256,11 @@ class WorkerPool(Transport):
 
     def occupancy(self) -> float:
         return max((r.occupancy() for r in self.rings), default=0.0)
+
+    def traffic(self) -> dict[str, float]:
+        """Ring bytes (every word ever written) and w̄ bytes (lines copied per publish)."""
+        return {"bytes_in": 8.0 * sum(int(r.ctrl[0]) for r in self.rings),
+                "bytes_out": float(self.bytes_out)}
 
     def command(self) -> int:
         g = load_word(self.ctrl, GENERATION) + 1

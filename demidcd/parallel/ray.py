@@ -309,6 +309,12 @@ class RayTransport(Transport):
     def version(self) -> int:
         return self._version
 
+    def traffic(self) -> dict[str, float]:
+        lat = np.array(self.publish_seconds or [0.0])
+        return {"bytes_out": float(self.bytes_out), "bytes_in": float(self.bytes_in),
+                "publish_median_seconds": float(np.median(lat)),
+                "publish_p90_seconds": float(np.quantile(lat, 0.9))}
+
     def _poll(self) -> None:
         """Take every finished fetch (never waits) and re-issue it."""
         ray = self._ray

@@ -166,6 +166,11 @@ class Transport(ABC):
         """How full the fullest record channel is (0–1)."""
         return 0.0
 
+    def traffic(self) -> dict[str, float]:
+        """Bytes that went through the transport so far: ``bytes_out`` (w̄ to the workers),
+        ``bytes_in`` (records to the learner)."""
+        return {}
+
     def totals(self) -> dict[str, int | float]:
         c = self._column
         return {"inferences": int(c(INFER).sum()), "pushed": int(c(PUSHED).sum()),

@@ -180,6 +180,7 @@ class SharedLearner:
         """Stop the pool (always call, in ``finally``), write the CPU log, build the result."""
         seconds = self.clock.elapsed() if self.clock else 0.0
         tot = self.transport.totals()
+        traffic = self.transport.traffic()
         self.transport.close()
         self.task.__dict__.pop("should_stop", None)  # back to the class default
         mon = self.transport.monitor
@@ -193,7 +194,7 @@ class SharedLearner:
                      "publish_seconds": sec["publish"], "update_seconds": sec["update"],
                      "insert_seconds": sec["insert"], "wait_seconds": sec["wait"],
                      "learner_infer_seconds": sec["infer"],
-                     **tot, **self.cnt}
+                     "transport": traffic, **tot, **self.cnt}
         c = self.cnt
         self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
                  f", {c['publishes']:,} publishes costing "
