@@ -202,4 +202,7 @@ class SharedLearner:
                  f"{c['learner_inferences']:,} inferences of its own; workers: "
                  f"{tot['inferences']:,} inferences, {tot['pushed']:,} structures pushed, "
                  f"{tot['wasted']:,} chunks redone after a concurrent publish")
+        if traffic:
+            self.log(f"transport: {traffic.get('bytes_out', 0) / 1e6:,.1f} MB of w̄ out, "
+                     f"{traffic.get('bytes_in', 0) / 1e6:,.1f} MB of records in")
         return res
