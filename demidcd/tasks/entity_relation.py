@@ -610,7 +610,8 @@ class EntityRelationSpec(TaskSpec):
     def write(self, path: str, data, predicted, args) -> None:
         from demidcd.io.conll04 import write_conll04
 
-        write_conll04(path, data, [p[0] for p in predicted], [p[1] for p in predicted])
+        write_conll04(path, data, [p[0] for p in predicted], [p[1] for p in predicted],
+                      encoding=args.encoding)
 
 
 SPEC = EntityRelationSpec()
