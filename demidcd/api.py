@@ -154,7 +154,6 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
-    _context_shapes = False  # the featurizer's neighbour-shape features (on for NER)
 
     def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0, **kw: Any):
         super().__init__(**kw)
@@ -178,8 +177,7 @@ class SequenceTagger(StructuredEstimator):
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self.classes_ = sorted({t for s in Y for t in s})
-        self.featurizer_ = SequenceFeaturizer(int(self.min_count), int(self.hashing),
-                                              self._context_shapes).fit(X)
+        self.featurizer_ = SequenceFeaturizer(int(self.min_count), int(self.hashing)).fit(X)
         self.n_features_ = self.featurizer_.n_features
         task = self._task(X, Y)
         dev_eval = None
@@ -298,12 +296,9 @@ class ChunkTagger(SequenceTagger):
 
 
 class NamedEntityTagger(ChunkTagger):
-    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
-
-    Its feature template adds the neighbours' word shapes (capitalisation of w_{t±1}, w_{t±2})."""
+    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1."""
 
     task_name = "ner"
-    _context_shapes = True
 
 
 class EntityRelationExtractor(StructuredEstimator):

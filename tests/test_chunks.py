@@ -110,6 +110,7 @@ def test_chunk_counts_equal_conlleval_on_fixed_examples(gold, pred, expect):
     s = chunk_scores(gold, pred)
     assert (s.correct, s.gold, s.predicted, s.correct_tags, s.tokens) == expect
     assert _counts(s) == _reference(_lines(gold, pred))
+    assert _counts(chunk_scores(gold, pred, "conlleval")) == _counts(s)
 
 
 def test_per_type_and_figures():
@@ -165,7 +166,7 @@ def _corrupted(draw):
 @given(_corrupted())
 def test_chunk_counts_agree_with_independent_conlleval(gp):
     gold, pred = gp
-    assert _counts(chunk_scores(gold, pred)) == _reference(_lines(gold, pred))
+    assert _counts(chunk_scores(gold, pred, "conlleval")) == _reference(_lines(gold, pred))
 
 
 def _spans(seq):

@@ -19,7 +19,8 @@ With c correct chunks, g gold chunks and p predicted ones: P = c/p, R = c/g, F1 
 These rules read IOB1 and IOB2 (BIO) labels alike. BIOES (IOBES) labels are first rewritten to
 IOB2 (S → B, E → I), which conlleval's rules then read correctly (conlleval has no S tag and
 reads ``E-X B-X`` as one chunk). ``scheme="auto"`` picks BIOES when an S tag occurs, or E and B
-tags both occur; otherwise the labels are read as they are.
+tags both occur; otherwise the labels are read as they are. ``scheme="conlleval"`` always reads
+them as they are, whatever the tags (what ``conlleval`` itself does).
 
 The scan over tokens is a numba kernel over flat integer codes (one call per data set).
 """
@@ -33,7 +34,7 @@ import numpy as np
 
 from ..errors import OptionError
 
-SCHEMES = ("auto", "iob1", "iob2", "bio", "bioes", "iobes")
+SCHEMES = ("auto", "iob1", "iob2", "bio", "bioes", "iobes", "conlleval")
 _O, _B, _I, _E, _OPEN, _CLOSE, _DOT = 0, 1, 2, 3, 4, 5, 6  # conlleval's special tags
 _SPECIAL = {"O": _O, "B": _B, "I": _I, "E": _E, "[": _OPEN, "]": _CLOSE, ".": _DOT}
 _ALLOWED = {"iob1": {"O", "B", "I"}, "iob2": {"O", "B", "I"},
@@ -53,6 +54,8 @@ def resolve_scheme(labels, scheme: str = "auto") -> str:
     scheme = scheme.lower()
     if scheme not in SCHEMES:
         raise OptionError(f"unknown label scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+    if scheme == "conlleval":
+        return "conll"
     tags = {split_label(lab)[0] for lab in labels}
     if scheme == "auto":
         return "bioes" if "S" in tags or ("E" in tags and "B" in tags) else "conll"
