@@ -594,7 +594,19 @@ def _parse_feature_columns(c: str | list | None) -> tuple[str | int, ...]:
         return ()
     if isinstance(c, list | tuple):
         return tuple(c)
-    return tuple(_parse_column(x.strip()) for x in str(c).split(",") if x.strip())
+    out = []
+    for x in str(c).split(","):
+        x = x.strip()
+        if x in ("upos", "xpos"):
+            out.append(x)
+        elif x.isdigit():
+            out.append(int(x))
+        elif x:
+            from ..errors import OptionError
+
+            raise OptionError(f"--feature-columns takes 1-based column numbers such as 2 or 2,3 "
+                              f"(upos/xpos in CoNLL-U), got {c!r}")
+    return tuple(out)
 
 
 class SequenceSpec(TaskSpec):
