@@ -58,6 +58,7 @@ from .transport import Transport, WorkerError, balanced_shards, concat_batches
 __all__ = ["RayTransport", "require_ray", "FETCH_WAIT"]
 
 FETCH_WAIT = 0.05  # seconds an actor's fetch waits for records before returning empty
+DRAIN_RECORDS = 1 << 14  # records per drain at most (as the shared-memory transport)
 FETCH_GAP = 0.005  # ...and records wait at most this long for more to join their batch
 
 
@@ -354,10 +355,15 @@ class RayTransport(Transport):
                 continue
             self._fetch[self.actors[j].fetch.remote(FETCH_WAIT)] = j
 
-    def drain(self) -> RecordBatch:
+    def drain(self, max_records: int = DRAIN_RECORDS) -> RecordBatch:
+        """The records fetched so far, at most ``max_records`` (the rest wait for the next
+        drain, so one ingest stays short whatever the number of actors)."""
         self._poll()
         batch = concat_batches(self._records)
         self._records = []
+        if len(batch) > max_records:
+            self._records = [batch.take(np.arange(max_records, len(batch)))]
+            batch = batch.take(np.arange(max_records))
         return batch
 
     def _column(self, col: int) -> np.ndarray:
