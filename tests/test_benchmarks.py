@@ -271,6 +271,23 @@ def test_project_model_on_fixed_costs():
     assert pr[4]["time_to_1pct"] == pytest.approx(10.0 / 4)
 
 
+def test_transport_log_parser_and_projection_on_fixed_costs():
+    tr = importlib.import_module("transport")
+    assert tr.parse_transport("x\ntransport: 1,234.5 MB of w̄ out, 6.0 MB of records in\n") \
+        == {"bytes_out": 1234.5e6, "bytes_in": 6.0e6}
+    assert tr.parse_transport("no such line") is None
+    shm = {"structures_per_s": 1000.0}
+    ray = {"bytes_per_publish": 2e6, "bytes_per_structure": 500.0, "publish_latency_s": 0.004,
+           "learner": {"publishes": 100}, "stopped": {"seconds": 10.0}}
+    pr = tr.projection(shm, ray, p=3)  # 2 workers measured
+    assert pr["label"].startswith("PROJECTION")
+    assert pr["actors"] == 63
+    assert pr["structures_per_s_supply"] == pytest.approx(63 * 500.0)
+    assert pr["record_bytes_per_s"] == pytest.approx(63 * 500.0 * 500.0)
+    assert pr["wbar_bytes_per_s"] == pytest.approx(1e6 * 63 * 10.0)  # per actor × 10/s
+    assert pr["publish_latency_s"] == pytest.approx(0.004 * 63 / 2)
+
+
 def test_example_trains_with_demi_dcd_and_plots_cpu(tmp_path):
     sys.path.insert(0, str(EXAMPLES))
     ex = importlib.import_module("train_demi_cpu")

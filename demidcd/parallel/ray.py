@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..errors import OptionError
+from ..errors import DemidcdError, OptionError
 from ..solvers.worker import (
     BACKOFF,
     CLEAN_VERSION,
@@ -174,7 +174,12 @@ class RayTransport(Transport):
             kw: dict[str, Any] = {"include_dashboard": False, "configure_logging": False,
                                   "log_to_driver": self.debug}
             if self.address:
-                ray.init(address=self.address, **kw)
+                try:
+                    ray.init(address=self.address, **kw)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise DemidcdError(f"cannot join the Ray cluster at {self.address}: "
+                                       f"{why}") from None
                 where = f"the Ray cluster at {self.address}"
             else:
                 # workers import this very demidcd (a source checkout works as well)
