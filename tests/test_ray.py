@@ -33,14 +33,15 @@ def _descendants(pid):
 
 def test_ctrl_c_leaves_no_ray_process(tmp_path):
     """Runs first, before this module starts its own Ray instance: a CLI run starts a local Ray
-    instance; SIGINT stops it with the model written and every Ray process gone."""
+    instance (its processes share the run's process group); SIGINT to the group, as Ctrl-C on a
+    terminal, stops it with the model written and every Ray process gone."""
     logf, model = tmp_path / "log.txt", tmp_path / "m.npz"
     env = {**os.environ, "PYTHONPATH": ROOT}
     with open(logf, "w") as f:
         p = subprocess.Popen([sys.executable, "-m", "demidcd.cli", "train", "--threads", "2",
                               "--backend", "ray", "--time-limit", "120", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT,
-                             env=env, cwd=ROOT)
+                             env=env, cwd=ROOT, start_new_session=True)
         t0, seen = time.time(), {}
         while time.time() - t0 < 120 and not PID.search(logf.read_text()):
             for q in _descendants(p.pid):
@@ -52,7 +53,7 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
             seen[q.pid] = q
         assert any("raylet" in " ".join(q.cmdline()) for q in seen.values()
                    if q.is_running())
-        p.send_signal(signal.SIGINT)
+        os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C on a terminal: the whole process group
         p.wait(timeout=60)
     out = logf.read_text()
     assert p.returncode == 130, out[-2000:]
@@ -116,7 +117,13 @@ def test_sp_ipm_over_ray_equals_shared_memory(local_ray, small):
     assert np.array_equal(shm.coef_, over.coef_)  # same shards, mappers and mixing
 
 
-def test_killed_actor_is_survived(local_ray, small):
+@pytest.fixture(scope="module")
+def shm_primal(small):
+    return fit(small, algorithm="demi-dcd")[1]
+
+
+@pytest.mark.parametrize("algorithm", ["demi-dcd", "ms-dcd"])
+def test_killed_actor_is_survived(local_ray, small, shm_primal, algorithm):
     lines, killed = [], []
 
     def kill_one(rec, w):
@@ -125,8 +132,8 @@ def test_killed_actor_is_survived(local_ray, small):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    shm, p1 = fit(small, algorithm="demi-dcd")
-    est, p2 = fit(small, algorithm="demi-dcd", backend="ray", log=lines.append,
+    p1 = shm_primal
+    est, p2 = fit(small, algorithm=algorithm, backend="ray", log=lines.append,
                   callback=kill_one, tol=1e-4, delta=1e-4)
     assert killed
     assert any(f"(pid {killed[0]}) died" in s and "restarting" in s for s in lines), lines
