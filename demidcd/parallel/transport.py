@@ -28,7 +28,6 @@ from ..errors import DemidcdError, OptionError
 from ..solvers.worker import (
     BACKOFF,
     CLEAN_VERSION,
-    DONE_GEN,
     INFER,
     PUSHED,
     SWEEP_VIOL,
@@ -189,9 +188,6 @@ class Transport(ABC):
     def sweep_violations(self) -> int:
         """Structures violating by more than tol found in the workers' last sweeps."""
         return int(self._column(SWEEP_VIOL).sum())
-
-    def generations_done(self) -> np.ndarray:
-        return self._column(DONE_GEN)
 
 
 def make_transport(backend: str | Callable[..., Transport], task: Task, n_workers: int,
