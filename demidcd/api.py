@@ -141,8 +141,8 @@ class StructuredEstimator:
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
+    def _check_fitted(self, attribute: str = "coef_") -> None:
+        if not hasattr(self, attribute):
             raise not_fitted(f"this {type(self).__name__} is not fitted yet: call fit (or "
                              "load a model) first")
 
@@ -323,7 +323,7 @@ class SequenceTagger(StructuredEstimator):
 
     def training_task(self, X: list[list[str]], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
-        self._check_fitted()
+        self._check_fitted("featurizer_")
         X = _check_sentences(X)
         return self._task(X, _check_tags(X, Y))
 
@@ -462,7 +462,7 @@ class EntityRelationExtractor(StructuredEstimator):
 
     def training_task(self, X, Y: Any = None):
         """The bound task for X with this model's features (for objectives)."""
-        self._check_fitted()
+        self._check_fitted("featurizer_")
         return self._task(self._check(X), True)
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -455,13 +455,13 @@ def cmd_train(args) -> int:
     Xd, Yd = _xy(dev, args) if dev is not None else (None, None)
     try:
         est.fit(X, Y, Xd, Yd)
-    except WorkerError:  # keep what was learnt: the partial model, marked unfinished
+    except WorkerError as e:  # keep what was learnt: the partial model, marked unfinished
         log.close()
-        if args.model and getattr(est, "coef_", None) is not None:
-            est.save(args.model)
-            print(f"demidcd: partial model written to {args.model} (finished: false)",
-                  file=sys.stderr)
-        raise
+        if not args.model or getattr(est, "coef_", None) is None:
+            raise
+        est.save(args.model)
+        raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
+                          e.details) from e
     log.close()
     res = est.result_
     dim = est.coef_.shape[0]
@@ -631,12 +631,9 @@ def _stop_requested() -> bool:
 
 
 def _entry() -> Any:
-    try:
-        code = main()
-    except KeyboardInterrupt:  # a second Ctrl-C while the first one was being handled
-        print("demidcd: interrupted", file=sys.stderr)
-        code = 130
-    sys.exit(code)
+    from .__main__ import run
+
+    run()
 
 
 if __name__ == "__main__":
