@@ -592,9 +592,25 @@ def main(argv: list[str] | None = None) -> int:
     interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _main(argv, debug)
+    finally:  # in-process callers (tests, notebooks) get their handlers back
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _main(argv: list[str], debug: bool) -> int:
+    if not debug:  # until the graceful handler is installed: a KeyboardInterrupt in an import
+        # may surface as another exception (numpy: ImportError) or vanish (a weakref callback)
+        signal.signal(signal.SIGINT, _early_exit)
+        signal.signal(signal.SIGTERM, _early_exit)
     try:
         args = build_parser().parse_args(argv)
         debug = getattr(args, "debug", False)
+        if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
+            from . import api  # noqa: F401
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
         # that started us in the background set SIGINT to "ignore" (Python then keeps it
         # ignored); SIGTERM behaves the same way.
@@ -623,6 +639,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+
+
+def _early_exit(signum: int, frame: object) -> None:
+    """SIGINT/SIGTERM while modules load: nothing is written yet, so leave at once."""
+    sys.stderr.write("demidcd: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def _stop_requested() -> bool:
