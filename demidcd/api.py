@@ -203,7 +203,8 @@ class StructuredEstimator:
 
         try:
             result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
-                           log=self.log, debug=bool(self.debug), **engine)
+                           log=self.log, debug=bool(self.debug),
+                           tick=snap.maybe if snap else None, **engine)
         except WorkerError as e:  # keep the partial model (unfinished) for save()
             partial = getattr(e, "partial", None)
             if partial is not None:
