@@ -136,7 +136,7 @@ class StructuredEstimator:
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=self._requires_y),
                     input_tags=InputTags(two_d_array=False, string=True), requires_fit=True,
-                    non_deterministic=int(self.threads or 1) > 1)
+                    non_deterministic=isinstance(self.threads, int) and self.threads > 1)
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")

@@ -36,6 +36,17 @@ def run(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
+@pytest.fixture
+def cli(capsys):
+    """``cli(*args) -> (status, stdout, stderr)``: the command line in this process (fast)."""
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return call
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("synth")
@@ -204,26 +215,24 @@ def test_defaults_have_one_source():
 
 # ================================================================== outputs and paths
 @pytest.mark.parametrize("where", ["missing dir", "a directory", "unwritable"])
-def test_bad_output_paths_fail_before_training(tmp_path, corpus, where):
-    bad = {"missing dir": str(tmp_path / "nodir" / "sub" / "m.npz"),
-           "a directory": str(tmp_path),
+def test_bad_output_paths_fail_before_training(tmp_path, corpus, where, cli):
+    bad = {"missing dir": tmp_path / "nodir" / "sub" / "m.npz",
+           "a directory": tmp_path,
            "unwritable": "/proc/m.npz"}[where]
-    t = time.perf_counter()
-    r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", "--model", bad)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("demidcd: error: --model"), r.stderr
-    assert "data:" not in r.stdout, "the data was read before the path was checked"
-    assert time.perf_counter() - t < 30
-    for opt in ("--log-json", "--cpu-log"):
-        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", opt, bad)
-        assert r.returncode == 2 and "data:" not in r.stdout and opt in r.stderr, r.stderr
+    for opt in ("--model", "--log-json", "--cpu-log"):
+        code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1", opt, bad)
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"demidcd: error: {opt}"), err
+        assert "data:" not in out, "the data was read before the path was checked"
+    r = run("train", "--train", str(corpus / "train.txt"), "--model", str(bad))  # the real CLI
+    assert r.returncode == 2 and "data:" not in r.stdout and r.stderr.count("\n") == 1, r.stderr
 
 
-def test_predict_checks_out_before_reading(tmp_path, corpus, model):
-    r = run("predict", "--model", str(model), "--data", str(corpus / "test.txt"),
-            "--out", str(tmp_path / "no" / "p.txt"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--out" in r.stderr
+def test_predict_checks_out_before_reading(tmp_path, corpus, model, cli):
+    code, _, err = cli("predict", "--model", model, "--data", corpus / "test.txt",
+                       "--out", tmp_path / "no" / "p.txt")
+    assert code == 2 and err.count("\n") == 1 and "--out" in err
 
 
 def test_atomic_write_follows_symlinks_and_writes_through_fifos_and_devices(tmp_path):
@@ -262,46 +271,51 @@ def test_atomic_write_follows_symlinks_and_writes_through_fifos_and_devices(tmp_
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
-def test_predict_through_a_symlink_keeps_the_link(tmp_path, corpus, model):
+def test_predict_through_a_symlink_keeps_the_link(tmp_path, corpus, model, cli):
     real = tmp_path / "real.txt"
     real.write_text("")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    r = run("predict", "--model", str(model), "--data", str(corpus / "test.txt"),
-            "--out", str(link))
-    assert r.returncode == 0, r.stderr
+    code, _, err = cli("predict", "--model", model, "--data", corpus / "test.txt", "--out", link)
+    assert code == 0, err
     assert link.is_symlink() and real.stat().st_size > 0
 
 
-def test_predict_writes_in_the_input_encoding(tmp_path, model):
+def test_predict_writes_in_the_input_encoding(tmp_path, model, cli):
     data = tmp_path / "in.txt"
     data.write_bytes("España NOUN\nestá VERB\n\n".encode("latin-1"))
     out = tmp_path / "out.txt"
-    r = run("predict", "--model", str(model), "--data", str(data), "--out", str(out),
-            "--encoding", "latin-1")
-    assert r.returncode == 0, r.stderr
+    code, _, err = cli("predict", "--model", model, "--data", data, "--out", out,
+                       "--encoding", "latin-1")
+    assert code == 0, err
     raw = out.read_bytes()
     assert b"Espa\xf1a" in raw and b"est\xe1" in raw
     assert raw.decode("latin-1").splitlines()[0].startswith("España ")
 
 
 @pytest.mark.parametrize("fraction", ["1.5", "nan", "0", "1", "-0.2", "inf"])
-def test_split_rejects_a_fraction_outside_0_1(tmp_path, fraction):
+def test_split_rejects_a_fraction_outside_0_1(tmp_path, fraction, cli):
     from test_entity_relation import SAMPLE
 
     corp = tmp_path / "s.corp"
     corp.write_text(SAMPLE * 4)
-    r = run("split", str(corp), "--out-dir", str(tmp_path / "sp"), "--test-fraction", fraction)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.count("\n") == 1 and "--test-fraction" in r.stderr
-    assert "Traceback" not in r.stderr and not (tmp_path / "sp").exists()
+    code, _, err = cli("split", corp, "--out-dir", tmp_path / "sp",
+                       f"--test-fraction={fraction}")
+    assert code == 2, err
+    assert err.count("\n") == 1 and "--test-fraction" in err
+    assert not (tmp_path / "sp").exists()
+    if fraction == "nan":  # the real CLI: once is enough
+        r = run("split", str(corp), "--out-dir", str(tmp_path / "sp"), "--test-fraction", "nan")
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert not (tmp_path / "sp").exists()
 
 
-def test_C_inf_is_rejected_like_nan(corpus):
+def test_C_inf_is_rejected_like_nan(corpus, cli):
     for value in ("inf", "nan", "-inf"):
-        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", f"--C={value}")
-        assert r.returncode == 2 and "--C" in r.stderr and r.stderr.count("\n") == 1, r.stderr
-        assert "data:" not in r.stdout
+        code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                             f"--C={value}")
+        assert code == 2 and "--C" in err and err.count("\n") == 1, err
+        assert "data:" not in out
     with pytest.raises(OptionError, match="--C"):
         SolverConfig(C=math.inf).validate()
     with pytest.raises(OptionError, match="--C"):
@@ -333,7 +347,7 @@ def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_
     assert meta["finished"] is False and meta["stop_reason"] == "worker-failed"
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.2, 0.3, 0.5, 0.8])
+@pytest.mark.parametrize("delay", [0.15, 0.3, 0.6])
 def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
     """While modules load (numpy, numba: the first second) Ctrl-C exits 130 with at most one
     line. ``python -m demidcd`` is the console script's entry (:mod:`demidcd.__main__`). A
@@ -354,51 +368,52 @@ def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
     assert len(err.strip().splitlines()) <= 1
 
 
-def test_evaluate_prints_token_and_sentence_counts(corpus, model):
-    r = run("evaluate", "--model", str(model), "--data", str(corpus / "test.txt"))
-    assert r.returncode == 0, r.stderr
-    m = re.fullmatch(r"accuracy: [0-9.]+% \(([0-9,]+) tokens, ([0-9,]+) sentences\)\n", r.stdout)
-    assert m, r.stdout
+def test_evaluate_prints_token_and_sentence_counts(corpus, model, cli):
+    code, out, err = cli("evaluate", "--model", model, "--data", corpus / "test.txt")
+    assert code == 0, err
+    m = re.fullmatch(r"accuracy: [0-9.]+% \(([0-9,]+) tokens, ([0-9,]+) sentences\)\n", out)
+    assert m, out
     text = (corpus / "test.txt").read_text()
     sentences = [s for s in text.split("\n\n") if s.strip()]
     assert int(m.group(2).replace(",", "")) == len(sentences)
     assert int(m.group(1).replace(",", "")) == sum(len(s.splitlines()) for s in sentences)
 
 
-def test_an_unconverged_run_says_why(corpus):
-    r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", "--max-epochs", "1",
-            "--tol", "1e-6")
-    assert r.returncode == 0, r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("stopped:"))
+def test_an_unconverged_run_says_why(corpus, cli):
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                         "--max-epochs", "1", "--tol", "1e-6")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("stopped:"))
     assert "not converged (largest projected gradient" in line and "--max-epochs" in line
 
 
-@pytest.mark.slow
-def test_default_train_ends_converged_on_one_core():
-    """`demidcd train` on the synthetic default corpus: DEMI-DCD on 2+ cores converged before;
-    1-DCD (one core) used to stop at 100 epochs (max_pg 0.019); it now runs to convergence
-    (184 epochs, 12 s on the 2-core EPYC)."""
-    r = run("train", "--threads", "1", timeout=400)
-    assert r.returncode == 0, r.stderr
-    assert "stopped: converged" in r.stdout, r.stdout[-800:]
+def test_default_1dcd_runs_until_converged():
+    """The DCD learners' default is to run until converged (the default `demidcd train` on the
+    synthetic corpus with one core used to stop at 100 epochs, "partial: max-epochs", max_pg
+    0.019; it now converges after 184, 11.8 s on the 2-core EPYC). Here a small problem that
+    needs ~200 epochs at tol 1e-5, in about a second."""
+    c = generate(n_sentences=100, n_tags=5, vocab_size=200, seed=3)
+    est = SequenceTagger(threads=1, tol=1e-5, delta=1e-5, C=1.0, min_count=1)
+    res = est.fit(c.tokens, c.tags).result_
+    assert res.stop_reason == "converged" and res.finished, (res.stop_reason, res.epochs)
+    assert res.epochs > 100
 
 
-def test_output_files_get_the_same_permissions(tmp_path, corpus):
+def test_output_files_get_the_same_permissions(tmp_path, corpus, cli):
     old = os.umask(0o022)
     try:
         m, log, pred = tmp_path / "m.npz", tmp_path / "log.jsonl", tmp_path / "p.txt"
-        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1",
-                "--max-epochs", "1", "--model", str(m), "--log-json", str(log), "--quiet")
-        assert r.returncode == 0, r.stderr
-        r = run("predict", "--model", str(m), "--data", str(corpus / "test.txt"),
-                "--out", str(pred))
-        assert r.returncode == 0, r.stderr
+        code, _, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                           "--max-epochs", "1", "--model", m, "--log-json", log, "--quiet")
+        assert code == 0, err
+        code, _, err = cli("predict", "--model", m, "--data", corpus / "test.txt", "--out", pred)
+        assert code == 0, err
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (m, log, pred)}
         assert set(modes.values()) == {0o644}, modes
         os.chmod(m, 0o640)  # replacing a file keeps its permissions
-        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1",
-                "--max-epochs", "1", "--model", str(m), "--quiet")
-        assert r.returncode == 0 and stat.S_IMODE(m.stat().st_mode) == 0o640
+        code, _, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                           "--max-epochs", "1", "--model", m, "--quiet")
+        assert code == 0 and stat.S_IMODE(m.stat().st_mode) == 0o640
     finally:
         os.umask(old)
 
