@@ -65,8 +65,9 @@ def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
         missing = directory
         while not missing.parent.is_dir() and missing.parent != missing:
             missing = missing.parent
-        what = "is not a directory" if missing.exists() else "does not exist"
-        raise DemidcdError(f"{option} {shown}: directory {missing} {what}")
+        if missing.exists():
+            raise DemidcdError(f"{option} {shown}: {missing} is not a directory")
+        raise DemidcdError(f"{option} {shown}: directory {missing} does not exist")
     try:  # the only reliable test (root, read-only mounts, ACLs): create a file there
         fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=directory)
         os.close(fd)
