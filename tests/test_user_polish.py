@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from demidcd.api import EntityRelationExtractor, SequenceTagger
+from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
 from demidcd.cli import build_parser, main
 from demidcd.errors import DemidcdError, InputTypeError, NotFittedError, OptionError
 from demidcd.io.model import atomic_write, load_model
@@ -27,7 +27,7 @@ from demidcd.solvers.common import SolverConfig
 from demidcd.synthetic import generate
 
 CLI = [sys.executable, "-m", "demidcd.cli"]
-ESTIMATORS = (SequenceTagger, EntityRelationExtractor)
+ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtractor)
 X = [["the", "cat", "sat"], ["a", "dog", "ran"], ["the", "dog", "sat"], ["a", "cat", "ran"]] * 5
 Y = [["D", "N", "V"]] * 20
 
@@ -186,7 +186,7 @@ def test_defaults_have_one_source():
     args = build_parser().parse_args(["train"])
     for name in ("C", "tol", "delta", "seed", "inner_passes", "max_active", "batch", "skip",
                  "sweeps", "rho", "rho_worker", "publish_interval", "perceptron_epochs",
-                 "mixing", "averaged", "min_count", "hashing", "relation_loss_weight"):
+                 "mixing", "averaged", "min_count", "hashing"):
         assert getattr(args, name) is None, name
     est = SequenceTagger()
     assert est.solver_config() == SolverConfig()
