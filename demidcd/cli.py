@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DemidcdError, OptionError
+from .solvers import LEARNERS
 
-ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
+ALGORITHM_CHOICES = tuple(LEARNERS)
 
 
 # --------------------------------------------------------------------------- options
@@ -57,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="entity-relation: weight of relation errors in Δ")
     _data_options(t)
     s = t.add_argument_group("solver")
-    s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None,
-                   help="learner (default: demi-dcd when --threads > 1, else dcd)")
+    s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None, metavar="NAME",
+                   help="learner (default: demi-dcd when --threads > 1, else dcd): "
+                        + "; ".join(f"{k}: {v.summary} (threads {v.threads_text()})"
+                                    for k, v in LEARNERS.items()))
     s.add_argument("--threads", type=int, default=None,
                    help="processes (default: the number of cores)")
     s.add_argument("--C", type=float, default=0.1, help="regularisation C of Eq. (1)")
@@ -88,14 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SP-IPM: perceptron epochs per mixing round")
     s.add_argument("--mixing", choices=("uniform", "mistakes"), default="uniform",
                    help="SP-IPM: parameter mixing weights")
-    s.add_argument("--averaged", action="store_true",
-                   help="SP-IPM: output the average of the mixed weights over rounds")
+    s.add_argument("--averaged", action=argparse.BooleanOptionalAction, default=None,
+                   help="output averaged weights (SP-IPM: over mixing rounds, default off; "
+                        "perceptron, mira, pegasos: over steps, default on)")
+    s.add_argument("--batch-size", type=int, default=None, metavar="K",
+                   help="pegasos, adagrad: examples per mini-batch step (16)")
+    s.add_argument("--lambda", type=float, default=None, dest="lambda_",
+                   help="pegasos: regularisation λ (default 1/(C n), the same objective)")
+    s.add_argument("--projection", action="store_true", default=None,
+                   help="pegasos: project w onto the ball ||w|| <= 1/sqrt(λ)")
+    s.add_argument("--eta", type=float, default=None, help="adagrad: learning rate η (0.1)")
+    s.add_argument("--regularizer", choices=("l1", "l2"), default=None,
+                   help="adagrad: regulariser (l2)")
     s.add_argument("--min-count", type=int, default=None, help="feature dictionary cut-off")
     s.add_argument("--hashing", type=int, default=0, metavar="DIM",
                    help="hash observation features into DIM buckets (no dictionary)")
     o = t.add_argument_group("output")
     o.add_argument("--model", metavar="OUT", help="model file to write (.npz)")
     o.add_argument("--log-json", metavar="FILE", help="write the log records as JSON lines")
+    o.add_argument("--summary-json", metavar="FILE",
+                   help="write the run summary as JSON (stop reason, time, counters, CPU, "
+                        "dev/test metrics)")
     o.add_argument("--cpu-log", metavar="FILE", help="CPU-use timeline as CSV")
     o.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
                    help="log primal, dual and gap at most every SECONDS")
@@ -251,20 +267,23 @@ def _xy(data, args):
     return (data, None) if _is_er(args) else (data.tokens, data.tags)
 
 
-def _report(est, data, name: str, args) -> None:
-    """Print the headline metrics of ``est`` on ``data`` (stdout, even with --quiet)."""
+def _report(est, data, name: str, args) -> dict[str, float]:
+    """Print the headline metrics of ``est`` on ``data`` (stdout, even with --quiet); return
+    them."""
     if est.task_name == "entity-relation":
         m = est.metrics(data)
         for kind in ("entity", "relation"):
             print(f"{name}{kind} F1: {100 * m[kind + '_f1']:.2f} (P {100 * m[kind + '_p']:.2f}, "
                   f"R {100 * m[kind + '_r']:.2f})", flush=True)
-    else:
-        print(f"{name}accuracy: {100 * est.score(data.tokens, data.tags):.2f}%", flush=True)
+        return {k: float(v) for k, v in m.items()}
+    acc = est.score(data.tokens, data.tags)
+    print(f"{name}accuracy: {100 * acc:.2f}%", flush=True)
+    return {"accuracy": acc}
 
 
 def cmd_train(args) -> int:
     from .api import EntityRelationExtractor, SequenceTagger
-    from .solvers import ALGORITHMS
+    from .solvers import check_threads, get_learner
     from .tasks.features import DEFAULT_MIN_COUNT
 
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
@@ -272,16 +291,14 @@ def cmd_train(args) -> int:
         raise OptionError(f"--threads must be >= 1, got {threads}")
     if not args.C > 0:
         raise OptionError(f"--C must be > 0, got {args.C}")
+    algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
+    learner = get_learner(algorithm)
+    check_threads(learner, threads)
+    if learner.single_process and args.threads is None:
+        threads = 1  # a sequential learner on the default thread count: nothing to say
     if threads > (os.cpu_count() or 1) and not args.quiet:
         print(f"demidcd: warning: --threads {threads} is more than the {os.cpu_count()} cores "
               "of this machine", file=sys.stderr)
-    algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-    if algorithm not in ALGORITHMS:
-        raise OptionError(f"--algorithm {algorithm} is not available in this build")
-    if algorithm in ("dcd", "dcd-light") and threads > 1:
-        threads = 1
-    if algorithm in ("ms-dcd", "sp-ipm") and threads < 2:
-        raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
     log = Log(args.quiet, args.log_json)
     t0 = time.perf_counter()
     if args.train:
@@ -317,7 +334,9 @@ def cmd_train(args) -> int:
         rho_worker=args.rho_worker, cpu_log=args.cpu_log, eval_every=args.eval_every,
         callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
-        averaged=args.averaged, snapshot_every=args.snapshot_every,
+        averaged=args.averaged, batch_size=args.batch_size, lambda_=args.lambda_,
+        projection=args.projection, eta=args.eta, regularizer=args.regularizer,
+        snapshot_every=args.snapshot_every,
         publish_interval=args.publish_interval,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
@@ -350,14 +369,20 @@ def cmd_train(args) -> int:
         est.save(args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
+    metrics = {}
     if dev is not None:
-        _report(est, dev, "dev ", args)
+        metrics["dev"] = _report(est, dev, "dev ", args)
     if test is not None:
-        _report(est, test, "test ", args)
+        metrics["test"] = _report(est, test, "test ", args)
     if res.extra.get("memory_line"):
         log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):
         print(res.extra["cpu_line"], flush=True)
+    if args.summary_json:
+        from .solvers.recorder import write_summary
+
+        write_summary(args.summary_json, res, algorithm=algorithm, threads=threads,
+                      task=args.task, data=source, dim=int(dim), model=args.model, **metrics)
     return 130 if res.stop_reason == "interrupted" else 0
 
 
