@@ -186,6 +186,7 @@ class SDM:
         self.stats = np.zeros(3)
         self.rng = np.random.default_rng(config.seed)
         self.inferences = 0
+        self.admitted = 0
 
     def linearise(self, chunk: int = 512) -> int:
         """Ramp loss, Algorithm 1 lines 4–10: v = C Σ_{n∈A} φ_n(ȳ_n) with ȳ_n by loss-diminished
@@ -212,7 +213,7 @@ class SDM:
             b = task.loss_augmented(self.w, ex)
             self.inferences += ex.shape[0]
             violators += int(((b.delta - b.margin) > cfg.tol).sum())
-            act.insert(b, 0.0)
+            self.admitted += act.insert(b, 0.0).admitted
             smo_examples(ex, self.w, act.slots, act.count, act.alpha_sum, act.s_ptr, act.s_len,
                          act.s_f, act.p_idx, act.p_val, act.free_ids, act.meta, self.C,
                          cfg.tol, MAX_SMO_STEPS, self.stats)
@@ -244,7 +245,7 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
            else (lambda w: {**hinge_objective(task, w, config.C), "dual": sdm.dual()}))
     rec = Recorder(task, config, callback, objective_fn=obj)
     inner = max(1, config.inner_passes) if ramp else 1
-    reason, epoch, steps = "max-epochs", 0, 0
+    reason, epoch, steps, admitted = "max-epochs", 0, 0, 0
     clock = rec.start()
     try:
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
@@ -260,8 +261,10 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
             kkt = float(sdm.stats[ST_KKT])
             r = {"epoch": epoch, "updates": int(sdm.stats[ST_STEPS]), "total_updates": steps,
                  "inferences": sdm.inferences, "violators": violators,
-                 "active": sdm.act.size, "shrunk": int(sdm.stats[ST_SHRUNK]), "admitted": 0,
+                 "active": sdm.act.size, "shrunk": int(sdm.stats[ST_SHRUNK]),
+                 "admitted": sdm.admitted - admitted,
                  "max_pg": kkt}
+            admitted = sdm.admitted
             if ramp:
                 r["concave"] = na
             rec.epoch(r, sdm.w)
