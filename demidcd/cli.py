@@ -294,12 +294,15 @@ def cmd_train(args) -> int:
     algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
     learner = get_learner(algorithm)
     check_threads(learner, threads)
-    if learner.single_process and args.threads is None:
-        threads = 1  # a sequential learner on the default thread count: nothing to say
+    sequential_note = learner.single_process and threads > 1 and args.threads is not None
+    if learner.single_process:
+        threads = 1
     if threads > (os.cpu_count() or 1) and not args.quiet:
         print(f"demidcd: warning: --threads {threads} is more than the {os.cpu_count()} cores "
               "of this machine", file=sys.stderr)
     log = Log(args.quiet, args.log_json)
+    if sequential_note:
+        log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")
     t0 = time.perf_counter()
     if args.train:
         train = _read_any(args.train, args)

@@ -9,8 +9,9 @@ recorder and CPU monitor as the DCD family:
 * ``pegasos`` — structured Pegasos (Algorithm 2 of "Pegasos for dependency parsing"): a
   mini-batch A_t of k examples, ŷ_i by loss-augmented inference, η_t = 1/(λt),
   w ← (1 − η_t λ) w + (η_t/k) Σ_{A_t} φ_i, optional projection onto ‖w‖ ≤ 1/√λ, averaged output
-  (over the steps after the first epoch: the first steps, with η_t = 1/(λt) largest, would
-  dominate the average for long).
+  over a suffix of the steps: the average restarts at epochs 2, 4, 8, …, so it covers at least
+  the last half of the epochs (the first steps, with η_t = 1/(λt) largest, would otherwise
+  dominate it for long).
   It minimises λ/2‖w‖² + (1/n) Σ_i max_y [Δ − w·φ], the L1-loss SSVM ½‖w‖² + C Σ ξ_i with
   λ = 1/(C n) (the default).
 * ``adagrad`` — the online primal subgradient method with AdaGrad (Algorithm 1 of Kummerfeld et
@@ -247,8 +248,8 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
         W.steps = t
 
     def on_epoch(epoch: int) -> None:
-        if epoch == 2:  # the average leaves out the first epoch's steps, where
-            W.restart_average()  # η_t = 1/(λt) is largest
+        if epoch & (epoch - 1) == 0 and epoch > 1:  # epochs 2, 4, 8, …: the average covers
+            W.restart_average()  # the last half of the epochs or more (suffix averaging)
 
     return _minibatch(task, config, threads, callback, cpu_log, log, debug, k, W, infer, apply,
                       lambda: W.output(averaged), "Pegasos", ring_words, on_epoch)
