@@ -297,9 +297,13 @@ def cmd_train(args) -> int:
     sequential_note = learner.single_process and threads > 1 and args.threads is not None
     if learner.single_process:
         threads = 1
-    if threads > (os.cpu_count() or 1) and not args.quiet:
-        print(f"demidcd: warning: --threads {threads} is more than the {os.cpu_count()} cores "
-              "of this machine", file=sys.stderr)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    if threads > cores and not args.quiet:
+        print(f"demidcd: warning: --threads {threads} is more than the {cores} cores this "
+              f"process may use: the learner keeps one core to itself and the {threads - 1} "
+              "inference workers share the others at a lower priority, so the run is no "
+              "faster than with one process per core", file=sys.stderr)
     log = Log(args.quiet, args.log_json)
     if sequential_note:
         log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")

@@ -364,29 +364,34 @@ def test_sp_ipm_mixing_equals_direct_computation(mixing: str, shm_guard) -> None
 
 
 def test_sp_ipm_averaged_output_when_time_cuts_a_round(monkeypatch, shm_guard) -> None:
-    """A round cut short by the clock adds nothing to the average, which divides by the
-    rounds actually mixed (the last average the callback saw)."""
-    from demidcd.solvers import common
+    """The clock cuts round 3 short: its partial mix counts once in the average, which
+    divides by the rounds actually mixed (the last average the callback saw)."""
+    import time
+
+    from demidcd.solvers import common, sp_ipm
 
     task, _ = _seq_task(60)
-    seen, state = [], {"armed": False, "calls": 0}
+    seen, state = [], {"at": None}
+    real_epochs = sp_ipm.perceptron_epochs
+    monkeypatch.setattr(sp_ipm, "perceptron_epochs",  # (inherited by the forked mapper)
+                        lambda *a, **k: real_epochs(*a, **k) + 1)  # never "converged"
     real = common.Clock.expired
 
     def expired(self):
-        if state["armed"]:
-            state["calls"] += 1
-            return state["calls"] > 1  # the round-2 stop test passes, round 3 is cut
+        if state["at"] is not None:
+            return time.perf_counter() > state["at"]
         return real(self)
 
     def cb(rec, w):
         seen.append(w.copy())
-        if rec["epoch"] == 2:
-            state["armed"] = True
+        if rec["epoch"] == 2:  # round 3 (hundreds of epochs per round) is cut after 50 ms
+            state["at"] = time.perf_counter() + 0.05
 
     monkeypatch.setattr(common.Clock, "expired", expired)
     res = train(task, "sp-ipm", _cfg(max_epochs=5, eval_every=None), threads=2,
-                perceptron_epochs_per_round=3, averaged=True, callback=cb)
+                perceptron_epochs_per_round=300, averaged=True, callback=cb)
     assert res.stop_reason == "time-limit"
+    assert res.extra["rounds_mixed"] == len(seen) >= 2
     assert np.allclose(res.w, seen[-1], rtol=1e-12, atol=1e-12)
     assert np.abs(res.w).max() > 0
 

@@ -173,20 +173,28 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     if learner.warm:
         learner.load(learner.warm)(task)
     if threads > 1:
+        from ..parallel.engine import rounding_slack
         from ..parallel.ring import warmup as ring_warmup
+        from ..parallel.seqlock import warmup as seqlock_warmup
 
         ring_warmup()
+        seqlock_warmup()
+        for dt in {np.float64, task.inference_dtype}:
+            wa = np.zeros(task.dim + 1, dt)
+            rounding_slack(wa, task.dim, np.zeros(1, np.int64), np.zeros(2, np.int64),
+                           np.zeros(0, np.int32), np.zeros(0), 1.0)
 
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
           callback: Callback | None = None, cpu_log: str | None = None,
-          log: Any = None, **engine: Any) -> TrainResult:
+          log: Any = None, tick: Any = None, **engine: Any) -> TrainResult:
     """Train ``task`` with the registered learner ``algorithm`` on ``threads`` processes.
 
     A learner that cannot run on ``threads`` processes raises :class:`OptionError` (see
-    :data:`LEARNERS`); ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
-    ``mixing``, Pegasos' ``batch_size``, …) go to the learners that read them (each
-    :class:`Learner` lists its ``options``), the others are dropped.
+    :data:`LEARNERS`); ``tick(seconds, w)`` is called by the learner between blocks of work
+    (snapshots); ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's ``mixing``,
+    Pegasos' ``batch_size``, …) go to the learners that read them (each :class:`Learner` lists
+    its ``options``), the others are dropped.
     """
     learner = get_learner(algorithm)
     check_threads(learner, threads)
@@ -198,4 +206,5 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
     warm_up(task, algorithm, threads)
     opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
-    return learner.load()(task, config, threads, callback, cpu_log=cpu_log, log=log, **opts)
+    return learner.load()(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
+                          **opts)

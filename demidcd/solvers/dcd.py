@@ -10,24 +10,30 @@ it violates by more than min(δ, tol) (Eq. 11), and runs UPDATEWEIGHT on that ex
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ..tasks.base import Task
+from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets, SweepPlan
-from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
 from .recorder import Recorder
 
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
-              light: bool = False, cpu_log: str | None = None, **_: object) -> TrainResult:
-    """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light."""
+              light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None,
+              cpu_log: str | None = None, **_: object) -> TrainResult:
+    """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light.
+    ``tick(seconds, w)`` is called between chunks of inference (snapshots on time whatever
+    one outer iteration costs)."""
     config.validate()
-    recorder = Recorder(task, config, callback)
+    recorder = Recorder(task, config, callback, tick=tick)
     rng = np.random.default_rng(config.seed)
     act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
                      sweeps=config.sweeps)
     plan = SweepPlan(act, config.skip)
     clock = recorder.start()
+    task.should_stop = lambda: StopRequest.requested or clock.expired()
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
@@ -46,13 +52,19 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             pass_pg = 0.0
             for s in range(0, n, b):
                 chunk = order[s:s + b]
-                batch = task.loss_augmented(act.w, chunk)
+                unproven = task.unproven
+                try:
+                    batch = task.loss_augmented(act.w, chunk)
+                except InferenceInterrupted:
+                    violators += 1
+                    break
+                violators += task.unproven - unproven  # a solver's time cap proves nothing
                 violators += int((batch.violation(act.alpha_sum, config.C) > config.tol).sum())
                 admitted += act.insert(batch, config.admit).admitted
                 st = act.update(chunk)
                 pass_pg = max(pass_pg, st.max_pg)
                 shrunk, updates = shrunk + st.shrunk, updates + st.updates
-                if clock.expired():
+                if clock.poll(act.w):
                     violators += 1  # an unfinished pass proves nothing
                     break
             # the restricted problem is judged by the last pass over every active set
@@ -72,19 +84,23 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
+    finally:
+        task.__dict__.pop("should_stop", None)
     return recorder.finish(act.w, reason, epoch, act.dual_objective(), cpu_log=cpu_log,
                            **totals)
 
 
 def run_dcd(task: Task, config: SolverConfig, threads: int = 1,
             callback: Callback | None = None, cpu_log: str | None = None,
+            tick: Callable[[float, np.ndarray], None] | None = None,
             **_: object) -> TrainResult:
     """The registry's ``dcd`` schedule: DCD-SSVM on one process."""
-    return train_dcd(task, config, callback, light=False, cpu_log=cpu_log)
+    return train_dcd(task, config, callback, light=False, tick=tick, cpu_log=cpu_log)
 
 
 def run_dcd_light(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
+                  tick: Callable[[float, np.ndarray], None] | None = None,
                   **_: object) -> TrainResult:
     """The registry's ``dcd-light`` schedule: DCD-Light on one process."""
-    return train_dcd(task, config, callback, light=True, cpu_log=cpu_log)
+    return train_dcd(task, config, callback, light=True, tick=tick, cpu_log=cpu_log)

@@ -337,12 +337,12 @@ class BatchInference:
             ex = a["batch"][lo:hi].copy()
             b = infer(task, ex)
             pool.stats[j, INFER] += hi - lo
-            ring, ctrl = pool.rings[j], pool.ctrl
+            ring = pool.rings[j]
             pos = 0
             while pos < len(b):
                 pos = ring.push(b, pos)
                 if pos < len(b):
-                    if ctrl[0] or os.getppid() != pool.parent_pid:
+                    if pool.stop_requested() or os.getppid() != pool.parent_pid:
                         return
                     time.sleep(0.0002)
 

@@ -31,8 +31,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import OptionError
-from ..tasks.base import RecordBatch, Task
-from .common import Callback, SolverConfig, TrainResult, stop_reason
+from ..tasks.base import InferenceInterrupted, RecordBatch, Task
+from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
 from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqnorms
 from .recorder import Recorder
 
@@ -78,7 +78,7 @@ def _epoch_record(epoch: int, steps: int, mistakes: int, total: int, inferences:
 
 # ------------------------------------------------------------------------------ sequential
 def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
-                cpu_log: str | None, averaged: bool, mira: bool) -> TrainResult:
+                cpu_log: str | None, averaged: bool, mira: bool, tick=None) -> TrainResult:
     """The perceptron (``mira=False``) and 1-best MIRA: one example at a time, in a fresh
     random order each epoch, w averaged over every visit."""
     config.validate()
@@ -86,12 +86,14 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
     W = AveragedWeights(task.dim)
     rng = np.random.default_rng(config.seed)
     rec = Recorder(task, config, callback,
-                   objective_fn=(lambda w: hinge_objective(task, w, config.C)) if mira else None)
+                   objective_fn=(lambda w: hinge_objective(task, w, config.C)) if mira else None,
+                   tick=tick)
     C = float(config.C)
     one = np.zeros(1, np.int64)
     coef = np.ones(1)
     reason, epoch, updates = "max-epochs", 0, 0
     clock = rec.start()
+    task.should_stop = lambda: StopRequest.requested or clock.expired()
     try:
         for epoch in range(1, config.epochs(SEQUENTIAL_EPOCHS) + 1):
             mistakes = 0
@@ -107,32 +109,36 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
                         W.add(b, coef)
                         mistakes += 1
                 W.end_step()
-                if clock.expired():
+                if rec.poll(lambda: W.output(averaged)):
                     break
             updates += mistakes
             rec.epoch(_epoch_record(epoch, W.T, mistakes, updates, W.T), W.output(averaged))
             if stop := stop_reason(mistakes == 0 and not clock.expired(), clock):
                 reason = stop
                 break
+    except InferenceInterrupted:  # a stop while an expensive solver ran
+        reason = stop_reason(False, clock) or "time-limit"
     except KeyboardInterrupt:
         reason = "interrupted"
+    finally:
+        task.__dict__.pop("should_stop", None)
     return rec.finish(W.output(averaged), reason, epoch, cpu_log=cpu_log, updates=updates,
                       steps=W.T, inferences=W.T)
 
 
 def train_perceptron(task: Task, config: SolverConfig, threads: int = 1,
                      callback: Callback | None = None, cpu_log: str | None = None,
-                     averaged: bool = True, **_: object) -> TrainResult:
+                     averaged: bool = True, tick=None, **_: object) -> TrainResult:
     """Averaged structured perceptron (Collins 2002); ``averaged=False`` outputs the last w.
     Stops when an epoch makes no mistake ("converged")."""
-    return _sequential(task, config, callback, cpu_log, averaged, mira=False)
+    return _sequential(task, config, callback, cpu_log, averaged, mira=False, tick=tick)
 
 
 def train_mira(task: Task, config: SolverConfig, threads: int = 1,
                callback: Callback | None = None, cpu_log: str | None = None,
-               averaged: bool = True, **_: object) -> TrainResult:
+               averaged: bool = True, tick=None, **_: object) -> TrainResult:
     """1-best MIRA with loss-augmented inference and step cap C (``config.C``), averaged."""
-    return _sequential(task, config, callback, cpu_log, averaged, mira=True)
+    return _sequential(task, config, callback, cpu_log, averaged, mira=True, tick=tick)
 
 
 # ------------------------------------------------------------------------------ mini-batch
@@ -140,7 +146,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                cpu_log: str | None, log: Callable[[str], None] | None, debug: bool,
                k: int, weights, infer, apply, output: Callable[[], np.ndarray],
                name: str, ring_words: int = 1 << 22,
-               on_epoch: Callable[[int], None] | None = None) -> TrainResult:
+               on_epoch: Callable[[int], None] | None = None, tick=None) -> TrainResult:
     """The mini-batch loop shared by Pegasos and AdaGrad: batches of exactly k distinct
     examples from consecutive random permutations, inferred by :class:`BatchInference`, then
     one ``apply`` step; an epoch every ⌈n/k⌉ steps."""
@@ -151,7 +157,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
     bi = BatchInference(task, threads, weights, infer, apply, k, config.seed, log, debug,
                         ring_words)
     rec = Recorder(task, config, callback, threads, monitor=bi.monitor,
-                   objective_fn=lambda w: hinge_objective(task, w, config.C))
+                   objective_fn=lambda w: hinge_objective(task, w, config.C), tick=tick)
     steps_per_epoch = -(-n // k)
     perm, pos = rng.permutation(n), 0
 
@@ -173,6 +179,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
     try:
         bi.start()
         clock = rec.start()
+        task.should_stop = lambda: StopRequest.requested or clock.expired()
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
             if on_epoch is not None:
                 on_epoch(epoch)
@@ -182,7 +189,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                 b = bi.infer_batch(head)
                 mistakes += int((b.delta - b.margin > 0).sum())
                 bi.step(b)
-                if clock.expired():
+                if rec.poll(output):
                     break
             updates += mistakes
             rec.epoch(_epoch_record(epoch, weights.steps, mistakes, updates, bi.inferences()),
@@ -190,9 +197,12 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
             if stop := stop_reason(False, clock):
                 reason = stop
                 break
+    except InferenceInterrupted:  # a stop while an expensive solver ran
+        reason = stop_reason(False, clock) or "time-limit"
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
+        task.__dict__.pop("should_stop", None)
         bi.close()
     res = rec.finish(output(), reason, epoch, cpu_log=cpu_log, updates=updates,
                      steps=weights.steps, inferences=bi.inferences(),
@@ -209,7 +219,7 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, lambda_: float | None = None,
                   projection: bool = False, averaged: bool = True,
-                  ring_words: int = 1 << 22, **_: object) -> TrainResult:
+                  ring_words: int = 1 << 22, tick=None, **_: object) -> TrainResult:
     """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lambda_`` or 1/(C n))."""
     n = task.n_examples
     lam = float(lambda_) if lambda_ is not None else 1.0 / (config.C * n)
@@ -252,14 +262,14 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
             W.restart_average()  # the last half of the epochs or more (suffix averaging)
 
     return _minibatch(task, config, threads, callback, cpu_log, log, debug, k, W, infer, apply,
-                      lambda: W.output(averaged), "Pegasos", ring_words, on_epoch)
+                      lambda: W.output(averaged), "Pegasos", ring_words, on_epoch, tick)
 
 
 def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, eta: float = DEFAULT_ETA,
-                  regularizer: str = "l2", ring_words: int = 1 << 22,
+                  regularizer: str = "l2", ring_words: int = 1 << 22, tick=None,
                   **_: object) -> TrainResult:
     """Online primal subgradient with AdaGrad (mini-batch k = ``batch_size``, learning rate
     ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n))."""
@@ -282,4 +292,4 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
         W.steps += 1
 
     return _minibatch(task, config, threads, callback, cpu_log, log, debug, k, W, infer, apply,
-                      W.materialize, "AdaGrad", ring_words)
+                      W.materialize, "AdaGrad", ring_words, tick=tick)

@@ -43,8 +43,11 @@ class Recorder:
 
     def __init__(self, task: Task, config: SolverConfig, callback: Callback | None = None,
                  threads: int = 1, monitor: CpuMonitor | None = None,
-                 objective_fn: Objective | None | bool = True):
+                 objective_fn: Objective | None | bool = True,
+                 tick: Callable[[float, np.ndarray], None] | None = None):
         self.task, self.config, self.callback, self.threads = task, config, callback, threads
+        self.tick = tick
+        self._last_tick = -1.0
         self._own_monitor = monitor is None
         self.monitor = monitor
         self.objective_fn = objective_fn
@@ -56,8 +59,19 @@ class Recorder:
         """Start the clock (and this process's CPU monitor when none was given)."""
         if self._own_monitor and self.monitor is None:
             self.monitor = CpuMonitor({"learner": os.getpid()}).start()
-        self.clock = Clock(self.config.time_limit)
+        self.clock = Clock(self.config.time_limit, self.tick)
         return self.clock
+
+    def poll(self, w: Callable[[], np.ndarray], every: float = 0.1) -> bool:
+        """Between blocks of work: at most every ``every`` s pass (seconds, w()) to ``tick``
+        (the snapshot writer; ``w`` is a function, so a costly w — an average — is built only
+        then); returns whether the clock expired."""
+        if self.tick is not None:
+            t = self.elapsed()
+            if t - self._last_tick >= every:
+                self._last_tick = t
+                self.tick(t, w())
+        return self.clock.expired()
 
     def elapsed(self) -> float:
         return self.clock.elapsed() if self.clock is not None else 0.0
@@ -86,10 +100,12 @@ class Recorder:
         return rec
 
     def finish(self, w: np.ndarray, reason: str, epochs: int, dual: float | None = None,
-               cpu_log: str | None = None, **extra: Any) -> TrainResult:
+               cpu_log: str | None = None, seconds: float | None = None,
+               **extra: Any) -> TrainResult:
         """Stop the own CPU monitor, write ``cpu_log``, build the result (``extra`` goes to
-        ``result.extra`` with the CPU and memory figures)."""
-        seconds = self.elapsed()
+        ``result.extra`` with the CPU and memory figures; ``seconds``: the solver time, by
+        default now)."""
+        seconds = self.elapsed() if seconds is None else seconds
         mon = self.monitor
         if mon is not None and self._own_monitor:
             mon.stop()

@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..tasks.base import Task
+from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
-from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
 from .kernels import (
     ALPHA,
     DELTA,
@@ -201,7 +201,7 @@ class SDM:
         self.w -= self.v
         return int(na)
 
-    def epoch(self, clock) -> tuple[int, int]:
+    def epoch(self, clock, poll=None) -> tuple[int, int]:
         """One SDM pass (lines 12–15): per chunk of ``config.batch`` examples, loss-augmented
         inference, admission into S_n (Δ − w·φ > 0) and SMO on each; returns (violators beyond
         tol, examples visited)."""
@@ -220,7 +220,7 @@ class SDM:
             if act.meta[M_PGARB] > max(1 << 20, act.meta[M_PUSED] // 2):
                 act._grow_pool(0)
             done += ex.shape[0]
-            if clock.expired():
+            if (poll or clock.expired)():
                 break
         return violators, done
 
@@ -233,7 +233,7 @@ class SDM:
 
 
 def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None,
-              cpu_log: str | None = None, ramp: bool = False) -> TrainResult:
+              cpu_log: str | None = None, ramp: bool = False, tick=None) -> TrainResult:
     """SDM for the hinge loss (epochs until an epoch finds no violation beyond tol and its SMO
     met no KKT gap beyond tol) or, with ``ramp``, CCCP outer iterations of
     ``config.inner_passes`` SDM epochs each (``config.max_epochs`` counts outer iterations)."""
@@ -243,17 +243,18 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
     sdm = SDM(task, config)
     obj = ((lambda w: ramp_objective(task, w, config.C)) if ramp
            else (lambda w: {**hinge_objective(task, w, config.C), "dual": sdm.dual()}))
-    rec = Recorder(task, config, callback, objective_fn=obj)
+    rec = Recorder(task, config, callback, objective_fn=obj, tick=tick)
     inner = max(1, config.inner_passes) if ramp else 1
     reason, epoch, steps, admitted = "max-epochs", 0, 0, 0
     clock = rec.start()
+    task.should_stop = lambda: StopRequest.requested or clock.expired()
     try:
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
             na = sdm.linearise() if ramp else 0
             violators = 0
             for _ in range(inner):
                 sdm.stats[:] = 0.0
-                violators, _done = sdm.epoch(clock)
+                violators, _done = sdm.epoch(clock, lambda: rec.poll(lambda: sdm.w))
                 steps += int(sdm.stats[ST_STEPS])
                 if clock.expired():
                     violators += 1
@@ -272,21 +273,25 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
             if stop := stop_reason(not ramp and violators == 0 and kkt <= config.tol, clock):
                 reason = stop
                 break
+    except InferenceInterrupted:  # a stop while an expensive solver ran
+        reason = stop_reason(False, clock) or "time-limit"
     except KeyboardInterrupt:
         reason = "interrupted"
+    finally:
+        task.__dict__.pop("should_stop", None)
     return rec.finish(sdm.w, reason, epoch, None if ramp else sdm.dual(), cpu_log=cpu_log,
                       updates=steps, inferences=sdm.inferences)
 
 
 def train_sdm_hinge(task: Task, config: SolverConfig, threads: int = 1,
                     callback: Callback | None = None, cpu_log: str | None = None,
-                    **_: object) -> TrainResult:
+                    tick=None, **_: object) -> TrainResult:
     """The registry's ``sdm-hinge``."""
-    return train_sdm(task, config, callback, cpu_log, ramp=False)
+    return train_sdm(task, config, callback, cpu_log, ramp=False, tick=tick)
 
 
 def train_sdm_ramp(task: Task, config: SolverConfig, threads: int = 1,
                    callback: Callback | None = None, cpu_log: str | None = None,
-                   **_: object) -> TrainResult:
+                   tick=None, **_: object) -> TrainResult:
     """The registry's ``sdm-ramp``."""
-    return train_sdm(task, config, callback, cpu_log, ramp=True)
+    return train_sdm(task, config, callback, cpu_log, ramp=True, tick=tick)
