@@ -410,3 +410,24 @@ def test_cli_summary_json(tmp_path: Path) -> None:
     assert 0.8 < s["test"]["accuracy"] <= 1.0
     assert s["extra"]["updates"] > 0 and "cpu_average" in s["extra"]
     assert s["last_record"]["epoch"] == 2
+
+
+def test_benchmarks_read_the_summary(tmp_path: Path, shm_guard) -> None:
+    """benchmarks/common.summary_views gives the figures the convergence benchmark reports."""
+    import importlib
+    import sys
+
+    from demidcd.cli import main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    common = importlib.import_module("common")
+    out = tmp_path / "s.json"
+    assert main(["train", "--algorithm", "ms-dcd", "--threads", "2", "--max-epochs", "3",
+                 "--summary-json", str(out), "--quiet"]) == 0
+    v = common.summary_views(common.read_summary(out))
+    assert v["stopped"]["reason"] in ("max-epochs", "converged")
+    assert v["stopped"]["iterations"] == json.loads(out.read_text())["epochs"] <= 3
+    assert v["cpu"]["of"] == 200.0 and v["cpu"]["average"] >= 0
+    assert v["learner"]["updates"] > 0 and v["learner"]["inferences"] > 0
+    assert v["ms_split"]["iterations"] == v["stopped"]["iterations"]
+    assert common.summary_views(None)["learner"] is None
