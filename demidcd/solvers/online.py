@@ -34,7 +34,7 @@ from ..errors import OptionError
 from ..tasks.base import InferenceInterrupted, RecordBatch, Task
 from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
 from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqnorms
-from .recorder import Recorder
+from .recorder import Recorder, Tick
 
 DEFAULT_EPOCHS = 100  # the mini-batch learners
 SEQUENTIAL_EPOCHS = 30  # the perceptron and MIRA: averaged-perceptron dev accuracy on EWT XPOS
@@ -78,7 +78,8 @@ def _epoch_record(epoch: int, steps: int, mistakes: int, total: int, inferences:
 
 # ------------------------------------------------------------------------------ sequential
 def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
-                cpu_log: str | None, averaged: bool, mira: bool, tick=None) -> TrainResult:
+                cpu_log: str | None, averaged: bool, mira: bool,
+                tick: Tick | None = None) -> TrainResult:
     """The perceptron (``mira=False``) and 1-best MIRA: one example at a time, in a fresh
     random order each epoch, w averaged over every visit."""
     config.validate()
@@ -128,7 +129,7 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
 
 def train_perceptron(task: Task, config: SolverConfig, threads: int = 1,
                      callback: Callback | None = None, cpu_log: str | None = None,
-                     averaged: bool = True, tick=None, **_: object) -> TrainResult:
+                     averaged: bool = True, tick: Tick | None = None, **_: object) -> TrainResult:
     """Averaged structured perceptron (Collins 2002); ``averaged=False`` outputs the last w.
     Stops when an epoch makes no mistake ("converged")."""
     return _sequential(task, config, callback, cpu_log, averaged, mira=False, tick=tick)
@@ -136,7 +137,7 @@ def train_perceptron(task: Task, config: SolverConfig, threads: int = 1,
 
 def train_mira(task: Task, config: SolverConfig, threads: int = 1,
                callback: Callback | None = None, cpu_log: str | None = None,
-               averaged: bool = True, tick=None, **_: object) -> TrainResult:
+               averaged: bool = True, tick: Tick | None = None, **_: object) -> TrainResult:
     """1-best MIRA with loss-augmented inference and step cap C (``config.C``), averaged."""
     return _sequential(task, config, callback, cpu_log, averaged, mira=True, tick=tick)
 
@@ -146,7 +147,8 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                cpu_log: str | None, log: Callable[[str], None] | None, debug: bool,
                k: int, weights, infer, apply, output: Callable[[], np.ndarray],
                name: str, ring_words: int = 1 << 22,
-               on_epoch: Callable[[int], None] | None = None, tick=None) -> TrainResult:
+               on_epoch: Callable[[int], None] | None = None,
+               tick: Tick | None = None) -> TrainResult:
     """The mini-batch loop shared by Pegasos and AdaGrad: batches of exactly k distinct
     examples from consecutive random permutations, inferred by :class:`BatchInference`, then
     one ``apply`` step; an epoch every ⌈n/k⌉ steps."""
@@ -219,7 +221,7 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, lambda_: float | None = None,
                   projection: bool = False, averaged: bool = True,
-                  ring_words: int = 1 << 22, tick=None, **_: object) -> TrainResult:
+                  ring_words: int = 1 << 22, tick: Tick | None = None, **_: object) -> TrainResult:
     """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lambda_`` or 1/(C n))."""
     n = task.n_examples
     lam = float(lambda_) if lambda_ is not None else 1.0 / (config.C * n)
@@ -269,7 +271,7 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, eta: float = DEFAULT_ETA,
-                  regularizer: str = "l2", ring_words: int = 1 << 22, tick=None,
+                  regularizer: str = "l2", ring_words: int = 1 << 22, tick: Tick | None = None,
                   **_: object) -> TrainResult:
     """Online primal subgradient with AdaGrad (mini-batch k = ``batch_size``, learning rate
     ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n))."""

@@ -29,6 +29,9 @@ from ..parallel.monitor import CpuMonitor
 from ..tasks.base import Task
 from .common import Callback, Clock, SolverConfig, TrainResult, objective
 
+Tick = Callable[[float, np.ndarray], None]
+"""(seconds, w) → None: called between blocks of work (the snapshot writer)."""
+
 Objective = Callable[[np.ndarray], dict[str, float | None]]
 """w → {"primal": …, "dual": …, "gap": …}: the learner's own objective, for ``eval_every``."""
 
@@ -44,7 +47,7 @@ class Recorder:
     def __init__(self, task: Task, config: SolverConfig, callback: Callback | None = None,
                  threads: int = 1, monitor: CpuMonitor | None = None,
                  objective_fn: Objective | None | bool = True,
-                 tick: Callable[[float, np.ndarray], None] | None = None):
+                 tick: Tick | None = None):
         self.task, self.config, self.callback, self.threads = task, config, callback, threads
         self.tick = tick
         self._last_tick = -1.0

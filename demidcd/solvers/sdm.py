@@ -42,7 +42,7 @@ from .kernels import (
     sparse_dot,
 )
 from .linear import concat
-from .recorder import Recorder
+from .recorder import Recorder, Tick
 
 UNBOUNDED_C = 1e300  # ActiveSets' L2 term A_i/(2C) vanishes: admission tests Δ − w·φ only
 MAX_SMO_STEPS = 100  # SMO pair steps per visit, at most
@@ -233,7 +233,8 @@ class SDM:
 
 
 def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None,
-              cpu_log: str | None = None, ramp: bool = False, tick=None) -> TrainResult:
+              cpu_log: str | None = None, ramp: bool = False,
+              tick: Tick | None = None) -> TrainResult:
     """SDM for the hinge loss (epochs until an epoch finds no violation beyond tol and its SMO
     met no KKT gap beyond tol) or, with ``ramp``, CCCP outer iterations of
     ``config.inner_passes`` SDM epochs each (``config.max_epochs`` counts outer iterations)."""
@@ -285,13 +286,13 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
 
 def train_sdm_hinge(task: Task, config: SolverConfig, threads: int = 1,
                     callback: Callback | None = None, cpu_log: str | None = None,
-                    tick=None, **_: object) -> TrainResult:
+                    tick: Tick | None = None, **_: object) -> TrainResult:
     """The registry's ``sdm-hinge``."""
     return train_sdm(task, config, callback, cpu_log, ramp=False, tick=tick)
 
 
 def train_sdm_ramp(task: Task, config: SolverConfig, threads: int = 1,
                    callback: Callback | None = None, cpu_log: str | None = None,
-                   tick=None, **_: object) -> TrainResult:
+                   tick: Tick | None = None, **_: object) -> TrainResult:
     """The registry's ``sdm-ramp``."""
     return train_sdm(task, config, callback, cpu_log, ramp=True, tick=tick)
