@@ -24,8 +24,11 @@ from .tasks.sequence import SequenceTask
 class StructuredEstimator:
     """Hyper-parameters shared by every estimator (see ``demidcd train --help``).
 
-    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, and the parallel
-    learners once installed. threads: processes (1 = single-process). tol, delta, max_epochs,
+    C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
+    ``demi-dcd``, ``perceptron``, ``pegasos``, …; a learner that cannot run on ``threads``
+    processes raises OptionError). threads: processes (1 = single-process). Learner options
+    (``batch_size``, ``lambda_``, ``eta``, ``regularizer``, ``averaged``, …) are keyword
+    arguments too. tol, delta, max_epochs,
     time_limit, seed, inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps: see
     :class:`~demidcd.solvers.common.SolverConfig`. rho / rho_worker: publish / refresh
     intervals of the parallel engine. cpu_log: CSV path for the CPU timeline. eval_every:
