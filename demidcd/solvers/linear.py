@@ -310,6 +310,10 @@ class BatchInference:
         self.pool = None
         self.wait_seconds = 0.0
         self.own_inferences = 0
+        # share of a batch the workers infer: starts at (p − 1)/p and follows their measured
+        # throughput, wake-up latency included (on a loaded machine a sleeping worker wakes
+        # milliseconds late at every step, and this process then infers more of each batch)
+        self.worker_share = (self.threads - 1) / self.threads if self.threads > 1 else 0.0
         if self.threads <= 1:
             return
         from ..parallel.engine import INFER, WorkerPool
@@ -377,7 +381,7 @@ class BatchInference:
 
     def infer_batch(self, examples: np.ndarray) -> RecordBatch:
         """Records of ``examples`` (distinct) in batch order, this process inferring the first
-        share and each worker one of the others."""
+        part (see :attr:`worker_share`) and the workers equal parts of the rest."""
         examples = np.ascontiguousarray(examples, np.int64)
         pool = self.pool
         if pool is None:
@@ -385,16 +389,17 @@ class BatchInference:
             return self._infer(self.task, examples)
         if len(examples) > self._max_batch:
             raise DemidcdError(f"batch of {len(examples)} exceeds {self._max_batch}")
-        p = self.threads
-        cuts = np.linspace(0, len(examples), p + 1).astype(np.int64)
-        m = int(cuts[1])
+        p, nb = self.threads, len(examples)
+        m = nb - int(round(self.worker_share * nb))  # this process's share
+        cuts = np.concatenate([[0], m + np.linspace(0, nb - m, p).astype(np.int64)])
         a = pool.arrays
         a["batch"][:len(examples) - m] = examples[m:]
         a["slices"][:] = cuts[1:] - m
         gen = pool.command_sweep()
-        own = self._infer(self.task, examples[:m])
+        t0 = time.perf_counter()
+        own = self._infer(self.task, examples[:m]) if m else None
         self.own_inferences += m
-        parts = [own]
+        parts = [] if own is None else [own]
         t = time.perf_counter()
         while not pool.sweep_done(gen):
             parts.append(pool.drain())
@@ -402,8 +407,21 @@ class BatchInference:
             if not pool.sweep_done(gen):
                 time.sleep(0.0001)
         parts.append(pool.drain())
-        self.wait_seconds += time.perf_counter() - t
+        t1 = time.perf_counter()
+        self.wait_seconds += t1 - t
+        self._rebalance(m, nb - m, t - t0, t1 - t0)
         return in_order(concat(parts), examples)
+
+    def _rebalance(self, mine: int, theirs: int, my_seconds: float, their_seconds: float
+                   ) -> None:
+        """Move the workers' share towards equal finishing times: rates mine/my_seconds and
+        theirs/their_seconds (from the command to the last record), smoothed over steps."""
+        if mine <= 0 or my_seconds <= 0 or their_seconds <= 0:
+            target = min(self.worker_share + 0.05, (self.threads - 1) / self.threads)
+        else:
+            r_me, r_them = mine / my_seconds, max(theirs, 1) / their_seconds
+            target = r_them / (r_me + r_them)
+        self.worker_share = 0.9 * self.worker_share + 0.1 * target
 
     def step(self, batch: RecordBatch) -> None:
         """Apply one step here, then broadcast its records to the replicas."""

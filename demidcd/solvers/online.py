@@ -208,11 +208,12 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
         bi.close()
     res = rec.finish(output(), reason, epoch, cpu_log=cpu_log, updates=updates,
                      steps=weights.steps, inferences=bi.inferences(),
-                     learner_inferences=bi.own_inferences, wait_seconds=bi.wait_seconds)
+                     learner_inferences=bi.own_inferences, wait_seconds=bi.wait_seconds,
+                     worker_share=bi.worker_share)
     if log:
         log(f"{name}: {weights.steps:,} steps of {k} examples, {bi.inferences():,} inferences "
             f"({bi.own_inferences:,} in the learner), {bi.wait_seconds:.2f}s waiting for the "
-            "workers")
+            f"workers, whose share of a batch ended at {bi.worker_share:.0%}")
     return res
 
 
