@@ -8,7 +8,10 @@ Every learner takes a :class:`~demidcd.tasks.base.Task` and a
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +91,7 @@ register(Learner("mira", "online:train_mira", "1-best MIRA, loss-augmented, step
                  options=("averaged",), warm="online:compile_kernels",
                  objective="none (online)"))
 register(Learner("pegasos", "online:train_pegasos", "structured Pegasos, mini-batch k, step "
-                 "1/(λt), averaged", options=("batch_size", "lambda_", "projection", "averaged",
+                 "1/(λt), averaged", options=("batch_size", "lam", "projection", "averaged",
                                                *_ENGINE),
                  inference=("scaled",), warm="online:compile_kernels",
                  objective="L1-loss SSVM (hinge)"))
@@ -204,7 +207,72 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
             log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")
         threads = 1
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
-    warm_up(task, algorithm, threads)
+    with compile_notice(log):
+        warm_up(task, algorithm, threads)
     opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
-    return learner.load()(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
-                          **opts)
+    schedule = learner.load()
+    if threads == 1:
+        return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
+                        **opts)
+    from ..parallel.engine import WorkerError
+
+    seen = _LastIterate(task, callback)
+    try:
+        return schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
+                        **opts)
+    except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
+        e.partial = seen.result("worker-failed")
+        raise
+
+
+class _LastIterate:
+    """The callback of a parallel schedule, remembering the last record and a copy of w, so
+    that a run stopped by a :class:`~demidcd.parallel.engine.WorkerError` (a worker that died
+    more than the restart limit allows) still yields its partial model, marked unfinished."""
+
+    def __init__(self, task: Task, callback: Callback | None):
+        self.callback, self.w = callback, np.zeros(task.dim)
+        self.history: list[dict] = []
+
+    def __call__(self, rec: dict, w: np.ndarray) -> None:
+        self.w = w.copy()
+        self.history.append(rec)
+        if self.callback is not None:
+            self.callback(rec, w)
+
+    def result(self, reason: str) -> TrainResult:
+        last = self.history[-1] if self.history else {}
+        return TrainResult(self.w, False, reason, int(last.get("epoch", 0)),
+                           float(last.get("seconds", 0.0)), self.history)
+
+
+COMPILE_NOTICE_AFTER = 1.0  # seconds of warm-up after which compiling is announced
+
+
+@contextmanager
+def compile_notice(log: Any, after: float | None = None) -> Iterator[None]:
+    """Log ``compiling kernels, once per install …`` when the warm-up inside this block takes
+    longer than ``after`` seconds (:data:`COMPILE_NOTICE_AFTER`): on a fresh install (or a
+    moved one) numba compiles every kernel, tens of seconds before the first iteration; later
+    runs load them from its cache in well under a second and print nothing."""
+    if log is None:
+        yield
+        return
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def notice() -> None:
+        said.set()
+        log("compiling kernels, once per install (numba caches them; later runs start at "
+            "once) ...")
+
+    timer = threading.Timer(COMPILE_NOTICE_AFTER if after is None else after, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+    if said.is_set():
+        log(f"kernels ready after {time.perf_counter() - t0:.1f}s")

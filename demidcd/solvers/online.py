@@ -220,12 +220,12 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
 def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   log: Callable[[str], None] | None = None, debug: bool = False,
-                  batch_size: int = DEFAULT_BATCH, lambda_: float | None = None,
+                  batch_size: int = DEFAULT_BATCH, lam: float | None = None,
                   projection: bool = False, averaged: bool = True,
                   ring_words: int = 1 << 22, tick: Tick | None = None, **_: object) -> TrainResult:
-    """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lambda_`` or 1/(C n))."""
+    """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lam`` or 1/(C n))."""
     n = task.n_examples
-    lam = float(lambda_) if lambda_ is not None else 1.0 / (config.C * n)
+    lam = float(lam) if lam is not None else 1.0 / (config.C * n)
     if not lam > 0:
         raise OptionError(f"--lambda must be > 0, got {lam}")
     if batch_size < 1:
