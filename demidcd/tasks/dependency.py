@@ -1,0 +1,959 @@
+"""First-order arc-factored unlabeled dependency parsing as a :class:`Task`.
+
+A sentence of n words is x = (x_0 = ROOT, x_1 … x_n); a structure is a head vector y with
+y_d ∈ {0..n} \\ {d} for d = 1..n forming a tree rooted at 0 (the root may have several
+children). The score factors over arcs (McDonald, Crammer & Pereira 2005):
+
+    w·Φ(x, y) = Σ_{d=1..n} s(y_d, d),   s(h, d) = Σ_{f ∈ F(x, h, d)} w[f].
+
+Arc features F(x, h, d) (McDonald et al. 2005, Table 1), with hw/dw the lower-cased head /
+dependent word, hp/dp their POS, hw5/dw5 5-character prefixes, hp±1 / dp±1 the POS left and
+right of head / dependent (``<s>``/``</s>`` outside the sentence), bp the POS of a word between:
+
+    unigram   hw·hp, hw, hp, dw·dp, dw, dp
+    bigram    hw·hp·dw·dp, hp·dw·dp, hw·dw·dp, hw·hp·dp, hw·hp·dw, hw·dw, hp·dp
+    prefix    the unigram and bigram templates with hw5/dw5 for hw/dw (only when the head or
+              the dependent word is longer than 5 characters)
+    surround  hp·hp+1·dp-1·dp, hp-1·hp·dp-1·dp, hp·hp+1·dp·dp+1, hp-1·hp·dp·dp+1
+    between   hp·bp·dp for every distinct bp strictly between h and d
+    bias      (empty)
+
+each emitted twice, alone and conjoined with the direction (h < d or h > d) and the distance
+bucket of |h − d| (1, 2, 3, 4, 5, 6–10, > 10). A feature is a 64-bit hash of its template id and
+attribute hashes (``zlib.crc32`` of the strings, so stable across processes and model files),
+taken mod D (``hashing``, the length of w): no dictionary. Features are computed on the fly in
+numba for each candidate arc: pre-computing them for the n² arcs of every sentence would take
+~60 ids × 5.3 M arcs × 4 bytes ≈ 1.3 GB on EWT train, against O(1) extra memory here.
+
+Δ(y_i, y) = #{d : y_d ≠ y_{i,d}} (Hamming distance on heads). Loss-augmented inference
+(DEMI-DCD Eq. 5) adds 1 to every non-gold arc score and decodes with Eisner's algorithm
+(projective trees, O(n³)) or Chu-Liu-Edmonds (all trees, O(n³) here). A record holds
+φ = Φ(x, y_i) − Φ(x, y) (only the words with a wrong head contribute: +F(y_{i,d}, d) − F(y_d, d))
+with sorted unique indices, Δ, w·φ and an FNV-1a hash of y.
+
+Metric: unlabeled attachment score UAS = #{d : y_d = y_{i,d}} / #words, with and without
+punctuation. A word is punctuation when every character of its form is Unicode punctuation
+(general category P*): the convention of the CoNLL-X shared-task scorer ``eval.pl``; it needs
+no POS tag set, so it is the same for UPOS, XPOS and CoNLL-X columns.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from ..api import StructuredEstimator
+from ..errors import ModelFileError, OptionError
+from ..io.model import load_model, save_model
+from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
+from .sequence import _merge, _sort_keys
+
+TEMPLATE_VERSION = 1
+DEFAULT_HASHING = 1 << 23
+DECODERS = ("eisner", "cle")
+_EISNER, _CLE = 0, 1
+
+_U = np.uint64
+_FNV_OFFSET = _U(14695981039346656037)
+_FNV_PRIME = _U(1099511628211)
+_M1 = _U(0x9E3779B97F4A7C15)
+_M2 = _U(0xFF51AFD7ED558CCD)
+_M3 = _U(0xC4CEB9FE1A85EC53)
+_S29 = _U(29)
+_S33 = _U(33)
+_NEG = -1e300  # score of an impossible arc
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class EncodedTrees:
+    """Sentences as flat per-position arrays; sentence s owns positions tok_ptr[s]:tok_ptr[s+1],
+    the first one being ROOT (so n_s + 1 positions).
+
+    word/pre/pos: uint64 attribute hashes (lower-cased form, its 5-prefix, POS; pre = word when
+    the form has ≤ 5 characters); posk: int32 small POS ids (0..n_pos−1, per corpus, for the
+    "distinct between-POS" test only); heads: int32 gold head per position (−1 at ROOT; None
+    unlabeled); punct: bool per position (True = punctuation, ROOT False).
+    """
+
+    tok_ptr: np.ndarray
+    word: np.ndarray
+    pre: np.ndarray
+    pos: np.ndarray
+    posk: np.ndarray
+    n_pos: int
+    heads: np.ndarray | None
+    punct: np.ndarray
+
+    @property
+    def n_sentences(self) -> int:
+        return int(self.tok_ptr.shape[0] - 1)
+
+
+def _h(kind: str, s: str) -> int:
+    return zlib.crc32(f"{kind}\x1f{s}".encode())
+
+
+def is_punct(word: str) -> bool:
+    """True when every character of ``word`` is Unicode punctuation (category P*)."""
+    return bool(word) and all(unicodedata.category(c).startswith("P") for c in word)
+
+
+_ROOT = "<root>"
+
+
+def encode_trees(words: list[list[str]], pos: list[list[str]],
+                 heads: list[list[int]] | None = None) -> EncodedTrees:
+    """Encode sentences (word and POS lists; heads of words 1..n, 0 = root, or None)."""
+    n_sent = len(words)
+    lens = np.fromiter((len(s) + 1 for s in words), np.int64, count=n_sent)
+    tok_ptr = np.zeros(n_sent + 1, np.int64)
+    np.cumsum(lens, out=tok_ptr[1:])
+    total = int(tok_ptr[-1])
+    wcache: dict[str, tuple[int, int, bool]] = {}
+    pcache: dict[str, tuple[int, int]] = {}
+
+    def wattr(w: str) -> tuple[int, int, bool]:
+        r = wcache.get(w)
+        if r is None:
+            lw = w.lower()
+            hw = _h("w", lw)
+            r = (hw, _h("p5", lw[:5]) if len(lw) > 5 else hw, is_punct(w))
+            wcache[w] = r
+        return r
+
+    def pattr(p: str) -> tuple[int, int]:
+        r = pcache.get(p)
+        if r is None:
+            r = (_h("t", p), len(pcache))
+            pcache[p] = r
+        return r
+
+    wa = [wattr(_ROOT)]
+    pa = [pattr(_ROOT)]
+    W = np.empty(total, np.uint64)
+    P5 = np.empty(total, np.uint64)
+    PT = np.empty(total, np.uint64)
+    PK = np.empty(total, np.int32)
+    PU = np.zeros(total, np.bool_)
+    k = 0
+    for s, (ws, ps) in enumerate(zip(words, pos, strict=True)):
+        if len(ps) != len(ws):
+            raise ValueError(f"sentence {s}: {len(ws)} words but {len(ps)} POS tags")
+        for w, p in zip([_ROOT, *ws], [_ROOT, *ps], strict=True):
+            a = wattr(w) if k != tok_ptr[s] else wa[0]
+            b = pattr(p) if k != tok_ptr[s] else pa[0]
+            W[k], P5[k], PT[k], PK[k] = a[0], a[1], b[0], b[1]
+            PU[k] = a[2] and k != tok_ptr[s]
+            k += 1
+    H = None
+    if heads is not None:
+        if len(heads) != n_sent:
+            raise ValueError("heads must have one entry per sentence")
+        H = np.full(total, -1, np.int32)
+        for s, hs in enumerate(heads):
+            n = len(words[s])
+            hs = np.asarray(hs, np.int64)
+            if hs.shape != (n,):
+                raise ValueError(f"sentence {s}: {n} words but {hs.shape[0]} heads")
+            if n and (hs.min() < 0 or hs.max() > n or np.any(hs == np.arange(1, n + 1))):
+                raise ValueError(f"sentence {s}: heads must lie in 0..{n}, none its own")
+            H[tok_ptr[s] + 1:tok_ptr[s + 1]] = hs
+    return EncodedTrees(tok_ptr, W, P5, PT, PK, len(pcache), H, PU)
+
+
+# ---------------------------------------------------------------------------------------------
+# features (numba)
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True, inline="always")
+def _comb(h, v):
+    h = (h ^ v) * _M2
+    return h ^ (h >> _S29)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _fin(h, D):
+    h ^= h >> _S33
+    h *= _M3
+    h ^= h >> _S33
+    return np.int64(h % _U(D))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _emit(key, dd, D, out, c):
+    out[c] = _fin(key, D)
+    out[c + 1] = _fin(_comb(key, dd), D)
+    return c + 2
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _t(k):
+    return _U(k) * _M1
+
+
+@nb.njit(cache=True, nogil=True)
+def _arc_features(h, d, a, N, word, pre, pos, posk, D, stamp, mark, out):
+    """Feature ids of arc h → d (positions within the sentence starting at ``a``, N = n + 1)
+    into ``out``; returns their number. ``stamp`` (int64[n_pos]) and the unique ``mark`` dedupe
+    the between-POS features."""
+    dist = h - d if h > d else d - h
+    b = dist if dist <= 5 else (6 if dist <= 10 else 7)
+    dd = _U(b + (8 if h < d else 0) + 1)
+    hw = word[a + h]
+    hp = pos[a + h]
+    dw = word[a + d]
+    dp = pos[a + d]
+    c = 0
+    # unigram and bigram
+    c = _emit(_comb(_comb(_t(1), hw), hp), dd, D, out, c)
+    c = _emit(_comb(_t(2), hw), dd, D, out, c)
+    c = _emit(_comb(_t(3), hp), dd, D, out, c)
+    c = _emit(_comb(_comb(_t(4), dw), dp), dd, D, out, c)
+    c = _emit(_comb(_t(5), dw), dd, D, out, c)
+    c = _emit(_comb(_t(6), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_comb(_t(7), hw), hp), dw), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_t(8), hp), dw), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_t(9), hw), dw), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_t(10), hw), hp), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_t(11), hw), hp), dw), dd, D, out, c)
+    c = _emit(_comb(_comb(_t(12), hw), dw), dd, D, out, c)
+    c = _emit(_comb(_comb(_t(13), hp), dp), dd, D, out, c)
+    # 5-prefix versions
+    h5 = pre[a + h]
+    d5 = pre[a + d]
+    if h5 != hw or d5 != dw:
+        c = _emit(_comb(_comb(_t(14), h5), hp), dd, D, out, c)
+        c = _emit(_comb(_t(15), h5), dd, D, out, c)
+        c = _emit(_comb(_comb(_t(16), d5), dp), dd, D, out, c)
+        c = _emit(_comb(_t(17), d5), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_comb(_t(18), h5), hp), d5), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(19), hp), d5), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(20), h5), d5), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(21), h5), hp), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(22), h5), hp), d5), dd, D, out, c)
+        c = _emit(_comb(_comb(_t(23), h5), d5), dd, D, out, c)
+    # surrounding POS
+    bos = _U(1)
+    eos = _U(2)
+    hl = pos[a + h - 1] if h > 0 else bos
+    hr = pos[a + h + 1] if h + 1 < N else eos
+    dl = pos[a + d - 1] if d > 0 else bos
+    dr = pos[a + d + 1] if d + 1 < N else eos
+    c = _emit(_comb(_comb(_comb(_comb(_t(24), hp), hr), dl), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_comb(_t(25), hl), hp), dl), dp), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_comb(_t(26), hp), hr), dp), dr), dd, D, out, c)
+    c = _emit(_comb(_comb(_comb(_comb(_t(27), hl), hp), dp), dr), dd, D, out, c)
+    # bias
+    c = _emit(_t(29), dd, D, out, c)
+    # between POS (distinct)
+    lo = h if h < d else d
+    hi = d if h < d else h
+    if hi - lo > 1:
+        base = _comb(_t(28), hp)
+        for q in range(a + lo + 1, a + hi):
+            k = posk[q]
+            if stamp[k] != mark:
+                stamp[k] = mark
+                c = _emit(_comb(_comb(base, pos[q]), dp), dd, D, out, c)
+    return c
+
+
+@nb.njit(cache=True, nogil=True)
+def _max_features(N):
+    """Upper bound on the features of one arc in a sentence of N positions."""
+    return 2 * 28 + 2 * max(N, 1)
+
+
+@nb.njit(cache=True, nogil=True)
+def _score_arcs(w, a, N, word, pre, pos, posk, D, stamp, mark, fbuf, S):
+    """S[h·N + d] = s(h, d) for all h ≠ d, d ≥ 1; impossible arcs (into ROOT, self) get −1e300.
+    Returns the next unused ``mark``."""
+    for h in range(N):
+        S[h * N] = _NEG
+        S[h * N + h] = _NEG
+    for h in range(N):
+        for d in range(1, N):
+            if h == d:
+                continue
+            m = _arc_features(h, d, a, N, word, pre, pos, posk, D, stamp, mark, fbuf)
+            mark += 1
+            s = 0.0
+            for q in range(m):
+                s += w[fbuf[q]]
+            S[h * N + d] = s
+    return mark
+
+
+# ---------------------------------------------------------------------------------------------
+# decoders (numba): S is a flat N×N arc-score matrix S[h·N + d]; heads[0] = −1
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True)
+def eisner(S, N, heads):
+    """Highest-scoring projective tree rooted at 0 (Eisner 1996), O(N³); writes heads[0:N]
+    (heads[0] = −1) and returns its score Σ_d S[heads[d]·N + d].
+
+    Spans [s, t]: complete C[s,t,r] (r = 1: headed at s, r = 0: at t), incomplete I[s,t,r]
+    (the arc s → t when r = 1, t → s when r = 0). Ties go to the smallest split point.
+    """
+    NN = N * N
+    C0 = np.zeros(NN)
+    C1 = np.zeros(NN)
+    I0 = np.zeros(NN)
+    I1 = np.zeros(NN)
+    bI = np.zeros(NN, np.int32)
+    bC0 = np.zeros(NN, np.int32)
+    bC1 = np.zeros(NN, np.int32)
+    for k in range(1, N):
+        for s in range(0, N - k):
+            t = s + k
+            best = -np.inf
+            arg = s
+            for r in range(s, t):
+                v = C1[s * N + r] + C0[(r + 1) * N + t]
+                if v > best:
+                    best = v
+                    arg = r
+            I0[s * N + t] = best + S[t * N + s]
+            I1[s * N + t] = best + S[s * N + t]
+            bI[s * N + t] = arg
+            best = -np.inf
+            arg = s
+            for r in range(s, t):
+                v = C0[s * N + r] + I0[r * N + t]
+                if v > best:
+                    best = v
+                    arg = r
+            C0[s * N + t] = best
+            bC0[s * N + t] = arg
+            best = -np.inf
+            arg = s + 1
+            for r in range(s + 1, t + 1):
+                v = I1[s * N + r] + C1[r * N + t]
+                if v > best:
+                    best = v
+                    arg = r
+            C1[s * N + t] = best
+            bC1[s * N + t] = arg
+    heads[0] = -1
+    # backtrack with an explicit stack of (s, t, kind): kind 0/1 = C0/C1, 2/3 = I0/I1
+    stack = np.empty((3 * N + 3, 3), np.int64)
+    top = 0
+    stack[0, 0] = 0
+    stack[0, 1] = N - 1
+    stack[0, 2] = 1
+    top = 1
+    while top > 0:
+        top -= 1
+        s = stack[top, 0]
+        t = stack[top, 1]
+        kind = stack[top, 2]
+        if s == t:
+            continue
+        if kind == 0:
+            r = bC0[s * N + t]
+            stack[top, 0], stack[top, 1], stack[top, 2] = s, r, 0
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = r, t, 2
+            top += 2
+        elif kind == 1:
+            r = bC1[s * N + t]
+            stack[top, 0], stack[top, 1], stack[top, 2] = s, r, 3
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = r, t, 1
+            top += 2
+        else:
+            r = bI[s * N + t]
+            if kind == 2:
+                heads[s] = t
+            else:
+                heads[t] = s
+            stack[top, 0], stack[top, 1], stack[top, 2] = s, r, 1
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = r + 1, t, 0
+            top += 2
+    total = 0.0
+    for d in range(1, N):
+        total += S[heads[d] * N + d]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def chu_liu_edmonds(S, N, heads):
+    """Maximum spanning arborescence rooted at 0 (Chu & Liu 1965, Edmonds 1967), O(N³);
+    writes heads[0:N] (heads[0] = −1) and returns its score.
+
+    Greedy best head per node; while the heads contain a cycle C, contract it into a new node c
+    with in-scores s(u, c) = max_{v∈C} s(u, v) − s(head(v), v) and out-scores
+    s(c, u) = max_{v∈C} s(v, u), remembering the maximisers; then expand the contractions in
+    reverse order (the node of C entered from outside takes that head, the rest keep their cycle
+    heads). Nodes are ids 0..2N−1 (new nodes appended).
+    """
+    M = 2 * N
+    W = np.full((M, M), -np.inf)
+    for h in range(N):
+        for d in range(1, N):
+            if h != d:
+                W[h, d] = S[h * N + d]
+    alive = np.zeros(M, np.bool_)
+    alive[:N] = True
+    head = np.full(M, -1, np.int64)
+    enter = np.full((N, M), -1, np.int64)
+    leave = np.full((N, M), -1, np.int64)
+    cnode = np.zeros(N, np.int64)
+    mem = np.zeros(M, np.int64)
+    mem_ptr = np.zeros(N + 1, np.int64)
+    mhead = np.zeros(M, np.int64)
+    incyc = np.zeros(M, np.bool_)
+    color = np.zeros(M, np.int64)
+    nn = N
+    nc = 0
+    while True:
+        for v in range(1, nn):
+            if not alive[v]:
+                continue
+            best = -np.inf
+            arg = -1
+            for u in range(nn):
+                if alive[u] and u != v and W[u, v] > best:
+                    best = W[u, v]
+                    arg = u
+            head[v] = arg
+        # find a cycle
+        color[:nn] = 0
+        found = -1
+        for v in range(1, nn):
+            if not alive[v] or color[v] != 0:
+                continue
+            x = v
+            while x > 0 and color[x] == 0:
+                color[x] = v
+                x = head[x]
+            if x > 0 and color[x] == v:
+                found = x
+                break
+        if found < 0:
+            break
+        # contract the cycle through ``found`` into node c = nn
+        c = nn
+        nn += 1
+        p = mem_ptr[nc]
+        x = found
+        while True:
+            mem[p] = x
+            mhead[p] = head[x]
+            incyc[x] = True
+            p += 1
+            x = head[x]
+            if x == found:
+                break
+        mem_ptr[nc + 1] = p
+        for u in range(c):
+            if not alive[u] or incyc[u]:
+                continue
+            bi = -np.inf
+            ai = -1
+            bo = -np.inf
+            ao = -1
+            for q in range(mem_ptr[nc], p):
+                v = mem[q]
+                vi = W[u, v] - W[head[v], v]
+                if vi > bi:
+                    bi = vi
+                    ai = v
+                vo = W[v, u]
+                if vo > bo:
+                    bo = vo
+                    ao = v
+            W[u, c] = bi
+            enter[nc, u] = ai
+            W[c, u] = bo
+            leave[nc, u] = ao
+        for q in range(mem_ptr[nc], p):
+            alive[mem[q]] = False
+            incyc[mem[q]] = False
+        alive[c] = True
+        cnode[nc] = c
+        nc += 1
+    # expand
+    for k in range(nc - 1, -1, -1):
+        c = cnode[k]
+        for q in range(mem_ptr[k], mem_ptr[k + 1]):
+            head[mem[q]] = mhead[q]
+            incyc[mem[q]] = True
+        for u in range(c):
+            if head[u] == c and not incyc[u]:
+                head[u] = leave[k, u]
+        h = head[c]
+        head[enter[k, h]] = h
+        for q in range(mem_ptr[k], mem_ptr[k + 1]):
+            incyc[mem[q]] = False
+    heads[0] = -1
+    total = 0.0
+    for d in range(1, N):
+        heads[d] = head[d]
+        total += S[head[d] * N + d]
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# batch kernels
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True)
+def _max_len(tok_ptr, examples):
+    m = 1
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        n = tok_ptr[i + 1] - tok_ptr[i]
+        if n > m:
+            m = n
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def parse_kernel(w, D, tok_ptr, word, pre, pos, posk, n_pos, gold, examples, augment, decoder):
+    """Heads of every example, flat: example e's positions 0..n at out_ptr[e]:out_ptr[e+1]
+    (ROOT's entry −1). ``augment``: argmax of w·Φ + Δ (1 added to every non-gold arc)."""
+    n_ex = examples.shape[0]
+    out_ptr = np.zeros(n_ex + 1, np.int64)
+    for e in range(n_ex):
+        i = examples[e]
+        out_ptr[e + 1] = out_ptr[e] + tok_ptr[i + 1] - tok_ptr[i]
+    out = np.empty(out_ptr[n_ex], np.int32)
+    maxN = _max_len(tok_ptr, examples)
+    S = np.empty(maxN * maxN)
+    fbuf = np.empty(_max_features(maxN), np.int64)
+    stamp = np.full(max(n_pos, 1), -1, np.int64)
+    mark = np.int64(0)
+    for e in range(n_ex):
+        i = examples[e]
+        a = tok_ptr[i]
+        N = tok_ptr[i + 1] - a
+        mark = _score_arcs(w, a, N, word, pre, pos, posk, D, stamp, mark, fbuf, S)
+        if augment:
+            for d in range(1, N):
+                g = gold[a + d]
+                for h in range(N):
+                    if h != g and h != d:
+                        S[h * N + d] += 1.0
+        y = out[out_ptr[e]:out_ptr[e + 1]]
+        if decoder == _EISNER:
+            eisner(S, N, y)
+        else:
+            chu_liu_edmonds(S, N, y)
+    return out, out_ptr
+
+
+@nb.njit(cache=True, nogil=True)
+def _key_bits(D):
+    nbits = 1
+    while (np.int64(1) << nbits) <= 2 * D + 1:
+        nbits += 1
+    return nbits
+
+
+@nb.njit(cache=True, nogil=True)
+def records_kernel(w, D, tok_ptr, word, pre, pos, posk, n_pos, gold, examples, heads, hptr,
+                   keep_all):
+    """Records (i, FNV hash, Δ, w·φ, φ CSR) of the head vectors ``heads`` (flat, as returned by
+    :func:`parse_kernel`), for the examples where Δ > 0 (all of them with ``keep_all``)."""
+    n_ex = examples.shape[0]
+    maxN = _max_len(tok_ptr, examples)
+    fbuf = np.empty(_max_features(maxN), np.int64)
+    stamp = np.full(max(n_pos, 1), -1, np.int64)
+    mark = np.int64(0)
+    nbits = _key_bits(D)
+    r_ex = np.empty(n_ex, np.int64)
+    r_hash = np.empty(n_ex, np.uint64)
+    r_delta = np.empty(n_ex, np.float64)
+    r_margin = np.empty(n_ex, np.float64)
+    r_ptr = np.zeros(n_ex + 1, np.int64)
+    kcap = 2 * maxN * _max_features(maxN)
+    keys = np.empty(kcap, np.int64)
+    tmp = np.empty(kcap, np.int64)
+    counts = np.empty(256, np.int64)
+    cap = 4096
+    out_idx = np.empty(cap, np.int32)
+    out_val = np.empty(cap, np.float64)
+    pos_ = 0
+    nrec = 0
+    for e in range(n_ex):
+        i = examples[e]
+        a = tok_ptr[i]
+        N = tok_ptr[i + 1] - a
+        y = heads[hptr[e]:hptr[e + 1]]
+        m = 0
+        ham = 0
+        h_ = _FNV_OFFSET
+        for d in range(1, N):
+            h_ = (h_ ^ _U(y[d])) * _FNV_PRIME
+            g = gold[a + d]
+            p = y[d]
+            if g == p:
+                continue
+            ham += 1
+            c = _arc_features(g, d, a, N, word, pre, pos, posk, D, stamp, mark, fbuf)
+            mark += 1
+            for q in range(c):
+                keys[m] = 2 * fbuf[q] + 1
+                m += 1
+            c = _arc_features(p, d, a, N, word, pre, pos, posk, D, stamp, mark, fbuf)
+            mark += 1
+            for q in range(c):
+                keys[m] = 2 * fbuf[q]
+                m += 1
+        if ham == 0 and not keep_all:
+            continue
+        if pos_ + m > cap:
+            while pos_ + m > cap:
+                cap *= 2
+            ni = np.empty(cap, np.int32)
+            nv = np.empty(cap, np.float64)
+            ni[:pos_] = out_idx[:pos_]
+            nv[:pos_] = out_val[:pos_]
+            out_idx = ni
+            out_val = nv
+        ks = _sort_keys(keys, tmp, counts, m, nbits)
+        pos_, margin = _merge(ks, m, w, out_idx, out_val, pos_)
+        r_ex[nrec] = i
+        r_hash[nrec] = h_
+        r_delta[nrec] = ham
+        r_margin[nrec] = margin
+        nrec += 1
+        r_ptr[nrec] = pos_
+    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
+            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos_].copy(),
+            out_val[:pos_].copy())
+
+
+@nb.njit(cache=True, nogil=True)
+def score_kernel(w, D, tok_ptr, word, pre, pos, posk, n_pos, i, y):
+    """w·Φ(x_i, y) = Σ_d s(y_d, d) for one head vector y (positions 0..n, y[0] ignored)."""
+    a = tok_ptr[i]
+    N = tok_ptr[i + 1] - a
+    fbuf = np.empty(_max_features(N), np.int64)
+    stamp = np.full(max(n_pos, 1), -1, np.int64)
+    total = 0.0
+    for d in range(1, N):
+        c = _arc_features(y[d], d, a, N, word, pre, pos, posk, D, stamp, d, fbuf)
+        for q in range(c):
+            total += w[fbuf[q]]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def arc_scores_kernel(w, D, tok_ptr, word, pre, pos, posk, n_pos, i):
+    """The flat N×N arc-score matrix of example i (−1e300 for impossible arcs)."""
+    a = tok_ptr[i]
+    N = tok_ptr[i + 1] - a
+    S = np.empty(N * N)
+    fbuf = np.empty(_max_features(N), np.int64)
+    stamp = np.full(max(n_pos, 1), -1, np.int64)
+    _score_arcs(w, a, N, word, pre, pos, posk, D, stamp, np.int64(0), fbuf, S)
+    return S
+
+
+# ---------------------------------------------------------------------------------------------
+# the task
+# ---------------------------------------------------------------------------------------------
+class DependencyTask(Task):
+    """First-order unlabeled dependency parsing over :class:`EncodedTrees`, w of length D.
+
+    ``decoder``: ``"eisner"`` (projective) or ``"cle"`` (non-projective). Structures (decode,
+    gold) are int32 arrays of the heads of words 1..n.
+    """
+
+    name = "dependency"
+
+    def __init__(self, enc: EncodedTrees, hashing: int = DEFAULT_HASHING,
+                 decoder: str = "eisner"):
+        if decoder not in DECODERS:
+            raise ValueError(f"unknown decoder {decoder!r}; use eisner or cle")
+        if not 1 <= int(hashing) < 2**31:
+            raise ValueError("hashing must be in [1, 2**31)")
+        self.enc = enc
+        self.D = int(hashing)
+        self.decoder = decoder
+        self._dec = _EISNER if decoder == "eisner" else _CLE
+        self._gold = enc.heads if enc.heads is not None else np.zeros(0, np.int32)
+
+    @property
+    def dim(self) -> int:
+        """D, the number of hashed features."""
+        return self.D
+
+    @property
+    def n_examples(self) -> int:
+        return self.enc.n_sentences
+
+    def costs(self) -> np.ndarray:
+        """n² per sentence (arc scoring dominates inference)."""
+        return np.diff(self.enc.tok_ptr).astype(np.float64) ** 2
+
+    # -- helpers --------------------------------------------------------------------------
+    def _w(self, w: np.ndarray, float32_ok: bool = False) -> np.ndarray:
+        keep = float32_ok and w.dtype == np.float32
+        w = np.ascontiguousarray(w, np.float32 if keep else np.float64)
+        if w.shape != (self.D,):
+            raise ValueError(f"w must have shape ({self.D},), got {w.shape}")
+        return w
+
+    def _arrays(self) -> tuple:
+        e = self.enc
+        return (e.tok_ptr, e.word, e.pre, e.pos, e.posk, e.n_pos)
+
+    def _need_gold(self) -> np.ndarray:
+        if self.enc.heads is None:
+            raise ValueError("this data set has no gold heads")
+        return self.enc.heads
+
+    @staticmethod
+    def _examples(examples: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(examples, np.int64).reshape(-1)
+
+    def _y(self, i: int, y: Any) -> np.ndarray:
+        """Head vector of words 1..n → positions 0..n (y[0] = −1), validated."""
+        n = int(self.enc.tok_ptr[i + 1] - self.enc.tok_ptr[i]) - 1
+        y = np.asarray(y, np.int64).reshape(-1)
+        if y.shape[0] != n:
+            raise ValueError(f"example {i} has {n} words, got {y.shape[0]} heads")
+        if n and (y.min() < 0 or y.max() > n or np.any(y == np.arange(1, n + 1))):
+            raise ValueError(f"heads must lie in 0..{n}, none its own")
+        return np.concatenate([[-1], y]).astype(np.int32)
+
+    # -- inference ------------------------------------------------------------------------
+    def parse(self, w: np.ndarray, examples: np.ndarray, augment: bool = False
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(flat int32 heads with ROOT entries, int64 ptr) of the (loss-augmented) argmax."""
+        gold = self._need_gold() if augment else self._gold
+        return parse_kernel(self._w(w, True), self.D, *self._arrays(), gold,
+                            self._examples(examples), bool(augment), self._dec)
+
+    def _records(self, w: np.ndarray, examples: np.ndarray, augment: bool) -> RecordBatch:
+        examples = self._examples(examples)
+        if examples.shape[0] == 0:
+            return RecordBatch.empty()
+        gold = self._need_gold()
+        w = self._w(w, True)
+        heads, hptr = parse_kernel(w, self.D, *self._arrays(), gold, examples, augment,
+                                   self._dec)
+        ex, h, delta, margin, ptr, idx, val = records_kernel(
+            w, self.D, *self._arrays(), gold, examples, heads, hptr, False)
+        return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
+                           idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
+
+    def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """argmax_y w·Φ(x_i, y) + Δ(y_i, y) per example; one record per example with Δ > 0."""
+        return self._records(w, examples, True)
+
+    def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
+        """Records of the plain argmax for the examples it gets wrong (structured perceptron)."""
+        return self._records(w, examples, False)
+
+    def decode(self, w: np.ndarray, examples: np.ndarray) -> list[np.ndarray]:
+        """argmax_y w·Φ(x_i, y): the int32 heads of words 1..n per example."""
+        heads, ptr = self.parse(w, examples, False)
+        return [heads[ptr[e] + 1:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
+
+    def gold(self, examples: np.ndarray) -> list[np.ndarray]:
+        H = self._need_gold()
+        tp = self.enc.tok_ptr
+        return [H[tp[i] + 1:tp[i + 1]] for i in self._examples(examples)]
+
+    def metric(self, gold: list[Any], predicted: list[Any],
+               examples: np.ndarray | None = None) -> dict[str, float]:
+        """UAS = correct heads / words, with punctuation (``score``, ``uas``) and without
+        (``uas_no_punct``); ``examples`` (default: all, in order) says which sentences the lists
+        hold, for the punctuation marks."""
+        ex = np.arange(self.n_examples) if examples is None else self._examples(examples)
+        if len(gold) != len(predicted) or len(gold) != ex.shape[0]:
+            raise ValueError("gold, predicted and examples differ in number of sentences")
+        tp, pu = self.enc.tok_ptr, self.enc.punct
+        n = c = n_np = c_np = 0
+        for i, g, p in zip(ex, gold, predicted, strict=True):
+            g = np.asarray(g)
+            p = np.asarray(p)
+            mask = pu[tp[i] + 1:tp[i + 1]]
+            if g.shape != p.shape or g.shape != mask.shape:
+                raise ValueError(f"sentence {i}: gold and predicted differ in length")
+            ok = g == p
+            n += g.shape[0]
+            c += int(ok.sum())
+            n_np += int((~mask).sum())
+            c_np += int((ok & ~mask).sum())
+        uas = c / n if n else 0.0
+        uas_np = c_np / n_np if n_np else 0.0
+        return {"score": uas, "uas": uas, "uas_no_punct": uas_np, "words": float(n),
+                "words_no_punct": float(n_np)}
+
+    # -- records --------------------------------------------------------------------------
+    def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
+        i = int(i)
+        yy = self._y(i, y)
+        ex, _, delta, _, ptr, idx, val = records_kernel(
+            np.zeros(0), self.D, *self._arrays(), self._need_gold(),
+            np.array([i], np.int64), yy, np.array([0, yy.shape[0]], np.int64), True)
+        return idx.astype(INDEX_DTYPE, copy=False), val, float(delta[0])
+
+    def score(self, w: np.ndarray, i: int, y: Any) -> float:
+        """w·Φ(x_i, y) = Σ_d s(y_d, d)."""
+        i = int(i)
+        return float(score_kernel(self._w(w), self.D, *self._arrays(), i, self._y(i, y)))
+
+    def arc_scores(self, w: np.ndarray, i: int) -> np.ndarray:
+        """The (n+1)×(n+1) matrix s(h, d) of example i (−1e300 for arcs into ROOT and loops)."""
+        i = int(i)
+        N = int(self.enc.tok_ptr[i + 1] - self.enc.tok_ptr[i])
+        return arc_scores_kernel(self._w(w), self.D, *self._arrays(), i).reshape(N, N)
+
+    @staticmethod
+    def hash_heads(y: np.ndarray) -> int:
+        """The record hash of a head vector of words 1..n (FNV-1a, as a signed int64)."""
+        h = int(_FNV_OFFSET)
+        for v in np.asarray(y, np.int64).reshape(-1):
+            h = ((h ^ int(v)) * int(_FNV_PRIME)) & (2**64 - 1)
+        return int(np.array([h], np.uint64).view(np.int64)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimator
+# ---------------------------------------------------------------------------------------------
+Sentence = list  # a sentence: a list of (word, POS) pairs
+
+
+def _split(X: list[Sentence]) -> tuple[list[list[str]], list[list[str]]]:
+    words, tags = [], []
+    for s, sent in enumerate(X):
+        if not sent:
+            raise OptionError(f"sentence {s} is empty")
+        try:
+            words.append([str(t[0]) for t in sent])
+            tags.append([str(t[1]) for t in sent])
+        except (IndexError, TypeError):
+            raise OptionError(f"sentence {s}: tokens must be (word, POS) pairs") from None
+    return words, tags
+
+
+class DependencyParser(StructuredEstimator):
+    """First-order arc-factored dependency parser trained as a structural SVM (L2 loss, Eq. 1).
+
+    X is a list of sentences, each a list of (word, POS) pairs; Y a list of head lists (head of
+    word k+1 at index k, 0 = root). Extra hyper-parameters: ``decoder`` (``eisner``: projective,
+    ``cle``: non-projective Chu-Liu-Edmonds; used in training and prediction) and ``hashing``
+    (D, the number of hashed features = len(w)). Fitted: ``coef_``, ``result_``. :meth:`score`
+    is UAS (punctuation included); :meth:`metrics` adds UAS without punctuation.
+    """
+
+    task_name = "dependency"
+    score_name = "UAS"
+    _task_params = ("decoder", "hashing")
+
+    def __init__(self, decoder: str = "eisner", hashing: int = DEFAULT_HASHING, **kw: Any):
+        super().__init__(**kw)
+        self.decoder, self.hashing = decoder, hashing
+
+    def _check(self) -> None:
+        if self.decoder not in DECODERS:
+            raise OptionError(f"unknown --decoder {self.decoder!r}; use eisner or cle")
+        if not 1 <= int(self.hashing) < 2**31:
+            raise OptionError(f"--hashing must be in [1, 2**31) for the dependency task, got "
+                              f"{self.hashing}")
+
+    def _task(self, X: list[Sentence], Y: list[list[int]] | None) -> DependencyTask:
+        words, tags = _split(X)
+        if Y is not None and len(Y) != len(X):
+            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        try:
+            enc = encode_trees(words, tags, Y)
+        except ValueError as e:
+            raise OptionError(str(e)) from None
+        return DependencyTask(enc, int(self.hashing), self.decoder)
+
+    def fit(self, X: list[Sentence], Y: list[list[int]], X_dev: list[Sentence] | None = None,
+            Y_dev: list[list[int]] | None = None) -> DependencyParser:
+        """Learn w from sentences X with gold heads Y (optional dev set for the log)."""
+        self._check()
+        if not X:
+            raise OptionError("cannot fit on an empty data set")
+        task = self._task(X, Y)
+        dev = None
+        if X_dev is not None and Y_dev is not None:
+            dtask = self._task(X_dev, Y_dev)
+            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
+        self._train(task, dev)
+        return self
+
+    def predict(self, X: list[Sentence]) -> list[list[int]]:
+        """The argmax tree of each sentence: heads of words 1..n (0 = root)."""
+        self._check()
+        if not X:
+            return []
+        task = self._task(X, None)
+        return [h.tolist() for h in task.decode(self.coef_, np.arange(len(X)))]
+
+    def metrics(self, X: list[Sentence], Y: list[list[int]]) -> dict[str, float]:
+        """UAS with punctuation (``score``, ``uas``) and without (``uas_no_punct``)."""
+        self._check()
+        task = self._task(X, Y)
+        ex = np.arange(task.n_examples)
+        return task.metric(task.gold(ex), task.decode(self.coef_, ex))
+
+    def score(self, X: list[Sentence], Y: list[list[int]]) -> float:
+        """UAS (punctuation included) of :meth:`predict` against Y."""
+        return float(self.metrics(X, Y)["score"])
+
+    def training_task(self, X: list[Sentence], Y: list[list[int]]) -> DependencyTask:
+        """The bound task for X, Y (for objectives)."""
+        return self._task(X, Y)
+
+    def feature_summary(self) -> str:
+        dim = self.coef_.shape[0]
+        return (f"hashed arc features (McDonald et al. 2005 templates) into {dim:,} weights "
+                f"({dim * 8 / 2**20:.1f} MiB float64), decoder {self.decoder}")
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        hp = super().hyper_parameters()
+        for k in self._task_params:
+            hp[k] = getattr(self, k)
+        return hp
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model atomically (npz + JSON metadata, no pickle)."""
+        res = getattr(self, "result_", None)
+        meta = {"task": self.task_name, "dim": int(self.coef_.shape[0]),
+                "hyper_parameters": self.hyper_parameters(),
+                "featurizer": {"kind": "DependencyFeatures", "template_version": TEMPLATE_VERSION,
+                               "hashing": int(self.hashing)},
+                "data_options": dict(getattr(self, "data_options_", {}) or {}),
+                "finished": bool(res.finished) if res else True,
+                "stop_reason": res.stop_reason if res else "unknown",
+                "epochs": res.epochs if res else None}
+        save_model(path, self.coef_, {}, meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> DependencyParser:
+        """Read a model written by :meth:`save` (``allow_pickle=False``)."""
+        w, _, meta = load_model(path, task=cls.task_name)
+        try:
+            fm = meta["featurizer"]
+            if fm.get("kind") != "DependencyFeatures":
+                raise ValueError("not a dependency featurizer")
+            if fm.get("template_version") != TEMPLATE_VERSION:
+                raise ValueError(f"unsupported feature template version "
+                                 f"{fm.get('template_version')}")
+            hp = dict(meta.get("hyper_parameters", {}))
+            hp["hashing"] = int(fm["hashing"])
+            obj = cls(**hp)
+            obj._check()
+            obj.data_options_ = dict(meta.get("data_options") or {})
+        except (KeyError, TypeError, ValueError, AttributeError, OptionError) as e:
+            raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
+        if w.shape[0] != obj.hashing:
+            raise ModelFileError(str(path), "weight vector does not match the feature hashing")
+        obj.coef_, obj.result_, obj.meta_ = w, None, meta
+        return obj
