@@ -207,6 +207,7 @@ def _arc_features(h, d, a, N, word, pre, pos, posk, D, stamp, mark, out):
     dist = h - d if h > d else d - h
     b = dist if dist <= 5 else (6 if dist <= 10 else 7)
     dd = _U(b + (8 if h < d else 0) + 1)
+    backoff = True
     hw = word[a + h]
     hp = pos[a + h]
     dw = word[a + d]
@@ -251,6 +252,16 @@ def _arc_features(h, d, a, N, word, pre, pos, posk, D, stamp, mark, out):
     c = _emit(_comb(_comb(_comb(_comb(_t(25), hl), hp), dl), dp), dd, D, out, c)
     c = _emit(_comb(_comb(_comb(_comb(_t(26), hp), hr), dp), dr), dd, D, out, c)
     c = _emit(_comb(_comb(_comb(_comb(_t(27), hl), hp), dp), dr), dd, D, out, c)
+    if backoff:
+        # the four-grams with one of the outer POS dropped (MSTParser's back-offs)
+        c = _emit(_comb(_comb(_comb(_t(30), hp), dl), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(31), hp), hr), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(32), hl), hp), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_t(33), hp), dp), dr), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_comb(_t(34), hl), hr), dl), dp), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_comb(_t(35), hp), hr), dl), dr), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_comb(_t(36), hl), hr), dp), dr), dd, D, out, c)
+        c = _emit(_comb(_comb(_comb(_comb(_t(37), hl), hp), dl), dr), dd, D, out, c)
     # bias
     c = _emit(_t(29), dd, D, out, c)
     # between POS (distinct)
@@ -269,7 +280,7 @@ def _arc_features(h, d, a, N, word, pre, pos, posk, D, stamp, mark, out):
 @nb.njit(cache=True, nogil=True)
 def _max_features(N):
     """Upper bound on the features of one arc in a sentence of N positions."""
-    return 2 * 28 + 2 * max(N, 1)
+    return 2 * 40 + 2 * max(N, 1)
 
 
 @nb.njit(cache=True, nogil=True)
