@@ -16,6 +16,7 @@ structure, so it can be written into shared-memory rings and read by numba kerne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,16 +68,35 @@ class RecordBatch:
         return self.delta - self.margin - alpha_sum[self.ex] / (2.0 * C)
 
 
+class InferenceInterrupted(Exception):
+    """Raised from inside :meth:`Task.loss_augmented` (or decode) when :attr:`Task.should_stop`
+    turned true while an expensive solver ran (e.g. a CBC subprocess, which is then killed).
+    The caller (a worker or learner) treats it as a stop request: nothing of the call is used."""
+
+
+def _never() -> bool:
+    return False
+
+
 class Task(ABC):
     """A structured-prediction task bound to one encoded data set.
 
     Implementations hold flat numpy arrays and bind them to numba kernels; the methods here are
     thin Python shells. ``w`` is a float64 vector of length :attr:`dim`; :meth:`loss_augmented`
     also takes one of :attr:`inference_dtype`.
+
+    ``should_stop``: a callable the caller (the engine in each worker, a learner in its own
+    process) sets; a task whose single inference can take long (an ILP solver) polls it while
+    the solver runs and raises :class:`InferenceInterrupted` once it is true, so stop requests
+    never wait for an inference. ``unproven``: how many inferences ended at a solver time cap
+    with a feasible but not proven-optimal structure (0 for exact inference); a learner's stop
+    certificate needs a sweep without any.
     """
 
     name: str = "task"
     inference_dtype: type = np.float64  # the dtype of the published w̄ its workers search with
+    should_stop: Callable[[], bool] = staticmethod(_never)
+    unproven: int = 0
 
     @property
     @abstractmethod
