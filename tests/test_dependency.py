@@ -147,11 +147,16 @@ def random_treebank(rng, n_sent: int, max_len: int = 7, n_words: int = 12, n_pos
     return words, pos, heads
 
 
-@pytest.fixture(scope="module")
-def tiny():
+@pytest.fixture(scope="module", params=["one POS", "two POS"])
+def tiny(request):
     rng = np.random.default_rng(5)
     words, pos, heads = random_treebank(rng, 12)
-    return encode_trees(words, pos, heads), words, pos, heads
+    cpos = None
+    if request.param == "two POS":
+        cpos = [[p[:1] + str(int(p[1:]) % 2) for p in s] for s in pos]
+    enc = encode_trees(words, pos, heads, cpos)
+    assert (enc.cpos.shape[0] > 0) == (cpos is not None)
+    return enc, words, pos, heads
 
 
 @pytest.mark.parametrize("decoder", ["eisner", "cle"])
@@ -277,7 +282,11 @@ def test_read_conllu_skips_multiword_and_empty_nodes(tmp_path):
     assert c.words == [["Do", "n't", "stop", "."], ["Yes"]]
     assert c.pos == [["AUX", "PART", "VERB", "PUNCT"], ["INTJ"]]
     assert c.heads == [[3, 3, 0, 3], [0]]
-    assert read_dependency(p, "conllu", "xpos").pos[0] == ["VBP", "RB", "VB", "."]
+    x = read_dependency(p, "conllu", "xpos")
+    assert x.pos[0] == ["VBP", "RB", "VB", "."]
+    assert x.other_pos == c.pos and c.other_pos == x.pos
+    p.write_text(CONLLU.replace("\tPART\tRB", "\tPART\t_"))
+    assert read_dependency(p, "conllu", "upos").other_pos is None
 
 
 @pytest.mark.parametrize("fmt,text", [("conllu", CONLLU), ("conllx", CONLLX)])
@@ -368,7 +377,23 @@ def test_every_learner_trains_the_parser(algorithm, threads, shm_guard, tmp_path
     est.save(tmp_path / "m.npz")
     back = DependencyParser.load(tmp_path / "m.npz")
     assert back.predict(X) == est.predict(X)
-    assert back.decoder == "eisner" and back.hashing == 1 << 14
+    assert back.decoder == "eisner" and back.hashing == 1 << 14 and back.second_pos_ is False
+    with pytest.raises(OptionError, match="one POS column"):
+        back.predict([[(w, p, p) for w, p in s] for s in X])
+
+
+def test_parser_with_second_pos_and_cle(tmp_path):
+    rng = np.random.default_rng(10)
+    X, Y = chain_treebank(rng, 30)
+    X3 = [[(w, p, "C" + p) for w, p in s] for s in X]
+    est = DependencyParser(decoder="cle", hashing=1 << 12, max_epochs=10).fit(X3, Y)
+    assert est.second_pos_ is True and est.score(X3, Y) >= 0.95
+    est.save(tmp_path / "m.npz")
+    back = DependencyParser.load(tmp_path / "m.npz")
+    assert back.second_pos_ is True and back.decoder == "cle"
+    assert back.predict(X3) == est.predict(X3)
+    with pytest.raises(OptionError, match="two POS columns"):
+        back.predict(X)
 
 
 def test_parser_options_are_checked():

@@ -39,6 +39,8 @@ class DepCorpus:
     """Sentences of words and POS tags with (optional) gold heads.
 
     ``heads[s][k]`` is the head of word k+1 (0 = the root); empty lists when read unlabeled.
+    ``other_pos``: the other POS column (XPOS when ``pos`` is UPOS and vice versa; CoNLL-X
+    POSTAG / CPOSTAG) when it has a tag for every word of the file, else None.
     ``raw[s]`` holds the sentence's original lines split into fields (comments as one field),
     or None for an in-memory corpus.
     """
@@ -50,6 +52,7 @@ class DepCorpus:
     lines: list[int]
     fmt: str
     raw: list[list[list[str]]] | None
+    other_pos: list[list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.words)
@@ -94,6 +97,10 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     raw: list[list[list[str]]] = []
     words: list[str] = []
     tags: list[str] = []
+    other: list[str] = []
+    other_all: list[list[str]] = []
+    other_ok = True
+    oi = 7 - pi  # the other POS field (3 <-> 4)
     heads: list[int] = []
     hline: list[int] = []
     rl: list[list[str]] = []
@@ -109,6 +116,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                     raise InputError(path, ln, f"HEAD {h} is beyond the sentence's {n} words")
         words_all.append(words)
         pos_all.append(tags)
+        other_all.append(other)
         heads_all.append(heads if labeled else [])
         lines.append(first)
         raw.append(rl)
@@ -122,7 +130,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             if not line or line.isspace():
                 if words:
                     close()
-                    words, tags, heads, hline, rl = [], [], [], [], []
+                    words, tags, other, heads, hline, rl = [], [], [], [], [], []
                 continue
             if line[0] == "#":
                 rl.append([line])
@@ -164,6 +172,10 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                 first = lineno
             words.append(w)
             tags.append(p)
+            o = f[oi]
+            if other_ok and (not o or o.isspace() or o == "_"):
+                other_ok = False
+            other.append(o)
             rl.append(f)
         if words:
             close()
@@ -174,7 +186,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             gc.enable()
     if not words_all:
         raise InputError(path, None, "no sentences found (empty file?)")
-    return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw)
+    return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw,
+                     other_all if other_ok else None)
 
 
 def corpus_from_lists(words: list[list[str]], pos: list[list[str]],
