@@ -95,7 +95,7 @@ class StructuredEstimator:
                 engine[k] = getattr(self, k)
         try:
             result = train(task, self.algorithm, config, int(self.threads), cb,
-                           cpu_log=self.cpu_log, **engine)
+                           cpu_log=self.cpu_log, tick=snap.maybe if snap else None, **engine)
         finally:
             if snap is not None:
                 snap.close()
