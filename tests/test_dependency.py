@@ -163,7 +163,7 @@ def tiny(request):
 @pytest.mark.parametrize("augment", [False, True])
 def test_task_inference_equals_brute_force(tiny, decoder, augment):
     enc, words, _, heads = tiny
-    task = DependencyTask(enc, hashing=257, decoder=decoder)  # small D: many collisions
+    task = DependencyTask(enc, hashing=256, decoder=decoder)  # small D: many collisions
     rng = np.random.default_rng(6)
     for _ in range(3):
         w = rng.normal(size=task.dim)
@@ -401,6 +401,8 @@ def test_parser_options_are_checked():
         DependencyParser(decoder="mst").fit([[("a", "X")]], [[0]])
     with pytest.raises(OptionError, match=r"\(word, POS\)"):
         DependencyParser().fit([["a"]], [[0]])
+    with pytest.raises(OptionError, match="multiple of 16"):
+        DependencyParser(hashing=1000).fit([[("a", "X")]], [[0]])
 
 
 @pytest.mark.slow

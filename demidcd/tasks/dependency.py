@@ -27,8 +27,9 @@ bucket of |h − d| (1, 2, 3, 4, 5, 6–10, > 10). Measured on EWT dev (DEMI-DCD
 XPOS): the back-offs took UAS from 85.0 to 85.75, and UPOS as second POS from 85.3 to 87.0.
 
 A feature is a 64-bit hash of its template id and attribute hashes (``zlib.crc32`` of the
-strings, so stable across processes and model files), reduced to 0..D−1 by a multiply-shift
-(D = ``hashing``, the length of w): no dictionary. Features are computed on the fly in numba for
+strings, so stable across processes and model files) mapped into 0..D−1 (D = ``hashing``, the
+length of w, a multiple of 16): no dictionary. A template's plain and direction/distance
+versions share a 16-weight block (see :func:`_emit`). Features are computed on the fly in numba for
 each candidate arc: pre-computing them for the n² arcs of every sentence would take about
 80 ids × 5.3 M arcs × 4 bytes ≈ 1.7 GB on EWT train, against O(1) extra memory here; arc
 scoring is then ~90% of inference time and Eisner ~8% (EWT train, 3,000 sentences).
@@ -207,17 +208,18 @@ def _comb(h, v):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _fin(h, D):
-    """Final mix, then Lemire's multiply-shift range reduction to 0..D−1 (D < 2**31)."""
-    h ^= h >> _S33
-    h *= _M3
-    return np.int64(((h >> _S32) * _U(D)) >> _S32)
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
 def _emit(key, dd, D, out, c):
-    out[c] = _fin(key, D)
-    out[c + 1] = _fin(_comb(key, dd), D)
+    """The feature ``key`` alone and conjoined with direction/distance ``dd`` (1..14), both in
+    the 16-weight block the key hashes to, at slots o and (o + dd) mod 16 for a hashed offset o:
+    one or two cache lines per template instead of two random ones (arc scoring 2x faster on
+    EWT at D = 2**23), and slots still uniformly loaded."""
+    h = key ^ (key >> _S33)
+    h *= _M3
+    h ^= h >> _S29
+    base = np.int64(((h >> _S32) * _U(D >> 4)) >> _S32) << 4
+    o = np.int64(h & _U(15))
+    out[c] = base + o
+    out[c + 1] = base + ((o + dd) & 15)
     return c + 2
 
 
@@ -233,7 +235,7 @@ def _arc_features(h, d, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark,
     the between-POS features."""
     dist = h - d if h > d else d - h
     b = dist if dist <= 5 else (6 if dist <= 10 else 7)
-    dd = _U(b + (8 if h < d else 0) + 1)
+    dd = b + (7 if h < d else 0)
     hw = word[a + h]
     hp = pos[a + h]
     dw = word[a + d]
@@ -737,8 +739,8 @@ class DependencyTask(Task):
                  decoder: str = "eisner"):
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}; use eisner or cle")
-        if not 1 <= int(hashing) < 2**31:
-            raise ValueError("hashing must be in [1, 2**31)")
+        if not 16 <= int(hashing) < 2**31 or int(hashing) % 16:
+            raise ValueError("hashing must be a multiple of 16 in [16, 2**31)")
         self.enc = enc
         self.D = int(hashing)
         self.decoder = decoder
@@ -931,9 +933,10 @@ class DependencyParser(StructuredEstimator):
     def _check(self) -> None:
         if self.decoder not in DECODERS:
             raise OptionError(f"unknown --decoder {self.decoder!r}; use eisner or cle")
-        if not 1 <= int(self.hashing) < 2**31:
-            raise OptionError(f"--hashing must be in [1, 2**31) for the dependency task, got "
-                              f"{self.hashing}")
+        h = int(self.hashing)
+        if not 16 <= h < 2**31 or h % 16:
+            raise OptionError(f"--hashing must be a multiple of 16 in [16, 2**31) for the "
+                              f"dependency task, got {self.hashing}")
 
     def _task(self, X: list[Sentence], Y: list[list[int]] | None) -> DependencyTask:
         words, tags, coarse = _split(X)
