@@ -328,6 +328,8 @@ def test_in_memory_corpus_writes_minimal_conllu(tmp_path):
     ("1\ta\t_\tX\tX\t_\tz\t_\t_\t_\n", 1, "bad HEAD"),
     ("1\ta\t_\tX\tX\t_\t0\t_\t_\t_\n2\tb\t_\tX\tX\t_\t5\t_\t_\t_\n", 2, "beyond"),
     ("1\ta\t_\tX\tX\t_\t1\t_\t_\t_\n", 1, "own head"),
+    ("1\ta\t_\tX\tX\t_\t0\t_\t_\t_\n2\tb\t_\tX\tX\t_\t3\t_\t_\t_\n"
+     "3\tc\t_\tX\tX\t_\t2\t_\t_\t_\n", 2, "cycle through word 2"),
     ("1\ta\t_\t_\t_\t_\t0\t_\t_\t_\n", 1, "empty POS"),
     ("1\ta\t_\tX\tX\t_\t0\t_\t_\n", 1, "10 tab-separated"),
     ("2\ta\t_\tX\tX\t_\t0\t_\t_\t_\n", 1, "out of order"),

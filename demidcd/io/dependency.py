@@ -8,8 +8,8 @@ so the POS columns and HEAD sit at the same places: ``pos_column="upos"`` reads 
 (CoNLL-X CPOSTAG), ``"xpos"`` field 5 (CoNLL-X POSTAG), HEAD is field 7. Comment lines (``#``)
 are kept for the writer; in CoNLL-U, multiword-token lines (``1-2``) and empty nodes (``5.1``)
 are skipped when reading and written back unchanged. Token ids must run 1, 2, … in each sentence
-and gold heads must lie in 0..n. Every problem raises :class:`~demidcd.errors.InputError`
-naming the file and the 1-based line.
+and gold heads must lie in 0..n and form a tree. Every problem raises
+:class:`~demidcd.errors.InputError` naming the file and the 1-based line.
 
 :func:`write_dependency` writes the original lines with only the HEAD field replaced,
 atomically (temporary file in the target directory, then ``os.replace``).
@@ -77,6 +77,24 @@ def _check_options(fmt: str, pos_column: str) -> int:
     return POS_COLUMNS[pos_column]
 
 
+def _cycle(heads: list[int]) -> int:
+    """0 when heads (of words 1..n, 0 = root) form a tree rooted at 0, else a word on a cycle."""
+    state = [0] * (len(heads) + 1)  # 0 unseen, 1 on the current path, 2 reaches the root
+    state[0] = 2
+    for d in range(1, len(heads) + 1):
+        path = []
+        x = d
+        while state[x] == 0:
+            state[x] = 1
+            path.append(x)
+            x = heads[x - 1]
+        if state[x] == 1:
+            return x
+        for v in path:
+            state[v] = 2
+    return 0
+
+
 def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_column: str = "upos",
                     encoding: str = "utf-8", labeled: bool = True,
                     max_sentence_length: int = 5000) -> DepCorpus:
@@ -114,6 +132,11 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             for h, ln in zip(heads, hline, strict=True):
                 if h > n:
                     raise InputError(path, ln, f"HEAD {h} is beyond the sentence's {n} words")
+            d = _cycle(heads)
+            if d:
+                raise InputError(path, hline[d - 1], f"the heads of the sentence starting on "
+                                                      f"line {first} form a cycle through "
+                                                      f"word {d}, not a tree")
         words_all.append(words)
         pos_all.append(tags)
         other_all.append(other)
