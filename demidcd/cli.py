@@ -272,9 +272,13 @@ def cmd_train(args) -> int:
         raise OptionError(f"--threads must be >= 1, got {threads}")
     if not args.C > 0:
         raise OptionError(f"--C must be > 0, got {args.C}")
-    if threads > (os.cpu_count() or 1) and not args.quiet:
-        print(f"demidcd: warning: --threads {threads} is more than the {os.cpu_count()} cores "
-              "of this machine", file=sys.stderr)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    if threads > cores and not args.quiet:
+        print(f"demidcd: warning: --threads {threads} is more than the {cores} cores this "
+              f"process may use: the learner keeps one core to itself and the {threads - 1} "
+              "inference workers share the others at a lower priority, so the run is no "
+              "faster than with one process per core", file=sys.stderr)
     algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
     if algorithm not in ALGORITHMS:
         raise OptionError(f"--algorithm {algorithm} is not available in this build")

@@ -5,12 +5,15 @@ inference workers (``multiprocess`` "fork" context, so the bound task and its nu
 inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedArena`:
 
 * ``wbar`` — the published vector [w, A] (weights, then the per-example α-sums A_i), double
-  buffered under two counters (:class:`~.seqlock.SharedWeights`). Workers read it **in place**:
-  a chunk of inferences runs on the current buffer between ``read_begin`` and ``read_valid``; a
-  chunk during which two publishes began (so its buffer was rewritten) is discarded and redone,
-  so no worker ever uses a torn w (counted as ``wasted``). It is stored in the task's
-  ``inference_dtype``: float32 for the sequence task, whose Viterbi then runs 1.3x faster per
-  sentence on EWT XPOS (float64 for SP-IPM's mappers, which start exactly from the mixed w).
+  buffered under two counters (:class:`~.seqlock.SharedWeights`). A worker reads it per chunk
+  of inferences either **in place** (validated after the chunk, redone if two publishes began
+  during it: cheap inference) or through a **private copy** (expensive inference, where a
+  chunk outlasts many publishes), whichever its measurements favour (:class:`_WbarReader`);
+  no worker ever uses a torn w, and every chunk makes progress whatever one inference costs.
+  It is stored in the task's ``inference_dtype``: float32 for the sequence task, whose Viterbi
+  then runs 1.3x faster per sentence on EWT XPOS (float64 for SP-IPM's mappers, which start
+  exactly from the mixed w); a worker's violation tests allow for the rounding by a slack
+  relative to Σ|w̄_k φ_k| (:func:`rounding_slack`).
 * one SPSC :class:`~.ring.RecordRing` per worker carrying records (i, h, Δ, φ, m) to the learner.
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
@@ -22,8 +25,17 @@ Placement: when the learner and the workers fit on the cores this process may us
 pinned to a core of its own (the learner's thread, and the CPU-monitor thread it starts, to the
 first; worker j to the (j+1)-th), so no worker shares its core and no process migrates; measured
 on EWT XPOS, p = 2, 2 cores, 3 runs each: geometric mean of the times to 2% and 1% relative
-primal difference 10.5 s pinned vs 11.1 s unpinned. With more processes than cores nothing is
-pinned. :meth:`WorkerPool.close` restores the learner thread's affinity.
+primal difference 10.5 s pinned vs 11.1 s unpinned. With more processes than cores
+(oversubscription) the learner keeps the first core to itself and the workers share the others
+at nice +10, so the learner is never starved: its time limit, its signal handling and its
+updates go on at full speed (with 63 workers sharing its core it once took 126 s to honour a
+5 s limit). :meth:`WorkerPool.close` restores the learner thread's affinity.
+Memory ordering: every control word one process writes and another reads (the stop flag, the
+command generation, a worker's sweep count, clean version and done generation) is written with
+:func:`~.seqlock.store_word` (release) and read with :func:`~.seqlock.load_word` (acquire),
+fenced LLVM loads and stores; a worker stores ``DONE_GEN`` after its ring records and
+``SWEEP_VIOL``, so a learner that sees the generation sees them. Statistics counters (``INFER``,
+``PUSHED``, ...) are plain aligned 8-byte stores, never torn, read only for reporting.
 Supervision (:meth:`WorkerPool.check`): a worker that died (signal, exception) is restarted on
 the same shard and ring (a ring's head only moves after a whole record is written, so a killed
 producer never leaves a torn record); an exception is reported, with its traceback under
@@ -71,6 +83,7 @@ class WorkerError(DemidcdError):
 
 CHUNK_SECONDS = 0.05  # a worker's chunk holds at most this much measured inference (_WbarReader)
 COPY_RATIO = 20.0  # ...and reads w̄ through a private copy when the chunk costs > 20 copies
+DRAIN_RECORDS = 1 << 14  # records per drain, all rings together (WorkerPool.drain)
 WORKER_NICE = 10  # oversubscribed (more processes than cores): workers yield to the learner
 
 
@@ -224,7 +237,7 @@ class WorkerPool:
                     continue
                 while p.is_alive() and time.perf_counter() < deadline and not hurry[0]:
                     p.join(0.02)
-                if p.is_alive():
+                if p.is_alive() and not hurry[0]:  # a second Ctrl-C: straight to SIGKILL
                     p.terminate()
                     p.join(0.5)
                 if p.is_alive():
@@ -245,9 +258,13 @@ class WorkerPool:
         self.close()
 
     # ------------------------------------------------------------------ learner side
-    def drain(self, max_records: int = 1 << 16) -> RecordBatch:
-        """All records currently in the rings (never blocks)."""
-        parts = [r.pop(max_records) for r in self.rings]
+    def drain(self, max_records: int = DRAIN_RECORDS) -> RecordBatch:
+        """Records from the rings, at most ``max_records`` in all, shared equally among the
+        rings (never blocks). The bound keeps one ingest short whatever the number of workers:
+        with 63 workers and an unbounded drain (64k records per ring) one ingest took seconds,
+        and a 5 s time limit was honoured after 21 s."""
+        per_ring = max(16, max_records // max(len(self.rings), 1))
+        parts = [r.pop(per_ring) for r in self.rings]
         parts = [b for b in parts if len(b)]
         if not parts:
             return RecordBatch.empty()
@@ -410,7 +427,8 @@ class _WbarReader:
     * **In place** (cheap inference, e.g. Viterbi: 64 EWT sentences take ~2 ms): the chunk runs
       on the current buffer and is validated afterwards (:meth:`SharedWeights.read_valid`); a
       chunk during which two publishes began is redone (``WASTED``). Copying w̄ would cost more
-      than the chunk (EWT XPOS: a 4.4M-entry float32 w̄ copies in ~3 ms).
+      than the chunk (EWT XPOS: the 5.7M-entry float32 w̄ copies in 2–6 ms, measured on the
+      2-core AMD EPYC under load).
     * **Private copy** (expensive inference, e.g. CBC at ~7 ms per CoNLL04 sentence): a
       validated copy of w̄ (:meth:`SharedWeights.read_into`, ~2 ms for CoNLL04's 9 MiB) and then
       the chunk on the copy, which no publish can invalidate, so a chunk is never redone

@@ -58,9 +58,16 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
         task.loss_augmented(w.astype(task.inference_dtype), ex)
     ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
     if threads > 1:
+        from ..parallel.engine import rounding_slack
         from ..parallel.ring import warmup as ring_warmup
+        from ..parallel.seqlock import warmup as seqlock_warmup
 
         ring_warmup()
+        seqlock_warmup()
+        for dt in {np.float64, task.inference_dtype}:
+            wa = np.zeros(task.dim + 1, dt)
+            rounding_slack(wa, task.dim, np.zeros(1, np.int64), np.zeros(2, np.int64),
+                           np.zeros(0, np.int32), np.zeros(0), 1.0)
 
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,

@@ -29,15 +29,21 @@ work, and it doubles the structures found at p = 2. On EWT XPOS (p = 2, AMD EPYC
 interleaved pairs) this cut the time to 1% relative primal difference from 15.1/15.6/12.2/
 ~19/~19.5 s to 14.2/12.9/10.9/~17/~15.5 s; a second such epoch was no different, four were
 slower. The epoch ends early once every worker has swept its shard :data:`LEARNER_EPOCH_SWEEPS`
-times (many workers). After it the learner only updates, as in the paper's Algorithm 1.
+times (many workers).
+
+After it the learner updates, as in the paper's Algorithm 1, and where the workers are the
+bottleneck (expensive inference) it also spends a measured share of its time on inference of
+its own (:func:`inference_share`).
 
 Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and no violating
-structure arrived during it, the learner publishes w (version V) and waits, draining rings and
-polishing the restricted problem without publishing (so no core idles and w̄ stays at V); it
-resumes updating when a violating structure arrives (new, or already in the active set: its
-gradient grew after it was visited in the pass), and stops when every worker has finished a
-full sweep that started at version ≥ V and found no structure violating by more than tol
-(plus the pool's ``slack``, 1e-4, when w̄ is float32).
+structure arrived during it, the learner publishes w (version V) and stops changing w: it
+drains the rings into the active sets (new structures enter with α = 0) and, where inference is
+expensive, checks examples itself with w_V. It resumes updating when a violating structure
+arrives, and stops when every worker has finished a full sweep that started at version ≥ V and
+found no structure violating by more than tol (plus the rounding slack of a float32 w̄,
+relative to Σ|w̄_k φ_k|: see :func:`~demidcd.parallel.engine.rounding_slack`) and had no
+inference stopped by a solver's time cap. The w returned is then exactly w_V, the one the
+sweeps certify.
 """
 
 from __future__ import annotations
