@@ -324,6 +324,10 @@ def load_estimator(path: str | os.PathLike[str]) -> StructuredEstimator:
     """Load a model file of any task."""
     _, _, meta = load_model(path)
     cls = ESTIMATORS.get(meta.get("task"))
+    if meta.get("task") == "dependency":  # until the task registry lands
+        from .tasks.dependency import DependencyParser
+
+        cls = DependencyParser
     if cls is None:
         raise ModelFileError(str(path), f"unknown task {meta.get('task')!r}")
     return cls.load(path)

@@ -24,9 +24,11 @@ ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 # --------------------------------------------------------------------------- options
 def _data_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--task", choices=("sequence", "entity-relation"), default="sequence")
-    g.add_argument("--format", choices=("conllu", "columns", "auto"), default="auto",
-                   help="input format (auto: .conllu → conllu, else columns)")
+    g.add_argument("--task", choices=("sequence", "entity-relation", "dependency"),
+                   default="sequence")
+    g.add_argument("--format", choices=("conllu", "columns", "conllx", "auto"), default="auto",
+                   help="input format (auto: .conllu → conllu, else columns; dependency: "
+                        "else conllx)")
     g.add_argument("--column", default=None,
                    help="label column: upos|xpos for CoNLL-U (default upos), a 1-based column "
                         "number for columns files (default the last)")
@@ -35,6 +37,14 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ilp-solver", choices=("exact", "cbc", "highs"), default=None,
                    help="entity-relation inference: exact branch-and-bound (default), CBC "
                         "through PuLP, or HiGHS")
+    g.add_argument("--decoder", choices=("eisner", "cle"), default=None,
+                   help="dependency: eisner (projective trees, the default) or cle "
+                        "(Chu-Liu-Edmonds, any tree), in training and inference; evaluate / "
+                        "predict default to the model's")
+    g.add_argument("--pos-column", choices=("upos", "xpos"), default=None,
+                   help="dependency: the POS column, upos (CoNLL-X CPOSTAG, the default) or "
+                        "xpos (CoNLL-X POSTAG); the other one, when filled, feeds a second set "
+                        "of POS features; evaluate / predict default to the model's")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -231,7 +241,18 @@ def _is_er(args) -> bool:
     return getattr(args, "task", "sequence") == "entity-relation"
 
 
+def _dep(args):
+    """The dependency task's CLI entry, or None (until the task registry lands)."""
+    if getattr(args, "task", "sequence") != "dependency":
+        return None
+    from .tasks.dependency import SPEC
+
+    return SPEC
+
+
 def _read_any(path: str, args, labeled: bool = True):
+    if _dep(args):
+        return _dep(args).read(path, args, labeled)
     if _is_er(args):
         from .io.conll04 import read_conll04
 
@@ -241,6 +262,8 @@ def _read_any(path: str, args, labeled: bool = True):
 
 
 def _describe(data, args) -> str:
+    if _dep(args):
+        return _dep(args).describe(data)
     if _is_er(args):
         return (f"{len(data):,} sentences, {sum(s.n_entities for s in data):,} entities, "
                 f"{sum(len(s.relations) for s in data):,} relations")
@@ -248,11 +271,17 @@ def _describe(data, args) -> str:
 
 
 def _xy(data, args):
+    if _dep(args):
+        return _dep(args).xy(data)
     return (data, None) if _is_er(args) else (data.tokens, data.tags)
 
 
 def _report(est, data, name: str, args) -> None:
     """Print the headline metrics of ``est`` on ``data`` (stdout, even with --quiet)."""
+    if _dep(args):
+        for line in _dep(args).report(est, data, name):
+            print(line, flush=True)
+        return
     if est.task_name == "entity-relation":
         m = est.metrics(data)
         for kind in ("entity", "relation"):
@@ -300,8 +329,8 @@ def cmd_train(args) -> int:
 
             train, test = split_sentences(train, args.split_test, args.seed)
             source += f" (seeded split: {1 - args.split_test:.0%} train, seed {args.seed})"
-    elif _is_er(args):
-        raise OptionError("--task entity-relation needs --train FILE")
+    elif _is_er(args) or _dep(args):
+        raise OptionError(f"--task {args.task} needs --train FILE")
     else:
         from .synthetic import generate_splits
 
@@ -325,7 +354,10 @@ def cmd_train(args) -> int:
         publish_interval=args.publish_interval,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
-    if _is_er(args):
+    if _dep(args):
+        est = _dep(args).make_estimator(args, common)
+        est.data_options_ = _dep(args).data_options(args)
+    elif _is_er(args):
         est = EntityRelationExtractor(solver=args.ilp_solver or "exact",
                                       relation_loss_weight=args.relation_loss_weight,
                                       min_count=args.min_count or 1, **common)
@@ -341,7 +373,9 @@ def cmd_train(args) -> int:
     log.close()
     res = est.result_
     dim = est.coef_.shape[0]
-    if _is_er(args):
+    if _dep(args):
+        log.info(f"features: {est.feature_summary()}")
+    elif _is_er(args):
         f = est.featurizer_
         log.info(f"features: {f.n_entity_features:,} entity x 4 labels + {f.n_pair_features:,} "
                  f"pair x 6 labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
@@ -370,6 +404,8 @@ def _load(args):
 
     est = load_estimator(args.model)
     args.task = est.task_name
+    if _dep(args):
+        _dep(args).configure(est, args)
     if est.task_name == "entity-relation" and getattr(args, "ilp_solver", None):
         est.solver = args.ilp_solver
     return est
@@ -385,7 +421,9 @@ def cmd_evaluate(args) -> int:
 def cmd_predict(args) -> int:
     est = _load(args)
     data = _read_any(args.data, args, labeled=False)
-    if _is_er(args):
+    if _dep(args):
+        _dep(args).write(args.out, data, est.predict(_xy(data, args)[0]), args)
+    elif _is_er(args):
         from .io.conll04 import write_conll04
 
         pred = est.predict(data)

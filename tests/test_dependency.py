@@ -416,3 +416,37 @@ def test_ewt_reader_reads_every_sentence():
     assert len(c) == 2001 and c.n_tokens == 25147
     for h in c.heads:
         assert is_tree(h, len(h))
+
+
+# ------------------------------------------------------------------------- command line
+def test_cli_train_evaluate_predict_conllx(tmp_path, capsys):
+    from demidcd.cli import main
+
+    rng = np.random.default_rng(11)
+    X, Y = chain_treebank(rng, 30)
+    corpus = corpus_from_lists([[w for w, _ in s] for s in X], [[p for _, p in s] for s in X], Y)
+    data = tmp_path / "train.conll"
+    write_dependency(data, corpus, Y)
+    text = data.read_text()
+    model = tmp_path / "m.npz"
+    assert main(["train", "--task", "dependency", "--train", str(data), "--format", "conllx",
+                 "--pos-column", "upos", "--decoder", "cle", "--algorithm", "dcd",
+                 "--max-epochs", "10", "--hashing", "4096", "--model", str(model),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(model), "--data", str(data)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("UAS: ") and float(out[0].split()[1]) >= 95.0
+    assert out[1].startswith("UAS without punctuation: ")
+    blank = tmp_path / "blank.conll"
+    blank.write_text("\n".join("\t".join(f[:6] + ["_"] + f[7:]) if len(f) == 10 else ""
+                               for f in (line.split("\t") for line in text.split("\n"))))
+    pred = tmp_path / "pred.conll"
+    assert main(["predict", "--model", str(model), "--data", str(blank), "--out", str(pred),
+                 "--quiet"]) == 0
+    back = read_dependency(pred, "conllx", "upos")
+    assert back.words == corpus.words
+    assert np.mean([a == b for p, g in zip(back.heads, Y, strict=True)
+                    for a, b in zip(p, g, strict=True)]) >= 0.95
+    assert main(["evaluate", "--model", str(model), "--data", str(tmp_path / "nope")]) == 2
+    assert "nope: no such file" in capsys.readouterr().err

@@ -58,7 +58,8 @@ import numba as nb
 import numpy as np
 
 from ..api import StructuredEstimator
-from ..errors import ModelFileError, OptionError
+from ..errors import InputError, ModelFileError, OptionError
+from ..io.dependency import DEP_FORMATS, DepCorpus, read_dependency, write_dependency
 from ..io.model import load_model, save_model
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .sequence import _merge, _sort_keys
@@ -1042,3 +1043,78 @@ class DependencyParser(StructuredEstimator):
             raise ModelFileError(str(path), "weight vector does not match the feature hashing")
         obj.coef_, obj.result_, obj.meta_ = w, None, meta
         return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# the task's registry entry (CLI)
+# ---------------------------------------------------------------------------------------------
+def _dep_format(path: str, args: Any) -> str:
+    fmt = getattr(args, "format", None) or "auto"
+    if fmt == "auto":
+        name = str(path).lower()
+        name = name[:-3] if name.endswith(".gz") else name
+        return "conllu" if name.endswith(".conllu") else "conllx"
+    if fmt not in DEP_FORMATS:
+        raise OptionError(f"--task dependency reads --format conllu or conllx, not {fmt}")
+    return fmt
+
+
+class DependencySpec:
+    """First-order unlabeled dependency parsing of CoNLL-U / CoNLL-X files, scored by UAS."""
+
+    name = "dependency"
+    help = "first-order unlabeled dependency parsing (CoNLL-U / CoNLL-X HEAD), scored by UAS"
+    estimator = "demidcd.tasks.dependency:DependencyParser"
+    def make_estimator(self, args: Any, common: dict[str, Any]) -> DependencyParser:
+        return DependencyParser(decoder=getattr(args, "decoder", None) or "eisner",
+                                hashing=getattr(args, "hashing", 0) or DEFAULT_HASHING,
+                                **common)
+
+    def data_options(self, args: Any) -> dict[str, Any]:
+        return {"pos_column": getattr(args, "pos_column", None) or "upos"}
+
+    def configure(self, est: Any, args: Any) -> None:
+        opts = getattr(est, "data_options_", {}) or {}
+        if getattr(args, "pos_column", None) is None:
+            args.pos_column = opts.get("pos_column", "upos")
+        if getattr(args, "decoder", None):
+            est.decoder = args.decoder
+        args.second_pos = est.second_pos_
+
+    def read(self, path: str, args: Any, labeled: bool = True) -> DepCorpus:
+        data = read_dependency(path, _dep_format(path, args),
+                               getattr(args, "pos_column", None) or "upos",
+                               encoding=args.encoding, labeled=labeled,
+                               max_sentence_length=args.max_sentence_length)
+        second = getattr(args, "second_pos", None)
+        if second is False:
+            data.other_pos = None
+        elif second and data.other_pos is None:
+            raise InputError(path, None, "the model was trained with both POS columns (UPOS "
+                                         "and XPOS) but this file leaves the second one empty")
+        return data
+
+    def xy(self, data: DepCorpus) -> tuple[list[Sentence], list[list[int]] | None]:
+        if data.other_pos is not None:
+            X = [list(zip(w, p, o, strict=True))
+                 for w, p, o in zip(data.words, data.pos, data.other_pos, strict=True)]
+        else:
+            X = [list(zip(w, p, strict=True)) for w, p in zip(data.words, data.pos, strict=True)]
+        return X, (data.heads if data.labeled else None)
+
+    def describe(self, data: DepCorpus) -> str:
+        two = "both POS columns" if data.other_pos is not None else "one POS column"
+        return f"{len(data):,} sentences, {data.n_tokens:,} words, {two}"
+
+    def report(self, est: Any, data: DepCorpus, prefix: str = "") -> list[str]:
+        m = est.metrics(*self.xy(data))
+        return [f"{prefix}UAS: {100 * m['uas']:.2f}",
+                f"{prefix}UAS without punctuation: {100 * m['uas_no_punct']:.2f} "
+                f"({int(m['words_no_punct']):,} of {int(m['words']):,} words, "
+                f"{len(data):,} sentences)"]
+
+    def write(self, path: str, data: DepCorpus, predicted: Any, args: Any) -> None:
+        write_dependency(path, data, predicted, encoding=args.encoding)
+
+
+SPEC = DependencySpec()
