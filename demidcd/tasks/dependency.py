@@ -59,8 +59,15 @@ import numpy as np
 
 from ..api import StructuredEstimator
 from ..errors import InputError, ModelFileError, OptionError
-from ..io.dependency import DEP_FORMATS, DepCorpus, read_dependency, write_dependency
+from ..io.dependency import (
+    DEP_FORMATS,
+    POS_COLUMNS,
+    DepCorpus,
+    read_dependency,
+    write_dependency,
+)
 from ..io.model import load_model, save_model
+from . import Option, TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .sequence import _merge, _sort_keys
 
@@ -963,11 +970,16 @@ class DependencyParser(StructuredEstimator):
         self.second_pos_ = None
         task = self._task(X, Y)
         self.second_pos_ = task.enc.cpos.shape[0] > 0
-        dev = None
+        dev_eval = None
         if X_dev is not None and Y_dev is not None:
             dtask = self._task(X_dev, Y_dev)
-            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
-        self._train(task, dev)
+            ex = np.arange(dtask.n_examples)
+            gold = dtask.gold(ex)
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return dtask.metric(gold, dtask.decode(w, ex), ex)
+
+        self._train(task, dev_eval)
         return self
 
     def predict(self, X: list[Sentence]) -> list[list[int]]:
@@ -998,24 +1010,12 @@ class DependencyParser(StructuredEstimator):
         return (f"hashed arc features (McDonald et al. 2005 templates) into {dim:,} weights "
                 f"({dim * 8 / 2**20:.1f} MiB float64), decoder {self.decoder}")
 
-    def hyper_parameters(self) -> dict[str, Any]:
-        hp = super().hyper_parameters()
-        for k in self._task_params:
-            hp[k] = getattr(self, k)
-        return hp
-
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model atomically (npz + JSON metadata, no pickle)."""
-        res = getattr(self, "result_", None)
-        meta = {"task": self.task_name, "dim": int(self.coef_.shape[0]),
-                "hyper_parameters": self.hyper_parameters(),
+        meta = {**self._meta(),
                 "featurizer": {"kind": "DependencyFeatures", "template_version": TEMPLATE_VERSION,
                                "hashing": int(self.hashing),
-                               "second_pos": bool(self.second_pos_)},
-                "data_options": dict(getattr(self, "data_options_", {}) or {}),
-                "finished": bool(res.finished) if res else True,
-                "stop_reason": res.stop_reason if res else "unknown",
-                "epochs": res.epochs if res else None}
+                               "second_pos": bool(self.second_pos_)}}
         save_model(path, self.coef_, {}, meta)
 
     @classmethod
@@ -1059,12 +1059,24 @@ def _dep_format(path: str, args: Any) -> str:
     return fmt
 
 
-class DependencySpec:
+class DependencySpec(TaskSpec):
     """First-order unlabeled dependency parsing of CoNLL-U / CoNLL-X files, scored by UAS."""
 
     name = "dependency"
     help = "first-order unlabeled dependency parsing (CoNLL-U / CoNLL-X HEAD), scored by UAS"
     estimator = "demidcd.tasks.dependency:DependencyParser"
+    options = (
+        Option(("--decoder",),
+               dict(choices=DECODERS, default=None,
+                    help="dependency: eisner (projective trees, the default) or cle "
+                         "(Chu-Liu-Edmonds, any tree), in training and inference; evaluate / "
+                         "predict default to the model's")),
+        Option(("--pos-column",),
+               dict(choices=tuple(POS_COLUMNS), default=None,
+                    help="dependency: the POS column, upos (CoNLL-X CPOSTAG, the default) or "
+                         "xpos (CoNLL-X POSTAG); the other one, when filled, feeds a second set "
+                         "of POS features; evaluate / predict default to the model's")),
+    )
     def make_estimator(self, args: Any, common: dict[str, Any]) -> DependencyParser:
         return DependencyParser(decoder=getattr(args, "decoder", None) or "eisner",
                                 hashing=getattr(args, "hashing", 0) or DEFAULT_HASHING,
