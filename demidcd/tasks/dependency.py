@@ -51,13 +51,14 @@ from __future__ import annotations
 import os
 import unicodedata
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numba as nb
 import numpy as np
 
-from ..api import StructuredEstimator
+from ..api import StructuredEstimator, _check_sentences
 from ..errors import InputError, ModelFileError, OptionError
 from ..io.dependency import (
     DEP_FORMATS,
@@ -933,18 +934,38 @@ class DependencyParser(StructuredEstimator):
     task_name = "dependency"
     score_name = "UAS"
     _task_params = ("decoder", "hashing")
+    _task_defaults = {"decoder": "eisner", "hashing": DEFAULT_HASHING}
 
-    def __init__(self, decoder: str = "eisner", hashing: int = DEFAULT_HASHING, **kw: Any):
-        super().__init__(**kw)
-        self.decoder, self.hashing = decoder, hashing
+    def __init__(self, *, decoder: str | None = None, hashing: int | None = None,
+                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
+                 tol: float | None = None, delta: float | None = None,
+                 max_epochs: int | None = None, time_limit: float | None = None,
+                 seed: int | None = None, inner_passes: int | None = None,
+                 max_active: int | None = None, batch: int | None = None,
+                 skip: float | None = None, sweeps: int | None = None,
+                 eval_every: float | None = None, rho: int | None = None,
+                 rho_worker: int | None = None, publish_interval: float | None = None,
+                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
+                 averaged: bool | None = None, cpu_log: str | None = None,
+                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
+                 callback: Callable[[dict, np.ndarray], None] | None = None,
+                 log: Callable[[str], None] | None = None, debug: bool = False):
+        self._store(locals())
+
+    def _decoder(self) -> str:
+        return self.decoder or "eisner"
+
+    def _hashing(self) -> int:
+        return DEFAULT_HASHING if self.hashing is None else self.hashing
 
     def _check(self) -> None:
-        if self.decoder not in DECODERS:
+        if self._decoder() not in DECODERS:
             raise OptionError(f"unknown --decoder {self.decoder!r}; use eisner or cle")
-        h = int(self.hashing)
-        if not 16 <= h < 2**31 or h % 16:
+        h = self._hashing()
+        if isinstance(h, bool) or not isinstance(h, int | np.integer) or not 16 <= h < 2**31 \
+                or h % 16:
             raise OptionError(f"--hashing must be a multiple of 16 in [16, 2**31) for the "
-                              f"dependency task, got {self.hashing}")
+                              f"dependency task, got {self.hashing!r}")
 
     def _task(self, X: list[Sentence], Y: list[list[int]] | None) -> DependencyTask:
         words, tags, coarse = _split(X)
@@ -959,14 +980,18 @@ class DependencyParser(StructuredEstimator):
             enc = encode_trees(words, tags, Y, coarse)
         except ValueError as e:
             raise OptionError(str(e)) from None
-        return DependencyTask(enc, int(self.hashing), self.decoder)
+        return DependencyTask(enc, int(self._hashing()), self._decoder())
 
     def fit(self, X: list[Sentence], Y: list[list[int]], X_dev: list[Sentence] | None = None,
             Y_dev: list[list[int]] | None = None) -> DependencyParser:
         """Learn w from sentences X with gold heads Y (optional dev set for the log)."""
         self._check()
+        _check_sentences(X)
         if not X:
             raise OptionError("cannot fit on an empty data set")
+        self.solver_config(), self._learner()  # bad options fail before any work
+        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+            self.__dict__.pop(attr, None)
         self.second_pos_ = None
         task = self._task(X, Y)
         self.second_pos_ = task.enc.cpos.shape[0] > 0
@@ -984,15 +1009,18 @@ class DependencyParser(StructuredEstimator):
 
     def predict(self, X: list[Sentence]) -> list[list[int]]:
         """The argmax tree of each sentence: heads of words 1..n (0 = root)."""
+        self._check_fitted()
         self._check()
-        if not X:
+        if not _check_sentences(X):
             return []
         task = self._task(X, None)
         return [h.tolist() for h in task.decode(self.coef_, np.arange(len(X)))]
 
     def metrics(self, X: list[Sentence], Y: list[list[int]]) -> dict[str, float]:
         """UAS with punctuation (``score``, ``uas``) and without (``uas_no_punct``)."""
+        self._check_fitted()
         self._check()
+        _check_sentences(X)
         task = self._task(X, Y)
         ex = np.arange(task.n_examples)
         return task.metric(task.gold(ex), task.decode(self.coef_, ex))
@@ -1008,13 +1036,13 @@ class DependencyParser(StructuredEstimator):
     def feature_summary(self) -> str:
         dim = self.coef_.shape[0]
         return (f"hashed arc features (McDonald et al. 2005 templates) into {dim:,} weights "
-                f"({dim * 8 / 2**20:.1f} MiB float64), decoder {self.decoder}")
+                f"({dim * 8 / 2**20:.1f} MiB float64), decoder {self._decoder()}")
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model atomically (npz + JSON metadata, no pickle)."""
         meta = {**self._meta(),
                 "featurizer": {"kind": "DependencyFeatures", "template_version": TEMPLATE_VERSION,
-                               "hashing": int(self.hashing),
+                               "hashing": int(self._hashing()),
                                "second_pos": bool(self.second_pos_)}}
         save_model(path, self.coef_, {}, meta)
 
@@ -1030,7 +1058,7 @@ class DependencyParser(StructuredEstimator):
                 raise ValueError(f"unsupported feature template version "
                                  f"{fm.get('template_version')}")
             hp = dict(meta.get("hyper_parameters", {}))
-            hp["hashing"] = int(fm["hashing"])
+            hp["hashing"] = fm["hashing"]
             obj = cls(**hp)
             obj._check()
             obj.second_pos_ = fm["second_pos"]
@@ -1078,9 +1106,8 @@ class DependencySpec(TaskSpec):
                          "of POS features; evaluate / predict default to the model's")),
     )
     def make_estimator(self, args: Any, common: dict[str, Any]) -> DependencyParser:
-        return DependencyParser(decoder=getattr(args, "decoder", None) or "eisner",
-                                hashing=getattr(args, "hashing", 0) or DEFAULT_HASHING,
-                                **common)
+        return DependencyParser(decoder=getattr(args, "decoder", None),
+                                hashing=getattr(args, "hashing", None), **common)
 
     def data_options(self, args: Any) -> dict[str, Any]:
         return {"pos_column": getattr(args, "pos_column", None) or "upos"}
