@@ -17,6 +17,7 @@ from .errors import ModelFileError, OptionError
 from .io.model import load_model, save_model
 from .solvers import train
 from .solvers.common import SolverConfig, TrainResult, objective
+from .tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
 from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from .tasks.sequence import SequenceTask
 
@@ -219,25 +220,29 @@ class EntityRelationExtractor(StructuredEstimator):
 
     X is a list of :class:`~demidcd.io.conll04.ERSentence` (entity tokens given; gold labels
     inside them for fit/score). Extra hyper-parameters: ``solver`` (``exact`` branch-and-bound,
-    ``cbc`` through PuLP, ``highs``), ``relation_loss_weight`` (λ of Δ), ``min_count``.
+    ``cbc`` (bundled with PuLP), ``highs``), ``ilp_time_limit`` (seconds per cbc/highs solve;
+    None = no cap), ``relation_loss_weight`` (λ of Δ), ``min_count``.
     Fitted: ``coef_``, ``featurizer_``, ``result_``.
     """
 
     task_name = "entity-relation"
 
     def __init__(self, solver: str = "exact", relation_loss_weight: float = 1.0,
-                 min_count: int = 1, **kw: Any):
+                 min_count: int = 1, ilp_time_limit: float | None = DEFAULT_ILP_TIME_LIMIT,
+                 **kw: Any):
         super().__init__(**kw)
         self.solver, self.relation_loss_weight, self.min_count = (solver,
                                                                    relation_loss_weight,
                                                                    min_count)
+        self.ilp_time_limit = ilp_time_limit
 
     def _task(self, X, with_gold: bool):
         from .tasks.entity_relation import EntityRelationTask
 
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
                                   with_gold=with_gold, solver=self.solver,
-                                  relation_loss_weight=float(self.relation_loss_weight))
+                                  relation_loss_weight=float(self.relation_loss_weight),
+                                  ilp_time_limit=self.ilp_time_limit)
 
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
         """Learn w from annotated sentences X (Y is unused: the labels are inside X)."""

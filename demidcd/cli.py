@@ -34,7 +34,35 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N")
     g.add_argument("--ilp-solver", choices=("exact", "cbc", "highs"), default=None,
                    help="entity-relation inference: exact branch-and-bound (default), CBC "
-                        "through PuLP, or HiGHS")
+                        "(bundled with PuLP), or HiGHS")
+    g.add_argument("--ilp-time-limit", type=_ilp_cap, default=None, metavar="SECONDS",
+                   help="cbc/highs: cap per ILP solve; at the cap the solver's best feasible "
+                        f"structure is used and counted as unproven (default "
+                        f"{_default_ilp_cap()} s; 0 = no cap)")
+
+
+def _default_ilp_cap() -> float | None:
+    from .tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
+
+    return DEFAULT_ILP_TIME_LIMIT
+
+
+def _ilp_cap(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v >= 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text!r}")
+    return v
+
+
+def _ilp_time_limit(args) -> float | None:
+    """The per-solve cap from --ilp-time-limit (0 = none), or the library default."""
+    v = getattr(args, "ilp_time_limit", None)
+    if v is None:
+        return _default_ilp_cap()
+    return None if v == 0 else v
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -323,6 +351,7 @@ def cmd_train(args) -> int:
                                            if args.snapshot_every and args.model else None))
     if _is_er(args):
         est = EntityRelationExtractor(solver=args.ilp_solver or "exact",
+                                      ilp_time_limit=_ilp_time_limit(args),
                                       relation_loss_weight=args.relation_loss_weight,
                                       min_count=args.min_count or 1, **common)
     else:
@@ -366,8 +395,10 @@ def _load(args):
 
     est = load_estimator(args.model)
     args.task = est.task_name
-    if est.task_name == "entity-relation" and getattr(args, "ilp_solver", None):
-        est.solver = args.ilp_solver
+    if est.task_name == "entity-relation":
+        if getattr(args, "ilp_solver", None):
+            est.solver = args.ilp_solver
+        est.ilp_time_limit = _ilp_time_limit(args)
     return est
 
 

@@ -28,7 +28,7 @@ from numba import njit
 
 from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
-from demidcd.tasks.er_solvers import REL_OF, exact_solve_into, get_solver
+from demidcd.tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT, REL_OF, exact_solve_into, get_solver
 from demidcd.tasks.sequence import merge_signed_keys
 
 NE = len(ENTITY_LABELS)
@@ -388,16 +388,24 @@ Structure = tuple[np.ndarray, np.ndarray]  # (entity labels int64[n], pair label
 
 
 class EntityRelationTask(Task):
-    """Joint entity typing and relation labelling with exact ILP (loss-augmented) inference."""
+    """Joint entity typing and relation labelling with exact ILP (loss-augmented) inference.
+
+    ``ilp_time_limit``: per-solve cap (seconds) for ``cbc`` / ``highs``; a solve stopped by it
+    returns the solver's best feasible structure and increments :attr:`unproven`. The solvers
+    poll :attr:`should_stop` and raise :class:`InferenceInterrupted` when it turns true.
+    """
 
     name = "entity-relation"
 
     def __init__(self, enc: EncodedER, with_gold: bool = True, solver: str = "exact",
-                 relation_loss_weight: float = 1.0):
+                 relation_loss_weight: float = 1.0,
+                 ilp_time_limit: float | None = DEFAULT_ILP_TIME_LIMIT):
         self.enc = enc
         self.with_gold = bool(with_gold) and enc.has_gold
         self.solver_name = solver
         self._solver = get_solver(solver)
+        self.ilp_time_limit = ilp_time_limit
+        self.unproven = 0
         self.relation_loss_weight = float(relation_loss_weight)
         self._fe4 = 4 * enc.n_entity_features
         self._dim = 4 * enc.n_entity_features + 6 * enc.n_pair_features
@@ -453,9 +461,13 @@ class EntityRelationTask(Task):
             for q, s in enumerate(examples):
                 n = _scores(w, s, *args, self._fe4, augment, rlw, U, P)
                 m = n * (n - 1)
-                y, r, obj[q] = self._solver(U[:n], P[:m])
-                ent[eoff[q]:eoff[q] + n] = y
-                pair[poff[q]:poff[q] + m] = r
+                res = self._solver(U[:n], P[:m], time_limit=self.ilp_time_limit,
+                                   should_stop=self.should_stop)
+                if not res.proven:
+                    self.unproven += 1
+                ent[eoff[q]:eoff[q] + n] = res.ent
+                pair[poff[q]:poff[q] + m] = res.pair
+                obj[q] = res.obj
         return ent, pair, eoff, poff, obj
 
     def _batch(self, w, examples, ent, pair, eoff, poff, keep_all) -> RecordBatch:
