@@ -116,27 +116,30 @@ def test_should_stop_interrupts_within_a_fifth_of_a_second(solver: str) -> None:
     U, P = _hard(24)
     solve = S.get_solver(solver)
     solve(U[:2], P[:2])  # warm: the first call imports and starts things
-    t_stop = time.monotonic() + 1.0
-    seen = []
+    for _ in range(2):  # twice: an interrupted solver must not stop the next solve early
+        t_stop = time.monotonic() + 1.0
+        seen: list[int] = []
 
-    def should_stop() -> bool:
-        if solver == "cbc" and time.monotonic() < t_stop:
-            seen.extend(p.pid for p in _cbc_children() if p.pid not in seen)
-        return time.monotonic() >= t_stop
+        def should_stop(t_stop: float = t_stop, seen: list[int] = seen) -> bool:
+            if solver == "cbc" and time.monotonic() < t_stop:
+                seen.extend(p.pid for p in _cbc_children() if p.pid not in seen)
+            return time.monotonic() >= t_stop
 
-    with pytest.raises(InferenceInterrupted):
-        solve(U, P, should_stop=should_stop)  # no cap: CBC alone runs for minutes
-    late = time.monotonic() - t_stop
-    # CBC: polled every 20 ms, then killed; HiGHS: its interrupt callbacks run inside its
-    # MIP, simplex and IPM loops, not in every phase (measured 0.24 s once on a loaded machine)
-    bound = 0.2 if solver == "cbc" else 0.5
-    assert late < bound, f"{solver} stopped {late:.3f} s after should_stop turned true"
-    if solver == "cbc":
-        assert seen, "CBC was not running when the stop came"
-        assert not _cbc_children(), "CBC left running"
-        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() !=
-                       psutil.STATUS_ZOMBIE for p in seen)
-        assert not _private_files(), "temporary files left"
+        with pytest.raises(InferenceInterrupted):
+            solve(U, P, should_stop=should_stop)  # no cap: CBC alone runs for minutes
+        late = time.monotonic() - t_stop
+        # CBC: polled every 20 ms, then killed (measured 0.004-0.023 s); HiGHS: its interrupt
+        # callbacks run inside its MIP, simplex and IPM loops (measured 0.11-0.24 s)
+        bound = 0.2 if solver == "cbc" else 0.5
+        assert 0 <= late < bound, f"{solver} stopped {late:.3f} s after should_stop was true"
+        if solver == "cbc":
+            assert seen, "CBC was not running when the stop came"
+            assert not _cbc_children(), "CBC left running"
+            assert not any(psutil.pid_exists(p) and psutil.Process(p).status() !=
+                           psutil.STATUS_ZOMBIE for p in seen)
+            assert not _private_files(), "temporary files left"
+    res = solve(U[:5], P[:20])  # and it still solves
+    assert res.proven and res.obj == pytest.approx(S.solve_exact(U[:5], P[:20]).obj)
 
 
 def test_ctrl_c_never_reaches_cbc_and_cbc_dies_with_its_parent() -> None:
