@@ -131,7 +131,7 @@ def test_evaluation_of_a_cbc_trained_model_defaults_to_exact(tmp_path):
                               None)):
         for cmd in (["evaluate", "--model", str(m), "--data", str(corp)],
                     ["predict", "--model", str(m), "--data", str(corp), "--out", "x"]):
-            est = _load(parser.parse_args(cmd + extra))
+            _, est = _load(parser.parse_args(cmd + extra))
             assert est.solver == want and est.ilp_time_limit == cap
             if want != "highs":
                 assert est.training_task([]).solver_name == want

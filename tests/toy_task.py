@@ -75,3 +75,43 @@ class ToyTask(Task):
     def metric(self, gold, predicted):
         acc = float(np.mean([g == p for g, p in zip(gold, predicted, strict=True)]))
         return {"score": acc, "accuracy": acc}
+
+
+class SlowToyTask(ToyTask):
+    """:class:`ToyTask` whose every inference costs ``seconds`` (sleeping, like a solver
+    subprocess: the CPU is free meanwhile), for the expensive-inference regime."""
+
+    name = "slow-toy"
+
+    def __init__(self, seconds: float = 0.05, **kw):
+        super().__init__(**kw)
+        self.seconds = float(seconds)
+
+    def loss_augmented(self, w, examples):
+        import time
+
+        time.sleep(self.seconds * len(examples))
+        return super().loss_augmented(w, examples)
+
+    def argmax_records(self, w, examples):
+        """Records of the plain argmax (no Δ), one per example whose argmax is not gold."""
+        import time
+
+        time.sleep(self.seconds * len(examples))
+        recs = []
+        for i in examples:
+            scores = self.Phi[i] @ w
+            scores[0] -= 1e-12  # a tie with gold is a mistake (else w = 0 never moves)
+            y = int(np.argmax(scores))
+            if y != 0:
+                idx, val, d = self.phi_delta(i, y)
+                recs.append((i, y, d, float(val @ w[idx]), idx, val))
+        if not recs:
+            return RecordBatch.empty()
+        ptr = np.zeros(len(recs) + 1, np.int64)
+        ptr[1:] = np.cumsum([len(r[4]) for r in recs])
+        return RecordBatch(
+            np.array([r[0] for r in recs], np.int64), np.array([r[1] for r in recs], np.int64),
+            np.array([r[2] for r in recs]), np.array([r[3] for r in recs]), ptr,
+            np.concatenate([r[4] for r in recs]).astype(INDEX_DTYPE),
+            np.concatenate([r[5] for r in recs]))

@@ -50,8 +50,8 @@ import numpy as np
 from numba import njit, types
 from numba.core.extending import intrinsic
 
-__all__ = ["SharedWeights", "fence", "BEGUN", "DONE", "WANT", "HDR_WORDS", "LINE_SHIFT",
-           "mark_array", "warmup"]
+__all__ = ["SharedWeights", "fence", "load_word", "store_word", "BEGUN", "DONE", "WANT",
+           "HDR_WORDS", "LINE_SHIFT", "mark_array", "warmup"]
 
 BEGUN, DONE = 0, 1  # hdr indices of the publish counters (one cache line)
 WANT = 8  # hdr index of the reader-wants-a-pause flag (separate 64-byte cache line)
@@ -91,6 +91,18 @@ def _load_counter(hdr: np.ndarray, i: int) -> int:
     v = hdr[i]
     fence()
     return v
+
+
+def load_word(a: np.ndarray, i: int) -> int:
+    """Acquire-load of the shared int64 control word ``a[i]`` (a 1-d array): no later load or
+    store is moved before it, by the compiler or the CPU (fences on both sides)."""
+    return int(_load_counter(a, i))
+
+
+def store_word(a: np.ndarray, i: int, v: int) -> None:
+    """Release-store ``a[i] = v``: every earlier store (ring records, other stats) is visible to
+    a reader that acquire-loads this word and sees ``v``."""
+    _store_counter(a, i, v)
 
 
 @njit(cache=True, nogil=True)
@@ -268,9 +280,9 @@ class SharedWeights:
     def read_into(self, w_local: np.ndarray, timeout: float | None = None) -> int:
         """Consistent copy w_local ← w̄; returns its version (= number of completed publishes).
         Retries until a copy is not torn; raises TimeoutError after ``timeout`` seconds."""
-        if w_local.shape != (self.dim,) or w_local.dtype != np.float64:
-            raise ValueError(f"read_into needs float64[{self.dim}], got {w_local.dtype}"
-                             f"{w_local.shape}")
+        if w_local.shape != (self.dim,) or w_local.dtype not in (np.float64, self.buf.dtype):
+            raise ValueError(f"read_into needs float64 or {self.buf.dtype} [{self.dim}], got "
+                             f"{w_local.dtype}{w_local.shape}")
         asked, tries = False, 0
         t0 = time.perf_counter()
         try:

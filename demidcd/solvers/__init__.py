@@ -58,17 +58,25 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
         task.loss_augmented(w.astype(task.inference_dtype), ex)
     ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
     if threads > 1:
+        from ..parallel.engine import rounding_slack
         from ..parallel.ring import warmup as ring_warmup
+        from ..parallel.seqlock import warmup as seqlock_warmup
 
         ring_warmup()
+        seqlock_warmup()
+        for dt in {np.float64, task.inference_dtype}:
+            wa = np.zeros(task.dim + 1, dt)
+            rounding_slack(wa, task.dim, np.zeros(1, np.int64), np.zeros(2, np.int64),
+                           np.zeros(0, np.int32), np.zeros(0), 1.0)
 
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
           callback: Callback | None = None, cpu_log: str | None = None,
-          log: Any = None, **engine: Any) -> TrainResult:
+          log: Any = None, tick: Any = None, **engine: Any) -> TrainResult:
     """Train ``task`` with ``algorithm`` on ``threads`` processes.
 
     ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
+    ``tick(seconds, w)`` is called by the learner between blocks of work (snapshots);
     ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
     ``perceptron_epochs_per_round``, ``mixing``, ``averaged``) go to the parallel schedules,
     which ignore the ones that are not theirs.
@@ -87,7 +95,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
 
         mon = CpuMonitor({"learner": os.getpid()}).start()
         try:
-            res = train_dcd(task, config, callback, light=algorithm == "dcd-light")
+            res = train_dcd(task, config, callback, light=algorithm == "dcd-light", tick=tick)
         finally:
             mon.stop()
         if cpu_log:
@@ -102,4 +110,5 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         from .sp_ipm import train_sp_ipm as schedule
     else:
         from .demi_dcd import train_demi_dcd as schedule
-    return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, **engine)
+    return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
+                    **engine)

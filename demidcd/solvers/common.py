@@ -127,9 +127,11 @@ class Clock:
     """Wall-clock since the solver started (after data loading), the same for every learner.
     :meth:`expired` is also true once a stop was requested."""
 
-    def __init__(self, time_limit: float | None = None):
+    def __init__(self, time_limit: float | None = None,
+                 tick: Callable[[float, np.ndarray], None] | None = None):
         self.t0 = time.perf_counter()
         self.time_limit = time_limit
+        self.tick = tick
         StopRequest.active = True
 
     def elapsed(self) -> float:
@@ -138,6 +140,14 @@ class Clock:
     def expired(self) -> bool:
         return StopRequest.requested or (self.time_limit is not None
                                          and self.elapsed() >= self.time_limit)
+
+    def poll(self, w: np.ndarray) -> bool:
+        """Called by a learner between blocks of work (well under a second apart, whatever one
+        outer iteration costs): passes (seconds, w) to ``tick`` (the snapshot writer, which
+        keeps its own schedule) and returns :meth:`expired`."""
+        if self.tick is not None:
+            self.tick(self.elapsed(), w)
+        return self.expired()
 
 
 def stop_reason(converged: bool, clock: Clock) -> str | None:

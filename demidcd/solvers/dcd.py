@@ -10,22 +10,28 @@ it violates by more than min(δ, tol) (Eq. 11), and runs UPDATEWEIGHT on that ex
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ..tasks.base import Task
+from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets, SweepPlan
-from .common import Callback, Clock, SolverConfig, TrainResult, objective, stop_reason
+from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
-              light: bool = False) -> TrainResult:
-    """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light."""
+              light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None
+              ) -> TrainResult:
+    """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light.
+    ``tick(seconds, w)`` is called between chunks of inference (snapshots on time whatever
+    one outer iteration costs)."""
     config.validate()
     rng = np.random.default_rng(config.seed)
     act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
                      sweeps=config.sweeps)
     plan = SweepPlan(act, config.skip)
-    clock = Clock(config.time_limit)
+    clock = Clock(config.time_limit, tick)
+    task.should_stop = lambda: StopRequest.requested or clock.expired()
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
     history: list[dict] = []
@@ -45,13 +51,19 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             pass_pg = 0.0
             for s in range(0, n, b):
                 chunk = order[s:s + b]
-                batch = task.loss_augmented(act.w, chunk)
+                unproven = task.unproven
+                try:
+                    batch = task.loss_augmented(act.w, chunk)
+                except InferenceInterrupted:
+                    violators += 1
+                    break
+                violators += task.unproven - unproven  # a solver's time cap proves nothing
                 violators += int((batch.violation(act.alpha_sum, config.C) > config.tol).sum())
                 admitted += act.insert(batch, config.admit).admitted
                 st = act.update(chunk)
                 pass_pg = max(pass_pg, st.max_pg)
                 shrunk, updates = shrunk + st.shrunk, updates + st.updates
-                if clock.expired():
+                if clock.poll(act.w):
                     violators += 1  # an unfinished pass proves nothing
                     break
             # the restricted problem is judged by the last pass over every active set
@@ -77,5 +89,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
+    finally:
+        task.__dict__.pop("should_stop", None)
     return TrainResult(act.w, reason == "converged", reason, epoch, clock.elapsed(), history,
                        act.dual_objective())

@@ -29,15 +29,21 @@ work, and it doubles the structures found at p = 2. On EWT XPOS (p = 2, AMD EPYC
 interleaved pairs) this cut the time to 1% relative primal difference from 15.1/15.6/12.2/
 ~19/~19.5 s to 14.2/12.9/10.9/~17/~15.5 s; a second such epoch was no different, four were
 slower. The epoch ends early once every worker has swept its shard :data:`LEARNER_EPOCH_SWEEPS`
-times (many workers). After it the learner only updates, as in the paper's Algorithm 1.
+times (many workers).
+
+After it the learner updates, as in the paper's Algorithm 1, and where the workers are the
+bottleneck (expensive inference) it also spends a measured share of its time on inference of
+its own (:func:`inference_share`).
 
 Stopping (``tol``): when a pass ends with max |PG| < tol on the active set and no violating
-structure arrived during it, the learner publishes w (version V) and waits, draining rings and
-polishing the restricted problem without publishing (so no core idles and w̄ stays at V); it
-resumes updating when a violating structure arrives (new, or already in the active set: its
-gradient grew after it was visited in the pass), and stops when every worker has finished a
-full sweep that started at version ≥ V and found no structure violating by more than tol
-(plus the pool's ``slack``, 1e-4, when w̄ is float32).
+structure arrived during it, the learner publishes w (version V) and stops changing w: it
+drains the rings into the active sets (new structures enter with α = 0) and, where inference is
+expensive, checks examples itself with w_V. It resumes updating when a violating structure
+arrives, and stops when every worker has finished a full sweep that started at version ≥ V and
+found no structure violating by more than tol (plus the rounding slack of a float32 w̄,
+relative to Σ|w̄_k φ_k|: see :func:`~demidcd.parallel.engine.rounding_slack`) and had no
+inference stopped by a solver's time cap. The w returned is then exactly w_V, the one the
+sweeps certify.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ BLOCK = 256  # examples between ring drains
 LEARNER_CHUNK = 16  # examples per inference call in the learner's own first epoch
 LEARNER_EPOCH_SWEEPS = 2  # ...which ends early once every worker finished this many sweeps
 # (with many workers, or costly inference, the learner's updating is then the scarcer work)
+PASSES_PER_SWEEP = 8.0  # R0 of inference_share: update passes per worker sweep to keep
+MAX_INFERENCE_SHARE = 0.95  # the learner always keeps 5% of its time for updates
 
 
 def publish_gap(L: SharedLearner, longest: float) -> float:
@@ -78,72 +86,111 @@ def publish_gap(L: SharedLearner, longest: float) -> float:
     return min(longest, max(MIN_PUBLISH_INTERVAL, L.last_publish_cost / share))
 
 
+def inference_share(L: SharedLearner, pass_seconds: float) -> float:
+    """Share of the learner's time to spend on loss-augmented inference of its own after the
+    first epoch: 1 − R0/R with R = (a worker's sweep time) / (the learner's full update-pass
+    time, ``pass_seconds``),
+    both measured, and 0 when R ≤ R0 (:data:`PASSES_PER_SWEEP`).
+
+    Where inference is expensive (CBC on CoNLL04: a sweep takes tens of seconds, a pass over
+    the active sets tens of milliseconds) a learner that only updates re-sweeps converged
+    active sets while the workers are the bottleneck; spending this share on inference leaves
+    it R0 update passes per worker sweep (as DCD-SSVM's r inner passes per inference epoch)
+    and adds one inference process at p = 2. Where inference is cheap (Viterbi on EWT: a
+    sweep takes about as long as a pass) the share is 0 and the learner only updates."""
+    workers = max(L.threads - 1, 1)
+    sweep = L.task.n_examples * L.seconds_per_inference / workers
+    if pass_seconds <= 0.0 or sweep <= PASSES_PER_SWEEP * pass_seconds:
+        return 0.0
+    return min(MAX_INFERENCE_SHARE, 1.0 - PASSES_PER_SWEEP * pass_seconds / sweep)
+
+
 def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    callback: Callback | None = None, rho: int = DEFAULT_RHO,
                    rho_worker: int = DEFAULT_CHUNK, cpu_log: str | None = None,
                    log: Callable[[str], None] | None = None, debug: bool = False,
                    ring_words: int = 1 << 22, publish_interval: float = PUBLISH_INTERVAL,
+                   tick: Callable[[float, np.ndarray], None] | None = None,
                    **_: object) -> TrainResult:
     """Train with one learner (this process) and ``threads − 1`` inference workers."""
     L = SharedLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
-                      debug)
+                      debug, tick=tick)
     n, pool = task.n_examples, L.pool
     rng = np.random.default_rng(config.seed)
     plan = SweepPlan(L.act, config.skip)
     reason, epoch = "max-epochs", 0
     try:
         L.start()
-        clock = L.clock
         since_publish, last_publish = 0, time.perf_counter()
 
         def publish_due(updates: int) -> bool:  # ρ updates, or the staleness schedule
             return updates >= rho or (time.perf_counter() - last_publish
                                       >= publish_gap(L, publish_interval))
 
-        first = rng.permutation(n).astype(np.int64)
-        for s in range(0, n, LEARNER_CHUNK):  # the learner's own DCD-Light epoch
+        own = rng.permutation(n).astype(np.int64)  # the learner's own inference order
+        at = 0
+        for at in range(0, n, LEARNER_CHUNK):  # the learner's own DCD-Light epoch
             L.ingest(update_now=True)
-            L.infer(first[s:s + LEARNER_CHUNK])
+            L.infer(own[at:at + LEARNER_CHUNK])
             if publish_due(0):
                 L.publish()
                 last_publish = time.perf_counter()
-            pool.check()
-            if clock.expired() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
+            if L.poll() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
                 break
+        at += LEARNER_CHUNK
+        share, t_main, infer_main = 0.0, time.perf_counter(), L.seconds["infer"]
+        full_pass_ema = 0.0  # seconds of a full update pass over all active sets (measured)
         for epoch in range(1, config.epochs(1 << 62) + 1):
             order = rng.permutation(n).astype(np.int64)
-            max_pg, received, shrunk = 0.0, 0, 0
+            max_pg, received, shrunk, skipped = 0.0, 0, 0, 0
             skip_below = plan.threshold()
+            t_pass, infer_pass = time.perf_counter(), L.seconds["infer"]
             for s in range(0, n, BLOCK):
                 received += L.ingest(update_now=True)
                 st = L.update(order[s:s + BLOCK], skip_below)
                 max_pg, shrunk = max(max_pg, st.max_pg), shrunk + st.shrunk
+                skipped += st.skipped
                 since_publish += st.updates
                 if since_publish and publish_due(since_publish):
                     L.publish()
                     since_publish, last_publish = 0, time.perf_counter()
-                pool.check()
-                if clock.expired():
+                if share > 0.0 and (L.seconds["infer"] - infer_main
+                                    < share * (time.perf_counter() - t_main)):
+                    if at >= n:
+                        own, at = rng.permutation(n).astype(np.int64), 0
+                    received += max(L.infer(own[at:at + LEARNER_CHUNK]), 0)
+                    at += LEARNER_CHUNK
+                if L.poll():
                     break
+            pass_seconds = (time.perf_counter() - t_pass) - (L.seconds["infer"] - infer_pass)
+            full_pass = pass_seconds * n / max(n - skipped, 1)  # a skipping pass, scaled up
+            full_pass_ema = full_pass if full_pass_ema <= 0.0 else \
+                0.7 * full_pass_ema + 0.3 * full_pass
+            share = inference_share(L, full_pass_ema)
             converged = False
-            if plan.certifies(max_pg, config.tol) and received == 0 and not clock.expired():
-                L.publish()
-                since_publish, version = 0, pool.wbar.version()
-                t, k = time.perf_counter(), 0
-                while not clock.expired():  # wait for clean sweeps at this version,
-                    # polishing the restricted problem meanwhile (w̄ stays V)
-                    L.ingest()  # any record: a worker saw a violation at V (the learner's
-                    if L.last_drained:  # polished w may reject it): resume and republish
+            if plan.certifies(max_pg, config.tol) and received == 0 and not L.poll():
+                L.publish()  # version V: w is not changed again unless a violation arrives,
+                since_publish, version = 0, pool.wbar.version()  # so the w returned is the
+                t = time.perf_counter()  # one the workers' clean sweeps certify
+                while not L.poll():
+                    L.ingest()  # records only enter the active sets (α = 0): w stays w_V
+                    if L.last_drained:  # a worker saw a violation at V: resume
                         break
                     if pool.all_clean_since(version):
                         converged = True
                         break
-                    pool.check()
-                    L.update(order[k:k + BLOCK])
-                    k = k + BLOCK if k + BLOCK < n else 0
+                    if share > 0.0:  # check examples itself with w_V, without updating
+                        if at >= n:
+                            own, at = rng.permutation(n).astype(np.int64), 0
+                        found = L.infer(own[at:at + LEARNER_CHUNK], update=False)
+                        at += LEARNER_CHUNK
+                        if found > 0:
+                            break
+                    else:
+                        time.sleep(0.001)
                 L.seconds["wait"] += time.perf_counter() - t
-            L.iteration(epoch, max_pg, shrunk)
-            if stop := stop_reason(converged, clock):
+            L.iteration(epoch, max_pg, shrunk, inference_share=round(share, 3))
+            if stop := stop_reason(converged, L.clock):
                 reason = stop
                 break
     except KeyboardInterrupt:

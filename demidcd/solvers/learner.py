@@ -15,9 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..parallel.engine import WorkerPool
-from ..tasks.base import Task
+from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
-from .common import Callback, Clock, SolverConfig, TrainResult, objective
+from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first
@@ -30,13 +30,16 @@ FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after it
 class SharedLearner:
     def __init__(self, task: Task, config: SolverConfig, threads: int, mode: str,
                  callback: Callback | None, chunk: int, ring_words: int,
-                 log: Callable[[str], None] | None, debug: bool):
+                 log: Callable[[str], None] | None, debug: bool, learner_share: bool = False,
+                 tick: Callable[[float, np.ndarray], None] | None = None):
         config.validate()
         self.task, self.config, self.threads, self.callback = task, config, threads, callback
         self.log = log or (lambda s: None)
         n, dim = task.n_examples, task.dim
         self.pool = WorkerPool(task, threads - 1, config.C, config.admit, config.tol, mode,
-                               config.seed, chunk, ring_words, self.log, debug)
+                               config.seed, chunk, ring_words, self.log, debug,
+                               learner_share=learner_share)
+        self.tick = tick
         self.wa = np.zeros(dim + n)  # [w, A], published as one vector
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:],
@@ -44,7 +47,7 @@ class SharedLearner:
         self.cnt = {"updates": 0, "learner_inferences": 0, "admitted": 0, "duplicates": 0,
                     "rejected": 0, "evicted": 0, "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "infer": 0.0,
-                        "wait": 0.0}
+                        "wait": 0.0, "main": 0.0}
         self.history: list[dict] = []
         self._last_eval = 0.0
         self.clock: Clock | None = None
@@ -57,7 +60,25 @@ class SharedLearner:
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
         self.pool.start()
-        self.clock = Clock(self.config.time_limit)
+        self.clock = Clock(self.config.time_limit, self.tick)
+        clock = self.clock
+        # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
+        self.task.should_stop = lambda: StopRequest.requested or clock.expired()
+
+    def poll(self) -> bool:
+        """Snapshot when due, supervise the workers; True once the run must stop."""
+        self.pool.check()
+        return self.clock.poll(self.act.w)
+
+    @property
+    def seconds_per_inference(self) -> float:
+        """Measured seconds per loss-augmented inference: the learner's own, else the
+        workers'."""
+        c = self.cnt["learner_inferences"]
+        if c:
+            return self.seconds["infer"] / c
+        tot = self.pool.totals()
+        return tot["infer_seconds"] / tot["inferences"] if tot["inferences"] else 0.0
 
     def publish(self) -> None:
         """Copy [w, A] to the shared w̄ (its idle buffer, see :mod:`demidcd.parallel.seqlock`):
@@ -90,15 +111,25 @@ class SharedLearner:
             self.update(np.unique(batch.ex), sweeps=FRESH_SWEEPS)
         return st.admitted + st.duplicates
 
-    def infer(self, examples: np.ndarray) -> None:
+    def infer(self, examples: np.ndarray, update: bool = True) -> int:
         """Loss-augmented inference (Eq. 5) on ``examples`` with the learner's own w, then
-        admission (Eq. 11) and UPDATEWEIGHT on them: one chunk of a DCD-Light epoch."""
+        admission (Eq. 11) and, with ``update``, UPDATEWEIGHT on them: one chunk of a
+        DCD-Light epoch. Returns how many structures violate by more than tol (−1 when a
+        stop interrupted the inference: nothing was found)."""
         t = time.perf_counter()
-        batch = self.task.loss_augmented(self.act.w, examples)
-        self.seconds["infer"] += time.perf_counter() - t
+        try:
+            batch = self.task.loss_augmented(self.act.w, examples)
+        except InferenceInterrupted:
+            return -1
+        finally:
+            self.seconds["infer"] += time.perf_counter() - t
         self.cnt["learner_inferences"] += len(examples)
+        violators = int((batch.violation(self.act.alpha_sum, self.config.C)
+                         > self.config.tol).sum()) if len(batch) else 0
         self._insert(batch)
-        self.update(examples)
+        if update:
+            self.update(examples)
+        return violators
 
     def _insert(self, batch):
         """Admit the records of ``batch`` (Eq. 11), counting and timing it."""
@@ -126,6 +157,7 @@ class SharedLearner:
         rec = {"epoch": epoch, "seconds": round(self.clock.elapsed(), 4), "updates": c["updates"],
                "total_updates": c["updates"],
                "inferences": tot["inferences"] + c["learner_inferences"],
+               "learner_inferences": c["learner_inferences"],
                "pushed": tot["pushed"], "admitted": c["admitted"], "duplicates": c["duplicates"],
                "dropped": c["rejected"], "active": self.act.size, "shrunk": shrunk,
                "max_pg": max_pg, "ring": tot["ring"], "wasted": tot["wasted"],
@@ -145,6 +177,7 @@ class SharedLearner:
         seconds = self.clock.elapsed() if self.clock else 0.0
         tot = self.pool.totals()
         self.pool.close()
+        self.task.__dict__.pop("should_stop", None)  # back to the class default
         mon = self.pool.monitor
         if cpu_log:
             mon.write_csv(cpu_log)

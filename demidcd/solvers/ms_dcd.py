@@ -17,43 +17,56 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..parallel.engine import SWEEP_VIOL
 from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .demi_dcd import LEARNER_CHUNK
 from .learner import SharedLearner
 
 
 def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, rho_worker: int = 16,
                  cpu_log: str | None = None, log: Callable[[str], None] | None = None,
-                 debug: bool = False, ring_words: int = 1 << 22, **_: object) -> TrainResult:
-    """Train with a master (this process) and ``threads − 1`` slaves, barrier-synchronised."""
+                 debug: bool = False, ring_words: int = 1 << 22,
+                 tick: Callable[[float, np.ndarray], None] | None = None,
+                 **_: object) -> TrainResult:
+    """Train with a master (this process) and ``threads − 1`` slaves, barrier-synchronised.
+    The data is split into ``threads`` parts (as JLIS does for p processors): the master infers
+    on its own part while the slaves infer on theirs, then waits at the barrier."""
     L = SharedLearner(task, config, threads, "barrier", callback, rho_worker, ring_words, log,
-                      debug)
+                      debug, learner_share=True, tick=tick)
     n, pool = task.n_examples, L.pool
     rng = np.random.default_rng(config.seed)
     reason, epoch = "max-epochs", 0
     t_inference = t_master = 0.0
     plan = SweepPlan(L.act, config.skip)
+    mine = pool.learner_shard
     try:
         L.start()
-        clock = L.clock
         for epoch in range(1, config.epochs(1 << 62) + 1):
             L.publish()
             t = time.perf_counter()
             gen = pool.command_sweep()
-            while not pool.sweep_done(gen) and not clock.expired():  # the barrier
+            unproven, own_violators, stopped = task.unproven, 0, False
+            for s in range(0, len(mine), LEARNER_CHUNK):  # the master's part, with w = w̄
                 L.ingest()
-                pool.check()
+                found = L.infer(mine[s:s + LEARNER_CHUNK], update=False)
+                if found < 0 or L.poll():
+                    stopped = True
+                    break
+                own_violators += found
+            while not pool.sweep_done(gen) and not stopped:  # the barrier
+                L.ingest()
+                if L.poll():
+                    break
                 time.sleep(0.0002)
             L.ingest()
             t_inference += time.perf_counter() - t
-            violators = int(pool.stats[:, SWEEP_VIOL].sum())  # found in this sweep
+            violators = pool.sweep_violations() + own_violators + (task.unproven - unproven)
             t = time.perf_counter()
             max_pg, shrunk, certified = np.inf, 0, False
             for _ in range(max(config.inner_passes, 1)):
-                if clock.expired():
+                if L.poll():
                     break
                 st = L.update(rng.permutation(n).astype(np.int64), plan.threshold())
                 max_pg, shrunk = st.max_pg, shrunk + st.shrunk
@@ -63,7 +76,8 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
             L.iteration(epoch, float(max_pg), shrunk, violators=violators,
                         inference_seconds=round(t_inference, 4),
                         master_seconds=round(t_master, 4))
-            if stop := stop_reason(violators == 0 and certified, clock):
+            done = pool.sweep_done(gen)
+            if stop := stop_reason(done and violators == 0 and certified, L.clock):
                 reason = stop
                 break
     except KeyboardInterrupt:

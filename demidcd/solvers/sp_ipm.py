@@ -16,24 +16,33 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..parallel.engine import WorkerPool
-from ..tasks.base import Task
+from ..parallel.engine import INFER, PUSHED, WorkerPool
+from ..tasks.base import InferenceInterrupted, Task
 from .common import Callback, Clock, SolverConfig, TrainResult, stop_reason
 
 
 def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
-                      stop: Callable[[], bool] | None = None) -> int:
+                      stop: Callable[[], bool] | None = None,
+                      progress: np.ndarray | None = None) -> int:
     """Structured perceptron over ``order`` for ``epochs`` epochs, updating ``w`` in place;
-    returns the number of mistakes (= updates). One argmax per example, then w += φ."""
+    returns the number of mistakes (= updates). One argmax per example, then w += φ.
+    ``progress`` (optional int64[2]): live counts of inferences and mistakes."""
     mistakes = 0
     for _ in range(epochs):
         for i in order:
             if stop is not None and stop():
                 return mistakes
-            b = task.argmax_records(w, np.array([i], np.int64))
+            try:
+                b = task.argmax_records(w, np.array([i], np.int64))
+            except InferenceInterrupted:
+                return mistakes
+            if progress is not None:
+                progress[0] += 1
             if len(b):
                 w[b.idx] += b.val  # φ has unique indices
                 mistakes += 1
+                if progress is not None:
+                    progress[1] += 1
     return mistakes
 
 
@@ -41,7 +50,9 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, cpu_log: str | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False,
                  perceptron_epochs_per_round: int = 10, mixing: str = "uniform",
-                 averaged: bool = False, **_: object) -> TrainResult:
+                 averaged: bool = False,
+                 tick: Callable[[float, np.ndarray], None] | None = None,
+                 **_: object) -> TrainResult:
     """Train a structured perceptron by iterative parameter mixing on ``threads − 1`` workers.
     ``config.max_epochs`` counts mixing rounds (default 100)."""
     if mixing not in ("uniform", "mistakes"):
@@ -57,31 +68,42 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
             w[:] = pool.wbar.buffer(s)[:dim]
             if pool.wbar.read_valid(s):
                 break
-        m = perceptron_epochs(task, w, pool.shards[j], E,
-                              stop=lambda: bool(pool.ctrl[0]) or os.getppid() != pool.parent_pid)
-        pool.arrays["wloc"][j] = w
+        live = np.zeros(2, np.int64)
+        m = perceptron_epochs(task, w, pool.shards[j], E, progress=live,
+                              stop=lambda: pool.stop_requested() or os.getppid() != pool.parent_pid)
+        pool.arrays["wloc"][j] = w  # also after a stop: the parent mixes a partial round
         pool.arrays["mistakes"][j] = m
-        pool.stats[j, 0] += E * len(pool.shards[j])  # inferences
+        pool.stats[j, INFER] += int(live[0])
+        pool.stats[j, PUSHED] += int(live[1])
 
     pool = WorkerPool(task, k, config.C, 0.0, 0.0, "job", config.seed, log=log, debug=debug,
                       job=job, arrays={"wloc": ((k, dim), np.float64),
                                        "mistakes": ((k,), np.int64)})
     wa = np.zeros(dim + n)
     w_sum = np.zeros(dim)
+    w_out = wa[:dim]  # the model so far (the mixed or the averaged w)
     history: list[dict] = []
     reason, rnd, updates, t_map, t_mix = "max-epochs", 0, 0, 0.0, 0.0
     try:
         pool.start()
-        clock = Clock(config.time_limit)
+        clock = Clock(config.time_limit, tick)
         for rnd in range(1, config.epochs(100) + 1):
             pool.wbar.publish(wa, force=True)
             t = time.perf_counter()
             gen = pool.command_sweep()
-            while not pool.sweep_done(gen) and not clock.expired():  # the barrier
+            while not pool.sweep_done(gen) and not clock.poll(w_out):  # the barrier
                 pool.check()
                 time.sleep(0.0005)
+            partial = not pool.sweep_done(gen)
+            if partial:  # the limit or a signal: the mappers stop within one inference and
+                pool.request_stop()  # hand in their w_j, mixed as a last, partial round
+                deadline = time.perf_counter() + 2.0
+                while not pool.sweep_done(gen) and time.perf_counter() < deadline:
+                    pool.check()
+                    time.sleep(0.001)
             t_map += time.perf_counter() - t
             if not pool.sweep_done(gen):
+                rnd -= 1
                 reason = stop_reason(False, clock) or "time-limit"
                 break
             t = time.perf_counter()
@@ -90,6 +112,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                   else np.full(k, 1.0 / k))
             wa[:dim] = mu @ pool.arrays["wloc"]
             w_sum += wa[:dim]
+            w_out = w_sum / rnd if averaged else wa[:dim]
             t_mix += time.perf_counter() - t
             updates += int(mis.sum())
             rec = {"epoch": rnd, "seconds": round(clock.elapsed(), 4), "updates": updates,
@@ -98,8 +121,8 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                    "admitted": 0, "max_pg": 0.0}
             history.append(rec)
             if callback is not None:
-                callback(rec, w_sum / rnd if averaged else wa[:dim])
-            if stop := stop_reason(mis.sum() == 0, clock):
+                callback(rec, w_out)
+            if stop := stop_reason(mis.sum() == 0 and not partial, clock):
                 reason = stop
                 break
     except KeyboardInterrupt:
