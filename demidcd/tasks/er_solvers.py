@@ -366,8 +366,9 @@ def _from_entities(U: np.ndarray, P: np.ndarray, ent: np.ndarray, proven: bool) 
 # * the model is written as MPS text from a per-size template (only the objective changes
 #   between sentences) into one private temporary directory per process,
 #   ``<tmp>/demidcd-cbc-<pid>-*``; a solve's files are removed in ``finally``, the directory
-#   at exit (atexit), and directories of dead processes (killed workers, whose exit skips
-#   atexit) by the next process that starts a CBC solve.
+#   at exit (atexit), and directories of dead processes (workers, whose os._exit skips
+#   atexit, and killed processes) when the process that chose the solver (get_solver, the
+#   workers' parent) exits, and by the next process that starts a CBC solve.
 _TMP_PREFIX = "demidcd-cbc-"
 _tmp_state: tuple[int, str] | None = None  # (pid, directory) of this process
 _tmp_counter = itertools.count()
@@ -428,6 +429,24 @@ def _sweep_stale_dirs(tmp: str) -> list[str]:
 def _remove_dir(pid: int, path: str) -> None:
     if os.getpid() == pid:  # an inherited atexit handler in a forked child does nothing
         shutil.rmtree(path, ignore_errors=True)
+
+
+_SWEEP_REGISTERED: list[int] = []
+
+
+def _sweep_at_exit() -> None:
+    """At this process's exit, remove the CBC directories of dead processes: its workers leave
+    theirs (they end with os._exit, which skips atexit) and are gone by then."""
+    if os.getpid() in _SWEEP_REGISTERED:
+        return
+    _SWEEP_REGISTERED.append(os.getpid())
+    pid = os.getpid()
+
+    def sweep() -> None:
+        if os.getpid() == pid:  # never in a forked child that inherited the handler
+            _sweep_stale_dirs(tempfile.gettempdir())
+
+    atexit.register(sweep)
 
 
 def _private_dir() -> str:
@@ -792,6 +811,7 @@ def get_solver(name: str) -> Solver:
         return solve_exact
     if name == "cbc":
         _cbc()  # fail early and clearly when the binary is missing
+        _sweep_at_exit()
         return solve_cbc
     if name == "highs":
         _highs_instance()  # fail early and clearly when highspy is missing
