@@ -588,14 +588,6 @@ def _ilp_cap(text: str) -> float:
     return v
 
 
-def _ilp_time_limit(args) -> float | None:
-    """The per-solve cap from --ilp-time-limit (0 = none), or the library default."""
-    v = getattr(args, "ilp_time_limit", None)
-    if v is None:
-        return DEFAULT_ILP_TIME_LIMIT
-    return None if v == 0 else v
-
-
 class EntityRelationSpec(TaskSpec):
     """CoNLL04 files (Roth & Yih 2004): entity and relation F1."""
 
@@ -634,7 +626,7 @@ class EntityRelationSpec(TaskSpec):
 
     def make_estimator(self, args, common: dict):
         return self.estimator_class()(solver=args.ilp_solver or "exact",
-                                      ilp_time_limit=_ilp_time_limit(args),
+                                      ilp_time_limit=args.ilp_time_limit,
                                       relation_loss_weight=args.relation_loss_weight,
                                       min_count=args.min_count or 1, **common)
 
@@ -643,7 +635,7 @@ class EntityRelationSpec(TaskSpec):
         # says otherwise, whatever the model was trained with: it reaches the same optima, and
         # CBC made two snapshot evaluations of CoNLL04 take over 300 s against 7 s (issue 22)
         est.solver = getattr(args, "ilp_solver", None) or "exact"
-        est.ilp_time_limit = _ilp_time_limit(args)
+        est.ilp_time_limit = getattr(args, "ilp_time_limit", None)  # None: default, 0: none
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         m = est.metrics(data)
