@@ -165,7 +165,7 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     if "scaled" in learner.inference:
         try:
             task.loss_scaled(w, ex, -1.0)
-        except NotImplementedError:
+        except NotImplementedError:  # Pegasos falls back, sdm-ramp refuses the task
             pass
     if "workers" in learner.inference and threads > 1 and task.inference_dtype != np.float64:
         task.loss_augmented(w.astype(task.inference_dtype), ex)  # the workers' w̄

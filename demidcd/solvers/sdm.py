@@ -239,8 +239,16 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
     met no KKT gap beyond tol) or, with ``ramp``, CCCP outer iterations of
     ``config.inner_passes`` SDM epochs each (``config.max_epochs`` counts outer iterations)."""
     config.validate()
+    from ..errors import OptionError
     from .online import hinge_objective
 
+    if ramp:
+        try:
+            task.loss_scaled(np.zeros(task.dim), np.zeros(1, np.int64), -1.0)
+        except NotImplementedError:
+            raise OptionError(f"--algorithm sdm-ramp needs loss-diminished inference "
+                              f"(Task.loss_scaled), which the {task.name} task does not "
+                              "provide") from None
     sdm = SDM(task, config)
     obj = ((lambda w: ramp_objective(task, w, config.C)) if ramp
            else (lambda w: {**hinge_objective(task, w, config.C), "dual": sdm.dual()}))
