@@ -19,8 +19,9 @@ inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedAre
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
 Each worker runs :func:`demidcd.solvers.worker.run_worker` (modes ``"demi"``, ``"barrier"``,
-``"job"``) over a :class:`_ShmEndpoint` (the stop flag, the command generation, its ring, its
-row of ``stats``; a job's outputs go to shared arrays ``outputs[name][j]``).
+``"job"``, ``"replica"``) over a :class:`_ShmEndpoint` (the stop flag, the command generation,
+its ring, its row of ``stats``; a job's outputs go to shared arrays ``outputs[name][j]``, a
+replica job reads the shared arrays ``inputs[name]`` the learner writes before a command).
 Placement: when the learner and the workers fit on the cores this process may use, each is
 pinned to a core of its own (the learner's thread, and the CPU-monitor thread it starts, to the
 first; worker j to the (j+1)-th), so no worker shares its core and no process migrates; measured
@@ -113,6 +114,8 @@ class WorkerPool(Transport):
             self.err = self.arena.create("err", (n_workers, ERR_BYTES), np.uint8)
             self.outputs = {k: self.arena.create(f"out-{k}", (n_workers, *shape), dt)
                             for k, (shape, dt) in spec.outputs.items()}
+            self.inputs = {k: self.arena.create(f"in-{k}", shape, dt)
+                           for k, (shape, dt) in spec.inputs.items()}
         except BaseException:
             self.arena.close()
             raise
@@ -311,7 +314,7 @@ class _ShmEndpoint(WorkerEndpoint):
 
     def __init__(self, pool: WorkerPool, j: int):
         self.ctrl, self.ring, self.j = pool.ctrl, pool.rings[j], j
-        self.st, self.fst = pool.stats[j], pool.fstats[j]
+        self.st, self.fst, self.inputs = pool.stats[j], pool.fstats[j], pool.inputs
         self.outputs, self.parent = pool.outputs, pool.parent_pid
 
     def stopped(self) -> bool:

@@ -131,6 +131,9 @@ class RayTransport(Transport):
                  ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
                  debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5,
                  learner_share: bool = False, address: str | None = None):
+        if spec.mode == "replica" or spec.inputs:
+            raise OptionError("replica jobs (pegasos and adagrad with --threads > 1) run on "
+                              "--backend shm only")
         self.task, self.n_workers, self.spec = task, n_workers, spec
         self.log = log or (lambda s: None)
         self.debug, self.max_restarts, self.address = debug, max_restarts, address

@@ -13,16 +13,15 @@ et al. 2015): a step touches only the features of its subgradient; every other w
 zero-gradient steps since its last update, which UPDATE-CATCHUP applies in one go when
 inference is about to read it (:meth:`Task.weights_read <demidcd.tasks.base.Task.weights_read>`).
 
-:class:`BatchInference` — loss-augmented inference of a mini-batch, split between this process
-and p − 1 workers (the engine's "job" mode). Every worker holds a replica of the weights; after
-each step the batch's records (in batch order) are broadcast through shared arrays and every
-replica applies the same step, so each process infers with exactly the parent's weights and no
-O(d) vector is ever copied.
+:class:`BatchInference` — loss-augmented inference of a mini-batch, split between this process and
+p − 1 workers (the shared-memory transport's "replica" jobs). Every worker holds a replica of the
+weights; after each step the batch's records (in batch order) are broadcast through shared arrays
+and every replica applies the same step, so each process infers with exactly the parent's weights
+and no O(d) vector is ever copied.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..errors import DemidcdError
+from ..errors import DemidcdError, OptionError
 from ..tasks.base import INDEX_DTYPE, RecordBatch, Task
 
 
@@ -297,17 +296,20 @@ class BatchInference:
     worker's replica); ``apply(batch)`` applies one step to the weights from the batch's records
     and must be deterministic. Use: ``records = bi.infer_batch(examples)``, then
     ``bi.step(records)`` (applies the step here and broadcasts it to the replicas).
-    With ``threads == 1`` no worker starts and both calls run here.
+    With ``threads == 1`` no worker starts and both calls run here. The workers run a
+    ``"replica"`` job (:data:`~demidcd.solvers.worker.ReplicaJob`) on the shared-memory
+    transport: the batch, the slices and the broadcast step are its shared ``inputs``, and its
+    records come back through the worker's ring.
     """
 
     def __init__(self, task: Task, threads: int, weights: Any,
                  infer: Callable[[Task, np.ndarray], RecordBatch],
                  apply: Callable[[RecordBatch], None], max_batch: int, seed: int = 0,
                  log: Callable[[str], None] | None = None, debug: bool = False,
-                 ring_words: int = 1 << 22):
+                 ring_words: int = 1 << 22, backend: str | Callable[..., Any] = "shm"):
         self.task, self.threads, self.weights = task, int(threads), weights
         self._infer, self._apply = infer, apply
-        self.pool = None
+        self.pool: Any = None
         self.wait_seconds = 0.0
         self.own_inferences = 0
         # share of a batch the workers infer: starts at (p − 1)/p and follows their measured
@@ -316,14 +318,19 @@ class BatchInference:
         self.worker_share = (self.threads - 1) / self.threads if self.threads > 1 else 0.0
         if self.threads <= 1:
             return
-        from ..parallel.engine import INFER, WorkerPool
+        if backend != "shm":
+            raise OptionError("pegasos and adagrad infer their mini-batches on replicated "
+                              "weights in shared memory: use --backend shm (or --threads 1)")
+        from ..parallel.transport import make_transport
+        from .worker import WorkerSpec
 
         k = self.threads - 1
         cap = BROADCAST_WORDS
         nrec = max(int(max_batch), 1)
 
-        def job(pool: WorkerPool, j: int) -> None:
-            a = pool.arrays
+        def job(task: Task, a: dict[str, np.ndarray], j: int, stopped: Callable[[], bool]
+                ) -> tuple[RecordBatch, int]:
+            """Apply the broadcast step to this replica, then infer slice j of the batch."""
             step_id = int(a["bc_meta"][0])
             if step_id == weights.steps + 1:  # apply the broadcast step on this replica
                 nr, nnz = int(a["bc_meta"][1]), int(a["bc_meta"][2])
@@ -337,28 +344,17 @@ class BatchInference:
                                    f"{step_id}")
             lo, hi = int(a["slices"][j]), int(a["slices"][j + 1])
             if hi <= lo:
-                return
-            ex = a["batch"][lo:hi].copy()
-            b = infer(task, ex)
-            pool.stats[j, INFER] += hi - lo
-            ring = pool.rings[j]
-            pos = 0
-            while pos < len(b):
-                pos = ring.push(b, pos)
-                if pos < len(b):
-                    if pool.stop_requested() or os.getppid() != pool.parent_pid:
-                        return
-                    time.sleep(0.0002)
+                return RecordBatch.empty(), 0
+            return infer(task, a["batch"][lo:hi].copy()), hi - lo
 
-        self.pool = WorkerPool(task, k, 1.0, 0.0, 0.0, "job", seed, ring_words=ring_words,
-                               log=log, debug=debug, job=job, arrays={
-                                   "batch": ((nrec,), np.int64), "slices": ((k + 1,), np.int64),
-                                   "bc_meta": ((3,), np.int64), "bc_ex": ((nrec,), np.int64),
-                                   "bc_delta": ((nrec,), np.float64),
-                                   "bc_margin": ((nrec,), np.float64),
-                                   "bc_ptr": ((nrec + 1,), np.int64),
-                                   "bc_idx": ((cap,), INDEX_DTYPE),
-                                   "bc_val": ((cap,), np.float64)})
+        spec = WorkerSpec("replica", 1.0, seed=seed, job=job, inputs={
+            "batch": ((nrec,), np.int64), "slices": ((k + 1,), np.int64),
+            "bc_meta": ((3,), np.int64), "bc_ex": ((nrec,), np.int64),
+            "bc_delta": ((nrec,), np.float64), "bc_margin": ((nrec,), np.float64),
+            "bc_ptr": ((nrec + 1,), np.int64), "bc_idx": ((cap,), INDEX_DTYPE),
+            "bc_val": ((cap,), np.float64)})
+        self.pool = make_transport(backend, task, k, spec, log=log, debug=debug,
+                                   ring_words=ring_words)
         self._max_batch = nrec
 
     @property
@@ -374,9 +370,7 @@ class BatchInference:
             self.pool.close()
 
     def inferences(self) -> int:
-        from ..parallel.engine import INFER
-
-        w = 0 if self.pool is None else int(self.pool.stats[:, INFER].sum())
+        w = 0 if self.pool is None else int(self.pool.totals()["inferences"])
         return w + self.own_inferences
 
     def infer_batch(self, examples: np.ndarray) -> RecordBatch:
@@ -392,21 +386,25 @@ class BatchInference:
         p, nb = self.threads, len(examples)
         m = nb - int(round(self.worker_share * nb))  # this process's share
         cuts = np.concatenate([[0], m + np.linspace(0, nb - m, p).astype(np.int64)])
-        a = pool.arrays
+        a = pool.inputs
         a["batch"][:len(examples) - m] = examples[m:]
         a["slices"][:] = cuts[1:] - m
-        gen = pool.command_sweep()
+        gen = pool.command()
         t0 = time.perf_counter()
         own = self._infer(self.task, examples[:m]) if m else None
         self.own_inferences += m
         parts = [] if own is None else [own]
         t = time.perf_counter()
-        while not pool.sweep_done(gen):
+        while not pool.done(gen):
             parts.append(pool.drain())
             pool.check()
-            if not pool.sweep_done(gen):
+            if not pool.done(gen):
                 time.sleep(0.0001)
-        parts.append(pool.drain())
+        while True:  # done: every record is in the rings (a drain takes a bounded number)
+            last = pool.drain()
+            if not len(last):
+                break
+            parts.append(last)
         t1 = time.perf_counter()
         self.wait_seconds += t1 - t
         self._rebalance(m, nb - m, t - t0, t1 - t0)
@@ -428,7 +426,7 @@ class BatchInference:
         self._apply(batch)
         if self.pool is None:
             return
-        a = self.pool.arrays
+        a = self.pool.inputs
         nr, nnz = len(batch), int(batch.ptr[-1])
         if nr > self._max_batch or nnz > a["bc_idx"].shape[0]:
             raise DemidcdError(f"one step's records ({nr} records, {nnz:,} words) exceed the "

@@ -148,7 +148,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                k: int, weights, infer, apply, output: Callable[[], np.ndarray],
                name: str, ring_words: int = 1 << 22,
                on_epoch: Callable[[int], None] | None = None,
-               tick: Tick | None = None) -> TrainResult:
+               tick: Tick | None = None, backend: str = "shm") -> TrainResult:
     """The mini-batch loop shared by Pegasos and AdaGrad: batches of exactly k distinct
     examples from consecutive random permutations, inferred by :class:`BatchInference`, then
     one ``apply`` step; an epoch every ⌈n/k⌉ steps."""
@@ -157,7 +157,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
     k = max(1, min(int(k), n))
     rng = np.random.default_rng(config.seed)
     bi = BatchInference(task, threads, weights, infer, apply, k, config.seed, log, debug,
-                        ring_words)
+                        ring_words, backend)
     rec = Recorder(task, config, callback, threads, monitor=bi.monitor,
                    objective_fn=lambda w: hinge_objective(task, w, config.C), tick=tick)
     steps_per_epoch = -(-n // k)
@@ -222,7 +222,8 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, lam: float | None = None,
                   projection: bool = False, averaged: bool = True,
-                  ring_words: int = 1 << 22, tick: Tick | None = None, **_: object) -> TrainResult:
+                  ring_words: int = 1 << 22, tick: Tick | None = None, backend: str = "shm",
+                  **_: object) -> TrainResult:
     """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lam`` or 1/(C n))."""
     n = task.n_examples
     lam = float(lam) if lam is not None else 1.0 / (config.C * n)
@@ -265,7 +266,8 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
             W.restart_average()  # the last half of the epochs or more (suffix averaging)
 
     return _minibatch(task, config, threads, callback, cpu_log, log, debug, k, W, infer, apply,
-                      lambda: W.output(averaged), "Pegasos", ring_words, on_epoch, tick)
+                      lambda: W.output(averaged), "Pegasos", ring_words, on_epoch, tick,
+                      backend)
 
 
 def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
@@ -273,7 +275,7 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, eta: float = DEFAULT_ETA,
                   regularizer: str = "l2", ring_words: int = 1 << 22, tick: Tick | None = None,
-                  **_: object) -> TrainResult:
+                  backend: str = "shm", **_: object) -> TrainResult:
     """Online primal subgradient with AdaGrad (mini-batch k = ``batch_size``, learning rate
     ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n))."""
     if regularizer not in ("l1", "l2"):
@@ -295,4 +297,4 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
         W.steps += 1
 
     return _minibatch(task, config, threads, callback, cpu_log, log, debug, k, W, infer, apply,
-                      W.materialize, "AdaGrad", ring_words, tick=tick)
+                      W.materialize, "AdaGrad", ring_words, tick=tick, backend=backend)

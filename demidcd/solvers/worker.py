@@ -3,20 +3,22 @@ blind to the transport that carries w̄ and the records.
 
 A worker owns a shard of examples. In mode ``"demi"`` it sweeps its shard in random order until
 stopped; in ``"barrier"`` it runs one sweep per commanded generation; in ``"job"`` it runs a
-caller-supplied :data:`Job` per generation. A sweep goes chunk by chunk: loss-augmented
-inference (Eq. 5) on a chunk with one consistent published w̄ (the transport's
-:class:`WbarReader` chooses how: in place, a private copy, a local replica fed by deltas), then
-the admission test (push a record when its violation Δ − w̄·φ − Ā_i/(2C) exceeds ``admit`` plus
-the float rounding slack, Eq. 11) and the clean-sweep bookkeeping: a sweep is *clean* when every
-chunk read the same version, no record violated by more than ``tol`` + slack and no solver
-stopped at a time cap (``task.unproven``); the worker then reports that version as
-``CLEAN_VERSION`` (DEMI-DCD's stop certificate) and the violators as ``SWEEP_VIOL`` (MS-DCD's).
+caller-supplied :data:`Job` per generation; in ``"replica"`` (shared-memory transport only) a
+:data:`ReplicaJob` per generation, which reads the run's shared input arrays instead of w̄ (its
+weights are a replica it keeps up to date itself) and returns records to push. A sweep goes chunk by
+chunk: loss-augmented inference (Eq. 5) on a chunk with one consistent published w̄ (the transport's
+:class:`WbarReader` chooses how: in place, a private copy, a local replica fed by deltas), then the
+admission test (push a record when its violation Δ − w̄·φ − Ā_i/(2C) exceeds ``admit`` plus the
+float rounding slack, Eq. 11) and the clean-sweep bookkeeping: a sweep is *clean* when every chunk
+read the same version, no record violated by more than ``tol`` + slack and no solver stopped at a
+time cap (``task.unproven``); the worker then reports that version as ``CLEAN_VERSION`` (DEMI-DCD's
+stop certificate) and the violators as ``SWEEP_VIOL`` (MS-DCD's).
 
 What the algorithm needs of a transport is a :class:`WorkerEndpoint`: a stop test, a generation
-counter, ``push`` for records, ``job_output``, and an int64 counter row ``st`` (columns below)
-plus a float64 row ``fst`` (seconds of inference). The shared-memory transport backs them with
-shared arrays and rings, the Ray transport with an actor's local arrays and outbox; both run
-:func:`run_worker` unchanged.
+counter, ``push`` for records, ``job_output``, its index ``j``, ``inputs`` (replica jobs), an int64
+counter row ``st`` (columns below) and a float64 row ``fst`` (seconds of inference). The
+shared-memory transport backs them with shared arrays and rings, the Ray transport with an actor's
+local arrays and outbox; both run :func:`run_worker` unchanged.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ COPY_RATIO = 20.0  # ...and reads w̄ through a private copy when the chunk cost
 # inferences, pushes); ``outputs`` maps names to this worker's arrays (see WorkerSpec.outputs)
 Job = Callable[[Task, np.ndarray, np.ndarray, Callable[[], bool]],
                tuple[dict[str, Any], int, int]]
+# a replica job (mini-batch inference on replicated weights, linear.BatchInference): (task, the
+# run's shared input arrays (see WorkerSpec.inputs), worker index, stop) → (records to push,
+# inferences)
+ReplicaJob = Callable[[Task, dict[str, np.ndarray], int, Callable[[], bool]],
+                      tuple[RecordBatch, int]]
 
 
 @dataclass
@@ -51,7 +58,8 @@ class WorkerSpec:
 
     ``admit``: push a structure when its violation exceeds it (Eq. 11); ``tol``: the clean-sweep
     threshold; ``chunk``: examples per consistent read of w̄ at most; ``outputs``: a job's
-    per-worker outputs, name → (shape, dtype)."""
+    per-worker outputs, name → (shape, dtype); ``inputs``: a replica job's shared input arrays,
+    name → (shape, dtype), written by the learner before each command (shared memory only)."""
 
     mode: str
     C: float
@@ -59,12 +67,13 @@ class WorkerSpec:
     tol: float = 0.0
     seed: int = 0
     chunk: int = 16
-    job: Job | None = None
+    job: Job | ReplicaJob | None = None
     outputs: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
+    inputs: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.mode not in ("demi", "barrier", "job") or \
-                (self.mode == "job") != (self.job is not None):
+        if self.mode not in ("demi", "barrier", "job", "replica") or \
+                (self.mode in ("job", "replica")) != (self.job is not None):
             raise ValueError(f"bad worker mode {self.mode!r}")
         self.chunk = max(1, int(self.chunk))
 
@@ -79,6 +88,8 @@ class WorkerEndpoint:
 
     st: np.ndarray  # int64[N_STATS]
     fst: np.ndarray  # float64[2]
+    j: int  # this worker's index
+    inputs: dict[str, np.ndarray]  # the run's shared inputs (replica jobs; read only)
 
     def stopped(self) -> bool:
         raise NotImplementedError
@@ -157,9 +168,9 @@ def rounding_slack(wa: np.ndarray, dim: int, ex: np.ndarray, ptr: np.ndarray, id
 
 def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarReader,
                ep: WorkerEndpoint, rng: np.random.Generator) -> None:
-    """The worker loop: until ``ep.stopped()``, sweep (``"demi"``), or sweep / run the job once
-    per new generation (``"barrier"``, ``"job"``). Counters go to ``ep.st`` (DONE_GEN, SWEEPS
-    and CLEAN_VERSION with release stores, after the records and SWEEP_VIOL they cover)."""
+    """The worker loop: until ``ep.stopped()``, sweep (``"demi"``), or sweep / run the job once per
+    new generation (``"barrier"``, ``"job"``, ``"replica"``). Counters go to ``ep.st`` (DONE_GEN,
+    SWEEPS and CLEAN_VERSION with release stores, after the records and SWEEP_VIOL they cover)."""
     st, stopped = ep.st, ep.stopped
     task.should_stop = stopped  # an ILP solver polls it and is killed on a stop
     gen = load_word(st, DONE_GEN)
@@ -174,6 +185,19 @@ def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarRead
                 time.sleep(0.0005)
                 continue
             gen = g
+            if spec.mode == "replica":
+                try:
+                    b, inferences = spec.job(task, ep.inputs, ep.j, stopped)
+                except InferenceInterrupted:
+                    return
+                st[INFER] += inferences
+                if len(b):
+                    if not ep.push(b):
+                        return
+                    st[PUSHED] += len(b)
+                store_word(st, DONE_GEN, gen)  # after the records
+                ep.flush()
+                continue
             if spec.mode == "job":
                 w = np.empty(task.dim + task.n_examples)
                 reader.read_copy(w)
