@@ -320,6 +320,23 @@ def test_every_learner_trains_entity_relation_exact(algorithm: str) -> None:
     assert task.metric(task.gold(ex), task.decode(res.w, ex))["score"] > zero + 0.2
 
 
+@pytest.mark.parametrize("algorithm", ["pegasos", "adagrad"])
+def test_parallel_batches_need_shared_memory(algorithm: str) -> None:
+    """Replicated-weight mini-batches run on the shm transport only: any other backend is a
+    one-line OptionError before a worker starts (and so is a replica job on Ray)."""
+    task, _ = _seq_task(20)
+    with pytest.raises(OptionError, match="--backend shm"):
+        train(task, algorithm, _cfg(max_epochs=1, eval_every=None), threads=2,
+              backend=lambda *a, **k: pytest.fail("a transport was built"))
+    from demidcd.parallel.ray import RayTransport
+    from demidcd.solvers.worker import WorkerSpec
+
+    spec = WorkerSpec("replica", 1.0, job=lambda *a: (RecordBatch.empty(), 0),
+                      inputs={"batch": ((4,), np.int64)})
+    with pytest.raises(OptionError, match="--backend shm only"):
+        RayTransport(task, 1, spec)
+
+
 @pytest.mark.parametrize("algorithm", ["pegasos", "sdm-ramp"])
 def test_learners_with_cbc_inference(algorithm: str) -> None:
     """Expensive inference (CBC through PuLP) on a handful of sentences, mini-batches split
