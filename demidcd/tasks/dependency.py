@@ -949,6 +949,7 @@ class DependencyParser(StructuredEstimator):
                  averaged: bool | None = None, batch_size: int | None = None,
                  lam: float | None = None, projection: bool | None = None,
                  eta: float | None = None, regularizer: str | None = None,
+                 backend: str | None = None, ray_address: str | None = None,
                  cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
