@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import Task
+from . import multi_dcd
 from .common import Callback, SolverConfig, TrainResult
 
 SINGLE_PROCESS = ("dcd", "dcd-light")
@@ -77,7 +78,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
 
     ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
     ``tick(seconds, w)`` is called by the learner between blocks of work (snapshots);
-    ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
+    ``engine`` options (``rho``, ``rho_worker``, ``debug``, DEMI-DCD's ``learners`` (K or
+    ``"auto"``) and ``update_mode`` (see :mod:`.multi_dcd`), SP-IPM's
     ``perceptron_epochs_per_round``, ``mixing``, ``averaged``) go to the parallel schedules,
     which ignore the ones that are not theirs.
     """
@@ -108,6 +110,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         from .ms_dcd import train_ms_dcd as schedule
     elif algorithm == "sp-ipm":
         from .sp_ipm import train_sp_ipm as schedule
+    elif multi_dcd.resolve_learners(task, config, threads, engine, log) > 1:
+        schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
     else:
         from .demi_dcd import train_demi_dcd as schedule
     return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
