@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed (0.3)")
+    s.add_argument("--learners", default="auto", metavar="K|auto",
+                   help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
+                        "every process infers and learns; 1: one learner and --threads − 1 "
+                        "inference workers; auto: chosen from the measured cost of an update "
+                        "against an inference)")
+    s.add_argument("--update-mode", choices=("atomic", "plain"), default=None,
+                   help="with several learners: atomic float adds to w, or plain stores "
+                        "(lost updates possible, repaired when w is rebuilt; default atomic)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--perceptron-epochs", type=int, default=10,
@@ -322,7 +330,8 @@ def cmd_train(args) -> int:
         callback=callback, log=log.info, debug=args.debug,
         perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
         averaged=args.averaged, snapshot_every=args.snapshot_every,
-        publish_interval=args.publish_interval,
+        publish_interval=args.publish_interval, learners=args.learners,
+        update_mode=args.update_mode,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
     if _is_er(args):

@@ -61,7 +61,7 @@ def test_dual_between_rebuilds_with_plain_stores(small, shm_guard):
     assert len(recs) >= 3
     # −D (the dual lower bound) may fall between rebuilds only by what lost updates can do:
     # at most ‖e‖(‖w‖ + ‖e‖), e the drift measured at the later rebuild
-    for a, b in zip(recs, recs[1:]):
+    for a, b in zip(recs, recs[1:], strict=False):
         slack = b["drift"] * (b["w_norm"] + b["drift"]) + 1e-9 * abs(b["dual"])
         assert b["dual"] >= a["dual"] - slack, (a, b)
     assert recs[-1]["dual"] > recs[0]["dual"]
