@@ -138,9 +138,10 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
 def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dict,
                      log: Callable[[str], None] | None = None) -> int:
     """The number of learners for a DEMI-DCD run on ``threads`` processes, from
-    ``engine["learners"]`` (an integer, ``"auto"`` or absent: :func:`choose_learners`); stores
-    it back in ``engine`` with the auto figures under ``learner_choice``."""
-    k = parse_learners(engine.get("learners"))
+    ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners`; the CLI's default)
+    or absent (1: the library keeps DEMI-DCD's single learner unless asked); stores it back in
+    ``engine`` with the auto figures under ``learner_choice``."""
+    k = parse_learners(engine.get("learners", 1))
     if k is None:
         k, engine["learner_choice"] = choose_learners(task, config, threads, log)
     if k > threads:
