@@ -46,7 +46,7 @@ STOP, GEN, CMD, URGENT = 0, 1, 2, 3
 # commands every schedule understands (schedules add their own codes from 16 on)
 PAUSE, RESUME = 1, 2
 # per-learner int64 stats columns (a row of 16 words, its own cache lines)
-ACK, ERROR, EPOCHS, CANDIDATE, UPDATES, INFER, ADMITTED, VIOLATORS, STEPS = range(9)
+ACK, ERROR, EPOCHS, CANDIDATE, UPDATES, INFER, ADMITTED, VIOLATORS, STEPS, ACTIVE = range(10)
 ROW = 16
 ERR_BYTES = 8192
 POLL = 0.0005  # seconds between polls of a waiting learner or coordinator

@@ -163,6 +163,27 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
     return out
 
 
+@njit(cache=True, nogil=True)
+def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
+    """(‖old − w‖, entries where |old − w| > 1e-12 · max(1, max|w|), ‖w‖) in two passes
+    without temporaries (w has millions of entries and the learners wait)."""
+    scale = 1.0
+    sq_w = 0.0
+    for j in range(w.shape[0]):
+        a = abs(w[j])
+        sq_w += a * a
+        if a > scale:
+            scale = a
+    thr = 1e-12 * scale
+    sq, n = 0.0, 0
+    for j in range(w.shape[0]):
+        e = old[j] - w[j]
+        sq += e * e
+        if abs(e) > thr:
+            n += 1
+    return np.sqrt(sq), n, np.sqrt(sq_w)
+
+
 def _learner_body(task: Task, config: SolverConfig, atomic: bool,
                   fault_after: int = -1) -> Callable[[M.LearnerGroup, int], None]:
     """DCD-SSVM on part k of the examples over the shared w (runs in learner process k)."""
@@ -258,6 +279,7 @@ def _learner_body(task: Task, config: SolverConfig, atomic: bool,
             fs[F_INFER_S] += t_inf
             if r == 0:
                 certified = pass_pg < cfg.tol
+            st[M.ACTIVE] = act.size
             st[M.CANDIDATE] = epoch if violators == 0 and certified else 0
             store_word(st, M.EPOCHS, epoch)  # after CANDIDATE
 
@@ -278,6 +300,7 @@ def warm_up(task: Task) -> None:
     KK.max_projected_gradient(np.zeros(1, np.int64), w, act.slots, act.count, act.alpha_sum,
                               act.s_ptr, act.s_len, act.s_f, act.p_idx, act.p_val, 1.0)
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
+    drift(w, w)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
@@ -333,18 +356,15 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             cnt["restarts"] += 1
         state["paused"] = True
         cnt["rebuilds"] += 1
-        e = old - w
-        drift = float(np.sqrt(e @ e))
-        scale = float(np.abs(w).max()) if dim else 0.0
-        entries = int((np.abs(e) > 1e-12 * max(scale, 1.0)).sum())
+        d, entries, w_norm = drift(old, w)
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
         lin = float(group.fstats[live, F_LIN].sum())
-        dual = -0.5 * float(w @ w) - sq / (4.0 * C) + lin
+        dual = -0.5 * float(w_norm) ** 2 - sq / (4.0 * C) + lin
         state["dual"] = dual
-        drift_log.append((clock.elapsed() if clock else 0.0, drift, entries))
-        return {"drift": drift, "drift_entries": entries, "dual": dual,
-                "w_norm": float(np.sqrt(w @ w))}
+        drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
+        return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
+                "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
 
     def resume() -> None:
         while group.command(M.RESUME):  # someone died: rebuild without it, then go on
