@@ -34,6 +34,8 @@ class StructuredEstimator:
     """
 
     task_name = "task"
+    score_name = "score"  # what :meth:`score` measures, for logs and reports
+    _task_params: tuple[str, ...] = ()  # hyper-parameters of the subclass, saved in the model
 
     def __init__(self, C: float = 0.1, algorithm: str = "dcd", threads: int = 1,
                  tol: float = 0.01, delta: float = 0.01, max_epochs: int | None = None,
@@ -63,15 +65,10 @@ class StructuredEstimator:
                             skip=float(self.skip), sweeps=int(self.sweeps),
                             eval_every=self.eval_every)
 
-    def _train(self, task, dev: tuple[Any, Any] | None = None) -> TrainResult:
+    def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
+        """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log."""
         config = self._config()
         config.validate()
-        dev_eval = None
-        if dev is not None:
-            dev_task, dev_gold = dev
-
-            def dev_eval(w):
-                return dev_task.metric(dev_gold, dev_task.decode(w, np.arange(dev_task.n_examples)))
 
         snap = None
         if self.snapshot_dir is not None:
@@ -86,6 +83,7 @@ class StructuredEstimator:
                 snap.maybe(rec["seconds"], w)
             if dev_eval is not None:
                 rec["dev"] = dev_eval(w)["score"]
+                rec["dev_metric"] = self.score_name
             if self.callback is not None:
                 self.callback(rec, w)
 
@@ -110,7 +108,32 @@ class StructuredEstimator:
     def hyper_parameters(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("C", "algorithm", "threads", "tol", "delta",
                                               "max_epochs", "time_limit", "seed",
-                                              "inner_passes", "max_active", "batch")}
+                                              "inner_passes", "max_active", "batch",
+                                              *self._task_params)}
+
+    def _meta(self) -> dict[str, Any]:
+        """Metadata every model file carries: task, hyper-parameters, how training ended and
+        the data options the CLI remembers (``data_options_``, e.g. the label column)."""
+        res = getattr(self, "result_", None)
+        return {"task": self.task_name, "dim": int(self.coef_.shape[0]),
+                "hyper_parameters": self.hyper_parameters(),
+                "data_options": dict(getattr(self, "data_options_", {}) or {}),
+                "finished": bool(res.finished) if res else True,
+                "stop_reason": res.stop_reason if res else "unknown",
+                "epochs": res.epochs if res else None}
+
+    def feature_summary(self) -> str:
+        """One line on the size of w, for the training log."""
+        dim = self.coef_.shape[0]
+        return f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)"
+
+    def metrics(self, X: Any, Y: Any = None) -> dict[str, Any]:
+        """Evaluation metrics of :meth:`predict` on X against Y; ``score`` is the headline."""
+        raise NotImplementedError
+
+    def score(self, X: Any, Y: Any = None) -> float:
+        """The headline metric (:attr:`score_name`) of :meth:`predict` on X against Y."""
+        return float(self.metrics(X, Y)["score"])
 
     def objective(self, task) -> dict[str, float | None]:
         """Primal (Eq. 1) of the fitted w on a bound task, and the learner's dual and gap."""
@@ -121,19 +144,23 @@ class StructuredEstimator:
 class SequenceTagger(StructuredEstimator):
     """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
 
-    X is a list of token lists, Y a list of tag lists. Extra hyper-parameters: ``min_count``
+    X is a list of sentences, Y a list of tag lists. A token is a word, or a tuple
+    ``(word, attr_0, …)`` whose extra input columns (e.g. POS) feed the attribute window of the
+    feature template (:mod:`demidcd.tasks.features`). Extra hyper-parameters: ``min_count``
     (feature dictionary cut-off) and ``hashing`` (> 0: hashed features, no dictionary).
     Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``, ``n_features_``, ``result_``.
+    :meth:`score` is token accuracy.
     """
 
     task_name = "sequence"
+    score_name = "accuracy"
 
     def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0, **kw: Any):
         super().__init__(**kw)
         self.min_count, self.hashing = min_count, hashing
 
     # -- encoding ---------------------------------------------------------------------------
-    def _task(self, X: list[list[str]], Y: list[list[str]] | None) -> SequenceTask:
+    def _task(self, X: list[list], Y: list[list[str]] | None) -> SequenceTask:
         enc = self.featurizer_.transform(X)
         y = None
         if Y is not None:
@@ -142,7 +169,7 @@ class SequenceTagger(StructuredEstimator):
                             count=enc.n_tokens)
         return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features)
 
-    def fit(self, X: list[list[str]], Y: list[list[str]], X_dev: list[list[str]] | None = None,
+    def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
         """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
         if len(X) != len(Y):
@@ -153,30 +180,59 @@ class SequenceTagger(StructuredEstimator):
         self.featurizer_ = SequenceFeaturizer(int(self.min_count), int(self.hashing)).fit(X)
         self.n_features_ = self.featurizer_.n_features
         task = self._task(X, Y)
-        dev = None
+        dev_eval = None
         if X_dev is not None and Y_dev is not None:
-            dtask = self._task(X_dev, Y_dev)
-            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
-        self._train(task, dev)
+            dtask = self._task(X_dev, None)
+            gold = [list(s) for s in Y_dev]
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return self._metrics(gold, self._decode(dtask, w))
+
+        self._train(task, dev_eval)
         return self
 
-    def predict(self, X: list[list[str]]) -> list[list[str]]:
+    def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
+        tags, ptr = task.decode_flat(w, np.arange(task.n_examples))
+        names = np.asarray(self.classes_, dtype=object)[tags].tolist()
+        return [names[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
+
+    def predict(self, X: list[list]) -> list[list[str]]:
         """Viterbi decoding of each sentence; tags as strings."""
         if not X:
             return []
-        task = self._task(X, None)
-        names = np.asarray(self.classes_, dtype=object)
-        return [list(names[y]) for y in task.decode(self.coef_, np.arange(len(X)))]
+        return self._decode(self._task(X, None), self.coef_)
 
-    def score(self, X: list[list[str]], Y: list[list[str]]) -> float:
-        """Token accuracy of :meth:`predict` against Y (tags unseen in training count wrong)."""
-        pred = self.predict(X)
+    def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         total = sum(len(s) for s in Y)
         right = sum(p == g for ps, gs in zip(pred, Y, strict=True)
                     for p, g in zip(ps, gs, strict=True))
-        return right / max(total, 1)
+        acc = right / max(total, 1)
+        return {"score": acc, "accuracy": acc, "tokens": total}
 
-    def training_task(self, X: list[list[str]], Y: list[list[str]]) -> SequenceTask:
+    def metrics(self, X: list[list], Y: list[list[str]]) -> dict[str, Any]:
+        """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
+        (tags unseen in training count wrong)."""
+        if len(X) != len(Y):
+            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        return self._metrics(Y, self.predict(X))
+
+    def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
+        """Gold labels of Y that the model does not know, with their token counts."""
+        known = set(self.classes_)
+        out: dict[str, int] = {}
+        for s in Y:
+            for t in s:
+                if t not in known:
+                    out[t] = out.get(t, 0) + 1
+        return out
+
+    def feature_summary(self) -> str:
+        n_tags = len(self.classes_)
+        dim = self.coef_.shape[0]
+        return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions = "
+                f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+
+    def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
         return self._task(X, Y)
 
@@ -184,12 +240,7 @@ class SequenceTagger(StructuredEstimator):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model atomically (npz + JSON metadata, no pickle)."""
         arrays, fmeta = self.featurizer_.state()
-        res = getattr(self, "result_", None)
-        meta = {"task": self.task_name, "labels": list(self.classes_), "featurizer": fmeta,
-                "dim": int(self.coef_.shape[0]), "hyper_parameters": self.hyper_parameters(),
-                "finished": bool(res.finished) if res else True,
-                "stop_reason": res.stop_reason if res else "unknown",
-                "epochs": res.epochs if res else None}
+        meta = {**self._meta(), "labels": list(self.classes_), "featurizer": fmeta}
         save_model(path, self.coef_, arrays, meta)
 
     @classmethod
@@ -203,15 +254,51 @@ class SequenceTagger(StructuredEstimator):
             obj.featurizer_ = SequenceFeaturizer.from_state(arrays, meta["featurizer"])
             obj.classes_ = [str(t) for t in meta["labels"]]
             obj.n_features_ = obj.featurizer_.n_features
+            obj.data_options_ = dict(meta.get("data_options") or {})
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
-        K = len(obj.classes_)
-        if w.shape[0] != obj.n_features_ * K + (K + 1) * (K + 1):
+        if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_)):
             raise ModelFileError(str(path), "weight vector does not match features and labels")
         obj.coef_ = w
         obj.result_ = None
         obj.meta_ = meta
         return obj
+
+
+class ChunkTagger(SequenceTagger):
+    """A :class:`SequenceTagger` for chunking, scored by chunks as ``conlleval`` scores them.
+
+    Labels are BIO / IOB1 / IOB2 / BIOES chunk tags (``B-NP``, ``I-PER``, ``O`` …);
+    ``label_scheme`` (``auto``, ``iob1``, ``iob2``/``bio``, ``bioes``/``iobes``) says how to read
+    them (:mod:`demidcd.tasks.chunks`). :meth:`score` is chunk F1 and :meth:`metrics` gives
+    precision, recall and F1 overall and per type, and token accuracy.
+    """
+
+    task_name = "chunking"
+    score_name = "chunk F1"
+    _task_params = ("label_scheme",)
+
+    def __init__(self, label_scheme: str = "auto", **kw: Any):
+        super().__init__(**kw)
+        self.label_scheme = label_scheme
+
+    def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
+            Y_dev: list[list[str]] | None = None) -> ChunkTagger:
+        from .tasks.chunks import resolve_scheme
+
+        resolve_scheme({t for s in Y for t in s}, self.label_scheme)  # fail early on bad tags
+        return super().fit(X, Y, X_dev, Y_dev)
+
+    def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        from .tasks.chunks import chunk_scores
+
+        return chunk_scores(Y, pred, self.label_scheme).as_dict()
+
+
+class NamedEntityTagger(ChunkTagger):
+    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1."""
+
+    task_name = "ner"
 
 
 class EntityRelationExtractor(StructuredEstimator):
@@ -224,6 +311,8 @@ class EntityRelationExtractor(StructuredEstimator):
     """
 
     task_name = "entity-relation"
+    score_name = "mean entity/relation F1"
+    _task_params = ("solver", "relation_loss_weight", "min_count")
 
     def __init__(self, solver: str = "exact", relation_loss_weight: float = 1.0,
                  min_count: int = 1, **kw: Any):
@@ -247,11 +336,16 @@ class EntityRelationExtractor(StructuredEstimator):
             raise OptionError("cannot fit on an empty data set")
         self.featurizer_ = EntityRelationFeaturizer(int(self.min_count)).fit(X)
         task = self._task(X, True)
-        dev = None
+        dev_eval = None
         if X_dev:
             dtask = self._task(X_dev, True)
-            dev = (dtask, dtask.gold(np.arange(dtask.n_examples)))
-        self._train(task, dev)
+            ex = np.arange(dtask.n_examples)
+            gold = dtask.gold(ex)
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return dtask.metric(gold, dtask.decode(w, ex))
+
+        self._train(task, dev_eval)
         return self
 
     def predict(self, X) -> list[tuple[list[str], dict[tuple[int, int], str]]]:
@@ -264,15 +358,18 @@ class EntityRelationExtractor(StructuredEstimator):
         return [structure_to_labels(y, s.n_entities)
                 for y, s in zip(task.decode(self.coef_, np.arange(len(X))), X, strict=True)]
 
-    def metrics(self, X) -> dict[str, float]:
-        """Micro P/R/F1 for entities and relations ("no relation" excluded)."""
+    def metrics(self, X, Y: Any = None) -> dict[str, float]:
+        """Micro P/R/F1 for entities and relations ("no relation" excluded); ``score`` is
+        their mean (Y is unused: the labels are inside X)."""
         task = self._task(X, True)
         ex = np.arange(task.n_examples)
         return task.metric(task.gold(ex), task.decode(self.coef_, ex))
 
-    def score(self, X, Y: Any = None) -> float:
-        """Mean of entity F1 and relation F1."""
-        return self.metrics(X)["score"]
+    def feature_summary(self) -> str:
+        f = self.featurizer_
+        dim = self.coef_.shape[0]
+        return (f"{f.n_entity_features:,} entity x 4 labels + {f.n_pair_features:,} pair x 6 "
+                f"labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
 
     def training_task(self, X, Y: Any = None):
         return self._task(X, True)
@@ -281,21 +378,13 @@ class EntityRelationExtractor(StructuredEstimator):
         import json
 
         blob = np.frombuffer(json.dumps(self.featurizer_.state()).encode(), np.uint8)
-        res = getattr(self, "result_", None)
-        meta = {"task": self.task_name, "dim": int(self.coef_.shape[0]),
-                "hyper_parameters": {**self.hyper_parameters(), "solver": self.solver,
-                                     "relation_loss_weight": self.relation_loss_weight,
-                                     "min_count": self.min_count},
-                "finished": bool(res.finished) if res else True,
-                "stop_reason": res.stop_reason if res else "unknown",
-                "epochs": res.epochs if res else None}
-        save_model(path, self.coef_, {"featurizer_json": blob}, meta)
+        save_model(path, self.coef_, {"featurizer_json": blob}, self._meta())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EntityRelationExtractor:
         import json
 
-        from .tasks.entity_relation import EntityRelationFeaturizer
+        from .tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
 
         w, arrays, meta = load_model(path, task=cls.task_name)
         try:
@@ -306,24 +395,23 @@ class EntityRelationExtractor(StructuredEstimator):
             obj = cls(**hp)
             obj.featurizer_ = EntityRelationFeaturizer.from_state(
                 json.loads(bytes(arrays["featurizer_json"]).decode()))
+            obj.data_options_ = dict(meta.get("data_options") or {})
         except (KeyError, TypeError, ValueError, OverflowError, RecursionError,
                 UnicodeDecodeError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
         f = obj.featurizer_
-        if w.shape[0] != 4 * f.n_entity_features + 6 * f.n_pair_features:
+        if w.shape[0] != EntityRelationTask.dimension(f.n_entity_features, f.n_pair_features):
             raise ModelFileError(str(path), "weight vector does not match the features")
         obj.coef_, obj.result_, obj.meta_ = w, None, meta
         return obj
 
 
-ESTIMATORS = {SequenceTagger.task_name: SequenceTagger,
-              EntityRelationExtractor.task_name: EntityRelationExtractor}
-
-
 def load_estimator(path: str | os.PathLike[str]) -> StructuredEstimator:
-    """Load a model file of any task."""
+    """Load a model file of any registered task (:mod:`demidcd.tasks`)."""
+    from .tasks import TASKS, get_task
+
     _, _, meta = load_model(path)
-    cls = ESTIMATORS.get(meta.get("task"))
-    if cls is None:
-        raise ModelFileError(str(path), f"unknown task {meta.get('task')!r}")
-    return cls.load(path)
+    name = meta.get("task")
+    if not isinstance(name, str) or name not in TASKS:
+        raise ModelFileError(str(path), f"unknown task {name!r}")
+    return get_task(name).estimator_class().load(path)

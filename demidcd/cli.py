@@ -22,19 +22,28 @@ ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 
 
 # --------------------------------------------------------------------------- options
-def _data_options(p: argparse.ArgumentParser) -> None:
+def _data_options(p: argparse.ArgumentParser, command: str) -> None:
+    from .tasks import get_task, task_names
+
     g = p.add_argument_group("data")
-    g.add_argument("--task", choices=("sequence", "entity-relation"), default="sequence")
+    g.add_argument("--task", choices=task_names(), default="sequence",
+                   help="; ".join(f"{n}: {get_task(n).help}" for n in task_names())
+                   + ("" if command == "train" else " (default: the model's task)"))
     g.add_argument("--format", choices=("conllu", "columns", "auto"), default="auto",
                    help="input format (auto: .conllu → conllu, else columns)")
     g.add_argument("--column", default=None,
                    help="label column: upos|xpos for CoNLL-U (default upos), a 1-based column "
-                        "number for columns files (default the last)")
-    g.add_argument("--encoding", default="utf-8", help="input encoding (CoNLL-2002: latin-1)")
+                        "number for columns files (default the last); evaluate / predict "
+                        "default to the model's")
+    g.add_argument("--encoding", default="utf-8",
+                   help="input encoding (the original CoNLL-2002: latin-1); predict writes in it")
     g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N")
-    g.add_argument("--ilp-solver", choices=("exact", "cbc", "highs"), default=None,
-                   help="entity-relation inference: exact branch-and-bound (default), CBC "
-                        "through PuLP, or HiGHS")
+    seen: set[str] = set()
+    for name in task_names():
+        for opt in get_task(name).options:
+            if command in opt.commands and opt.flags[0] not in seen:
+                seen.add(opt.flags[0])
+                g.add_argument(*opt.flags, **opt.kwargs)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -53,9 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--test", metavar="FILE")
     t.add_argument("--split-test", type=float, default=None, metavar="FRACTION",
                    help="hold out a seeded random FRACTION of --train as the test set")
-    t.add_argument("--relation-loss-weight", type=float, default=1.0,
-                   help="entity-relation: weight of relation errors in Δ")
-    _data_options(t)
+    _data_options(t, "train")
     s = t.add_argument_group("solver")
     s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None,
                    help="learner (default: demi-dcd when --threads > 1, else dcd)")
@@ -116,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         q = sub.add_parser(name, help=hlp)
         q.add_argument("--model", required=True)
         q.add_argument("--data", required=True, metavar="FILE")
-        _data_options(q)
+        _data_options(q, name)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE")
         _common(q)
@@ -127,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
     e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
     e.add_argument("--out", required=True, metavar="CSV")
-    _data_options(e)
+    _data_options(e, "evaluate-snapshots")
     _common(e)
 
     sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
@@ -181,7 +188,7 @@ class Log:
         self.records.append(rec)
         if self.bar is not None:
             self.bar.update(1)
-            dev = f" dev {100 * rec['dev']:.2f}%" if "dev" in rec else ""
+            dev = f" {_fmt_dev(rec)}" if "dev" in rec else ""
             self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,} active "
                                      f"{rec.get('active', 0):,} max_pg "
                                      f"{rec.get('max_pg', 0.0):.3g}{dev}", refresh=False)
@@ -199,24 +206,12 @@ class Log:
             atomic_write(self.json_path, lambda f: f.write(text), mode="w")
 
 
-def _column(args) -> str | int | None:
-    c = args.column
-    if c is None or c in ("upos", "xpos"):
-        return c
-    try:
-        return int(c)
-    except ValueError:
-        raise OptionError(f"--column must be upos, xpos or a column number, got {c!r}") from None
-
-
-def _read(path: str, args, labeled: bool = True):
-    from .io.tagged import read_tagged
-
-    fmt = args.format
-    if fmt == "auto":
-        fmt = "conllu" if path.endswith((".conllu", ".conllu.gz")) else "columns"
-    return read_tagged(path, fmt=fmt, column=_column(args), encoding=args.encoding,
-                       max_sentence_length=args.max_sentence_length, labeled=labeled)
+def _fmt_dev(rec: dict) -> str:
+    """``dev 95.12%`` (accuracy) or ``dev chunk F1 93.60`` (any other headline metric)."""
+    name = rec.get("dev_metric", "accuracy")
+    if name == "accuracy":
+        return f"dev {100 * rec['dev']:.2f}%"
+    return f"dev {name} {100 * rec['dev']:.2f}"
 
 
 def _fmt_iter(rec: dict) -> str:
@@ -228,52 +223,31 @@ def _fmt_iter(rec: dict) -> str:
         if k in rec:
             parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
     if "dev" in rec:
-        parts.append(f"dev {100 * rec['dev']:.2f}%")
+        parts.append(_fmt_dev(rec))
     if "primal" in rec:
         parts.append(f"primal {rec['primal']:.6g} dual {rec['dual']:.6g} gap {rec['gap']:.3g}")
     return "  ".join(parts)
 
 
 # --------------------------------------------------------------------------- commands
-def _is_er(args) -> bool:
-    return getattr(args, "task", "sequence") == "entity-relation"
+def _spec(args):
+    from .tasks import get_task
+
+    return get_task(getattr(args, "task", None) or "sequence")
 
 
-def _read_any(path: str, args, labeled: bool = True):
-    if _is_er(args):
-        from .io.conll04 import read_conll04
-
-        return read_conll04(path, encoding=args.encoding,
-                            max_sentence_length=args.max_sentence_length)
-    return _read(path, args, labeled)
-
-
-def _describe(data, args) -> str:
-    if _is_er(args):
-        return (f"{len(data):,} sentences, {sum(s.n_entities for s in data):,} entities, "
-                f"{sum(len(s.relations) for s in data):,} relations")
-    return f"{len(data):,} sentences, {data.n_tokens:,} tokens"
-
-
-def _xy(data, args):
-    return (data, None) if _is_er(args) else (data.tokens, data.tags)
-
-
-def _report(est, data, name: str, args) -> None:
-    """Print the headline metrics of ``est`` on ``data`` (stdout, even with --quiet)."""
-    if est.task_name == "entity-relation":
-        m = est.metrics(data)
-        for kind in ("entity", "relation"):
-            print(f"{name}{kind} F1: {100 * m[kind + '_f1']:.2f} (P {100 * m[kind + '_p']:.2f}, "
-                  f"R {100 * m[kind + '_r']:.2f})", flush=True)
-    else:
-        print(f"{name}accuracy: {100 * est.score(data.tokens, data.tags):.2f}%", flush=True)
+def _report(spec, est, data, name: str, quiet: bool = False) -> None:
+    """Print the metrics of ``est`` on ``data`` (stdout, even with --quiet; warnings to
+    stderr)."""
+    if not quiet:
+        for w in spec.check(est, data):
+            print(f"demidcd: warning: {w}", file=sys.stderr, flush=True)
+    for line in spec.report(est, data, name):
+        print(line, flush=True)
 
 
 def cmd_train(args) -> int:
-    from .api import EntityRelationExtractor, SequenceTagger
     from .solvers import ALGORITHMS
-    from .tasks.features import DEFAULT_MIN_COUNT
 
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
     if threads < 1:
@@ -294,12 +268,13 @@ def cmd_train(args) -> int:
         threads = 1
     if algorithm in ("ms-dcd", "sp-ipm") and threads < 2:
         raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
+    spec = _spec(args)
     log = Log(args.quiet, args.log_json)
     t0 = time.perf_counter()
     if args.train:
-        train = _read_any(args.train, args)
-        dev = _read_any(args.dev, args) if args.dev else None
-        test = _read_any(args.test, args) if args.test else None
+        train = spec.read(args.train, args)
+        dev = spec.read(args.dev, args) if args.dev else None
+        test = spec.read(args.test, args) if args.test else None
         source = args.train
         if args.split_test:
             if not 0 < args.split_test < 1:
@@ -308,14 +283,10 @@ def cmd_train(args) -> int:
 
             train, test = split_sentences(train, args.split_test, args.seed)
             source += f" (seeded split: {1 - args.split_test:.0%} train, seed {args.seed})"
-    elif _is_er(args):
-        raise OptionError("--task entity-relation needs --train FILE")
     else:
-        from .synthetic import generate_splits
-
-        train, dev, test = generate_splits(seed=args.seed)
+        train, dev, test = spec.default_data(args)
         source = f"synthetic default corpus (demidcd.synthetic, seed {args.seed})"
-    log.info(f"data: {source}: {_describe(train, args)} (read in "
+    log.info(f"data: {source}: {spec.describe(train)} (read in "
              f"{time.perf_counter() - t0:.1f}s)")
 
     def callback(rec: dict, w: np.ndarray) -> None:
@@ -334,39 +305,25 @@ def cmd_train(args) -> int:
         update_mode=args.update_mode,
         snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
                                            if args.snapshot_every and args.model else None))
-    if _is_er(args):
-        est = EntityRelationExtractor(solver=args.ilp_solver or "exact",
-                                      relation_loss_weight=args.relation_loss_weight,
-                                      min_count=args.min_count or 1, **common)
-    else:
-        est = SequenceTagger(
-            min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
-            hashing=args.hashing, **common)
+    est = spec.make_estimator(args, common)
+    est.data_options_ = spec.data_options(args)
     est._config().validate()
-    log.info(f"model: task {args.task}, algorithm {algorithm}, threads {threads}, C {args.C}")
-    X, Y = _xy(train, args)
-    Xd, Yd = _xy(dev, args) if dev is not None else (None, None)
+    log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, C {args.C}")
+    X, Y = spec.xy(train)
+    Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
     est.fit(X, Y, Xd, Yd)
     log.close()
     res = est.result_
-    dim = est.coef_.shape[0]
-    if _is_er(args):
-        f = est.featurizer_
-        log.info(f"features: {f.n_entity_features:,} entity x 4 labels + {f.n_pair_features:,} "
-                 f"pair x 6 labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
-    else:
-        n_tags = len(est.classes_)
-        log.info(f"features: {est.n_features_:,} observation features x {n_tags} tags + "
-                 f"transitions = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+    log.info(f"features: {est.feature_summary()}")
     log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s")
     if args.model:
         est.save(args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
     if dev is not None:
-        _report(est, dev, "dev ", args)
+        _report(spec, est, dev, "dev ", args.quiet)
     if test is not None:
-        _report(est, test, "test ", args)
+        _report(spec, est, test, "test ", args.quiet)
     if res.extra.get("memory_line"):
         log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):
@@ -375,34 +332,28 @@ def cmd_train(args) -> int:
 
 
 def _load(args):
+    """The model of ``--model`` and its task's spec, with the model's data options applied."""
     from .api import load_estimator
+    from .tasks import get_task
 
     est = load_estimator(args.model)
     args.task = est.task_name
-    if est.task_name == "entity-relation" and getattr(args, "ilp_solver", None):
-        est.solver = args.ilp_solver
-    return est
+    spec = get_task(est.task_name)
+    spec.configure(est, args)
+    return spec, est
 
 
 def cmd_evaluate(args) -> int:
-    est = _load(args)
-    data = _read_any(args.data, args)
-    _report(est, data, "", args)
+    spec, est = _load(args)
+    data = spec.read(args.data, args)
+    _report(spec, est, data, "", args.quiet)
     return 0
 
 
 def cmd_predict(args) -> int:
-    est = _load(args)
-    data = _read_any(args.data, args, labeled=False)
-    if _is_er(args):
-        from .io.conll04 import write_conll04
-
-        pred = est.predict(data)
-        write_conll04(args.out, data, [p[0] for p in pred], [p[1] for p in pred])
-    else:
-        from .io.tagged import write_tagged
-
-        write_tagged(args.out, data, est.predict(data.tokens), column=_column(args))
+    spec, est = _load(args)
+    data = spec.read(args.data, args, labeled=False)
+    spec.write(args.out, data, est.predict(spec.xy(data)[0]), args)
     if not args.quiet:
         print(f"wrote {args.out} ({len(data):,} sentences)")
     return 0
@@ -415,15 +366,15 @@ def cmd_evaluate_snapshots(args) -> int:
 
     snaps = list_snapshots(args.snapshot_dir)
     args.model = os.path.join(args.snapshot_dir, "base.npz")
-    est = _load(args)
-    train = _read_any(args.train, args)
-    test = _read_any(args.test, args) if args.test else train
-    task = est.training_task(*_xy(train, args))
+    spec, est = _load(args)
+    train = spec.read(args.train, args)
+    test = spec.read(args.test, args) if args.test else train
+    task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     for seconds, path in snaps:
         est.coef_ = np.load(path, allow_pickle=False)
         primal, _ = primal_objective(task, est.coef_, float(est.C))
-        metric = est.score(*_xy(test, args))
+        metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:
             print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%", flush=True)

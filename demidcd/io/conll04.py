@@ -178,8 +178,9 @@ def write_conll04(
     sentences: Sequence[ERSentence],
     pred_entities: Sequence[Sequence[object]] | None = None,
     pred_relations: Sequence[Mapping[tuple[int, int], object] | np.ndarray] | None = None,
+    encoding: str = "utf-8",
 ) -> None:
-    """Write sentences in conll04 format, atomically (temporary file + rename).
+    """Write sentences in conll04 format, atomically (temporary file + rename), in ``encoding``.
 
     ``pred_entities[i]`` gives the label of each entity of sentence i (str or index into
     :data:`ENTITY_LABELS`); ``pred_relations[i]`` is a dict ``(a, b) -> label`` over entity
@@ -216,7 +217,7 @@ def write_conll04(
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".conll04-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding=encoding) as f:
             f.write("".join(out))
         os.replace(tmp, path)
     except BaseException:

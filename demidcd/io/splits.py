@@ -27,7 +27,8 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
     def part(ids: list[int]) -> TaggedCorpus:
         pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
         return replace(data, tokens=pick(data.tokens), tags=pick(data.tags),
-                       lines=pick(data.lines), raw=pick(data.raw))
+                       lines=pick(data.lines), raw=pick(data.raw),
+                       attributes=pick(data.attributes))
 
     return part(order[:cut]), part(order[cut:])
 

@@ -47,6 +47,8 @@ class TaggedCorpus:
     line (comments as a single field, token lines as their 10 fields); for columns format the
     ``-DOCSTART-`` lines preceding the sentence and the token lines. ``label_column`` is the
     0-based field index the labels were read from (``None`` = unknown / in memory).
+    ``attributes[s][t]``, when feature columns were asked for, holds the values of those
+    columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000).
     """
 
     tokens: list[list[str]]
@@ -56,6 +58,7 @@ class TaggedCorpus:
     fmt: str
     raw: list[list[list[str]]] | None
     label_column: int | None = None
+    attributes: list[list[tuple[str, ...]]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -158,6 +161,7 @@ def read_tagged(
     max_sentence_length: int = 5000,
     labeled: bool = True,
     keep_raw: bool = True,
+    feature_columns: tuple[str | int, ...] = (),
 ) -> TaggedCorpus:
     """Read a tagged corpus.
 
@@ -170,7 +174,9 @@ def read_tagged(
     ``keep_raw=False`` drops the original lines (saves memory; the writer then emits the
     minimal format). ``max_sentence_length`` guards against files without sentence breaks; the
     default 5000 admits every sentence of the standard corpora (CoNLL-2002 esp.train has one of
-    1,238 tokens).
+    1,238 tokens). ``feature_columns`` (1-based, or ``upos`` / ``xpos`` in CoNLL-U) fills
+    :attr:`TaggedCorpus.attributes` with those columns' values; the label column may not be
+    one of them.
     """
     path = os.fspath(path)
     if fmt == "auto":
@@ -191,7 +197,37 @@ def read_tagged(
             gc.enable()
     if not corpus.tokens:
         raise InputError(path, None, "no sentences found (empty file?)")
+    if feature_columns:
+        corpus.attributes = _attributes(corpus, fmt, feature_columns, labeled)
     return corpus
+
+
+def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
+    """The values of ``feature_columns`` per token, from the raw lines of ``corpus``."""
+    if corpus.raw is None:
+        raise OptionError("feature columns need the original lines (keep_raw=True)")
+    idx = []
+    for c in feature_columns:
+        try:
+            j = _label_index(fmt, c) if fmt == "conllu" else int(c) - 1
+        except (OptionError, ValueError):
+            raise OptionError(f"bad feature column {c!r}; use a 1-based column number") from None
+        if j < 1 or (fmt == "conllu" and j > 9):
+            raise OptionError(f"bad feature column {c!r}: column 1 is the word; use 2 or more")
+        if labeled and corpus.label_column is not None and j == corpus.label_column:
+            raise OptionError(f"feature column {c} is the label column")
+        idx.append(j)
+    out = []
+    for rl in corpus.raw:
+        if fmt == "conllu":
+            toks = [f for f in rl if len(f) == 10 and f[0].isdigit()]
+        else:
+            toks = [f for f in rl if not f[0].startswith(_DOCSTART)]
+        if toks and max(idx) >= len(toks[0]):
+            raise OptionError(f"feature column {max(idx) + 1} is beyond the "
+                              f"{len(toks[0])} columns of {corpus.path}")
+        out.append([tuple(f[j] for j in idx) for f in toks])
+    return out
 
 
 def _parse_conllu(
@@ -412,6 +448,14 @@ def _conllu_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int):
 
 
 def _columns_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int | None):
+    """Token lines with the prediction in field ``li`` (``None`` or beyond the fields: a new
+    last field). ``-DOCSTART-`` lines get the label ``O`` the same way and are padded with
+    ``O`` to the token lines' field count, so that conlleval (which needs every line to have
+    as many fields) reads the file."""
+    ncols = next((len(f) for rl in (corpus.raw or ()) for f in rl
+                  if not f[0].startswith(_DOCSTART)), 0)
+    appending = li is None or li >= ncols
+    n_out = ncols + 1 if appending else ncols
     for s, (words, pred) in enumerate(zip(corpus.tokens, predicted, strict=True)):
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
@@ -423,7 +467,13 @@ def _columns_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int | N
             k = 0
             for f in rl:
                 if f[0].startswith(_DOCSTART):
-                    yield " ".join(f)
+                    g = list(f)
+                    if appending:
+                        g.append("O")
+                    elif li < len(g):
+                        g[li] = "O"
+                    g.extend(["O"] * (n_out - len(g)))
+                    yield " ".join(g)
                     yield ""
                     continue
                 g = list(f)

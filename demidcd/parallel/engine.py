@@ -237,7 +237,7 @@ class WorkerPool:
                     continue
                 while p.is_alive() and time.perf_counter() < deadline and not hurry[0]:
                     p.join(0.02)
-                if p.is_alive():
+                if p.is_alive() and not hurry[0]:  # a second Ctrl-C: straight to SIGKILL
                     p.terminate()
                     p.join(0.5)
                 if p.is_alive():

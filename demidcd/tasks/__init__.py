@@ -1,0 +1,157 @@
+"""The task registry: the one place the CLI and the API learn which tasks exist.
+
+A task is **one module plus one registration line** (at the bottom of this file)::
+
+    register("dependency", "demidcd.tasks.dependency:SPEC")
+
+The module defines ``SPEC``, an instance of a :class:`TaskSpec` subclass. Registration is lazy
+(a ``"module:attribute"`` string): listing the task names (``--task`` choices) imports nothing,
+and the module is imported the first time the task is used. ``cli.py`` and ``api.py`` never test
+a task's name; everything task-specific comes through the spec and its estimator.
+
+What a spec provides (``args`` is the parsed ``argparse.Namespace``: the common options
+``--format --column --encoding --max-sentence-length`` plus every task's :attr:`TaskSpec.options`;
+a spec may add attributes to it, e.g. defaults remembered by a model):
+
+===============================  =============================================================
+``name``, ``help``               the ``--task`` choice and its one-line help
+``estimator``                    ``"module:Class"`` of the estimator (contract below)
+``options``                      task-specific CLI options, a tuple of :class:`Option`; options
+                                 of several tasks with the same flag are added once, so give
+                                 them ``default=None`` and resolve the default in the spec
+``read(path, args, labeled)``    reader → a data object (raises ``InputError`` FILE:LINE)
+``xy(data)``                     → ``(X, Y)`` as the estimator's ``fit`` / ``metrics`` take them
+``describe(data)``               ``"8,936 sentences, 211,727 tokens"`` for the log
+``default_data(args)``           ``(train, dev, test)`` when ``train`` has no ``--train``;
+                                 the default raises ``OptionError`` (the task needs a file)
+``make_estimator(args, common)`` the estimator; ``common`` holds the learner's keyword arguments
+``data_options(args)``           JSON-able dict saved in the model (``est.data_options_``), e.g.
+                                 the label column, so evaluate / predict default to it
+``configure(est, args)``         after loading a model for evaluate / predict: apply the
+                                 model's ``data_options_`` as defaults and the options that
+                                 change inference (e.g. ``--ilp-solver``, ``--decoder``)
+``check(est, data)``             warning lines before evaluating (e.g. labels the model lacks)
+``report(est, data, prefix)``    the lines ``evaluate`` (and ``train`` for dev/test) prints
+``write(path, data, pred, args)``  predict's writer (atomic; the input's encoding)
+===============================  =============================================================
+
+Only ``name``, ``estimator``, ``read``, ``xy``, ``describe``, ``report`` and ``write`` have no
+useful default.
+
+The estimator contract (subclass :class:`demidcd.api.StructuredEstimator`): ``task_name`` (the
+registered name, written into the model file), ``score_name`` (what the headline ``score`` is:
+``"accuracy"``, ``"chunk F1"``, ``"UAS"``, …), ``fit(X, Y, X_dev=None, Y_dev=None)``,
+``predict(X)``, ``metrics(X, Y) -> dict`` (key ``"score"`` = the headline, higher is better),
+``score(X, Y) -> float``, ``feature_summary() -> str`` (the log's features line),
+``training_task(X, Y)`` (the bound :class:`~demidcd.tasks.base.Task`, for objectives),
+``save(path)`` and the classmethod ``load(path)``. :func:`demidcd.api.load_estimator` finds the
+class through this registry from the model file's ``task`` entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import OptionError
+
+__all__ = ["Option", "TaskSpec", "TASKS", "register", "get_task", "task_names"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One task-specific CLI option: ``flags`` and keyword arguments for ``add_argument``,
+    added to the given commands' data group (``train``, ``evaluate``, ``predict``,
+    ``evaluate-snapshots``)."""
+
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    commands: tuple[str, ...] = ("train", "evaluate", "predict", "evaluate-snapshots")
+
+
+class TaskSpec:
+    """Everything the CLI and API need to know about one task (see the module docstring)."""
+
+    name: str = ""
+    help: str = ""
+    estimator: str = ""  # "module:Class"
+    options: tuple[Option, ...] = ()
+
+    # -- estimator ------------------------------------------------------------------------
+    def estimator_class(self) -> type:
+        """The estimator class named by :attr:`estimator` (imported on first use)."""
+        return _resolve(self.estimator)
+
+    def make_estimator(self, args: Any, common: dict[str, Any]) -> Any:
+        """The estimator for ``train``, built from the learner options ``common``."""
+        return self.estimator_class()(**common)
+
+    def data_options(self, args: Any) -> dict[str, Any]:
+        """What a model remembers about its training data (JSON-able), e.g. the label column."""
+        return {}
+
+    def configure(self, est: Any, args: Any) -> None:
+        """Apply a loaded model's remembered data options and inference options to ``args``/
+        ``est`` before evaluate / predict read their data."""
+
+    # -- data -------------------------------------------------------------------------------
+    def read(self, path: str, args: Any, labeled: bool = True) -> Any:
+        raise NotImplementedError
+
+    def xy(self, data: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def describe(self, data: Any) -> str:
+        return f"{len(data):,} examples"
+
+    def default_data(self, args: Any) -> tuple[Any, Any, Any]:
+        raise OptionError(f"--task {self.name} needs --train FILE")
+
+    def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
+        raise NotImplementedError
+
+    # -- results ------------------------------------------------------------------------------
+    def check(self, est: Any, data: Any) -> list[str]:
+        """Warnings about ``data`` for this model (printed to stderr before evaluating)."""
+        return []
+
+    def report(self, est: Any, data: Any, prefix: str = "") -> list[str]:
+        raise NotImplementedError
+
+
+def _resolve(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+TASKS: dict[str, str | TaskSpec] = {}  # name -> "module:attribute" (until first use) or the spec
+
+
+def register(name: str, target: str | TaskSpec) -> None:
+    """Register a task under ``name``: a :class:`TaskSpec` or its ``"module:attribute"``."""
+    TASKS[name] = target
+
+
+def task_names() -> tuple[str, ...]:
+    """The registered task names, in registration order (the CLI's ``--task`` choices)."""
+    return tuple(TASKS)
+
+
+def get_task(name: str) -> TaskSpec:
+    """The spec registered under ``name`` (imports its module on first use)."""
+    try:
+        target = TASKS[name]
+    except KeyError:
+        raise OptionError(f"unknown task {name!r}; choose from {', '.join(TASKS)}") from None
+    if isinstance(target, str):
+        target = _resolve(target)
+        TASKS[name] = target
+    return target
+
+
+# -- the registered tasks (one line each) -------------------------------------------------
+register("sequence", "demidcd.tasks.sequence:SPEC")
+register("chunking", "demidcd.tasks.chunking:CHUNKING")
+register("ner", "demidcd.tasks.chunking:NER")
+register("entity-relation", "demidcd.tasks.entity_relation:SPEC")

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
+from demidcd.tasks import Option, TaskSpec
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from demidcd.tasks.er_solvers import REL_OF, exact_solve_into, get_solver
 from demidcd.tasks.sequence import merge_signed_keys
@@ -400,10 +401,15 @@ class EntityRelationTask(Task):
         self._solver = get_solver(solver)
         self.relation_loss_weight = float(relation_loss_weight)
         self._fe4 = 4 * enc.n_entity_features
-        self._dim = 4 * enc.n_entity_features + 6 * enc.n_pair_features
+        self._dim = self.dimension(enc.n_entity_features, enc.n_pair_features)
         ne = np.diff(enc.ent_ptr)
         self._n_ent = ne
         self._maxn = int(ne.max()) if ne.size else 0
+
+    @staticmethod
+    def dimension(n_entity_features: int, n_pair_features: int) -> int:
+        """Length of w: 4 entity labels × entity features + 6 pair labels × pair features."""
+        return 4 * int(n_entity_features) + 6 * int(n_pair_features)
 
     @property
     def dim(self) -> int:
@@ -553,3 +559,59 @@ def structure_to_labels(y: Structure, n: int) -> tuple[list[str], dict[tuple[int
                     rels[(a, b)] = RELATION_LABELS[int(pair[k])]
                 k += 1
     return [ENTITY_LABELS[int(e)] for e in ent], rels
+
+
+# ----------------------------------------------------------------------------- registry entry
+
+class EntityRelationSpec(TaskSpec):
+    """CoNLL04 files (Roth & Yih 2004): entity and relation F1."""
+
+    name = "entity-relation"
+    help = "joint entity and relation extraction (CoNLL04), 0-1 ILP inference"
+    estimator = "demidcd.api:EntityRelationExtractor"
+    options = (
+        Option(("--ilp-solver",),
+               dict(choices=("exact", "cbc", "highs"), default=None,
+                    help="entity-relation inference: exact branch-and-bound (default), CBC "
+                         "through PuLP, or HiGHS")),
+        Option(("--relation-loss-weight",),
+               dict(type=float, default=1.0, help="entity-relation: weight of relation errors "
+                                                  "in the loss"),
+               commands=("train",)),
+    )
+
+    def read(self, path: str, args, labeled: bool = True):
+        from demidcd.io.conll04 import read_conll04
+
+        return read_conll04(path, encoding=args.encoding,
+                            max_sentence_length=args.max_sentence_length)
+
+    def xy(self, data):
+        return data, None
+
+    def describe(self, data) -> str:
+        return (f"{len(data):,} sentences, {sum(s.n_entities for s in data):,} entities, "
+                f"{sum(len(s.relations) for s in data):,} relations")
+
+    def make_estimator(self, args, common: dict):
+        return self.estimator_class()(solver=args.ilp_solver or "exact",
+                                      relation_loss_weight=args.relation_loss_weight,
+                                      min_count=args.min_count or 1, **common)
+
+    def configure(self, est, args) -> None:
+        if getattr(args, "ilp_solver", None):
+            est.solver = args.ilp_solver
+
+    def report(self, est, data, prefix: str = "") -> list[str]:
+        m = est.metrics(data)
+        return [f"{prefix}{kind} F1: {100 * m[kind + '_f1']:.2f} (P {100 * m[kind + '_p']:.2f}, "
+                f"R {100 * m[kind + '_r']:.2f})" for kind in ("entity", "relation")]
+
+    def write(self, path: str, data, predicted, args) -> None:
+        from demidcd.io.conll04 import write_conll04
+
+        write_conll04(path, data, [p[0] for p in predicted], [p[1] for p in predicted],
+                      encoding=args.encoding)
+
+
+SPEC = EntityRelationSpec()

@@ -10,6 +10,14 @@ For token t of a sentence (w_0 … w_{n-1}) the template emits the binary featur
     w-2=, w-1=, w+1=, w+2=<lower(w_{t±k})>  with <s> / </s> outside the sentence
     b-1=<lower(w_{t-1})>|<lower(w_t)>, b+1=<lower(w_t)>|<lower(w_{t+1})>   word bigrams
 
+and, for each extra input column j of the token (its *attributes*, e.g. the POS column of
+CoNLL-2000: a token is then a tuple ``(word, attr_0, …)``), the window of CRFsuite's chunking
+example over a_t = attr_j of token t (``<s>`` / ``</s>`` outside the sentence):
+
+    a<j>[o]=a_{t+o}                         o = −2 … 2          (unigrams)
+    a<j>[o|o+1]=a_{t+o}|a_{t+o+1}           o = −2 … 1          (bigrams)
+    a<j>[o|o+1|o+2]=a_{t+o}|…|a_{t+o+2}     o = −2 … 0          (trigrams)
+
 The bigrams were added by measurement: on EWT XPOS dev, 1-DCD for 15 epochs (C = 0.1)
 reached 94.25% without them and 94.54% with them (neighbour suffixes and shapes added nothing).
 
@@ -112,13 +120,63 @@ def word_features(word: str) -> list[str]:
     return feats
 
 
-def _bigrams(tokens: list[list[str]]):
-    """Per token, the word-bigram features with its left and right neighbour (lower-cased)."""
-    for sent in tokens:
+def _bigrams(tokens: list[list[str]], attrs: list[list[tuple[str, ...]]] | None = None,
+             n_attr: int = 0):
+    """Per token, the word-bigram features with its left and right neighbour (lower-cased),
+    then the 12 attribute-window features of each of the ``n_attr`` attribute columns."""
+    for s, sent in enumerate(tokens):
         low = [_BOS] + [w.lower() for w in sent] + [_EOS]
+        cols = []
+        if n_attr:
+            sa = attrs[s]
+            cols = [[_BOS, _BOS] + [a[j] for a in sa] + [_EOS, _EOS] for j in range(n_attr)]
         for t in range(1, len(low) - 1):
             yield f"b-1={low[t - 1]}|{low[t]}"
             yield f"b+1={low[t]}|{low[t + 1]}"
+            for j, c in enumerate(cols):
+                u = t + 1  # position of token t in the padded column
+                m2, m1, z, p1, p2 = c[u - 2], c[u - 1], c[u], c[u + 1], c[u + 2]
+                yield f"a{j}[-2]={m2}"
+                yield f"a{j}[-1]={m1}"
+                yield f"a{j}[0]={z}"
+                yield f"a{j}[1]={p1}"
+                yield f"a{j}[2]={p2}"
+                yield f"a{j}[-2|-1]={m2}|{m1}"
+                yield f"a{j}[-1|0]={m1}|{z}"
+                yield f"a{j}[0|1]={z}|{p1}"
+                yield f"a{j}[1|2]={p1}|{p2}"
+                yield f"a{j}[-2|-1|0]={m2}|{m1}|{z}"
+                yield f"a{j}[-1|0|1]={m1}|{z}|{p1}"
+                yield f"a{j}[0|1|2]={z}|{p1}|{p2}"
+
+
+_PER_ATTR = 12  # features per attribute column and token (see _bigrams)
+
+
+def split_attributes(tokens: list[list]) -> tuple[list[list[str]], list[list[tuple]] | None, int]:
+    """(words, attributes, n_attr) of sentences whose tokens are words or tuples
+    ``(word, attr_0, …)``; every token must carry the same number of attributes."""
+    first = next((t for s in tokens for t in s), "")
+    if isinstance(first, str):
+        for s in tokens:
+            for t in s:
+                if not isinstance(t, str):
+                    raise ValueError(f"mixed tokens: {t!r} after plain words")
+        return tokens, None, 0
+    n_attr = len(first) - 1
+    words: list[list[str]] = []
+    attrs: list[list[tuple]] = []
+    for s in tokens:
+        ws = []
+        at = []
+        for t in s:
+            if isinstance(t, str) or len(t) != n_attr + 1:
+                raise ValueError(f"token {t!r}: expected a tuple (word, {n_attr} attributes)")
+            ws.append(t[0])
+            at.append(tuple(t[1:]))
+        words.append(ws)
+        attrs.append(at)
+    return words, attrs, n_attr
 
 
 def _ctx_name(o: int, lw: str) -> str:
@@ -216,6 +274,7 @@ class SequenceFeaturizer:
         self.min_count = int(min_count)
         self.hashing = int(hashing)
         self.features: list[str] | None = None  # id -> string (dictionary mode, after fit)
+        self.n_attributes: int | None = None  # attribute columns per token (set by fit)
         self._index: dict[str, int] | None = None
 
     # -- ids -------------------------------------------------------------------------------
@@ -240,7 +299,11 @@ class SequenceFeaturizer:
         get = index.get
         return lambda f: get(f, -1)
 
-    def _encode(self, tokens: list[list[str]], index: dict[str, int] | None) -> EncodedSequences:
+    def _encode(self, tokens: list[list], index: dict[str, int] | None) -> EncodedSequences:
+        tokens, attrs, n_attr = split_attributes(tokens)
+        if self.n_attributes is not None and n_attr != self.n_attributes:
+            raise ValueError(f"tokens carry {n_attr} attribute columns, the model was fitted "
+                             f"with {self.n_attributes}")
         sent_ptr, tok_type, types = _types(tokens)
         fid = self._id_fn(index)
         n_types = len(types)
@@ -260,18 +323,24 @@ class SequenceFeaturizer:
         type_ids = np.array(ids, np.int32) if ids else np.zeros(0, np.int32)
         bos = np.array([fid(_ctx_name(o, _BOS)) for o in _OFFSETS], np.int32)
         eos = np.array([fid(_ctx_name(o, _EOS)) for o in _OFFSETS], np.int32)
-        tok_ids = np.array([fid(f) for f in _bigrams(tokens)], np.int32).reshape(-1, 2)
+        tok_ids = np.array([fid(f) for f in _bigrams(tokens, attrs, n_attr)],
+                           np.int32).reshape(-1, 2 + _PER_ATTR * n_attr)
         feat_ptr, feat_idx = _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos,
                                        tok_ids)
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
 
     # -- public ------------------------------------------------------------------------------
-    def fit(self, tokens: list[list[str]]) -> SequenceFeaturizer:
-        """Build the dictionary: features firing on ≥ min_count tokens, ids by decreasing count."""
+    def fit(self, tokens: list[list]) -> SequenceFeaturizer:
+        """Build the dictionary: features firing on ≥ min_count tokens, ids by decreasing count.
+
+        Tokens are words, or tuples ``(word, attr_0, …)`` with extra input columns."""
+        words, attrs, n_attr = split_attributes(tokens)
+        self.n_attributes = None
         if self.hashing:
+            self.n_attributes = n_attr
             return self
         # Every feature that fires on the training data, with a provisional id.
-        _, _, types = _types(tokens)
+        _, _, types = _types(words)
         seen: dict[str, int] = {}
         for word in types:
             if "\n" in word:
@@ -280,12 +349,13 @@ class SequenceFeaturizer:
                 seen.setdefault(f, len(seen))
             for o in _OFFSETS:
                 seen.setdefault(_ctx_name(o, word.lower()), len(seen))
-        for f in _bigrams(tokens):
+        for f in _bigrams(words, attrs, n_attr):
             seen.setdefault(f, len(seen))
         for o in _OFFSETS:
             seen.setdefault(_ctx_name(o, _BOS), len(seen))
             seen.setdefault(_ctx_name(o, _EOS), len(seen))
         enc = self._encode(tokens, seen)
+        self.n_attributes = n_attr
         counts = np.bincount(enc.feat_idx, minlength=len(seen))
         names = list(seen)
         keep = np.flatnonzero(counts >= self.min_count)
@@ -311,6 +381,7 @@ class SequenceFeaturizer:
             "min_count": self.min_count,
             "hashing": self.hashing,
             "n_features": self.n_features,
+            "n_attributes": self.n_attributes or 0,
         }
         arrays: dict[str, np.ndarray] = {}
         if not self.hashing:
@@ -326,6 +397,9 @@ class SequenceFeaturizer:
         if meta.get("template_version") != TEMPLATE_VERSION:
             raise ValueError(f"unsupported feature template version {meta.get('template_version')}")
         obj = cls(min_count=int(meta["min_count"]), hashing=int(meta["hashing"]))
+        obj.n_attributes = int(meta.get("n_attributes", 0))
+        if obj.n_attributes < 0:
+            raise ValueError("negative n_attributes")
         n = int(meta["n_features"])
         if obj.hashing:
             if n != obj.hashing:

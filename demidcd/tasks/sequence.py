@@ -26,6 +26,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from . import Option, TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
 
@@ -445,10 +446,15 @@ class SequenceTask(Task):
             raise ValueError("weight vector too large for int32 indices (reduce features)")
 
     # -- sizes --------------------------------------------------------------------------------
+    @staticmethod
+    def dimension(n_obs: int, n_tags: int) -> int:
+        """Length of w for F observation features and K tags: F·K + (K+1)²."""
+        return int(n_obs) * int(n_tags) + (int(n_tags) + 1) ** 2
+
     @property
     def dim(self) -> int:
         """F·K + (K+1)²."""
-        return self.F * self.K + (self.K + 1) ** 2
+        return self.dimension(self.F, self.K)
 
     @property
     def n_examples(self) -> int:
@@ -564,3 +570,140 @@ class SequenceTask(Task):
         """The record hash of a tag sequence (FNV-1a, as a signed int64)."""
         y = np.ascontiguousarray(y, np.int32).reshape(-1)
         return int(np.array([_hash_tags(y, y.shape[0])], np.uint64).view(np.int64)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry entry (demidcd.tasks): reading, writing and reporting for the CLI
+# ---------------------------------------------------------------------------------------------
+
+def _parse_column(c: str | int | None) -> str | int | None:
+    """``--column``: None, ``upos`` / ``xpos``, or a 1-based column number."""
+    if c is None or isinstance(c, int) or c in ("upos", "xpos"):
+        return c
+    try:
+        return int(c)
+    except ValueError:
+        from ..errors import OptionError
+
+        raise OptionError(f"--column must be upos, xpos or a column number, got {c!r}") from None
+
+
+def _parse_feature_columns(c: str | list | None) -> tuple[str | int, ...]:
+    """``--feature-columns 2`` or ``2,3`` (1-based; ``upos``/``xpos`` in CoNLL-U)."""
+    if c is None or c == "":
+        return ()
+    if isinstance(c, list | tuple):
+        return tuple(c)
+    out = []
+    for x in str(c).split(","):
+        x = x.strip()
+        if x in ("upos", "xpos"):
+            out.append(x)
+        elif x.isdigit():
+            out.append(int(x))
+        elif x:
+            from ..errors import OptionError
+
+            raise OptionError(f"--feature-columns takes 1-based column numbers such as 2 or 2,3 "
+                              f"(upos/xpos in CoNLL-U), got {c!r}")
+    return tuple(out)
+
+
+class SequenceSpec(TaskSpec):
+    """First-order chain labelling of CoNLL-U or whitespace-column files, token accuracy."""
+
+    name = "sequence"
+    help = "sequence labelling (POS tagging), scored by token accuracy"
+    estimator = "demidcd.api:SequenceTagger"
+    options = (
+        Option(("--feature-columns",),
+               dict(default=None, metavar="N[,N...]",
+                    help="sequence tasks: other input columns (1-based, e.g. 2 = the POS column "
+                         "of CoNLL-2000) fed into the feature template (a +-2 window, bigrams and "
+                         "trigrams, as CRFsuite's chunking example); default: the model's")),
+    )
+
+    def _format(self, path: str, args) -> str:
+        from ..io.tagged import guess_format
+
+        fmt = getattr(args, "format", "auto")
+        return guess_format(path) if fmt in (None, "auto") else fmt
+
+    def read(self, path: str, args, labeled: bool = True):
+        from ..io.tagged import read_tagged
+
+        fmt = self._format(path, args)
+        column = _parse_column(args.column)
+        if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
+            column = None  # predict on columns: the labels go into a new last column
+        return read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
+                           max_sentence_length=args.max_sentence_length, labeled=labeled,
+                           feature_columns=_parse_feature_columns(
+                               getattr(args, "feature_columns", None)))
+
+    def xy(self, data):
+        X = data.tokens
+        if data.attributes is not None:
+            X = [[(w, *a) for w, a in zip(ws, at, strict=True)]
+                 for ws, at in zip(data.tokens, data.attributes, strict=True)]
+        return X, data.tags
+
+    def describe(self, data) -> str:
+        return f"{len(data):,} sentences, {data.n_tokens:,} tokens"
+
+    def default_data(self, args):
+        from ..synthetic import generate_splits
+
+        return generate_splits(seed=args.seed)
+
+    def make_estimator(self, args, common: dict):
+        from .features import DEFAULT_MIN_COUNT
+
+        return self.estimator_class()(
+            min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
+            hashing=args.hashing, **self.estimator_params(args), **common)
+
+    def estimator_params(self, args) -> dict:
+        return {}
+
+    def data_options(self, args) -> dict:
+        return {"column": _parse_column(args.column),
+                "feature_columns": list(_parse_feature_columns(
+                    getattr(args, "feature_columns", None)))}
+
+    def configure(self, est, args) -> None:
+        opts = getattr(est, "data_options_", {}) or {}
+        args.column_given = args.column is not None
+        if args.column is None:
+            args.column = opts.get("column")
+        if getattr(args, "feature_columns", None) is None:
+            args.feature_columns = opts.get("feature_columns") or None
+
+    def check(self, est, data) -> list[str]:
+        if not data.labeled:
+            return []
+        unknown = est.unknown_labels(data.tags)
+        if not unknown:
+            return []
+        n = sum(unknown.values())
+        names = ", ".join(sorted(unknown, key=lambda t: (-unknown[t], t))[:5])
+        more = ", ..." if len(unknown) > 5 else ""
+        return [f"{n:,} tokens of {data.path or 'the data'} have labels the model does not know "
+                f"({len(unknown)} labels: {names}{more}); they count as errors (check --column)"]
+
+    def report(self, est, data, prefix: str = "") -> list[str]:
+        X, Y = self.xy(data)
+        m = est.metrics(X, Y)
+        return [f"{prefix}accuracy: {100 * m['score']:.2f}% ({m['tokens']:,} tokens, "
+                f"{len(data):,} sentences)"]
+
+    def write(self, path: str, data, predicted, args) -> None:
+        from ..io.tagged import write_tagged
+
+        column = _parse_column(args.column)
+        if data.fmt == "columns" and not getattr(args, "column_given", False):
+            column = None
+        write_tagged(path, data, predicted, column=column, encoding=args.encoding)
+
+
+SPEC = SequenceSpec()

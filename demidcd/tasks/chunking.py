@@ -1,0 +1,49 @@
+"""Chunking and named entities: the sequence task (:mod:`demidcd.tasks.sequence`) with labels
+read as chunks (BIO / IOB1 / IOB2 / BIOES) and scored by chunk precision, recall and F1 exactly as
+``conlleval`` scores them (:mod:`demidcd.tasks.chunks`). Training is unchanged (Hamming Δ over
+the chunk tags); only the metric, the report and the estimator's ``score`` differ.
+"""
+
+from __future__ import annotations
+
+from . import Option
+from .chunks import SCHEMES, format_report
+from .sequence import SequenceSpec
+
+
+class ChunkingSpec(SequenceSpec):
+    """``--task chunking``: CoNLL-2000 style chunk tags; ``evaluate`` prints chunk F1."""
+
+    name = "chunking"
+    help = "chunking (BIO/IOB1/IOB2/BIOES), scored by chunk F1 as conlleval"
+    estimator = "demidcd.api:ChunkTagger"
+    options = SequenceSpec.options + (
+        Option(("--label-scheme",),
+               dict(choices=SCHEMES, default=None,
+                    help="chunking / ner: how labels mark chunks (default auto: BIOES when S- "
+                         "tags occur, else conlleval's IOB rules)")),
+    )
+
+    def estimator_params(self, args) -> dict:
+        return {"label_scheme": getattr(args, "label_scheme", None) or "auto"}
+
+    def configure(self, est, args) -> None:
+        super().configure(est, args)
+        if getattr(args, "label_scheme", None):
+            est.label_scheme = args.label_scheme
+
+    def report(self, est, data, prefix: str = "") -> list[str]:
+        X, Y = self.xy(data)
+        return format_report(est.metrics(X, Y), prefix)
+
+
+class NERSpec(ChunkingSpec):
+    """``--task ner``: named-entity tags (CoNLL-2002/2003 style); ``evaluate`` prints entity F1."""
+
+    name = "ner"
+    help = "named entities (BIO/IOB1/IOB2/BIOES), scored by entity F1 as conlleval"
+    estimator = "demidcd.api:NamedEntityTagger"
+
+
+CHUNKING = ChunkingSpec()
+NER = NERSpec()
