@@ -452,7 +452,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     res = TrainResult(w_out, reason == "converged", reason, epoch, seconds, history,
                       state["dual"])
     drifts = [d for _, d, _ in drift_log]
-    res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k + 1),
+    res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k),
                  "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
                  "learners": k, "update_mode": mode, "updates": int(s[:, M.UPDATES].sum()),
                  "nonzero_steps": int(s[:, M.STEPS].sum()),
