@@ -311,6 +311,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     rebuild_every: float = REBUILD_EVERY, fault_after: int = -1,
                     check: bool = False, **_: object) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
+    ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
+    inference pass over its part); the log has one record per rebuild of w.
     ``fault_after``: learner 1 raises after that many blocks (tests of supervision);
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
     ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
@@ -425,6 +427,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     reason = "converged"
                     break
                 cert_epochs = [load_word(group.stats[j], M.EPOCHS) for j in range(k)]
+                if group.missing():  # one died while certifying: w without its α first
+                    record(rebuild())
                 resume()
             elif clock.elapsed() - last_rebuild >= rebuild_every:
                 record(rebuild())
