@@ -54,7 +54,8 @@ METHODS = {  # name: (algorithm, learners, update mode)
     "K=p learners, plain": ("demi-dcd", "p", "plain"),
 }
 _MULTI = re.compile(r"multi-learner: (\d+) learners \((\w+)\), ([\d,]+) updates, ([\d,]+) "
-                    r"inferences, (\d+) rebuilds \(largest drift ‖w − Σαφ‖ ([0-9.e+-]+), "
+                    r"inferences, (\d+) rebuilds \([0-9.]+ s; largest drift ‖w − Σαφ‖ "
+                    r"([0-9.e+-]+), "
                     r"([\d,]+) entries with")
 
 

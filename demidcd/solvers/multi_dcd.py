@@ -328,7 +328,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                           "and learns) is implemented")
     C, dim = config.C, task.dim
     warm_up(task)
-    cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0}
+    cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
@@ -347,6 +347,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
+        t0 = time.perf_counter()
         group.command(M.PAUSE)
         old[:] = w
         while True:
@@ -359,6 +360,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         state["paused"] = True
         cnt["rebuilds"] += 1
         d, entries, w_norm = drift(old, w)
+        cnt["rebuild_seconds"] += time.perf_counter() - t0
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
         lin = float(group.fstats[live, F_LIN].sum())
@@ -467,7 +469,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
                  "drift_log": drift_log, "rebuild_error": check_error, **cnt}
     log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
-        f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds (largest drift "
+        f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
+        f"({cnt['rebuild_seconds']:.2f} s; largest drift "
         f"‖w − Σαφ‖ {res.extra['drift_max']:.3g}, {res.extra['drift_entries']:,} entries with "
         f"lost updates), {cnt['certifications']} certification(s), {cnt['restarts']} restarts")
     return res
