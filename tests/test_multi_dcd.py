@@ -141,3 +141,22 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
     assert _gone(kids)
     _, _, meta = load_model(model)
     assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
+
+
+def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
+    from toy_task import SlowToyTask, ToyTask
+
+    from demidcd.solvers.common import SolverConfig
+    from demidcd.solvers.multi_dcd import choose_learners, resolve_learners
+
+    cfg, lines = SolverConfig(), []
+    k, fig = choose_learners(SlowToyTask(0.005, n=40), cfg, 4, lines.append, sample=8)
+    assert k == 1 and fig["infer_ms"] >= 5.0 and fig["sweep_over_pass"] >= 8.0
+    k, fig = choose_learners(ToyTask(n=400, m=20, dim=2000, density=0.5), cfg, 2, lines.append)
+    assert fig["learners"] == k and fig["step_us"] > 0
+    assert k == (2 if fig["sweep_over_pass"] < 8.0 else 1)
+    assert len(lines) == 2 and all(s.startswith("learners auto: ") for s in lines)
+    eng = {}
+    assert resolve_learners(ToyTask(), cfg, 2, eng) == 1  # the library default: one learner
+    eng = {"learners": "auto"}
+    assert resolve_learners(ToyTask(), cfg, 3, eng) in (1, 3) and "learner_choice" in eng
