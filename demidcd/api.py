@@ -1,75 +1,200 @@
-"""Library API in scikit-learn style: construct with hyper-parameters, ``fit``, ``predict``,
-``score``, ``save`` / ``load``. Fitted attributes end in ``_``.
+"""Library API: scikit-learn estimators for structured outputs. Construct with
+hyper-parameters, ``fit``, ``predict``, ``score``, ``save`` / ``load``; fitted attributes end
+in ``_``.
 
 >>> tagger = SequenceTagger(C=0.1, algorithm="dcd").fit(X, Y)   # X: token lists, Y: tag lists
 >>> tagger.predict([["The", "cat", "sat"]])
+
+The estimators follow scikit-learn's conventions without importing it (it takes seconds):
+``get_params`` / ``set_params`` over the constructor's keyword arguments, which are stored
+unchanged (a misspelt one is a TypeError) and validated in ``fit``; ``__sklearn_tags__``;
+``predict`` before ``fit`` raises :class:`~demidcd.errors.NotFittedError` (also scikit-learn's
+when it is installed). So ``clone``, ``GridSearchCV``, ``cross_val_score`` and ``Pipeline``
+work with the ``[sklearn]`` extra installed. Every solver option defaults to None, meaning
+the default in :class:`~demidcd.solvers.common.SolverConfig` (or the learner's own, for the
+engine options).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
 
-from .errors import ModelFileError, OptionError
+from .errors import InputTypeError, ModelFileError, OptionError, not_fitted
 from .io.model import load_model, save_model
 from .solvers import train
 from .solvers.common import SolverConfig, TrainResult, objective
 from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from .tasks.sequence import SequenceTask
 
+SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
+"""Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
+ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
+                  "mixing", "averaged", "learners", "update_mode")
+"""Constructor arguments passed to the parallel schedules when set (defaults there)."""
+
+
+def _check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
+    """X as a sequence of token sequences; a string where a list is expected is an error."""
+    if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
+        raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
+                             f"{type(X).__name__}")
+    for k, s in enumerate(X):
+        if isinstance(s, str | bytes):
+            raise InputTypeError(f"{name}[{k}] is a string, not a list of tokens: split it "
+                                 f"first, e.g. {str(s)[:20]!r}.split()")
+        if not hasattr(s, "__len__") or not all(
+                isinstance(t, str) or (isinstance(t, tuple) and t and
+                                       all(isinstance(a, str) for a in t)) for t in s):
+            raise InputTypeError(f"{name}[{k}] must be a list of tokens (strings, or tuples "
+                                 "(word, attribute, ...) of strings)")
+    return X
+
+
+def _check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
+    """Y as tag sequences of the same lengths as the sentences of X."""
+    if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
+        raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
+    for k, t in enumerate(Y):
+        if isinstance(t, str | bytes) or not all(isinstance(x, str) for x in t):
+            raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+    if len(X) != len(Y):
+        raise OptionError(f"X has {len(X)} sentences but {name} has {len(Y)}")
+    for k, (s, t) in enumerate(zip(X, Y, strict=True)):
+        if len(s) != len(t):
+            raise OptionError(f"sentence {k} has {len(s)} tokens but {len(t)} tags")
+    return Y
+
 
 class StructuredEstimator:
-    """Hyper-parameters shared by every estimator (see ``demidcd train --help``).
+    """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
+    the default.
 
-    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, and the parallel
-    learners once installed. threads: processes (1 = single-process). tol, delta, max_epochs,
-    time_limit, seed, inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps: see
-    :class:`~demidcd.solvers.common.SolverConfig`. rho / rho_worker: publish / refresh
-    intervals of the parallel engine. cpu_log: CSV path for the CPU timeline. eval_every:
-    seconds between primal/dual evaluations in the log. callback(record, w): per outer
-    iteration.
+    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, ``demi-dcd``,
+    ``ms-dcd``, ``sp-ipm`` (None: ``demi-dcd`` when threads > 1, else ``dcd``). threads:
+    processes (None: 1, single-process). tol, delta, max_epochs, time_limit, seed,
+    inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
+    primal/dual evaluations in the log): see :class:`~demidcd.solvers.common.SolverConfig`.
+    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged: options
+    of the parallel schedules. learners (DEMI-DCD: K learner processes on one shared w, or
+    ``"auto"``; None: one learner) and update_mode (``"atomic"`` or ``"plain"``): see
+    :mod:`demidcd.solvers.multi_dcd`. cpu_log: CSV path for the CPU timeline. snapshot_every /
+    snapshot_dir: save w every so many seconds. callback(record, w): per outer iteration.
+    log(line): progress lines (e.g. ``print``). debug: worker tracebacks.
     """
 
     task_name = "task"
     score_name = "score"  # what :meth:`score` measures, for logs and reports
     _task_params: tuple[str, ...] = ()  # hyper-parameters of the subclass, saved in the model
+    _task_defaults: dict[str, Any] = {}  # ... and what their None means
+    _requires_y = True
 
-    def __init__(self, C: float = 0.1, algorithm: str = "dcd", threads: int = 1,
-                 tol: float = 0.01, delta: float = 0.01, max_epochs: int | None = None,
-                 time_limit: float | None = None, seed: int = 0, inner_passes: int = 5,
-                 max_active: int = 50, batch: int = 16, skip: float = 0.75, sweeps: int = 1,
-                 rho: int | None = None,
-                 rho_worker: int | None = None, cpu_log: str | None = None,
-                 eval_every: float | None = None, snapshot_every: float | None = None,
-                 snapshot_dir: str | None = None,
-                 callback: Callable[[dict, np.ndarray], None] | None = None, **engine: Any):
-        self.C, self.algorithm, self.threads = C, algorithm, threads
-        self.tol, self.delta, self.max_epochs, self.time_limit = tol, delta, max_epochs, time_limit
-        self.seed, self.inner_passes, self.max_active, self.batch = (seed, inner_passes,
-                                                                     max_active, batch)
-        self.skip, self.sweeps = skip, sweeps
-        self.rho, self.rho_worker, self.cpu_log, self.eval_every = (rho, rho_worker, cpu_log,
-                                                                    eval_every)
-        self.snapshot_every, self.snapshot_dir = snapshot_every, snapshot_dir
-        self.callback = callback
-        self.engine = engine
+    # -- scikit-learn's estimator protocol ------------------------------------------------------
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        """The constructor's keyword arguments, sorted (as ``BaseEstimator``)."""
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind == p.KEYWORD_ONLY)
 
-    def _config(self) -> SolverConfig:
-        return SolverConfig(C=float(self.C), tol=float(self.tol), delta=float(self.delta),
-                            max_epochs=self.max_epochs, time_limit=self.time_limit,
-                            seed=int(self.seed), inner_passes=int(self.inner_passes),
-                            max_active=int(self.max_active), batch=int(self.batch),
-                            skip=float(self.skip), sweeps=int(self.sweeps),
-                            eval_every=self.eval_every)
+    def _store(self, values: dict[str, Any]) -> None:
+        for name in self._get_param_names():
+            setattr(self, name, values[name])
 
-    def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
-        """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log."""
-        config = self._config()
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor arguments as stored (``deep``: also ``name__sub`` of nested
+        estimators)."""
+        out: dict[str, Any] = {}
+        for k in self._get_param_names():
+            v = getattr(self, k)
+            if deep and hasattr(v, "get_params") and not isinstance(v, type):
+                out.update((f"{k}__{kk}", vv) for kk, vv in v.get_params().items())
+            out[k] = v
+        return out
+
+    def set_params(self, **params: Any) -> StructuredEstimator:
+        """Set constructor arguments (validated at the next ``fit``); returns self."""
+        valid = self._get_param_names()
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(f"Invalid parameter {name!r} for estimator "
+                                 f"{type(self).__name__}. Valid parameters are: {valid!r}.")
+            if sub:
+                getattr(self, name).set_params(**{sub: value})
+            else:
+                setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        sig = inspect.signature(type(self).__init__).parameters
+        changed = []
+        for k in self._get_param_names():
+            v = getattr(self, k, None)
+            default = sig[k].default
+            if v is not default and not (type(v) is type(default) and v == default):
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self):  # noqa: ANN204 - sklearn.utils.Tags, imported lazily
+        """scikit-learn tags: neither classifier nor regressor (so cross-validation uses plain
+        K-fold splits), inputs are sequences of tokens, not 2-D arrays."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=self._requires_y),
+                    input_tags=InputTags(two_d_array=False, string=True), requires_fit=True,
+                    non_deterministic=isinstance(self.threads, int) and self.threads > 1)
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "coef_")
+
+    def _check_fitted(self, attribute: str = "coef_") -> None:
+        if not hasattr(self, attribute):
+            raise not_fitted(f"this {type(self).__name__} is not fitted yet: call fit (or "
+                             "load a model) first")
+
+    # -- options --------------------------------------------------------------------------------
+    def solver_config(self) -> SolverConfig:
+        """The validated :class:`SolverConfig`: the options that are set, defaults for the
+        rest."""
+        config = SolverConfig.from_options(**{k: getattr(self, k) for k in SOLVER_OPTIONS})
         config.validate()
+        return config
 
+    def _learner(self) -> tuple[str, int, dict[str, Any]]:
+        """(algorithm, threads, the engine options that are set)."""
+        threads = 1 if self.threads is None else self.threads
+        if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
+            raise OptionError(f"--threads must be an integer, got {threads!r}")
+        if threads < 1:
+            raise OptionError(f"--threads must be >= 1, got {threads}")
+        algorithm = self.algorithm or ("demi-dcd" if threads > 1 else "dcd")
+        engine = {k: getattr(self, k) for k in ENGINE_OPTIONS if getattr(self, k) is not None}
+        return str(algorithm), int(threads), engine
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The options the model was trained with, every one resolved: algorithm, threads,
+        all fields of :class:`SolverConfig`, the engine options that were set and the task's
+        own (``_task_params``)."""
+        algorithm, threads, engine = self._learner()
+        task = {k: self._task_defaults.get(k) if getattr(self, k) is None else getattr(self, k)
+                for k in self._task_params}
+        return {"algorithm": algorithm, "threads": threads, **asdict(self.solver_config()),
+                **engine, **task}
+
+    # -- training -------------------------------------------------------------------------------
+    def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
+        """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log.
+        A :class:`~demidcd.parallel.engine.WorkerError` leaves the partial model fitted."""
+        from .parallel.engine import WorkerError
+
+        config = self.solver_config()
+        algorithm, threads, engine = self._learner()
         snap = None
         if self.snapshot_dir is not None:
             from .io.snapshots import Snapshotter
@@ -87,13 +212,15 @@ class StructuredEstimator:
             if self.callback is not None:
                 self.callback(rec, w)
 
-        engine = dict(self.engine)
-        for k in ("rho", "rho_worker"):
-            if getattr(self, k) is not None:
-                engine[k] = getattr(self, k)
         try:
-            result = train(task, self.algorithm, config, int(self.threads), cb,
-                           cpu_log=self.cpu_log, tick=snap.maybe if snap else None, **engine)
+            result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
+                           log=self.log, debug=bool(self.debug),
+                           tick=snap.maybe if snap else None, **engine)
+        except WorkerError as e:  # keep the partial model (unfinished) for save()
+            partial = getattr(e, "partial", None)
+            if partial is not None:
+                self.coef_, self.result_ = partial.w, partial
+            raise
         finally:
             if snap is not None:
                 snap.close()
@@ -105,15 +232,10 @@ class StructuredEstimator:
         self.result_ = result
         return result
 
-    def hyper_parameters(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("C", "algorithm", "threads", "tol", "delta",
-                                              "max_epochs", "time_limit", "seed",
-                                              "inner_passes", "max_active", "batch",
-                                              *self._task_params)}
-
     def _meta(self) -> dict[str, Any]:
         """Metadata every model file carries: task, hyper-parameters, how training ended and
         the data options the CLI remembers (``data_options_``, e.g. the label column)."""
+        self._check_fitted()
         res = getattr(self, "result_", None)
         return {"task": self.task_name, "dim": int(self.coef_.shape[0]),
                 "hyper_parameters": self.hyper_parameters(),
@@ -133,11 +255,14 @@ class StructuredEstimator:
 
     def score(self, X: Any, Y: Any = None) -> float:
         """The headline metric (:attr:`score_name`) of :meth:`predict` on X against Y."""
+        self._check_fitted()
         return float(self.metrics(X, Y)["score"])
 
     def objective(self, task) -> dict[str, float | None]:
         """Primal (Eq. 1) of the fitted w on a bound task, and the learner's dual and gap."""
-        ob = objective(task, self.coef_, float(self.C), self.result_.dual)
+        self._check_fitted()
+        dual = self.result_.dual if getattr(self, "result_", None) is not None else None
+        ob = objective(task, self.coef_, self.solver_config().C, dual)
         return {"primal": ob.primal, "dual": ob.dual, "gap": ob.gap}
 
 
@@ -147,17 +272,31 @@ class SequenceTagger(StructuredEstimator):
     X is a list of sentences, Y a list of tag lists. A token is a word, or a tuple
     ``(word, attr_0, …)`` whose extra input columns (e.g. POS) feed the attribute window of the
     feature template (:mod:`demidcd.tasks.features`). Extra hyper-parameters: ``min_count``
-    (feature dictionary cut-off) and ``hashing`` (> 0: hashed features, no dictionary).
-    Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``, ``n_features_``, ``result_``.
-    :meth:`score` is token accuracy.
+    (feature dictionary cut-off, None: :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`) and
+    ``hashing`` (> 0: hashed features, no dictionary; None: 0); the others are those of
+    :class:`StructuredEstimator`. Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
+    ``n_features_``, ``result_``. :meth:`score` is token accuracy.
     """
 
     task_name = "sequence"
     score_name = "accuracy"
 
-    def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0, **kw: Any):
-        super().__init__(**kw)
-        self.min_count, self.hashing = min_count, hashing
+    def __init__(self, *, min_count: int | None = None, hashing: int | None = None,
+                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
+                 tol: float | None = None, delta: float | None = None,
+                 max_epochs: int | None = None, time_limit: float | None = None,
+                 seed: int | None = None, inner_passes: int | None = None,
+                 max_active: int | None = None, batch: int | None = None,
+                 skip: float | None = None, sweeps: int | None = None,
+                 eval_every: float | None = None, rho: int | None = None,
+                 rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
+                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
+                 averaged: bool | None = None, cpu_log: str | None = None,
+                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
+                 callback: Callable[[dict, np.ndarray], None] | None = None,
+                 log: Callable[[str], None] | None = None, debug: bool = False):
+        self._store(locals())
 
     # -- encoding ---------------------------------------------------------------------------
     def _task(self, X: list[list], Y: list[list[str]] | None) -> SequenceTask:
@@ -172,16 +311,27 @@ class SequenceTagger(StructuredEstimator):
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
         """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
-        if len(X) != len(Y):
-            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        X = _check_sentences(X)
+        Y = _check_tags(X, Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
+        self.solver_config(), self._learner()  # bad options fail before any work
+        min_count = DEFAULT_MIN_COUNT if self.min_count is None else self.min_count
+        hashing = 0 if self.hashing is None else self.hashing
+        try:
+            featurizer = SequenceFeaturizer(int(min_count), int(hashing))
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"--min-count/--hashing: {e}") from None
+        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+            self.__dict__.pop(attr, None)
         self.classes_ = sorted({t for s in Y for t in s})
-        self.featurizer_ = SequenceFeaturizer(int(self.min_count), int(self.hashing)).fit(X)
+        self.featurizer_ = featurizer.fit(X)
         self.n_features_ = self.featurizer_.n_features
         task = self._task(X, Y)
         dev_eval = None
         if X_dev is not None and Y_dev is not None:
+            X_dev = _check_sentences(X_dev, "X_dev")
+            Y_dev = _check_tags(X_dev, Y_dev, "Y_dev")
             dtask = self._task(X_dev, None)
             gold = [list(s) for s in Y_dev]
 
@@ -198,6 +348,8 @@ class SequenceTagger(StructuredEstimator):
 
     def predict(self, X: list[list]) -> list[list[str]]:
         """Viterbi decoding of each sentence; tags as strings."""
+        self._check_fitted()
+        X = _check_sentences(X)
         if not X:
             return []
         return self._decode(self._task(X, None), self.coef_)
@@ -212,8 +364,8 @@ class SequenceTagger(StructuredEstimator):
     def metrics(self, X: list[list], Y: list[list[str]]) -> dict[str, Any]:
         """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
         (tags unseen in training count wrong)."""
-        if len(X) != len(Y):
-            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        self._check_fitted()
+        Y = _check_tags(_check_sentences(X), Y)
         return self._metrics(Y, self.predict(X))
 
     def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
@@ -234,11 +386,14 @@ class SequenceTagger(StructuredEstimator):
 
     def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
-        return self._task(X, Y)
+        self._check_fitted("featurizer_")
+        X = _check_sentences(X)
+        return self._task(X, _check_tags(X, Y))
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model atomically (npz + JSON metadata, no pickle)."""
+        self._check_fitted()
         arrays, fmeta = self.featurizer_.state()
         meta = {**self._meta(), "labels": list(self.classes_), "featurizer": fmeta}
         save_model(path, self.coef_, arrays, meta)
@@ -277,22 +432,38 @@ class ChunkTagger(SequenceTagger):
     task_name = "chunking"
     score_name = "chunk F1"
     _task_params = ("label_scheme",)
+    _task_defaults = {"label_scheme": "auto"}
 
-    def __init__(self, label_scheme: str = "auto", **kw: Any):
-        super().__init__(**kw)
-        self.label_scheme = label_scheme
+    def __init__(self, *, label_scheme: str | None = None, min_count: int | None = None,
+                 hashing: int | None = None,
+                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
+                 tol: float | None = None, delta: float | None = None,
+                 max_epochs: int | None = None, time_limit: float | None = None,
+                 seed: int | None = None, inner_passes: int | None = None,
+                 max_active: int | None = None, batch: int | None = None,
+                 skip: float | None = None, sweeps: int | None = None,
+                 eval_every: float | None = None, rho: int | None = None,
+                 rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
+                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
+                 averaged: bool | None = None, cpu_log: str | None = None,
+                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
+                 callback: Callable[[dict, np.ndarray], None] | None = None,
+                 log: Callable[[str], None] | None = None, debug: bool = False):
+        self._store(locals())
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> ChunkTagger:
         from .tasks.chunks import resolve_scheme
 
-        resolve_scheme({t for s in Y for t in s}, self.label_scheme)  # fail early on bad tags
+        Y = _check_tags(_check_sentences(X), Y)
+        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")  # fail early
         return super().fit(X, Y, X_dev, Y_dev)
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         from .tasks.chunks import chunk_scores
 
-        return chunk_scores(Y, pred, self.label_scheme).as_dict()
+        return chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
 
 
 class NamedEntityTagger(ChunkTagger):
@@ -313,32 +484,72 @@ class EntityRelationExtractor(StructuredEstimator):
     task_name = "entity-relation"
     score_name = "mean entity/relation F1"
     _task_params = ("solver", "relation_loss_weight", "min_count")
+    _task_defaults = {"solver": "exact", "relation_loss_weight": 1.0, "min_count": 1}
+    _requires_y = False
 
-    def __init__(self, solver: str = "exact", relation_loss_weight: float = 1.0,
-                 min_count: int = 1, **kw: Any):
-        super().__init__(**kw)
-        self.solver, self.relation_loss_weight, self.min_count = (solver,
-                                                                   relation_loss_weight,
-                                                                   min_count)
+    def __init__(self, *, solver: str | None = None, relation_loss_weight: float | None = None,
+                 min_count: int | None = None,
+                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
+                 tol: float | None = None, delta: float | None = None,
+                 max_epochs: int | None = None, time_limit: float | None = None,
+                 seed: int | None = None, inner_passes: int | None = None,
+                 max_active: int | None = None, batch: int | None = None,
+                 skip: float | None = None, sweeps: int | None = None,
+                 eval_every: float | None = None, rho: int | None = None,
+                 rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
+                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
+                 averaged: bool | None = None, cpu_log: str | None = None,
+                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
+                 callback: Callable[[dict, np.ndarray], None] | None = None,
+                 log: Callable[[str], None] | None = None, debug: bool = False):
+        self._store(locals())
 
     def _task(self, X, with_gold: bool):
         from .tasks.entity_relation import EntityRelationTask
 
+        weight = 1.0 if self.relation_loss_weight is None else self.relation_loss_weight
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError):
+            weight = float("nan")
+        if not 0 <= weight < float("inf"):
+            raise OptionError(f"--relation-loss-weight must be a finite number >= 0, got "
+                              f"{self.relation_loss_weight!r}")
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
-                                  with_gold=with_gold, solver=self.solver,
-                                  relation_loss_weight=float(self.relation_loss_weight))
+                                  with_gold=with_gold, solver=self.solver or "exact",
+                                  relation_loss_weight=weight)
+
+    @staticmethod
+    def _check(X: Any, name: str = "X") -> Any:
+        """X as a list of ERSentence (a string or other records is an error)."""
+        if isinstance(X, str | bytes) or not hasattr(X, "__len__"):
+            raise InputTypeError(f"{name} must be a list of ERSentence, got {type(X).__name__}")
+        for k, s in enumerate(X):
+            if not hasattr(s, "n_entities"):
+                raise InputTypeError(f"{name}[{k}] is a {type(s).__name__}, not an ERSentence "
+                                     "(see demidcd.io.conll04.read_conll04)")
+        return X
 
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
         """Learn w from annotated sentences X (Y is unused: the labels are inside X)."""
         from .tasks.entity_relation import EntityRelationFeaturizer
 
+        X = self._check(X)
         if not X:
             raise OptionError("cannot fit on an empty data set")
-        self.featurizer_ = EntityRelationFeaturizer(int(self.min_count)).fit(X)
+        self.solver_config(), self._learner()  # bad options fail before any work
+        min_count = 1 if self.min_count is None else self.min_count
+        if isinstance(min_count, bool) or not isinstance(min_count, int | np.integer) or \
+                min_count < 1:
+            raise OptionError(f"--min-count must be an integer >= 1, got {min_count!r}")
+        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+            self.__dict__.pop(attr, None)
+        self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
         task = self._task(X, True)
         dev_eval = None
         if X_dev:
-            dtask = self._task(X_dev, True)
+            dtask = self._task(self._check(X_dev, "X_dev"), True)
             ex = np.arange(dtask.n_examples)
             gold = dtask.gold(ex)
 
@@ -352,7 +563,8 @@ class EntityRelationExtractor(StructuredEstimator):
         """(entity labels, {(a, b): relation}) per sentence, by exact ILP inference."""
         from .tasks.entity_relation import structure_to_labels
 
-        if not X:
+        self._check_fitted()
+        if not self._check(X):
             return []
         task = self._task(X, False)
         return [structure_to_labels(y, s.n_entities)
@@ -361,7 +573,8 @@ class EntityRelationExtractor(StructuredEstimator):
     def metrics(self, X, Y: Any = None) -> dict[str, float]:
         """Micro P/R/F1 for entities and relations ("no relation" excluded); ``score`` is
         their mean (Y is unused: the labels are inside X)."""
-        task = self._task(X, True)
+        self._check_fitted()
+        task = self._task(self._check(X), True)
         ex = np.arange(task.n_examples)
         return task.metric(task.gold(ex), task.decode(self.coef_, ex))
 
@@ -372,11 +585,14 @@ class EntityRelationExtractor(StructuredEstimator):
                 f"labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
 
     def training_task(self, X, Y: Any = None):
-        return self._task(X, True)
+        """The bound task for X with this model's features (for objectives)."""
+        self._check_fitted("featurizer_")
+        return self._task(self._check(X), True)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         import json
 
+        self._check_fitted()
         blob = np.frombuffer(json.dumps(self.featurizer_.state()).encode(), np.uint8)
         save_model(path, self.coef_, {"featurizer_json": blob}, self._meta())
 

@@ -1,7 +1,11 @@
 """The ``demidcd`` command: train, predict, evaluate, generate.
 
 Every user error prints one line ``demidcd: error: …`` (naming the file and line, or the option)
-and exits with status 2; ``--debug`` shows the traceback instead.
+and exits with status 2; ``--debug`` shows the traceback instead. Output paths are checked before
+any data is read. Solver options default to None here and only the ones given are passed on: their
+defaults live in :class:`~demidcd.solvers.common.SolverConfig` (and the schedules' signatures for
+the engine options), and ``--help`` reads them from there. Heavy modules (numpy, numba) are
+imported inside the commands, so that Ctrl-C at any moment exits with 130 and no traceback.
 """
 
 from __future__ import annotations
@@ -14,14 +18,70 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 from .errors import DemidcdError, OptionError
 
 ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
 
 
 # --------------------------------------------------------------------------- options
+def _signature_default(module: str, function: str, name: str) -> Any:
+    """The default of keyword ``name`` of ``module.function`` (None when absent), or the
+    value of ``module.function`` itself when ``name`` is empty."""
+    import importlib
+    import inspect
+
+    try:
+        fn = getattr(importlib.import_module(f"demidcd.{module}"), function)
+        if not name:
+            return fn
+        default = inspect.signature(fn).parameters[name].default
+    except (ImportError, AttributeError, KeyError):
+        return None
+    return None if default is inspect.Parameter.empty else default
+
+
+def _config_default(name: str) -> Any:
+    from .solvers.common import SolverConfig
+
+    return getattr(SolverConfig(), name)
+
+
+# option dest → where its default lives, read only when --help is printed (it imports numpy)
+_DEFAULT_SOURCES: dict[str, Any] = {
+    **{k: (lambda k=k: _config_default(k)) for k in (
+        "C", "tol", "delta", "seed", "inner_passes", "max_active", "batch", "skip", "sweeps")},
+    "rho": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd", "rho"),
+    "rho_worker": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd",
+                                             "rho_worker"),
+    "publish_interval": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd",
+                                                   "publish_interval"),
+    "perceptron_epochs": lambda: _signature_default(
+        "solvers.sp_ipm", "train_sp_ipm", "perceptron_epochs_per_round"),
+    "mixing": lambda: _signature_default("solvers.sp_ipm", "train_sp_ipm", "mixing"),
+    "min_count": lambda: (f"{_signature_default('api', 'DEFAULT_MIN_COUNT', '')} for "
+                          "sequence, 1 for entity-relation"),
+    "hashing": lambda: 0,
+}
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: …)`` to every option whose help does not state its default; the
+    solver defaults are read from where they live (:data:`_DEFAULT_SOURCES`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text or action.nargs == 0
+                or action.default is argparse.SUPPRESS):
+            return text
+        default = action.default
+        if default is None and action.dest in _DEFAULT_SOURCES:
+            default = _DEFAULT_SOURCES[action.dest]()
+        if default is None and action.required:
+            return text
+        shown = "none" if default is None else str(default).replace("%", "%%")
+        return f"{text} (default: {shown})".strip()
+
+
 def _data_options(p: argparse.ArgumentParser, command: str) -> None:
     from .tasks import get_task, task_names
 
@@ -37,7 +97,8 @@ def _data_options(p: argparse.ArgumentParser, command: str) -> None:
                         "default to the model's")
     g.add_argument("--encoding", default="utf-8",
                    help="input encoding (the original CoNLL-2002: latin-1); predict writes in it")
-    g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N")
+    g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N",
+                   help="longest sentence accepted")
     seen: set[str] = set()
     for name in task_names():
         for opt in get_task(name).options:
@@ -53,13 +114,21 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).")
+        prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).",
+        formatter_class=_HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    _sub_add = sub.add_parser
+
+    def add_parser(*a: Any, **kw: Any) -> argparse.ArgumentParser:
+        return _sub_add(*a, formatter_class=_HelpFormatter, **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     t = sub.add_parser("train", help="train a model (no data arguments: the synthetic default)")
-    t.add_argument("--train", metavar="FILE")
-    t.add_argument("--dev", metavar="FILE")
-    t.add_argument("--test", metavar="FILE")
+    t.add_argument("--train", metavar="FILE",
+                   help="training data (default: the synthetic corpus)")
+    t.add_argument("--dev", metavar="FILE", help="data scored in the log and at the end")
+    t.add_argument("--test", metavar="FILE", help="data scored at the end")
     t.add_argument("--split-test", type=float, default=None, metavar="FRACTION",
                    help="hold out a seeded random FRACTION of --train as the test set")
     _data_options(t, "train")
@@ -68,45 +137,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learner (default: demi-dcd when --threads > 1, else dcd)")
     s.add_argument("--threads", type=int, default=None,
                    help="processes (default: the number of cores)")
-    s.add_argument("--C", type=float, default=0.1, help="regularisation C of Eq. (1)")
-    s.add_argument("--tol", type=float, default=0.01)
-    s.add_argument("--delta", type=float, default=0.01, help="shrinking threshold δ, Eq. (9)")
-    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
+    s.add_argument("--C", type=float, default=None, help="regularisation C of Eq. (1)")
+    s.add_argument("--tol", type=float, default=None,
+                   help="stopping tolerance on violations and projected gradients")
+    s.add_argument("--delta", type=float, default=None, help="shrinking threshold δ, Eq. (9)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="solver time limit (default: none)")
     s.add_argument("--max-epochs", type=int, default=None,
-                   help="outer iterations (default: 100 for dcd, unlimited learner passes for "
-                        "demi-dcd)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--inner-passes", type=int, default=5, help="r of DCD-SSVM")
-    s.add_argument("--max-active-per-example", type=int, default=50, dest="max_active")
-    s.add_argument("--batch", type=int, default=16,
+                   help="outer iterations (default: until converged for the DCD learners, "
+                        "100 rounds for sp-ipm)")
+    s.add_argument("--seed", type=int, default=None, help="shuffling, sharding and splits")
+    s.add_argument("--inner-passes", type=int, default=None, help="r of DCD-SSVM")
+    s.add_argument("--max-active-per-example", type=int, default=None, dest="max_active",
+                   help="bound on an example's active set |A_i|")
+    s.add_argument("--batch", type=int, default=None,
                    help="examples per inference call in 1-DCD (1 = strictly sequential)")
-    s.add_argument("--skip", type=float, default=0.75, metavar="SHARE",
+    s.add_argument("--skip", type=float, default=None, metavar="SHARE",
                    help="DCD learners: share of the examples with the smallest projected "
                         "gradients that a pass over the active sets leaves out between full "
                         "passes (0 = always full passes)")
-    s.add_argument("--sweeps", type=int, default=1,
+    s.add_argument("--sweeps", type=int, default=None,
                    help="DCD learners: sweeps over an example's active set per visit, at most")
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
-                   help="DEMI-DCD: publish w at least this often when it changed (0.3)")
+                   help="DEMI-DCD: publish w at least this often when it changed")
     s.add_argument("--learners", default="auto", metavar="K|auto",
                    help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
                         "every process infers and learns; 1: one learner and --threads − 1 "
                         "inference workers; auto: chosen from the measured cost of an update "
-                        "against an inference)")
+                        "against an inference; default: auto)")
     s.add_argument("--update-mode", choices=("atomic", "plain"), default=None,
                    help="with several learners: atomic float adds to w, or plain stores "
-                        "(lost updates possible, repaired when w is rebuilt; default atomic)")
+                        "(lost updates possible, repaired when w is rebuilt; default: atomic)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
-    s.add_argument("--perceptron-epochs", type=int, default=10,
+    s.add_argument("--perceptron-epochs", type=int, default=None,
                    help="SP-IPM: perceptron epochs per mixing round")
-    s.add_argument("--mixing", choices=("uniform", "mistakes"), default="uniform",
+    s.add_argument("--mixing", choices=("uniform", "mistakes"), default=None,
                    help="SP-IPM: parameter mixing weights")
-    s.add_argument("--averaged", action="store_true",
+    s.add_argument("--averaged", action="store_true", default=None,
                    help="SP-IPM: output the average of the mixed weights over rounds")
-    s.add_argument("--min-count", type=int, default=None, help="feature dictionary cut-off")
-    s.add_argument("--hashing", type=int, default=0, metavar="DIM",
+    s.add_argument("--min-count", type=int, default=None,
+                   help="feature dictionary cut-off")
+    s.add_argument("--hashing", type=int, default=None, metavar="DIM",
                    help="hash observation features into DIM buckets (no dictionary)")
     o = t.add_argument_group("output")
     o.add_argument("--model", metavar="OUT", help="model file to write (.npz)")
@@ -116,16 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="log primal, dual and gap at most every SECONDS")
     o.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
                    help="save w every SECONDS of solver time (see evaluate-snapshots)")
-    o.add_argument("--snapshot-dir", metavar="DIR")
+    o.add_argument("--snapshot-dir", metavar="DIR",
+                   help="where snapshots go (default: MODEL without .npz + .snapshots)")
     _common(t)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
-        q.add_argument("--model", required=True)
-        q.add_argument("--data", required=True, metavar="FILE")
+        q.add_argument("--model", required=True, help="model file written by train")
+        q.add_argument("--data", required=True, metavar="FILE", help="input data")
         _data_options(q, name)
         if name == "predict":
-            q.add_argument("--out", required=True, metavar="FILE")
+            q.add_argument("--out", required=True, metavar="FILE",
+                           help="output file (the input's format and encoding)")
         _common(q)
 
     e = sub.add_parser("evaluate-snapshots",
@@ -133,26 +208,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("snapshot_dir", metavar="DIR")
     e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
     e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
-    e.add_argument("--out", required=True, metavar="CSV")
+    e.add_argument("--out", required=True, metavar="CSV", help="CSV file to write")
     _data_options(e, "evaluate-snapshots")
     _common(e)
 
     sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
-    sp.add_argument("file")
-    sp.add_argument("--out-dir", required=True)
-    sp.add_argument("--test-fraction", type=float, default=0.2)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--encoding", default="utf-8")
+    sp.add_argument("file", help="CoNLL04 file")
+    sp.add_argument("--out-dir", required=True, help="directory for train.corp and test.corp")
+    sp.add_argument("--test-fraction", type=float, default=0.2,
+                    help="share of the sentences held out, in (0, 1)")
+    sp.add_argument("--seed", type=int, default=0, help="shuffling seed")
+    sp.add_argument("--encoding", default="utf-8", help="input and output encoding")
     _common(sp)
 
     g = sub.add_parser("generate", help="write the synthetic corpus (train/dev/test)")
-    g.add_argument("--out-dir", required=True)
-    g.add_argument("--sentences", type=int, default=2000)
-    g.add_argument("--tags", type=int, default=12)
-    g.add_argument("--vocab", type=int, default=3000)
-    g.add_argument("--ambiguity", type=float, default=0.3)
-    g.add_argument("--mean-length", type=float, default=15)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out-dir", required=True, help="directory for train/dev/test.txt")
+    g.add_argument("--sentences", type=int, default=2000, help="training sentences")
+    g.add_argument("--tags", type=int, default=12, help="number of tags")
+    g.add_argument("--vocab", type=int, default=3000, help="vocabulary size")
+    g.add_argument("--ambiguity", type=float, default=0.3, help="share of ambiguous words")
+    g.add_argument("--mean-length", type=float, default=15, help="mean sentence length")
+    g.add_argument("--seed", type=int, default=0, help="generator seed")
     _common(g)
     return parser
 
@@ -246,14 +322,56 @@ def _report(spec, est, data, name: str, quiet: bool = False) -> None:
         print(line, flush=True)
 
 
+def _check_outputs(*pairs: tuple[str, str | None]) -> None:
+    """Fail before any work when an output (option, path) could not be written."""
+    from .io.model import check_output
+
+    for option, path in pairs:
+        if path is not None:
+            check_output(path, option)
+
+
+def _check_out_dir(option: str, path: str) -> None:
+    """An output directory must be a directory, or creatable (its nearest existing ancestor
+    is a directory we can write in)."""
+    target = os.path.realpath(path)
+    if os.path.exists(target):
+        if not os.path.isdir(target):
+            raise OptionError(f"{option} {path}: exists and is not a directory")
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise OptionError(f"{option} {path}: directory is not writable")
+        return
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(f"{option} {path}: cannot create it in {parent}")
+
+
+def _why_not_converged(res, config) -> str:
+    """Why a run stopped before the tolerance test passed, and what to change."""
+    last = res.history[-1] if res.history else {}
+    pg = last.get("max_pg")
+    state = f"largest projected gradient {pg:.3g}, --tol {config.tol:g}" if pg is not None else \
+        f"--tol {config.tol:g}"
+    hint = {"max-epochs": "raise --max-epochs or --tol",
+            "time-limit": "raise --time-limit or --tol",
+            "interrupted": "interrupted by a signal",
+            "worker-failed": "a worker failed"}.get(res.stop_reason, res.stop_reason)
+    return f"not converged ({state}): {hint}"
+
+
 def cmd_train(args) -> int:
+    from .parallel.engine import WorkerError
     from .solvers import ALGORITHMS
 
+    _check_outputs(("--model", args.model), ("--log-json", args.log_json),
+                   ("--cpu-log", args.cpu_log))
+    if args.snapshot_dir is not None:
+        _check_out_dir("--snapshot-dir", args.snapshot_dir)
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
     if threads < 1:
         raise OptionError(f"--threads must be >= 1, got {threads}")
-    if not args.C > 0:
-        raise OptionError(f"--C must be > 0, got {args.C}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
     if threads > cores and not args.quiet:
@@ -270,52 +388,62 @@ def cmd_train(args) -> int:
         raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
     spec = _spec(args)
     log = Log(args.quiet, args.log_json)
+
+    def callback(rec: dict, w: Any) -> None:
+        log.iteration(rec)
+
+    # only the options given on the command line: the estimator's None means the default
+    given = {k: getattr(args, k) for k in (
+        "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
+        "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
+        "averaged", "cpu_log", "eval_every", "snapshot_every", "learners", "update_mode")}
+    given["perceptron_epochs_per_round"] = args.perceptron_epochs
+    given["snapshot_dir"] = args.snapshot_dir or (
+        os.path.splitext(args.model)[0] + ".snapshots"
+        if args.snapshot_every and args.model else None)
+    common = {k: v for k, v in given.items() if v is not None}
+    common.update(algorithm=algorithm, threads=threads, callback=callback, log=log.info,
+                  debug=args.debug)
+    est = spec.make_estimator(args, common)
+    est.data_options_ = spec.data_options(args)
+    config = est.solver_config()  # bad options fail before the data is read
+    seed = config.seed
     t0 = time.perf_counter()
     if args.train:
         train = spec.read(args.train, args)
         dev = spec.read(args.dev, args) if args.dev else None
         test = spec.read(args.test, args) if args.test else None
         source = args.train
-        if args.split_test:
-            if not 0 < args.split_test < 1:
-                raise OptionError(f"--split-test must be in (0, 1), got {args.split_test}")
-            from .io.splits import split_sentences
+        if args.split_test is not None:
+            from .io.splits import check_fraction, split_sentences
 
-            train, test = split_sentences(train, args.split_test, args.seed)
-            source += f" (seeded split: {1 - args.split_test:.0%} train, seed {args.seed})"
+            check_fraction(args.split_test, "--split-test")
+            train, test = split_sentences(train, args.split_test, seed)
+            source += f" (seeded split: {1 - args.split_test:.0%} train, seed {seed})"
     else:
+        args.seed = seed
         train, dev, test = spec.default_data(args)
-        source = f"synthetic default corpus (demidcd.synthetic, seed {args.seed})"
+        source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
     log.info(f"data: {source}: {spec.describe(train)} (read in "
              f"{time.perf_counter() - t0:.1f}s)")
-
-    def callback(rec: dict, w: np.ndarray) -> None:
-        log.iteration(rec)
-
-    common = dict(
-        C=args.C, algorithm=algorithm, threads=threads, tol=args.tol,
-        delta=args.delta, max_epochs=args.max_epochs, time_limit=args.time_limit,
-        seed=args.seed, inner_passes=args.inner_passes, max_active=args.max_active,
-        batch=args.batch, skip=args.skip, sweeps=args.sweeps, rho=args.rho,
-        rho_worker=args.rho_worker, cpu_log=args.cpu_log, eval_every=args.eval_every,
-        callback=callback, log=log.info, debug=args.debug,
-        perceptron_epochs_per_round=args.perceptron_epochs, mixing=args.mixing,
-        averaged=args.averaged, snapshot_every=args.snapshot_every,
-        publish_interval=args.publish_interval, learners=args.learners,
-        update_mode=args.update_mode,
-        snapshot_dir=args.snapshot_dir or (os.path.splitext(args.model)[0] + ".snapshots"
-                                           if args.snapshot_every and args.model else None))
-    est = spec.make_estimator(args, common)
-    est.data_options_ = spec.data_options(args)
-    est._config().validate()
-    log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, C {args.C}")
+    log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, "
+             f"C {config.C:g}")
     X, Y = spec.xy(train)
     Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
-    est.fit(X, Y, Xd, Yd)
+    try:
+        est.fit(X, Y, Xd, Yd)
+    except WorkerError as e:  # keep what was learnt: the partial model, marked unfinished
+        log.close()
+        if not args.model or getattr(est, "coef_", None) is None:
+            raise
+        est.save(args.model)
+        raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
+                          e.details) from e
     log.close()
     res = est.result_
     log.info(f"features: {est.feature_summary()}")
-    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s")
+    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
+             + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
     if args.model:
         est.save(args.model)
         log.info(f"model written to {args.model}"
@@ -351,6 +479,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    _check_outputs(("--out", args.out))
     spec, est = _load(args)
     data = spec.read(args.data, args, labeled=False)
     spec.write(args.out, data, est.predict(spec.xy(data)[0]), args)
@@ -360,10 +489,13 @@ def cmd_predict(args) -> int:
 
 
 def cmd_evaluate_snapshots(args) -> int:
+    import numpy as np
+
     from .io.model import atomic_write
     from .io.snapshots import list_snapshots
     from .solvers.common import primal_objective
 
+    _check_outputs(("--out", args.out))
     snaps = list_snapshots(args.snapshot_dir)
     args.model = os.path.join(args.snapshot_dir, "base.npz")
     spec, est = _load(args)
@@ -373,7 +505,7 @@ def cmd_evaluate_snapshots(args) -> int:
     rows = ["seconds,primal,dual,metric"]
     for seconds, path in snaps:
         est.coef_ = np.load(path, allow_pickle=False)
-        primal, _ = primal_objective(task, est.coef_, float(est.C))
+        primal, _ = primal_objective(task, est.coef_, est.solver_config().C)
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:
@@ -383,8 +515,10 @@ def cmd_evaluate_snapshots(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from .io.splits import split_file
+    from .io.splits import check_fraction, split_file
 
+    check_fraction(args.test_fraction)
+    _check_out_dir("--out-dir", args.out_dir)
     for path, n in split_file(args.file, args.out_dir, args.test_fraction, args.seed,
                               args.encoding):
         if not args.quiet:
@@ -396,6 +530,7 @@ def cmd_generate(args) -> int:
     from .io.tagged import write_tagged
     from .synthetic import generate_splits
 
+    _check_out_dir("--out-dir", args.out_dir)
     os.makedirs(args.out_dir, exist_ok=True)
     parts = generate_splits(seed=args.seed, n_sentences=args.sentences, n_tags=args.tags,
                             vocab_size=args.vocab, ambiguity=args.ambiguity,
@@ -414,17 +549,37 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    debug = getattr(args, "debug", False)
-    # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell that
-    # started us in the background set SIGINT to "ignore" (Python then keeps it ignored);
-    # SIGTERM behaves the same way.
-    from .solvers.common import StopRequest
-
-    StopRequest.requested = StopRequest.active = False
-    signal.signal(signal.SIGINT, StopRequest.handler)
-    signal.signal(signal.SIGTERM, StopRequest.handler)
+    """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
+    interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        return _main(argv, debug)
+    finally:  # in-process callers (tests, notebooks) get their handlers back
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _main(argv: list[str], debug: bool) -> int:
+    if not debug:  # until the graceful handler is installed: a KeyboardInterrupt in an import
+        # may surface as another exception (numpy: ImportError) or vanish (a weakref callback)
+        signal.signal(signal.SIGINT, _early_exit)
+        signal.signal(signal.SIGTERM, _early_exit)
+    try:
+        args = build_parser().parse_args(argv)
+        debug = getattr(args, "debug", False)
+        if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
+            from . import api  # noqa: F401
+        # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
+        # that started us in the background set SIGINT to "ignore" (Python then keeps it
+        # ignored); SIGTERM behaves the same way.
+        from .solvers.common import StopRequest
+
+        StopRequest.requested = StopRequest.active = False
+        signal.signal(signal.SIGINT, StopRequest.handler)
+        signal.signal(signal.SIGTERM, StopRequest.handler)
         return COMMANDS[args.command](args)
     except DemidcdError as e:
         if debug:
@@ -437,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         print("demidcd: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - one line unless --debug
-        if StopRequest.requested and not debug:  # a signal that surfaced inside a kernel call
+        if _stop_requested() and not debug:  # a signal that surfaced inside a kernel call
             print("demidcd: interrupted", file=sys.stderr)
             return 130
         if debug:
@@ -447,8 +602,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+
+
+def _early_exit(signum: int, frame: object) -> None:
+    """SIGINT/SIGTERM while modules load: nothing is written yet, so leave at once."""
+    sys.stderr.write("demidcd: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _stop_requested() -> bool:
+    mod = sys.modules.get("demidcd.solvers.common")
+    return bool(mod is not None and mod.StopRequest.requested)
+
+
 def _entry() -> Any:
-    sys.exit(main())
+    from .__main__ import run
+
+    run()
 
 
 if __name__ == "__main__":

@@ -27,3 +27,35 @@ class ModelFileError(DemidcdError):
 
 class OptionError(DemidcdError):
     """A bad command-line option or estimator argument."""
+
+
+class InputTypeError(DemidcdError, TypeError):
+    """Data of the wrong shape for an estimator, e.g. a string where a token list is expected."""
+
+
+class NotFittedError(DemidcdError, ValueError, AttributeError):
+    """An estimator used before ``fit`` (the same bases as scikit-learn's ``NotFittedError``;
+    :func:`not_fitted` returns an instance of a subclass of both when scikit-learn is
+    installed)."""
+
+
+_SK_NOT_FITTED: list[type] = []
+
+
+def not_fitted(message: str) -> NotFittedError:
+    """A :class:`NotFittedError`, also a ``sklearn.exceptions.NotFittedError`` when
+    scikit-learn is installed (imported only here, on the error path: it takes seconds)."""
+    import importlib.util
+
+    if not _SK_NOT_FITTED:
+        cls: type = NotFittedError
+        if importlib.util.find_spec("sklearn") is not None:
+            try:
+                from sklearn.exceptions import NotFittedError as SkNotFitted
+
+                cls = type("NotFittedError", (NotFittedError, SkNotFitted),
+                           {"__module__": __name__, "__doc__": NotFittedError.__doc__})
+            except ImportError:  # a broken install: our own class is still a ValueError
+                pass
+        _SK_NOT_FITTED.append(cls)
+    return _SK_NOT_FITTED[0](message)

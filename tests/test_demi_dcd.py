@@ -126,14 +126,20 @@ def test_killed_worker_is_restarted(tmp_path, shm_guard):
 
 
 def test_worker_exception_is_reported_in_one_line(tmp_path, shm_guard):
+    """A worker that keeps raising past the restart limit stops training with one line and
+    exit 1; the partial model is kept, marked unfinished (issue 21)."""
+    from demidcd.io.model import load_model
+
     p = _run([*BASE, "--model", str(tmp_path / "m.npz")],
              env={"DEMIDCD_FAULT_WORKER_RAISE": "3"})
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "injected fault" in lines[0] and "worker 1" in lines[0]
+    assert "partial model written to" in lines[0]
     assert "Traceback" not in err
-    assert not (tmp_path / "m.npz").exists()
+    _, _, meta = load_model(tmp_path / "m.npz")
+    assert meta["finished"] is False and meta["stop_reason"] == "worker-failed"
 
 
 def test_engine_counts_are_consistent(small, shm_guard):

@@ -11,7 +11,8 @@ import pytest
 from demidcd.api import SequenceTagger
 from demidcd.errors import OptionError
 from demidcd.solvers import kernels as K
-from demidcd.solvers.common import primal_objective
+from demidcd.solvers import train
+from demidcd.solvers.common import SolverConfig, primal_objective
 from demidcd.synthetic import generate
 
 
@@ -29,6 +30,21 @@ def fit(small, **kw):
     return est, p
 
 
+def run(task, k, **engine):
+    """Several learners through solvers.train (test-only engine options: check, fault_after,
+    rebuild_every); returns the result and its primal."""
+    cfg = SolverConfig(C=0.1, tol=1e-3, delta=1e-3, max_epochs=100000, time_limit=60)
+    r = train(task, "demi-dcd", cfg, threads=k, learners=k, **engine)
+    return r, primal_objective(task, r.w, 0.1)[0]
+
+
+@pytest.fixture(scope="module")
+def task(small):
+    X, Y = small
+    est = SequenceTagger(C=0.1, algorithm="dcd", max_epochs=1, min_count=1).fit(X, Y)
+    return est.training_task(X, Y)
+
+
 @pytest.fixture(scope="module")
 def optimum(small):
     one, p1 = fit(small, algorithm="dcd", threads=1)
@@ -38,10 +54,8 @@ def optimum(small):
 
 @pytest.mark.parametrize("mode", ["atomic", "plain"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_k_learners_reach_the_1dcd_optimum(small, optimum, k, mode, shm_guard):
-    est, p = fit(small, algorithm="demi-dcd", threads=k, learners=k, update_mode=mode,
-                 check=True, rebuild_every=0.2)
-    r = est.result_
+def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
+    r, p = run(task, k, update_mode=mode, check=True, rebuild_every=0.2)
     assert r.stop_reason == "converged"
     assert r.extra["learners"] == k and r.extra["update_mode"] == mode
     assert abs(p - optimum) / optimum <= 1e-3
@@ -53,11 +67,11 @@ def test_k_learners_reach_the_1dcd_optimum(small, optimum, k, mode, shm_guard):
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
 
-def test_dual_between_rebuilds_with_plain_stores(small, shm_guard):
+def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
     recs = []
-    est, _ = fit(small, algorithm="demi-dcd", threads=2, learners=2, update_mode="plain",
-                 rebuild_every=0.02, callback=lambda rec, w: recs.append(dict(rec)))
-    assert est.result_.stop_reason == "converged"
+    r, _ = run(task, 2, update_mode="plain", rebuild_every=0.02,
+               callback=lambda rec, w: recs.append(dict(rec)))
+    assert r.stop_reason == "converged"
     assert len(recs) >= 3
     # −D (the dual lower bound) may fall between rebuilds only by what lost updates can do:
     # at most ‖e‖(‖w‖ + ‖e‖), e the drift measured at the later rebuild
@@ -67,7 +81,7 @@ def test_dual_between_rebuilds_with_plain_stores(small, shm_guard):
     assert recs[-1]["dual"] > recs[0]["dual"]
 
 
-def test_killed_learner_restarts_and_training_reaches_the_optimum(small, optimum, shm_guard):
+def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum, shm_guard):
     lines, killed = [], []
 
     def kill_one(rec, w):  # learners are paused in a rebuild: kill learner 2 once
@@ -76,9 +90,8 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(small, optimum
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    est, p = fit(small, algorithm="demi-dcd", threads=2, learners=2, update_mode="atomic",
-                 rebuild_every=0.01, callback=kill_one, log=lines.append, check=True)
-    r = est.result_
+    r, p = run(task, 2, update_mode="atomic", rebuild_every=0.01, callback=kill_one,
+               log=lines.append, check=True)
     assert killed and r.extra["restarts"] >= 1
     assert any("its α is lost" in s for s in lines)
     assert r.stop_reason == "converged"
@@ -86,12 +99,11 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(small, optimum
     assert r.extra["rebuild_error"] <= 1e-9
 
 
-def test_learner_exception_restarts(small, optimum, shm_guard):
+def test_learner_exception_restarts(task, optimum, shm_guard):
     lines = []
-    est, p = fit(small, algorithm="demi-dcd", threads=2, learners=2, fault_after=3,
-                 log=lines.append)
+    r, p = run(task, 2, fault_after=3, log=lines.append)
     assert any("injected fault" in s for s in lines)
-    assert est.result_.extra["restarts"] == 1
+    assert r.extra["restarts"] == 1
     assert abs(p - optimum) / optimum <= 1e-3
 
 

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -180,7 +178,8 @@ def write_conll04(
     pred_relations: Sequence[Mapping[tuple[int, int], object] | np.ndarray] | None = None,
     encoding: str = "utf-8",
 ) -> None:
-    """Write sentences in conll04 format, atomically (temporary file + rename), in ``encoding``.
+    """Write sentences in conll04 format (in ``encoding``), atomically (temporary file + rename,
+    see :func:`~demidcd.io.model.atomic_write`).
 
     ``pred_entities[i]`` gives the label of each entity of sentence i (str or index into
     :data:`ENTITY_LABELS`); ``pred_relations[i]`` is a dict ``(a, b) -> label`` over entity
@@ -214,15 +213,15 @@ def write_conll04(
             if lab != RELATION_LABELS[0]:
                 out.append(f"{s.ent_tok[a]}\t{s.ent_tok[b]}\t{lab}\n")
         out.append("\n")
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".conll04-", suffix=".tmp")
+    from .model import atomic_write
+
+    text = "".join(out)
     try:
-        with os.fdopen(fd, "w", encoding=encoding) as f:
-            f.write("".join(out))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        data = text.encode(encoding)
+    except UnicodeEncodeError as e:
+        raise OptionError(f"{path}: {text[e.start:e.end]!r} cannot be written in {encoding}; "
+                          "pass another --encoding") from None
+    atomic_write(path, lambda f: f.write(data))
 
 
 def split_corpus(

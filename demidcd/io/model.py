@@ -28,24 +28,100 @@ FORMAT = "demidcd-model"
 FORMAT_VERSION = 1
 
 
-def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
-    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _target(path: str | os.PathLike[str]) -> Path:
+    """Where writing ``path`` lands: a symlink (chain) is followed to its target."""
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
+    """Fail now, with a one-line :class:`DemidcdError`, if ``path`` could not be written later:
+    its directory is missing or not writable, or it names a directory. Devices and fifos are
+    accepted (:func:`atomic_write` writes straight through to them). Call before any long work.
+    """
+    shown = os.fspath(path)
+    if not shown:
+        raise DemidcdError(f"{option}: empty file name")
+    target = _target(path)
+    if target.is_dir() or shown.endswith(os.sep):
+        raise DemidcdError(f"{option} {shown}: is a directory, not a file name")
+    if target.exists() and not target.is_file():
+        return  # a device or a fifo: written straight through
+    directory = target.parent
     if not directory.is_dir():
-        raise DemidcdError(f"{path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        missing = directory
+        while not missing.parent.is_dir() and missing.parent != missing:
+            missing = missing.parent
+        if missing.exists():
+            raise DemidcdError(f"{option} {shown}: {missing} is not a directory")
+        raise DemidcdError(f"{option} {shown}: directory {missing} does not exist")
+    try:  # the only reliable test (root, read-only mounts, ACLs): create a file there
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise DemidcdError(f"{option} {shown}: cannot write in {directory} "
+                           f"({e.strerror or e})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise DemidcdError(f"{option} {shown}: file is not writable")
+
+
+def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place,
+    so that an interrupted write never leaves a truncated file under the final name.
+
+    A symlink is followed: its target is replaced and the link stays. A device or fifo (e.g.
+    ``/dev/stdout``, ``/dev/null``) is written straight through, as ``open`` would. The file
+    gets the permissions ``open`` would give it (0666 less the umask), or keeps those of the
+    file it replaces. Errors are one-line :class:`DemidcdError`.
+    """
+    shown = os.fspath(path)
+    target = _target(path)
+    if target.is_dir():
+        raise DemidcdError(f"{shown}: is a directory, not a file name")
+    if target.exists() and not target.is_file():
+        try:
+            with open(target, mode) as f:
+                write(f)
+                f.flush()
+        except OSError as e:
+            raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
+        return
+    directory = target.parent
+    if not directory.is_dir():
+        raise DemidcdError(f"{shown}: directory {directory} does not exist")
+    try:
+        perm = (os.stat(target).st_mode & 0o7777) if target.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise DemidcdError(f"{shown}: cannot write in {directory} ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.chmod(tmp, perm)
+        os.replace(tmp, target)
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
         raise
 
 

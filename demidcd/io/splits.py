@@ -12,12 +12,25 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from ..errors import OptionError
 from .conll04 import read_conll04, split_corpus, write_conll04
 from .tagged import TaggedCorpus
 
 
+def check_fraction(test_fraction: float, option: str = "--test-fraction") -> float:
+    """``test_fraction`` as a float strictly between 0 and 1 (NaN and inf rejected)."""
+    try:
+        f = float(test_fraction)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not 0.0 < f < 1.0:
+        raise OptionError(f"{option} must be a number in (0, 1), got {test_fraction!r}")
+    return f
+
+
 def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, Any]:
     """(train, test) of a TaggedCorpus or a list of ERSentence."""
+    test_fraction = check_fraction(test_fraction)
     if not isinstance(data, TaggedCorpus):
         return split_corpus(data, test_fraction, seed)
     order = list(range(len(data)))
@@ -35,12 +48,14 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
 
 def split_file(path: str, out_dir: str, test_fraction: float = 0.2, seed: int = 0,
                encoding: str = "utf-8") -> list[tuple[str, int]]:
-    """Write ``train.corp`` and ``test.corp`` (CoNLL04 format) into ``out_dir``."""
+    """Write ``train.corp`` and ``test.corp`` (CoNLL04 format, in ``encoding``) into
+    ``out_dir``."""
+    test_fraction = check_fraction(test_fraction)
     train, test = split_corpus(read_conll04(path, encoding), test_fraction, seed)
     os.makedirs(out_dir, exist_ok=True)
     out = []
     for name, part in (("train.corp", train), ("test.corp", test)):
         p = os.path.join(out_dir, name)
-        write_conll04(p, part)
+        write_conll04(p, part, encoding=encoding)
         out.append((p, len(part)))
     return out

@@ -16,10 +16,8 @@ import gc
 import gzip
 import os
 import re
-import tempfile
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from demidcd.errors import InputError, OptionError
 
@@ -518,23 +516,13 @@ def write_tagged(
         corpus, predicted, li
     )
     text = "\n".join(gen) + "\n"
-    data = text.encode(encoding)
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError as e:
+        raise OptionError(f"{path}: {text[e.start:e.end]!r} cannot be written in {encoding}; "
+                          "pass another --encoding") from None
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + Path(path).name + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .model import atomic_write
+
+    atomic_write(path, lambda f: f.write(data))

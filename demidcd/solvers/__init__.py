@@ -8,6 +8,10 @@ Every learner takes a :class:`~demidcd.tasks.base.Task` and a
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -90,7 +94,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
                           f"{', '.join(ALGORITHMS)}")
     config.validate()
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
-    warm_up(task, algorithm, threads)
+    with compile_notice(log):
+        warm_up(task, algorithm, threads)
     if threads == 1 or algorithm in SINGLE_PROCESS:
         from ..parallel.monitor import CpuMonitor
         from .dcd import train_dcd
@@ -114,5 +119,65 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
     else:
         from .demi_dcd import train_demi_dcd as schedule
-    return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
-                    **engine)
+    from ..parallel.engine import WorkerError
+
+    seen = _LastIterate(task, callback)
+    try:
+        return schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
+                        **engine)
+    except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
+        e.partial = seen.result("worker-failed")
+        raise
+
+
+class _LastIterate:
+    """The callback of a parallel schedule, remembering the last record and a copy of w, so
+    that a run stopped by a :class:`~demidcd.parallel.engine.WorkerError` (a worker that died
+    more than the restart limit allows) still yields its partial model, marked unfinished."""
+
+    def __init__(self, task: Task, callback: Callback | None):
+        self.callback, self.w = callback, np.zeros(task.dim)
+        self.history: list[dict] = []
+
+    def __call__(self, rec: dict, w: np.ndarray) -> None:
+        self.w = w.copy()
+        self.history.append(rec)
+        if self.callback is not None:
+            self.callback(rec, w)
+
+    def result(self, reason: str) -> TrainResult:
+        last = self.history[-1] if self.history else {}
+        return TrainResult(self.w, False, reason, int(last.get("epoch", 0)),
+                           float(last.get("seconds", 0.0)), self.history)
+
+
+COMPILE_NOTICE_AFTER = 1.0  # seconds of warm-up after which compiling is announced
+
+
+@contextmanager
+def compile_notice(log: Any, after: float | None = None) -> Iterator[None]:
+    """Log ``compiling kernels, once per install …`` when the warm-up inside this block takes
+    longer than ``after`` seconds (:data:`COMPILE_NOTICE_AFTER`): on a fresh install (or a
+    moved one) numba compiles every kernel, tens of seconds before the first iteration; later
+    runs load them from its cache in well under a second and print nothing."""
+    if log is None:
+        yield
+        return
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def notice() -> None:
+        said.set()
+        log("compiling kernels, once per install (numba caches them; later runs start at "
+            "once) ...")
+
+    timer = threading.Timer(COMPILE_NOTICE_AFTER if after is None else after, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+    if said.is_set():
+        log(f"kernels ready after {time.perf_counter() - t0:.1f}s")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -14,14 +16,18 @@ from ..tasks.base import Task
 
 @dataclass
 class SolverConfig:
-    """Hyper-parameters shared by the learners (names as in the CLI).
+    """Hyper-parameters shared by the learners (names as in the CLI), and the one place their
+    defaults live: the CLI and the estimators leave an option at None unless it is set and
+    build the config with :meth:`from_options`; ``demidcd train --help`` shows these values.
 
     C: regularisation of Eq. (1). tol: stop when a full inference pass finds no structure whose
     violation Δ − w·φ − A_i/(2C) exceeds tol and the largest projected gradient on the active
     set is below tol. delta: shrinking threshold δ of Eq. (9); the admission threshold is
     min(delta, tol) so that a structure the stopping rule counts can always enter.
     inner_passes: r of DCD-SSVM (Algorithm 3); 0 gives DCD-Light (Algorithm 2).
-    max_epochs: outer iterations (None: see :meth:`epochs`).
+    max_epochs: outer iterations (None: see :meth:`epochs`). time_limit: seconds of solver
+    time (None: none). seed: shuffling and sharding. eval_every: seconds between primal/dual
+    evaluations in the log (None: never).
     batch: examples per loss-augmented inference call in 1-DCD (1 = the exact sequential
     algorithm; larger amortises call overhead, with w refreshed between batches).
     skip: share of the examples with the smallest projected gradients that a pass over the
@@ -38,18 +44,43 @@ class SolverConfig:
     seed: int = 0
     inner_passes: int = 5
     max_active: int = 50
-    batch: int = 1
+    batch: int = 16
     eval_every: float | None = None
     skip: float = 0.75
     sweeps: int = 1
 
+    @classmethod
+    def from_options(cls, **given: Any) -> SolverConfig:
+        """The config with the options that are not None (the others keep their defaults),
+        each converted to its field's type; a value of the wrong type, or a name that is not a
+        field, raises :class:`OptionError`."""
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, v in given.items():
+            if name not in known:
+                raise OptionError(f"unknown solver option {name!r}")
+            if v is None:
+                continue
+            kind = float if "float" in str(known[name].type) else int
+            try:
+                if isinstance(v, bool) or (kind is int and float(v) != int(v)):
+                    raise ValueError
+                values[name] = kind(v)
+            except (TypeError, ValueError, OverflowError):
+                raise OptionError(f"--{name.replace('_', '-')} must be a number"
+                                  f"{' (an integer)' if kind is int else ''}, got {v!r}"
+                                  ) from None
+        return cls(**values)
+
     def validate(self) -> None:
-        if not self.C > 0:
-            raise OptionError(f"--C must be > 0, got {self.C}")
-        if not self.tol > 0:
-            raise OptionError(f"--tol must be > 0, got {self.tol}")
-        if self.delta < 0:
-            raise OptionError(f"--delta must be >= 0, got {self.delta}")
+        """Raise :class:`OptionError` for a value outside its range (C, tol and delta must be
+        finite: C = inf would be the hard-margin SVM, which the L2-loss dual does not solve)."""
+        if not 0 < self.C < math.inf:
+            raise OptionError(f"--C must be a finite number > 0, got {self.C}")
+        if not 0 < self.tol < math.inf:
+            raise OptionError(f"--tol must be a finite number > 0, got {self.tol}")
+        if not 0 <= self.delta < math.inf:
+            raise OptionError(f"--delta must be a finite number >= 0, got {self.delta}")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise OptionError(f"--max-epochs must be >= 1, got {self.max_epochs}")
         if self.time_limit is not None and not self.time_limit > 0:
@@ -64,10 +95,12 @@ class SolverConfig:
             raise OptionError(f"--sweeps must be >= 1, got {self.sweeps}")
         if not 0.0 <= self.skip < 1.0:
             raise OptionError(f"--skip must be in [0, 1), got {self.skip}")
+        if self.eval_every is not None and not self.eval_every >= 0:
+            raise OptionError(f"--eval-every must be >= 0, got {self.eval_every}")
 
     def epochs(self, default: int) -> int:
-        """The epoch limit: ``max_epochs``, or the learner's own default when None (1-DCD: 100
-        epochs of inference + updates; DEMI-DCD: unlimited learner passes, which are cheap)."""
+        """The epoch limit: ``max_epochs``, or the learner's own default when None (the DCD
+        learners: none, they run until converged or the time limit; SP-IPM: 100 rounds)."""
         return default if self.max_epochs is None else int(self.max_epochs)
 
     @property

@@ -38,7 +38,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
     reason, epoch, last_eval = "max-epochs", 0, 0.0
     try:
-        for epoch in range(1, config.epochs(100) + 1):
+        for epoch in range(1, config.epochs(1 << 62) + 1):
             max_pg, shrunk, updates, certified = 0.0, 0, 0, False
             for _ in range(r):
                 st = act.update(rng.permutation(n).astype(np.int64), skip_below=plan.threshold())
