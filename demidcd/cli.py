@@ -407,6 +407,10 @@ def cmd_train(args) -> int:
     est = spec.make_estimator(args, common)
     est.data_options_ = spec.data_options(args)
     config = est.solver_config()  # bad options fail before the data is read
+    if algorithm == "demi-dcd" and threads > 1:  # --learners too
+        from .solvers.multi_dcd import check_learners
+
+        check_learners(args.learners, threads)
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:

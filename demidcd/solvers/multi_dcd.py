@@ -98,6 +98,17 @@ def parse_learners(value: str | int | None) -> int | None:
     return k
 
 
+def check_learners(value: str | int | None, threads: int) -> None:
+    """Fail early (before data is read) on a ``--learners`` no schedule runs."""
+    k = parse_learners(value)
+    if k is not None and k > threads:
+        raise OptionError(f"--learners {k} is more than --threads {threads}")
+    if k is not None and 1 < k < threads:
+        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
+                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
+                          "and learns) is implemented")
+
+
 def choose_learners(task: Task, config: SolverConfig, threads: int,
                     log: Callable[[str], None] | None = None, sample: int = 64
                     ) -> tuple[int, dict]:
