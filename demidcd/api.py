@@ -29,6 +29,7 @@ from .errors import InputTypeError, ModelFileError, OptionError, not_fitted
 from .io.model import load_model, save_model
 from .solvers import train
 from .solvers.common import SolverConfig, TrainResult, objective
+from .tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
 from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from .tasks.sequence import SequenceTask
 
@@ -477,7 +478,8 @@ class EntityRelationExtractor(StructuredEstimator):
 
     X is a list of :class:`~demidcd.io.conll04.ERSentence` (entity tokens given; gold labels
     inside them for fit/score). Extra hyper-parameters: ``solver`` (``exact`` branch-and-bound,
-    ``cbc`` through PuLP, ``highs``), ``relation_loss_weight`` (λ of Δ), ``min_count``.
+    ``cbc`` (bundled with PuLP), ``highs``), ``ilp_time_limit`` (seconds per cbc/highs solve;
+    None = the default, 2; 0 = no cap), ``relation_loss_weight`` (λ of Δ), ``min_count``.
     Fitted: ``coef_``, ``featurizer_``, ``result_``.
     """
 
@@ -488,7 +490,7 @@ class EntityRelationExtractor(StructuredEstimator):
     _requires_y = False
 
     def __init__(self, *, solver: str | None = None, relation_loss_weight: float | None = None,
-                 min_count: int | None = None,
+                 min_count: int | None = None, ilp_time_limit: float | None = None,
                  C: float | None = None, algorithm: str | None = None, threads: int | None = None,
                  tol: float | None = None, delta: float | None = None,
                  max_epochs: int | None = None, time_limit: float | None = None,
@@ -518,7 +520,23 @@ class EntityRelationExtractor(StructuredEstimator):
                               f"{self.relation_loss_weight!r}")
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
                                   with_gold=with_gold, solver=self.solver or "exact",
-                                  relation_loss_weight=weight)
+                                  relation_loss_weight=weight,
+                                  ilp_time_limit=self._ilp_cap())
+
+    def _ilp_cap(self) -> float | None:
+        """Seconds per cbc/highs solve: ``ilp_time_limit`` None → the default
+        (:data:`~demidcd.tasks.er_solvers.DEFAULT_ILP_TIME_LIMIT`), 0 → no cap."""
+        v = self.ilp_time_limit
+        if v is None:
+            return DEFAULT_ILP_TIME_LIMIT
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not 0 <= v < float("inf"):
+            raise OptionError(f"--ilp-time-limit must be a finite number >= 0, got "
+                              f"{self.ilp_time_limit!r}")
+        return None if v == 0 else v
 
     @staticmethod
     def _check(X: Any, name: str = "X") -> Any:

@@ -89,8 +89,9 @@ def _data_options(p: argparse.ArgumentParser, command: str) -> None:
     g.add_argument("--task", choices=task_names(), default="sequence",
                    help="; ".join(f"{n}: {get_task(n).help}" for n in task_names())
                    + ("" if command == "train" else " (default: the model's task)"))
-    g.add_argument("--format", choices=("conllu", "columns", "auto"), default="auto",
-                   help="input format (auto: .conllu → conllu, else columns)")
+    g.add_argument("--format", choices=("conllu", "columns", "conllx", "auto"), default="auto",
+                   help="input format (auto: .conllu → conllu, else columns; --task dependency: "
+                        "else conllx)")
     g.add_argument("--column", default=None,
                    help="label column: upos|xpos for CoNLL-U (default upos), a 1-based column "
                         "number for columns files (default the last); evaluate / predict "

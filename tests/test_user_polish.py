@@ -25,9 +25,11 @@ from demidcd.errors import DemidcdError, InputTypeError, NotFittedError, OptionE
 from demidcd.io.model import atomic_write, load_model
 from demidcd.solvers.common import SolverConfig
 from demidcd.synthetic import generate
+from demidcd.tasks.dependency import DependencyParser
 
 CLI = [sys.executable, "-m", "demidcd.cli"]
-ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtractor)
+ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtractor,
+              DependencyParser)
 X = [["the", "cat", "sat"], ["a", "dog", "ran"], ["the", "dog", "sat"], ["a", "cat", "ran"]] * 5
 Y = [["D", "N", "V"]] * 20
 

@@ -29,8 +29,22 @@ def check_fraction(test_fraction: float, option: str = "--test-fraction") -> flo
 
 
 def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, Any]:
-    """(train, test) of a TaggedCorpus or a list of ERSentence."""
+    """(train, test) of a TaggedCorpus, a DepCorpus or a list of ERSentence."""
+    from .dependency import DepCorpus
+
     test_fraction = check_fraction(test_fraction)
+    if isinstance(data, DepCorpus):
+        order = list(range(len(data)))
+        random.Random(seed).shuffle(order)
+        cut = int((1 - test_fraction) * len(order))
+
+        def dpart(ids: list[int]) -> DepCorpus:
+            pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
+            return replace(data, words=pick(data.words), pos=pick(data.pos),
+                           heads=pick(data.heads), lines=pick(data.lines), raw=pick(data.raw),
+                           other_pos=pick(data.other_pos))
+
+        return dpart(order[:cut]), dpart(order[cut:])
     if not isinstance(data, TaggedCorpus):
         return split_corpus(data, test_fraction, seed)
     order = list(range(len(data)))

@@ -1,0 +1,276 @@
+"""Reader and writer for dependency treebanks: the HEAD column of CoNLL-U and CoNLL-X files.
+
+Both formats have ten tab-separated fields per token line,
+
+    ID FORM LEMMA UPOS|CPOSTAG XPOS|POSTAG FEATS HEAD DEPREL DEPS|PHEAD MISC|PDEPREL
+
+so the POS columns and HEAD sit at the same places: ``pos_column="upos"`` reads field 4
+(CoNLL-X CPOSTAG), ``"xpos"`` field 5 (CoNLL-X POSTAG), HEAD is field 7. Comment lines (``#``)
+are kept for the writer; in CoNLL-U, multiword-token lines (``1-2``) and empty nodes (``5.1``)
+are skipped when reading and written back unchanged. Token ids must run 1, 2, … in each sentence
+and gold heads must lie in 0..n and form a tree. Every problem raises
+:class:`~demidcd.errors.InputError` naming the file and the 1-based line.
+
+:func:`write_dependency` writes the original lines with only the HEAD field replaced,
+atomically (temporary file in the target directory, then ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from demidcd.errors import InputError, OptionError
+from demidcd.io.tagged import _read_text
+
+__all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
+
+DEP_FORMATS = ("conllu", "conllx")
+POS_COLUMNS = {"upos": 3, "xpos": 4}  # 0-based field index (CoNLL-X: CPOSTAG, POSTAG)
+_HEAD = 6
+
+
+@dataclass
+class DepCorpus:
+    """Sentences of words and POS tags with (optional) gold heads.
+
+    ``heads[s][k]`` is the head of word k+1 (0 = the root); empty lists when read unlabeled.
+    ``other_pos``: the other POS column (XPOS when ``pos`` is UPOS and vice versa; CoNLL-X
+    POSTAG / CPOSTAG) when it has a tag for every word of the file, else None.
+    ``raw[s]`` holds the sentence's original lines split into fields (comments as one field),
+    or None for an in-memory corpus.
+    """
+
+    words: list[list[str]]
+    pos: list[list[str]]
+    heads: list[list[int]]
+    path: str
+    lines: list[int]
+    fmt: str
+    raw: list[list[list[str]]] | None
+    other_pos: list[list[str]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def n_tokens(self) -> int:
+        """Total number of words Σ_s n_s (the root not counted)."""
+        return sum(len(w) for w in self.words)
+
+    @property
+    def labeled(self) -> bool:
+        """True when every sentence carries gold heads."""
+        return len(self.heads) == len(self.words) and all(
+            len(h) == len(w) for h, w in zip(self.heads, self.words, strict=True))
+
+
+def _check_options(fmt: str, pos_column: str) -> int:
+    if fmt not in DEP_FORMATS:
+        raise OptionError(f"unknown dependency format {fmt!r}; use conllu or conllx")
+    if pos_column not in POS_COLUMNS:
+        raise OptionError(f"unknown --pos-column {pos_column!r}; use upos or xpos")
+    return POS_COLUMNS[pos_column]
+
+
+def _cycle(heads: list[int]) -> int:
+    """0 when heads (of words 1..n, 0 = root) form a tree rooted at 0, else a word on a cycle."""
+    state = [0] * (len(heads) + 1)  # 0 unseen, 1 on the current path, 2 reaches the root
+    state[0] = 2
+    for d in range(1, len(heads) + 1):
+        path = []
+        x = d
+        while state[x] == 0:
+            state[x] = 1
+            path.append(x)
+            x = heads[x - 1]
+        if state[x] == 1:
+            return x
+        for v in path:
+            state[v] = 2
+    return 0
+
+
+def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_column: str = "upos",
+                    encoding: str = "utf-8", labeled: bool = True,
+                    max_sentence_length: int = 5000) -> DepCorpus:
+    """Read a CoNLL-U (``fmt="conllu"``) or CoNLL-X (``"conllx"``) treebank.
+
+    ``labeled=False`` does not read HEAD (it may be ``_``); otherwise HEAD must be an integer in
+    0..n for every word of an n-word sentence.
+    """
+    path = os.fspath(path)
+    pi = _check_options(fmt, pos_column)
+    if max_sentence_length < 1:
+        raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
+    text = _read_text(path, encoding)
+    words_all: list[list[str]] = []
+    pos_all: list[list[str]] = []
+    heads_all: list[list[int]] = []
+    lines: list[int] = []
+    raw: list[list[list[str]]] = []
+    words: list[str] = []
+    tags: list[str] = []
+    other: list[str] = []
+    other_all: list[list[str]] = []
+    other_ok = True
+    oi = 7 - pi  # the other POS field (3 <-> 4)
+    heads: list[int] = []
+    hline: list[int] = []
+    rl: list[list[str]] = []
+    first = 0
+    colname = ("UPOS" if pi == 3 else "XPOS") if fmt == "conllu" else (
+        "CPOSTAG" if pi == 3 else "POSTAG")
+
+    def close() -> None:
+        n = len(words)
+        if labeled:
+            for h, ln in zip(heads, hline, strict=True):
+                if h > n:
+                    raise InputError(path, ln, f"HEAD {h} is beyond the sentence's {n} words")
+            d = _cycle(heads)
+            if d:
+                raise InputError(path, hline[d - 1], f"the heads of the sentence starting on "
+                                                      f"line {first} form a cycle through "
+                                                      f"word {d}, not a tree")
+        words_all.append(words)
+        pos_all.append(tags)
+        other_all.append(other)
+        heads_all.append(heads if labeled else [])
+        lines.append(first)
+        raw.append(rl)
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for lineno, line in enumerate(text.split("\n"), 1):
+            if line.endswith("\r"):
+                line = line[:-1]
+            if not line or line.isspace():
+                if words:
+                    close()
+                    words, tags, other, heads, hline, rl = [], [], [], [], [], []
+                continue
+            if line[0] == "#":
+                rl.append([line])
+                continue
+            f = line.split("\t")
+            if len(f) != 10:
+                raise InputError(path, lineno,
+                                 f"expected 10 tab-separated columns, found {len(f)}")
+            tid = f[0]
+            if not (tid.isdigit() and tid.isascii()):
+                if fmt == "conllu" and ("-" in tid or "." in tid):
+                    a, _, b = tid.replace(".", "-", 1).partition("-")
+                    if a.isdigit() and b.isdigit() and a.isascii() and b.isascii():
+                        rl.append(f)
+                        continue
+                raise InputError(path, lineno, f"bad token id {tid!r}")
+            expect = len(words) + 1
+            if int(tid) != expect:
+                raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
+            if expect > max_sentence_length:
+                raise InputError(path, first, f"sentence longer than {max_sentence_length} "
+                                              "tokens (--max-sentence-length)")
+            w, p = f[1], f[pi]
+            if not w or w.isspace():
+                raise InputError(path, lineno, "empty word (column 2)")
+            if not p or p.isspace() or p == "_":
+                raise InputError(path, lineno, f"empty POS tag in {colname} (column {pi + 1}); "
+                                               "try the other --pos-column")
+            if labeled:
+                h = f[_HEAD]
+                if not (h.isdigit() and h.isascii()):
+                    raise InputError(path, lineno, f"bad HEAD {h!r} (column 7): expected an "
+                                                   "integer >= 0")
+                if int(h) == expect:
+                    raise InputError(path, lineno, f"word {expect} is its own head")
+                heads.append(int(h))
+                hline.append(lineno)
+            if not words:
+                first = lineno
+            words.append(w)
+            tags.append(p)
+            o = f[oi]
+            if other_ok and (not o or o.isspace() or o == "_"):
+                other_ok = False
+            other.append(o)
+            rl.append(f)
+        if words:
+            close()
+        elif rl and raw:  # trailing comments
+            raw[-1].extend(rl)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not words_all:
+        raise InputError(path, None, "no sentences found (empty file?)")
+    return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw,
+                     other_all if other_ok else None)
+
+
+def corpus_from_lists(words: list[list[str]], pos: list[list[str]],
+                      heads: list[list[int]] | None = None) -> DepCorpus:
+    """An in-memory corpus (no original lines: the writer emits ``_`` in unknown fields)."""
+    if len(pos) != len(words) or (heads is not None and len(heads) != len(words)):
+        raise ValueError("words, pos and heads must have one entry per sentence")
+    for s, (w, p) in enumerate(zip(words, pos, strict=True)):
+        if not w or len(p) != len(w) or (heads is not None and len(heads[s]) != len(w)):
+            raise ValueError(f"sentence {s}: empty, or words/pos/heads of different lengths")
+    hs = [list(map(int, h)) for h in heads] if heads is not None else [[] for _ in words]
+    return DepCorpus([list(w) for w in words], [list(p) for p in pos], hs, "",
+                     list(range(1, len(words) + 1)), "conllu", None)
+
+
+def _lines(corpus: DepCorpus, predicted: list[list[int]]):
+    for s, (words, pred) in enumerate(zip(corpus.words, predicted, strict=True)):
+        if len(pred) != len(words):
+            raise ValueError(f"sentence {s}: {len(pred)} heads for {len(words)} words")
+        rl = corpus.raw[s] if corpus.raw is not None else None
+        if rl is None:
+            for k, (w, p) in enumerate(zip(words, corpus.pos[s], strict=True)):
+                f = [str(k + 1), w, "_", p, "_", "_", str(int(pred[k])), "_", "_", "_"]
+                yield "\t".join(f)
+        else:
+            k = 0
+            for f in rl:
+                if len(f) == 10 and f[0].isdigit() and f[0].isascii():
+                    g = list(f)
+                    g[_HEAD] = str(int(pred[k]))
+                    k += 1
+                    yield "\t".join(g)
+                else:
+                    yield "\t".join(f)
+        yield ""
+
+
+def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
+                     predicted: list[list[int]], encoding: str = "utf-8") -> None:
+    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), atomically."""
+    path = os.fspath(path)
+    if len(predicted) != len(corpus.words):
+        raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.words)}")
+    data = ("\n".join(_lines(corpus, predicted)) + "\n").encode(encoding)
+    if path.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + Path(path).name + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
