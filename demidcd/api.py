@@ -175,7 +175,8 @@ class StructuredEstimator:
         if threads < 1:
             raise OptionError(f"--threads must be >= 1, got {threads}")
         algorithm = self.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-        engine = {k: getattr(self, k) for k in ENGINE_OPTIONS if getattr(self, k) is not None}
+        engine = {k: getattr(self, k) for k in ENGINE_OPTIONS
+                  if getattr(self, k, None) is not None}
         return str(algorithm), int(threads), engine
 
     def hyper_parameters(self) -> dict[str, Any]:
