@@ -36,8 +36,10 @@ from .tasks.sequence import SequenceTask
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
 ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
-                  "mixing", "averaged", "learners", "update_mode")
-"""Constructor arguments passed to the parallel schedules when set (defaults there)."""
+                  "mixing", "averaged", "batch_size", "lam", "projection", "eta",
+                  "regularizer", "learners", "update_mode")
+"""Constructor arguments passed to the learners that read them when set (defaults in the
+learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
 
 
 def _check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
@@ -76,15 +78,16 @@ class StructuredEstimator:
     """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
     the default.
 
-    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, ``demi-dcd``,
-    ``ms-dcd``, ``sp-ipm`` (None: ``demi-dcd`` when threads > 1, else ``dcd``). threads:
-    processes (None: 1, single-process). tol, delta, max_epochs, time_limit, seed,
+    C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
+    ``demi-dcd``, ``ms-dcd``, ``sp-ipm``, ``perceptron``, ``mira``, ``pegasos``, ``adagrad``,
+    ``sdm-hinge``, ``sdm-ramp``; None: ``demi-dcd`` when threads > 1, else ``dcd``; a learner
+    that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
+    single-process). tol, delta, max_epochs, time_limit, seed,
     inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
     primal/dual evaluations in the log): see :class:`~demidcd.solvers.common.SolverConfig`.
-    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged: options
-    of the parallel schedules. learners (DEMI-DCD: K learner processes on one shared w, or
-    ``"auto"``; None: one learner) and update_mode (``"atomic"`` or ``"plain"``): see
-    :mod:`demidcd.solvers.multi_dcd`. cpu_log: CSV path for the CPU timeline. snapshot_every /
+    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged,
+    batch_size, lam, projection, eta, regularizer: options of the learners that read them
+    (README, "Learners"). cpu_log: CSV path for the CPU timeline. snapshot_every /
     snapshot_dir: save w every so many seconds. callback(record, w): per outer iteration.
     log(line): progress lines (e.g. ``print``). debug: worker tracebacks.
     """
@@ -175,7 +178,7 @@ class StructuredEstimator:
         if threads < 1:
             raise OptionError(f"--threads must be >= 1, got {threads}")
         algorithm = self.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-        engine = {k: getattr(self, k) for k in ENGINE_OPTIONS
+        engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
                   if getattr(self, k, None) is not None}
         return str(algorithm), int(threads), engine
 
@@ -294,7 +297,10 @@ class SequenceTagger(StructuredEstimator):
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):
@@ -448,7 +454,10 @@ class ChunkTagger(SequenceTagger):
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):
@@ -502,7 +511,10 @@ class EntityRelationExtractor(StructuredEstimator):
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):

@@ -245,7 +245,8 @@ class EntityRelationFeaturizer:
 @njit(cache=True, nogil=True)
 def _scores(w, s, ent_ptr, pair_ptr, ef_ptr, ef_idx, pf_ptr, pf_idx, ent_gold, pair_gold,
             fe4, augment, rlw, U, P):
-    """U[a, e], P[k, r] for sentence s (loss-augmented when ``augment``); returns n."""
+    """U[a, e], P[k, r] for sentence s, with ``augment``·Δ added (the loss scale: 0 plain,
+    1 loss-augmented, −1 loss-diminished); returns n."""
     e0 = ent_ptr[s]
     n = ent_ptr[s + 1] - e0
     for a in range(n):
@@ -256,10 +257,10 @@ def _scores(w, s, ent_ptr, pair_ptr, ef_ptr, ef_idx, pf_ptr, pf_idx, ent_gold, p
             base = ef_idx[q] * 4
             for e in range(4):
                 U[a, e] += w[base + e]
-        if augment:
+        if augment != 0:
             for e in range(4):
                 if e != ent_gold[j]:
-                    U[a, e] += 1.0
+                    U[a, e] += augment
     k0 = pair_ptr[s]
     m = pair_ptr[s + 1] - k0
     for k in range(m):
@@ -270,10 +271,10 @@ def _scores(w, s, ent_ptr, pair_ptr, ef_ptr, ef_idx, pf_ptr, pf_idx, ent_gold, p
             base = fe4 + pf_idx[q] * 6
             for r in range(6):
                 P[k, r] += w[base + r]
-        if augment:
+        if augment != 0:
             for r in range(6):
                 if r != pair_gold[j]:
-                    P[k, r] += rlw
+                    P[k, r] += rlw * augment
     return n
 
 
@@ -444,9 +445,11 @@ class EntityRelationTask(Task):
         np.cumsum(n * (n - 1), out=poff[1:])
         return eoff, poff
 
-    def infer(self, w: np.ndarray, examples: np.ndarray, augment: bool
+    def infer(self, w: np.ndarray, examples: np.ndarray, augment: bool | float
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(Loss-augmented) argmax for each example: flat labels, offsets, objective values."""
+        """argmax_y w·Φ + augment·Δ for each example (``augment``: the loss scale, True = 1):
+        flat labels, offsets, objective values."""
+        augment = float(augment)
         examples = np.ascontiguousarray(examples, dtype=np.int64)
         w = np.ascontiguousarray(w, dtype=VALUE_DTYPE)
         if augment and not self.with_gold:
@@ -493,11 +496,29 @@ class EntityRelationTask(Task):
 
     def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """Records for the plain argmax (no Δ in the objective), one per wrong example."""
+        return self.loss_scaled(w, examples, 0.0)
+
+    def loss_scaled(self, w: np.ndarray, examples: np.ndarray, scale: float) -> RecordBatch:
+        """argmax_y w·Φ(x_i, y) + scale·Δ(y_i, y), one record per example with Δ > 0."""
         examples = np.ascontiguousarray(examples, dtype=np.int64)
         if len(examples) == 0:
             return RecordBatch.empty()
-        ent, pair, eoff, poff, _ = self.infer(w, examples, augment=False)
+        ent, pair, eoff, poff, _ = self.infer(w, examples, augment=float(scale))
         return self._batch(w, examples, ent, pair, eoff, poff, False)
+
+    def weights_read(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks of w inference on ``examples`` reads: 4 weights per entity feature and 6 per
+        pair feature occurring in them (repeats allowed)."""
+        e = self.enc
+        ex = np.ascontiguousarray(examples, dtype=np.int64)
+        ef = [e.ef_idx[e.ef_ptr[e.ent_ptr[s]]:e.ef_ptr[e.ent_ptr[s + 1]]] for s in ex]
+        pf = [e.pf_idx[e.pf_ptr[e.pair_ptr[s]]:e.pf_ptr[e.pair_ptr[s + 1]]] for s in ex]
+        ef = np.concatenate(ef).astype(np.int64) if ef else np.zeros(0, np.int64)
+        pf = np.concatenate(pf).astype(np.int64) if pf else np.zeros(0, np.int64)
+        starts = np.concatenate([ef * 4, self._fe4 + pf * 6])
+        lens = np.concatenate([np.full(ef.shape[0], 4, np.int64),
+                               np.full(pf.shape[0], 6, np.int64)])
+        return starts, lens
 
     def decode(self, w: np.ndarray, examples: np.ndarray) -> list[Structure]:
         """argmax_y w·Φ(x_i, y) as (entity labels, pair labels) per example."""

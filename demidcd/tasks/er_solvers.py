@@ -649,7 +649,9 @@ def solve_cbc(U: np.ndarray, P: np.ndarray, *, time_limit: float | None = None,
         status, ent = _read_cbc_solution(sol, n)
         if status.startswith("Optimal") and ent is not None:
             return _from_entities(U, P, ent, True)
-        if time_limit is not None and status.startswith("Stopped"):
+        if time_limit is not None:  # "Stopped on time", or (seen once when the cap struck
+            # during preprocessing) "Integer infeasible": the ILP is always feasible, so any
+            # other status under a cap means the cap stopped CBC
             if ent is None:  # no feasible structure within the cap
                 return solve_bounded(U, P)
             return _from_entities(U, P, ent, False)
