@@ -278,6 +278,41 @@ def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: floa
     return text, wall
 
 
+# --------------------------------------------------------------------------- run summaries
+def read_summary(path: str | os.PathLike[str]) -> dict | None:
+    """The JSON summary ``demidcd train --summary-json`` wrote (None when absent)."""
+    p = Path(path)
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def summary_views(s: dict | None) -> dict[str, Any]:
+    """From a run summary, the figures the benchmarks report: ``stopped`` (reason,
+    iterations, seconds), ``cpu`` (average, of), ``learner`` (DEMI-DCD / MS-DCD counters),
+    ``ms_split`` (MS-DCD's barrier vs master time)."""
+    if not s:
+        return {"stopped": {}, "cpu": None, "learner": None, "ms_split": None}
+    x, secs = s.get("extra", {}), float(s.get("seconds") or 0.0)
+    out: dict[str, Any] = {
+        "stopped": {"reason": s["stop_reason"], "iterations": s["epochs"], "seconds": secs},
+        "cpu": ({"average": x["cpu_average"], "of": 100.0 * s.get("threads", 1)}
+                if x.get("cpu_average") is not None else None),
+        "learner": None, "ms_split": None}
+    if "publishes" in x:
+        own = float(x.get("learner_inferences", 0))
+        out["learner"] = {
+            "updates": float(x["updates"]), "updates_per_s": x["updates"] / max(secs, 1e-9),
+            "publishes": float(x["publishes"]),
+            "publish_percent": 100.0 * x.get("publish_seconds", 0.0) / max(secs, 1e-9),
+            "inferences": float(x.get("inferences", 0)) + own, "learner_inferences": own,
+            "pushed": float(x.get("pushed", 0)), "chunks_redone": float(x.get("wasted", 0))}
+    if "master_seconds" in x:
+        a, b, n = x["inference_seconds"], x["master_seconds"], max(s["epochs"], 1)
+        out["ms_split"] = {"inference_seconds": a, "master_seconds": b, "iterations": n,
+                           "inference_per_iteration": a / n, "master_per_iteration": b / n,
+                           "master_share": b / (a + b) if a + b > 0 else float("nan")}
+    return out
+
+
 # --------------------------------------------------------------------------- log parsing
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 

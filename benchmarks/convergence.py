@@ -56,19 +56,17 @@ from common import (  # noqa: E402
     machine_line,
     markdown_table,
     moving_average,
-    parse_cpu_line,
-    parse_learner_line,
     parse_metrics,
-    parse_ms_split,
-    parse_stopped,
     pyplot,
     read_cpu_csv,
     read_jsonl,
     read_snapshot_csv,
+    read_summary,
     rmtree,
     run_cli,
     save_figure,
     say,
+    summary_views,
     thin_snapshots,
     time_to_gap,
     time_to_metric,
@@ -122,7 +120,7 @@ def run_method(alg: str, args, data: dict, work: Path, load: LoadSampler, prog: 
            *data["opts"], "--time-limit", str(args.budget), "--snapshot-every",
            str(args.snapshot_every), "--snapshot-dir", str(snap), "--cpu-log", str(d / "cpu.csv"),
            "--log-json", str(d / "log.jsonl"), "--model", str(d / "model.npz"),
-           "--seed", str(args.seed)]
+           "--summary-json", str(d / "summary.json"), "--seed", str(args.seed)]
     if args.task == "entity-relation" and getattr(args, "ilp_solver", None):
         cmd += ["--ilp-solver", args.ilp_solver]  # training only: evaluation solves exactly
     if alg != "dcd":
@@ -147,12 +145,13 @@ def run_method(alg: str, args, data: dict, work: Path, load: LoadSampler, prog: 
                                if args.task == "entity-relation" else [])], d / "final.log")
     cpu_t, cpu_v = read_cpu_csv(d / "cpu.csv")
     recs = read_jsonl(d / "log.jsonl")
-    stopped = parse_stopped(text) or {}
+    views = summary_views(read_summary(d / "summary.json"))
+    stopped = views["stopped"]
     out = {
         "algorithm": alg, "name": NAMES[alg], "threads": threads, "command": "demidcd " +
         " ".join(cmd).replace(str(work), "WORK"), "wall_seconds_incl_loading": wall,
-        "stopped": stopped, "cpu": parse_cpu_line(text), "learner": parse_learner_line(text),
-        "ms_split": parse_ms_split(text), "final": parse_metrics(metrics_text),
+        "stopped": stopped, "cpu": views["cpu"], "learner": views["learner"],
+        "ms_split": views["ms_split"], "final": parse_metrics(metrics_text),
         "last_record": recs[-1] if recs else None, "iterations": len(recs),
         "snapshots": {"taken": total, "evaluated": kept, "evaluate_wall_seconds": ev_wall},
         "curve": rows, "cpu_timeline": {"seconds": cpu_t, "total": cpu_v},

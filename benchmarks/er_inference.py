@@ -124,7 +124,7 @@ def main() -> None:
         objs = np.zeros(len(probs))
         for q, (u, p) in enumerate(probs):
             t0 = time.perf_counter()
-            _, _, objs[q] = solve(u, p)
+            objs[q] = solve(u, p).obj
             times[q] = time.perf_counter() - t0
         if ref is None:
             ref = objs

@@ -29,14 +29,17 @@ from .errors import InputTypeError, ModelFileError, OptionError, not_fitted
 from .io.model import load_model, save_model
 from .solvers import train
 from .solvers.common import SolverConfig, TrainResult, objective
+from .tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
 from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from .tasks.sequence import SequenceTask
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
 ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
-                  "mixing", "averaged")
-"""Constructor arguments passed to the parallel schedules when set (defaults there)."""
+                  "mixing", "averaged", "batch_size", "lam", "projection", "eta",
+                  "regularizer")
+"""Constructor arguments passed to the learners that read them when set (defaults in the
+learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
 
 
 def _check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
@@ -75,13 +78,16 @@ class StructuredEstimator:
     """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
     the default.
 
-    C: regularisation (Eq. 1). algorithm: ``dcd`` (DCD-SSVM), ``dcd-light``, ``demi-dcd``,
-    ``ms-dcd``, ``sp-ipm`` (None: ``demi-dcd`` when threads > 1, else ``dcd``). threads:
-    processes (None: 1, single-process). tol, delta, max_epochs, time_limit, seed,
+    C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
+    ``demi-dcd``, ``ms-dcd``, ``sp-ipm``, ``perceptron``, ``mira``, ``pegasos``, ``adagrad``,
+    ``sdm-hinge``, ``sdm-ramp``; None: ``demi-dcd`` when threads > 1, else ``dcd``; a learner
+    that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
+    single-process). tol, delta, max_epochs, time_limit, seed,
     inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
     primal/dual evaluations in the log): see :class:`~demidcd.solvers.common.SolverConfig`.
-    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged: options
-    of the parallel schedules. cpu_log: CSV path for the CPU timeline. snapshot_every /
+    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged,
+    batch_size, lam, projection, eta, regularizer: options of the learners that read them
+    (README, "Learners"). cpu_log: CSV path for the CPU timeline. snapshot_every /
     snapshot_dir: save w every so many seconds. callback(record, w): per outer iteration.
     log(line): progress lines (e.g. ``print``). debug: worker tracebacks.
     """
@@ -172,7 +178,8 @@ class StructuredEstimator:
         if threads < 1:
             raise OptionError(f"--threads must be >= 1, got {threads}")
         algorithm = self.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-        engine = {k: getattr(self, k) for k in ENGINE_OPTIONS if getattr(self, k) is not None}
+        engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
+                  if getattr(self, k, None) is not None}
         return str(algorithm), int(threads), engine
 
     def hyper_parameters(self) -> dict[str, Any]:
@@ -291,7 +298,10 @@ class SequenceTagger(StructuredEstimator):
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):
@@ -444,7 +454,10 @@ class ChunkTagger(SequenceTagger):
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):
@@ -481,7 +494,8 @@ class EntityRelationExtractor(StructuredEstimator):
 
     X is a list of :class:`~demidcd.io.conll04.ERSentence` (entity tokens given; gold labels
     inside them for fit/score). Extra hyper-parameters: ``solver`` (``exact`` branch-and-bound,
-    ``cbc`` through PuLP, ``highs``), ``relation_loss_weight`` (λ of Δ), ``min_count``.
+    ``cbc`` (bundled with PuLP), ``highs``), ``ilp_time_limit`` (seconds per cbc/highs solve;
+    None = the default, 2; 0 = no cap), ``relation_loss_weight`` (λ of Δ), ``min_count``.
     Fitted: ``coef_``, ``featurizer_``, ``result_``.
     """
 
@@ -492,7 +506,7 @@ class EntityRelationExtractor(StructuredEstimator):
     _requires_y = False
 
     def __init__(self, *, solver: str | None = None, relation_loss_weight: float | None = None,
-                 min_count: int | None = None,
+                 min_count: int | None = None, ilp_time_limit: float | None = None,
                  C: float | None = None, algorithm: str | None = None, threads: int | None = None,
                  tol: float | None = None, delta: float | None = None,
                  max_epochs: int | None = None, time_limit: float | None = None,
@@ -502,7 +516,10 @@ class EntityRelationExtractor(StructuredEstimator):
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):
@@ -521,7 +538,23 @@ class EntityRelationExtractor(StructuredEstimator):
                               f"{self.relation_loss_weight!r}")
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
                                   with_gold=with_gold, solver=self.solver or "exact",
-                                  relation_loss_weight=weight)
+                                  relation_loss_weight=weight,
+                                  ilp_time_limit=self._ilp_cap())
+
+    def _ilp_cap(self) -> float | None:
+        """Seconds per cbc/highs solve: ``ilp_time_limit`` None → the default
+        (:data:`~demidcd.tasks.er_solvers.DEFAULT_ILP_TIME_LIMIT`), 0 → no cap."""
+        v = self.ilp_time_limit
+        if v is None:
+            return DEFAULT_ILP_TIME_LIMIT
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not 0 <= v < float("inf"):
+            raise OptionError(f"--ilp-time-limit must be a finite number >= 0, got "
+                              f"{self.ilp_time_limit!r}")
+        return None if v == 0 else v
 
     @staticmethod
     def _check(X: Any, name: str = "X") -> Any:

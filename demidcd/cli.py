@@ -20,8 +20,6 @@ from typing import Any
 
 from .errors import DemidcdError, OptionError
 
-ALGORITHM_CHOICES = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
-
 
 # --------------------------------------------------------------------------- options
 def _signature_default(module: str, function: str, name: str) -> Any:
@@ -134,8 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hold out a seeded random FRACTION of --train as the test set")
     _data_options(t, "train")
     s = t.add_argument_group("solver")
-    s.add_argument("--algorithm", choices=ALGORITHM_CHOICES, default=None,
-                   help="learner (default: demi-dcd when --threads > 1, else dcd)")
+    from .solvers import LEARNERS  # the learner registry (imported under the early handler)
+
+    s.add_argument("--algorithm", choices=tuple(LEARNERS), default=None, metavar="NAME",
+                   help="learner (default: demi-dcd when --threads > 1, else dcd): "
+                        + "; ".join(f"{k}: {v.summary} (threads {v.threads_text()})"
+                                    for k, v in LEARNERS.items()))
     s.add_argument("--threads", type=int, default=None,
                    help="processes (default: the number of cores)")
     s.add_argument("--C", type=float, default=None, help="regularisation C of Eq. (1)")
@@ -168,8 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SP-IPM: perceptron epochs per mixing round")
     s.add_argument("--mixing", choices=("uniform", "mistakes"), default=None,
                    help="SP-IPM: parameter mixing weights")
-    s.add_argument("--averaged", action="store_true", default=None,
-                   help="SP-IPM: output the average of the mixed weights over rounds")
+    s.add_argument("--averaged", action=argparse.BooleanOptionalAction, default=None,
+                   help="output averaged weights (SP-IPM: over mixing rounds, default off; "
+                        "perceptron, mira, pegasos: over steps, default on)")
+    s.add_argument("--batch-size", type=int, default=None, metavar="K",
+                   help="pegasos, adagrad: examples per mini-batch step (16)")
+    s.add_argument("--lambda", type=float, default=None, dest="lam",
+                   help="pegasos: regularisation λ (default 1/(C n), the same objective)")
+    s.add_argument("--projection", action="store_true", default=None,
+                   help="pegasos: project w onto the ball ||w|| <= 1/sqrt(λ)")
+    s.add_argument("--eta", type=float, default=None, help="adagrad: learning rate η (0.1)")
+    s.add_argument("--regularizer", choices=("l1", "l2"), default=None,
+                   help="adagrad: regulariser (l2)")
     s.add_argument("--min-count", type=int, default=None,
                    help="feature dictionary cut-off")
     s.add_argument("--hashing", type=int, default=None, metavar="DIM",
@@ -177,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     o = t.add_argument_group("output")
     o.add_argument("--model", metavar="OUT", help="model file to write (.npz)")
     o.add_argument("--log-json", metavar="FILE", help="write the log records as JSON lines")
+    o.add_argument("--summary-json", metavar="FILE",
+                   help="write the run summary as JSON (stop reason, time, counters, CPU, "
+                        "dev/test metrics)")
     o.add_argument("--cpu-log", metavar="FILE", help="CPU-use timeline as CSV")
     o.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
                    help="log primal, dual and gap at most every SECONDS")
@@ -354,17 +369,31 @@ def _why_not_converged(res, config) -> str:
     return f"not converged ({state}): {hint}"
 
 
+def _metric_values(est, spec, data) -> dict[str, float]:
+    """The numeric metrics of ``est`` on ``data`` (for the run summary)."""
+    import numpy as np
+
+    m = est.metrics(*spec.xy(data))
+    return {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
+
+
 def cmd_train(args) -> int:
     from .parallel.engine import WorkerError
-    from .solvers import ALGORITHMS
+    from .solvers import check_threads, get_learner
 
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
-                   ("--cpu-log", args.cpu_log))
+                   ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
     if args.snapshot_dir is not None:
         _check_out_dir("--snapshot-dir", args.snapshot_dir)
     threads = args.threads if args.threads is not None else (os.cpu_count() or 1)
     if threads < 1:
         raise OptionError(f"--threads must be >= 1, got {threads}")
+    algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
+    learner = get_learner(algorithm)
+    check_threads(learner, threads)  # too few processes: an error, never another learner
+    sequential_note = learner.single_process and threads > 1 and args.threads is not None
+    if learner.single_process:
+        threads = 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
     if threads > cores and not args.quiet:
@@ -372,15 +401,10 @@ def cmd_train(args) -> int:
               f"process may use: the learner keeps one core to itself and the {threads - 1} "
               "inference workers share the others at a lower priority, so the run is no "
               "faster than with one process per core", file=sys.stderr)
-    algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
-    if algorithm not in ALGORITHMS:
-        raise OptionError(f"--algorithm {algorithm} is not available in this build")
-    if algorithm in ("dcd", "dcd-light") and threads > 1:
-        threads = 1
-    if algorithm in ("ms-dcd", "sp-ipm") and threads < 2:
-        raise OptionError(f"--algorithm {algorithm} needs --threads >= 2")
     spec = _spec(args)
     log = Log(args.quiet, args.log_json)
+    if sequential_note:
+        log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")
 
     def callback(rec: dict, w: Any) -> None:
         log.iteration(rec)
@@ -389,7 +413,8 @@ def cmd_train(args) -> int:
     given = {k: getattr(args, k) for k in (
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
         "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
-        "averaged", "cpu_log", "eval_every", "snapshot_every")}
+        "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
+        "projection", "eta", "regularizer")}
     given["perceptron_epochs_per_round"] = args.perceptron_epochs
     given["snapshot_dir"] = args.snapshot_dir or (
         os.path.splitext(args.model)[0] + ".snapshots"
@@ -441,14 +466,25 @@ def cmd_train(args) -> int:
         est.save(args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
+    metrics = {}
     if dev is not None:
         _report(spec, est, dev, "dev ", args.quiet)
+        if args.summary_json:
+            metrics["dev"] = _metric_values(est, spec, dev)
     if test is not None:
         _report(spec, est, test, "test ", args.quiet)
+        if args.summary_json:
+            metrics["test"] = _metric_values(est, spec, test)
     if res.extra.get("memory_line"):
         log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):
         print(res.extra["cpu_line"], flush=True)
+    if args.summary_json:
+        from .solvers.recorder import write_summary
+
+        write_summary(args.summary_json, res, algorithm=algorithm, threads=threads,
+                      task=spec.name, data=source, dim=int(est.coef_.shape[0]),
+                      model=args.model, **metrics)
     return 130 if res.stop_reason == "interrupted" else 0
 
 

@@ -111,6 +111,39 @@ def test_entity_relation_end_to_end(tmp_path, alg, threads):
     assert r.returncode == 0 and out.read_text() == corp.read_text()
 
 
+def test_evaluation_of_a_cbc_trained_model_defaults_to_exact(tmp_path):
+    """evaluate / evaluate-snapshots / predict solve with exact unless --ilp-solver is given;
+    both reach the same optima, so the reports agree."""
+    from test_entity_relation import SAMPLE
+
+    from demidcd.cli import _load, build_parser
+
+    corp = tmp_path / "s.corp"
+    corp.write_text(SAMPLE * 3)
+    m = tmp_path / "er.npz"
+    r = run("train", "--task", "entity-relation", "--train", str(corp), "--algorithm", "dcd",
+            "--ilp-solver", "cbc", "--ilp-time-limit", "5", "--time-limit", "60",
+            "--model", str(m))
+    assert r.returncode == 0, r.stderr
+    parser = build_parser()
+    for extra, want, cap in (([], "exact", 2.0), (["--ilp-solver", "cbc"], "cbc", 2.0),
+                             (["--ilp-solver", "highs", "--ilp-time-limit", "0"], "highs",
+                              None)):
+        for cmd in (["evaluate", "--model", str(m), "--data", str(corp)],
+                    ["predict", "--model", str(m), "--data", str(corp), "--out", "x"]):
+            _, est = _load(parser.parse_args(cmd + extra))
+            assert est.solver == want
+            if want != "highs":
+                task = est.training_task([])
+                assert task.solver_name == want and task.ilp_time_limit == cap
+    outs = [run("evaluate", "--model", str(m), "--data", str(corp), *extra)
+            for extra in ([], ["--ilp-solver", "cbc"])]
+    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
+    assert outs[0].stdout == outs[1].stdout
+    r = run("train", "--task", "entity-relation", "--train", str(corp), "--ilp-time-limit", "-1")
+    assert r.returncode == 2 and "--ilp-time-limit" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_split_command_is_seeded(tmp_path):
     from test_entity_relation import SAMPLE
     corp = tmp_path / "s.corp"

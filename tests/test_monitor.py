@@ -80,3 +80,68 @@ def test_dead_and_bogus_pids_count_zero():
     assert CpuMonitor({}).average() == 0.0
     with pytest.raises(ValueError):
         CpuMonitor({}, interval=0)
+
+
+BUSY = "import time\nt = time.monotonic() + {s}\nwhile time.monotonic() < t: pass\n"
+
+
+def _spawner(seconds):
+    """Idle itself: runs busy subprocesses one after another and waits for each."""
+    import subprocess
+    import sys
+
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        subprocess.run([sys.executable, "-c", BUSY.format(s=0.15)], check=True)
+
+
+def _holder(seconds):
+    """Idle itself: one busy grandchild that lives (and is counted live) the whole time."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys."
+                    f"executable, '-c', {BUSY.format(s=seconds)!r}])"], check=True)
+
+
+def _share(mon, role, lo, hi):
+    vals = [v.get(role, 0.0) for sec, _, v in mon.samples if lo <= sec < hi]
+    return sum(vals) / max(1, len(vals))
+
+
+def test_solver_subprocesses_count_in_their_parents_share():
+    """Exited (waited-for) and live descendants count in the share of the monitored process
+    that started them; a monitored child is not counted again in its monitored parent's share,
+    neither while it runs nor when the parent reaps it."""
+    spawner = CTX.Process(target=_spawner, args=(2.4,))
+    holder = CTX.Process(target=_holder, args=(2.4,))
+    busy = CTX.Process(target=_busy, args=(1.4,))  # a monitored child of the monitored parent
+    for p in (spawner, holder, busy):
+        p.start()
+    mon = CpuMonitor({"parent": os.getpid(), "spawner": spawner.pid, "holder": holder.pid,
+                      "busy": busy.pid}, interval=0.2)
+    mon.start()
+    time.sleep(1.6)
+    busy.join()  # reaped: its CPU now sits in this process's children times
+    time.sleep(0.8)
+    mon.stop()
+    for p in (spawner, holder):
+        p.join()
+    # while all run: the spawner and the holder are idle themselves, their (grand)children
+    # busy; the old monitor read ~0 % for both. Four busy processes share 2 cores (and CI
+    # runs other jobs), so compare with the busy reference process, not with 100 %.
+    busy_pct = _share(mon, "busy", 0.3, 1.0)
+    spawner_pct = _share(mon, "spawner", 0.3, 2.2)
+    holder_pct = _share(mon, "holder", 0.3, 2.2)
+    parent_pct = _share(mon, "parent", 0.3, 2.2)
+    assert busy_pct > 5, busy_pct
+    assert spawner_pct > 0.3 * busy_pct and holder_pct > 0.3 * busy_pct, \
+        (spawner_pct, holder_pct, busy_pct)
+    # the parent (only the monitor thread runs in it) does not count its monitored children:
+    # double counting would put it above the sum of the three
+    assert parent_pct < max(spawner_pct, holder_pct, busy_pct), \
+        (parent_pct, spawner_pct, holder_pct, busy_pct)
+    # reaping the busy child (~1 s of CPU at once in the children times) shows in no sample
+    assert max(v["parent"] for _, _, v in mon.samples) < 100
+    for _, total, vals in mon.samples:
+        assert total == pytest.approx(sum(vals.values()))

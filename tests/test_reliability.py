@@ -475,3 +475,61 @@ def test_fault_helpers_detect_a_leak() -> None:
         sleeper.wait()
         arena.close()
     assert _until_gone([proc], os.getpid(), 0.0) == ([], [])
+
+
+def _janitor(pid: int) -> psutil.Process:
+    """The shared-memory janitor of the run with parent ``pid`` (demidcd.parallel.shm)."""
+    for k in _family(pid):
+        try:
+            cmd = k.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "-S" in cmd and "-c" in cmd and str(pid) in cmd and "owner, fd, shm" in " ".join(cmd):
+            return k
+    raise AssertionError(f"no janitor among {[k.cmdline() for k in _family(pid)]}")
+
+
+def test_killing_the_janitor_prints_nothing_and_leaves_nothing(tmp_path: Path) -> None:
+    """Killing the process that cleans up after a SIGKILLed parent (formerly the multiprocess
+    resource tracker: a relaunch warning and one KeyError traceback per segment) is silent,
+    and the run still unlinks its segments on the way out."""
+    p, model, log, family, _ = _started(tmp_path)
+    try:
+        jan = _janitor(p.pid)
+        jan.kill()
+        assert _until_gone([jan], -1, 5.0)[0] == []  # dead (a zombie until its parent exits)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        alive, segs = _until_gone(family, p.pid, 5.0)
+    finally:
+        _kill_all(family)
+    out = log.read_text()
+    assert p.returncode == 130, out[-2000:]
+    assert "Traceback" not in out and "KeyError" not in out, out[-2000:]
+    assert "warn" not in out.lower() and "leak" not in out.lower(), out[-2000:]
+    assert not alive and not segs
+
+
+def test_parent_and_janitor_killed_then_sweep_stale_removes_the_segments(tmp_path: Path) -> None:
+    """With the parent SIGKILLed the janitor unlinks the segments (the test above with the
+    parent: test_sigkill_of_the_parent_...); with the janitor killed first nothing can, and the
+    next run's sweep_stale (WorkerPool calls it at start) removes them."""
+    from demidcd.parallel.shm import sweep_stale
+
+    p, model, log, family, _ = _started(tmp_path)
+    try:
+        jan = _janitor(p.pid)
+        jan.kill()
+        assert _until_gone([jan], -1, 5.0)[0] == []  # dead (a zombie until its parent exits)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        alive, _ = _until_gone(family, -1, 10.0)  # processes only: any demidcd run on the
+        segs = list_segments(pid=p.pid)  # machine sweeps stale segments when it starts
+    finally:
+        _kill_all(family)
+    assert not alive, f"left running: {[(k.pid, k.name()) for k in alive]}"
+    assert segs, "nothing left to sweep: the scenario did not happen"
+    removed = sweep_stale()
+    assert sorted(s for s in removed if f"-{p.pid}-" in s) == sorted(segs)
+    assert list_segments(pid=p.pid) == []

@@ -87,7 +87,7 @@ def test_children_exiting_do_not_unlink():
 
 
 def test_fork_and_spawn_children_print_no_warnings_and_leave_nothing():
-    """Whole scenario in a fresh interpreter so the resource tracker's stderr is captured."""
+    """Whole scenario in a fresh interpreter so all stderr (janitor included) is captured."""
     r = _run("""
         import os, sys, numpy as np, multiprocess as mp
         from demidcd.parallel.shm import SharedArena, list_segments
@@ -98,7 +98,7 @@ def test_fork_and_spawn_children_print_no_warnings_and_leave_nothing():
             d["v"][0] += 1
 
         if __name__ == "__main__":
-            a = SharedArena(prefix="demidcdtest")   # track=True: registered with the tracker
+            a = SharedArena(prefix="demidcdtest")   # track=True: a janitor is started
             try:
                 v = a.create("v", 1, np.int64)
                 for method in ("fork", "spawn"):
@@ -164,7 +164,7 @@ def test_sigkill_then_sweep(track):
         p.stdout.close()
         err = p.stderr.read() if not track else ""
         p.stderr.close()
-    if track:  # the resource tracker notices the dead owner and unlinks by itself
+    if track:  # the janitor sees the owner die (pipe EOF) and unlinks by itself
         t_end = time.monotonic() + 10
         while list_segments(prefix, p.pid) and time.monotonic() < t_end:
             time.sleep(0.05)

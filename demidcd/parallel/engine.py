@@ -194,8 +194,8 @@ class WorkerPool:
     def check(self, min_interval: float = 0.05) -> None:
         """Detect dead workers (at most every ``min_interval`` s) and restart or fail."""
         now = time.perf_counter()
-        if now - self._last_check < min_interval:
-            return
+        if now - self._last_check < min_interval or self.stop_requested():
+            return  # after a stop request workers exit by design: nothing to restart
         self._last_check = now
         for j, p in enumerate(self.procs):
             if p is None or p.is_alive():

@@ -14,11 +14,23 @@ Ownership model (one place registers and unlinks every segment):
   *parent's* registration, because forked children share the parent's tracker. We therefore
   bypass ``SharedMemory`` and map segments with ``_posixshmem.shm_open`` + ``mmap``.)
 * Segments are unlinked by :meth:`SharedArena.close` (idempotent; call it in ``finally``), at
-  interpreter exit (``atexit``) and, if the owner is killed with SIGKILL, by the
-  ``multiprocess`` resource tracker (``track=True``, the default; it prints a "leaked
-  shared_memory" warning, which is accurate) or by :func:`sweep_stale` at the next start.
+  interpreter exit (``atexit``) and, if the owner is killed with SIGKILL, by this process's
+  *janitor* (``track=True``, the default) or by :func:`sweep_stale` at the next start.
   SIGINT raises ``KeyboardInterrupt`` so ``finally`` runs; use :func:`raise_on_sigterm` to make
   SIGTERM do the same.
+* The janitor is a tiny interpreter (``python -I -S``, no imports beyond ``os``) started on the
+  first tracked :meth:`SharedArena.create` of a process, in its own session (a terminal Ctrl-C
+  never reaches it). It holds the read end of a pipe whose only write end the owner keeps
+  (closed in forked children); the owner sends it each arena prefix. When the owner dies, by
+  any means, the pipe reads EOF and the janitor unlinks ``/dev/shm/<prefix>-<owner pid>-*``
+  and exits; after a normal exit that finds nothing. Killing the janitor is harmless: the owner
+  never talks to it again except to write prefixes (a dead janitor is relaunched on the next
+  tracked create), prints nothing, and still unlinks on close; if the owner is then SIGKILLed
+  too, the segments stay until :func:`sweep_stale` at the next start (every
+  :class:`~demidcd.parallel.engine.WorkerPool` calls it). We used the ``multiprocess``
+  resource tracker before: killing it made the owner relaunch a fresh tracker on the next
+  unregister ("process died unexpectedly, relaunching" warning) which then printed a KeyError
+  traceback for every segment it had never seen registered.
 
 Only the creating process (``os.getpid() == owner pid``) ever unlinks: an inherited ``atexit``
 handler in a forked child that exits through ``sys.exit`` does nothing.
@@ -72,10 +84,102 @@ def _as_array(buf: mmap.mmap, shape: tuple[int, ...], dtype: np.dtype) -> np.nda
     return np.frombuffer(buf, dtype=dtype, count=n).reshape(shape)
 
 
-def _tracker() -> Any:
-    from multiprocess import resource_tracker
+_JANITOR_CODE = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+owner, fd, shm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+prefixes, buf = set(), b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except InterruptedError:
+        continue
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    prefixes.update(x.decode() for x in lines if x)
+try:
+    names = os.listdir(shm)
+except OSError:
+    names = []
+for e in names:
+    if any(e.startswith(f"{p}-{owner}-") for p in prefixes):
+        try:
+            os.unlink(os.path.join(shm, e))
+        except OSError:
+            pass
+"""
 
-    return resource_tracker
+
+class _Janitor:
+    """This process's janitor (see the module docstring): started lazily, one per process."""
+
+    lock = threading.Lock()
+    pid: int | None = None  # the owner process the state below belongs to
+    proc: Any = None  # subprocess.Popen of the janitor
+    wfd: int | None = None  # write end of the pipe (owner only)
+    prefixes: set[str] = set()
+
+    @classmethod
+    def tell(cls, prefix: str) -> None:
+        """Make sure a live janitor knows ``prefix`` (start or relaunch it if needed)."""
+        import subprocess
+        import sys
+
+        with cls.lock:
+            if cls.pid != os.getpid():  # a forked child: the parent's janitor is not ours
+                cls.pid, cls.proc, cls.wfd, cls.prefixes = os.getpid(), None, None, set()
+            if cls.proc is not None and cls.proc.poll() is not None:  # killed: relaunch
+                cls._close_wfd()
+                cls.proc, cls.prefixes = None, set(cls.prefixes)
+            if cls.proc is None:
+                r, w = os.pipe()
+                try:
+                    cls.proc = subprocess.Popen(
+                        [sys.executable, "-I", "-S", "-c", _JANITOR_CODE, str(os.getpid()),
+                         str(r), SHM_DIR], pass_fds=(r,), stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        start_new_session=True)
+                except BaseException:
+                    os.close(w)
+                    raise
+                finally:
+                    os.close(r)
+                cls.wfd = w
+                old, cls.prefixes = cls.prefixes, set()
+                for p in old:
+                    cls._send(p)
+            if prefix not in cls.prefixes:
+                cls._send(prefix)
+
+    @classmethod
+    def _send(cls, prefix: str) -> None:
+        try:
+            os.write(cls.wfd, prefix.encode() + b"\n")
+            cls.prefixes.add(prefix)
+        except OSError:  # janitor gone between poll and write: relaunched next time
+            pass
+
+    @classmethod
+    def _close_wfd(cls) -> None:
+        if cls.wfd is not None:
+            try:
+                os.close(cls.wfd)
+            except OSError:
+                pass
+            cls.wfd = None
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        """A forked child must not hold the owner's write end (the janitor would wait for the
+        child too) and starts its own janitor if it ever creates segments."""
+        if cls.wfd is not None and cls.pid != os.getpid():
+            cls._close_wfd()
+        cls.pid, cls.proc, cls.prefixes = os.getpid(), None, set()
+
+
+os.register_at_fork(after_in_child=_Janitor.after_fork_in_child)
 
 
 class SharedArena:
@@ -88,8 +192,8 @@ class SharedArena:
     >>> arrays = SharedArena.attach(spec)              # in the child: {"w": ndarray view}
     >>> arena.close()                                  # in the parent, in ``finally``
 
-    ``track=True`` also registers each segment with the ``multiprocess`` resource tracker, which
-    unlinks it if the owner dies without running ``close`` (SIGKILL, OOM killer).
+    ``track=True`` also has this process's janitor unlink the segments if the owner dies without
+    running ``close`` (SIGKILL, OOM killer); see the module docstring.
     """
 
     def __init__(self, prefix: str = "demidcd", track: bool = True):
@@ -123,9 +227,9 @@ class SharedArena:
             n = self._counter
             self._counter += 1
         name = f"/{self.prefix}-{self.owner_pid}-{n}-{safe}"[:_MAX_NAME]
-        buf = _map(name, nbytes, create=True)
         if self.track:
-            _tracker().register(name, "shared_memory")
+            _Janitor.tell(self.prefix)
+        buf = _map(name, nbytes, create=True)
         arr = _as_array(buf, shape_t, dt)  # ftruncate zero-fills
         self._segments[key] = (name, shape_t, dt.str)
         self._maps[key] = buf
@@ -172,11 +276,6 @@ class SharedArena:
         self._closed = True
         for key, (name, _, _) in list(self._segments.items()):
             _unlink(name)
-            if self.track:
-                try:
-                    _tracker().unregister(name, "shared_memory")
-                except Exception:  # noqa: BLE001 - tracker gone at shutdown
-                    pass
             self._arrays.pop(key, None)
             buf = self._maps.pop(key, None)
             if buf is not None:

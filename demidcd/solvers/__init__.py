@@ -7,11 +7,12 @@ Every learner takes a :class:`~demidcd.tasks.base.Task` and a
 
 from __future__ import annotations
 
-import os
+import importlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,112 @@ from ..errors import OptionError
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
 
-SINGLE_PROCESS = ("dcd", "dcd-light")
-ALGORITHMS = ("dcd", "dcd-light", "demi-dcd", "ms-dcd", "sp-ipm")
+
+@dataclass(frozen=True)
+class Learner:
+    """A registered learner.
+
+    ``schedule``: "module:function" under :mod:`demidcd.solvers`, called as
+    ``f(task, config, threads, callback, cpu_log=…, log=…, **options)``. ``min_threads``: the
+    fewest processes it runs on (:func:`train` refuses fewer); ``single_process``: it runs on
+    one process whatever ``threads`` says (sequential algorithms; the log says so when more were
+    asked for). ``warm``: "module:function" compiling its own kernels, called by warm-up.
+    ``options``: the engine options it reads (the CLI shows them, the others are dropped).
+    ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
+    ``"argmax"`` (plain), ``"scaled"`` (loss-scaled, for w = s·v and the ramp loss),
+    ``"workers"`` (the workers' w̄ dtype). ``active_sets``: compile the DCD kernels.
+    """
+
+    name: str
+    schedule: str
+    summary: str
+    min_threads: int = 1
+    single_process: bool = False
+    options: tuple[str, ...] = ()
+    inference: tuple[str, ...] = ("augmented",)
+    active_sets: bool = False
+    warm: str | None = None
+    objective: str = "L2-loss SSVM"
+
+    def load(self, what: str | None = None) -> Callable[..., Any]:
+        """The schedule (or another "module:function" of this package)."""
+        module, fn = (what or self.schedule).split(":")
+        return getattr(importlib.import_module(f"{__name__}.{module}"), fn)
+
+    def threads_text(self) -> str:
+        return "1 (any --threads)" if self.single_process else f">= {self.min_threads}"
+
+
+_ENGINE = ("rho_worker", "debug", "ring_words")
+LEARNERS: dict[str, Learner] = {}
+
+
+def register(learner: Learner) -> Learner:
+    """Add a learner to :data:`LEARNERS` (the CLI choices, the API and warm-up follow)."""
+    LEARNERS[learner.name] = learner
+    return learner
+
+
+register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algorithm 3)",
+                 single_process=True, active_sets=True))
+register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
+                 "per inference", single_process=True, active_sets=True))
+register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
+                 "inference workers, no barrier", min_threads=2,
+                 options=("rho", "publish_interval", *_ENGINE),
+                 inference=("augmented", "workers"), active_sets=True))
+register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
+                 min_threads=2, options=_ENGINE, inference=("augmented", "workers"),
+                 active_sets=True))
+register(Learner("sp-ipm", "sp_ipm:train_sp_ipm", "structured perceptron with iterative "
+                 "parameter mixing (McDonald et al. 2010)", min_threads=2,
+                 options=("perceptron_epochs_per_round", "mixing", "averaged", "debug"),
+                 inference=("argmax",), objective="none (perceptron)"))
+register(Learner("perceptron", "online:train_perceptron", "averaged structured perceptron "
+                 "(Collins 2002)", single_process=True, options=("averaged",),
+                 inference=("argmax",), warm="online:compile_kernels",
+                 objective="none (perceptron)"))
+register(Learner("mira", "online:train_mira", "1-best MIRA, loss-augmented, step cap C, "
+                 "averaged (Crammer et al. 2005)", single_process=True,
+                 options=("averaged",), warm="online:compile_kernels",
+                 objective="none (online)"))
+register(Learner("pegasos", "online:train_pegasos", "structured Pegasos, mini-batch k, step "
+                 "1/(λt), averaged", options=("batch_size", "lam", "projection", "averaged",
+                                               *_ENGINE),
+                 inference=("scaled",), warm="online:compile_kernels",
+                 objective="L1-loss SSVM (hinge)"))
+register(Learner("adagrad", "online:train_adagrad", "online primal subgradient with AdaGrad, "
+                 "sparse lazy updates, L1 or L2", options=("batch_size", "eta", "regularizer",
+                                                           *_ENGINE),
+                 warm="online:compile_kernels", objective="L1-loss SSVM (hinge)"))
+register(Learner("sdm-hinge", "sdm:train_sdm_hinge", "sequential dual method, hinge loss "
+                 "(SMO per example)", single_process=True, active_sets=True,
+                 warm="sdm:compile_kernels", objective="L1-loss SSVM (hinge)"))
+register(Learner("sdm-ramp", "sdm:train_sdm_ramp", "sequential dual method for the "
+                 "structured ramp loss with CCCP", single_process=True, active_sets=True,
+                 inference=("augmented", "scaled"), warm="sdm:compile_kernels",
+                 objective="ramp loss (non-convex)"))
+
+ALGORITHMS = tuple(LEARNERS)
+
+
+def get_learner(algorithm: str) -> Learner:
+    """The registered learner ``algorithm``, or a one-line OptionError."""
+    try:
+        return LEARNERS[algorithm]
+    except KeyError:
+        raise OptionError(f"unknown --algorithm {algorithm!r}; choose one of "
+                          f"{', '.join(LEARNERS)}") from None
+
+
+def check_threads(learner: Learner, threads: int) -> None:
+    """Refuse a process count the learner cannot run on (never run another learner)."""
+    if threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {threads}")
+    if threads < learner.min_threads:
+        raise OptionError(f"--algorithm {learner.name} needs --threads >= {learner.min_threads} "
+                          "(one learner and at least one inference worker); use --algorithm "
+                          "dcd for one process")
 
 
 def check_memory(task: Task, threads: int, ring_words: int) -> None:
@@ -51,16 +156,25 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
     while its worker compiles the inference kernels (a 1 s CI run then made no update at all).
     """
-    from .activeset import ActiveSets
-
+    learner = get_learner(algorithm)
     ex = np.zeros(1, np.int64)
     w = np.zeros(task.dim)
     batch = task.loss_augmented(w, ex)
-    if algorithm == "sp-ipm":
+    if "argmax" in learner.inference:
         task.argmax_records(w, ex)
-    elif threads > 1 and task.inference_dtype != np.float64:  # the workers' w̄
-        task.loss_augmented(w.astype(task.inference_dtype), ex)
-    ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
+    if "scaled" in learner.inference:
+        try:
+            task.loss_scaled(w, ex, -1.0)
+        except NotImplementedError:  # Pegasos falls back, sdm-ramp refuses the task
+            pass
+    if "workers" in learner.inference and threads > 1 and task.inference_dtype != np.float64:
+        task.loss_augmented(w.astype(task.inference_dtype), ex)  # the workers' w̄
+    if learner.active_sets:
+        from .activeset import ActiveSets
+
+        ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
+    if learner.warm:
+        learner.load(learner.warm)(task)
     if threads > 1:
         from ..parallel.engine import rounding_slack
         from ..parallel.ring import warmup as ring_warmup
@@ -77,50 +191,35 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
           callback: Callback | None = None, cpu_log: str | None = None,
           log: Any = None, tick: Any = None, **engine: Any) -> TrainResult:
-    """Train ``task`` with ``algorithm`` on ``threads`` processes.
+    """Train ``task`` with the registered learner ``algorithm`` on ``threads`` processes.
 
-    ``threads = 1`` always means single-process DCD (DCD-SSVM, or DCD-Light when asked);
-    ``tick(seconds, w)`` is called by the learner between blocks of work (snapshots);
-    ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's
-    ``perceptron_epochs_per_round``, ``mixing``, ``averaged``) go to the parallel schedules,
-    which ignore the ones that are not theirs.
+    A learner that cannot run on ``threads`` processes raises :class:`OptionError` (see
+    :data:`LEARNERS`); ``tick(seconds, w)`` is called by the learner between blocks of work
+    (snapshots); ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's ``mixing``,
+    Pegasos' ``batch_size``, …) go to the learners that read them (each :class:`Learner` lists
+    its ``options``), the others are dropped.
     """
-    if threads < 1:
-        raise OptionError(f"--threads must be >= 1, got {threads}")
-    if algorithm not in ALGORITHMS:
-        raise OptionError(f"unknown --algorithm {algorithm!r}; choose one of "
-                          f"{', '.join(ALGORITHMS)}")
+    learner = get_learner(algorithm)
+    check_threads(learner, threads)
     config.validate()
+    if learner.single_process and threads > 1:
+        if log is not None:
+            log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")
+        threads = 1
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
     with compile_notice(log):
         warm_up(task, algorithm, threads)
-    if threads == 1 or algorithm in SINGLE_PROCESS:
-        from ..parallel.monitor import CpuMonitor
-        from .dcd import train_dcd
-
-        mon = CpuMonitor({"learner": os.getpid()}).start()
-        try:
-            res = train_dcd(task, config, callback, light=algorithm == "dcd-light", tick=tick)
-        finally:
-            mon.stop()
-        if cpu_log:
-            mon.write_csv(cpu_log)
-        res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(1),
-                         memory_line=mon.memory_line(), peak_rss=mon.peak_rss)
-        return res
-    engine = {k: v for k, v in engine.items() if v is not None}
-    if algorithm == "ms-dcd":
-        from .ms_dcd import train_ms_dcd as schedule
-    elif algorithm == "sp-ipm":
-        from .sp_ipm import train_sp_ipm as schedule
-    else:
-        from .demi_dcd import train_demi_dcd as schedule
+    opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
+    schedule = learner.load()
+    if threads == 1:
+        return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
+                        **opts)
     from ..parallel.engine import WorkerError
 
     seen = _LastIterate(task, callback)
     try:
         return schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
-                        **engine)
+                        **opts)
     except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
         e.partial = seen.result("worker-failed")
         raise

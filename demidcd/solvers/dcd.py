@@ -16,27 +16,28 @@ import numpy as np
 
 from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets, SweepPlan
-from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
+from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
+from .recorder import Recorder
 
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
-              light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None
-              ) -> TrainResult:
+              light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None,
+              cpu_log: str | None = None, **_: object) -> TrainResult:
     """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light.
     ``tick(seconds, w)`` is called between chunks of inference (snapshots on time whatever
     one outer iteration costs)."""
     config.validate()
+    recorder = Recorder(task, config, callback, tick=tick)
     rng = np.random.default_rng(config.seed)
     act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
                      sweeps=config.sweeps)
     plan = SweepPlan(act, config.skip)
-    clock = Clock(config.time_limit, tick)
+    clock = recorder.start()
     task.should_stop = lambda: StopRequest.requested or clock.expired()
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
-    history: list[dict] = []
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
-    reason, epoch, last_eval = "max-epochs", 0, 0.0
+    reason, epoch = "max-epochs", 0
     try:
         for epoch in range(1, config.epochs(1 << 62) + 1):
             max_pg, shrunk, updates, certified = 0.0, 0, 0, False
@@ -73,17 +74,11 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             totals["inferences"] += n
             totals["admitted"] += admitted
             totals["shrunk"] += shrunk
-            rec = {"epoch": epoch, "seconds": round(clock.elapsed(), 4), "updates": updates,
-                   "total_updates": totals["updates"], "inferences": totals["inferences"],
-                   "admitted": admitted, "violators": violators, "active": act.size,
-                   "shrunk": shrunk, "max_pg": max_pg}
-            if config.eval_every is not None and clock.elapsed() - last_eval >= config.eval_every:
-                ob = objective(task, act.w, config.C, act.dual_objective())
-                rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
-                last_eval = clock.elapsed()
-            history.append(rec)
-            if callback is not None:
-                callback(rec, act.w)
+            recorder.epoch({"epoch": epoch, "updates": updates,
+                            "total_updates": totals["updates"], "inferences": totals["inferences"],
+                            "admitted": admitted, "violators": violators, "active": act.size,
+                            "shrunk": shrunk, "max_pg": max_pg}, act.w,
+                           dual=act.dual_objective)
             if stop := stop_reason(violators == 0 and certified, clock):
                 reason = stop
                 break
@@ -91,5 +86,21 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
         reason = "interrupted"
     finally:
         task.__dict__.pop("should_stop", None)
-    return TrainResult(act.w, reason == "converged", reason, epoch, clock.elapsed(), history,
-                       act.dual_objective())
+    return recorder.finish(act.w, reason, epoch, act.dual_objective(), cpu_log=cpu_log,
+                           **totals)
+
+
+def run_dcd(task: Task, config: SolverConfig, threads: int = 1,
+            callback: Callback | None = None, cpu_log: str | None = None,
+            tick: Callable[[float, np.ndarray], None] | None = None,
+            **_: object) -> TrainResult:
+    """The registry's ``dcd`` schedule: DCD-SSVM on one process."""
+    return train_dcd(task, config, callback, light=False, tick=tick, cpu_log=cpu_log)
+
+
+def run_dcd_light(task: Task, config: SolverConfig, threads: int = 1,
+                  callback: Callback | None = None, cpu_log: str | None = None,
+                  tick: Callable[[float, np.ndarray], None] | None = None,
+                  **_: object) -> TrainResult:
+    """The registry's ``dcd-light`` schedule: DCD-Light on one process."""
+    return train_dcd(task, config, callback, light=True, tick=tick, cpu_log=cpu_log)

@@ -29,7 +29,7 @@ work, and it doubles the structures found at p = 2. On EWT XPOS (p = 2, AMD EPYC
 interleaved pairs) this cut the time to 1% relative primal difference from 15.1/15.6/12.2/
 ~19/~19.5 s to 14.2/12.9/10.9/~17/~15.5 s; a second such epoch was no different, four were
 slower. The epoch ends early once every worker has swept its shard :data:`LEARNER_EPOCH_SWEEPS`
-times (many workers).
+times (many workers) or after :data:`LEARNER_EPOCH_SECONDS` (expensive inference).
 
 After it the learner updates, as in the paper's Algorithm 1, and where the workers are the
 bottleneck (expensive inference) it also spends a measured share of its time on inference of
@@ -69,6 +69,8 @@ BLOCK = 256  # examples between ring drains
 LEARNER_CHUNK = 16  # examples per inference call in the learner's own first epoch
 LEARNER_EPOCH_SWEEPS = 2  # ...which ends early once every worker finished this many sweeps
 # (with many workers, or costly inference, the learner's updating is then the scarcer work)
+LEARNER_EPOCH_SECONDS = 5.0  # ...or after this long (CBC: a full epoch takes minutes; the main
+# loop then goes on inferring at the measured share, and logs its iterations)
 PASSES_PER_SWEEP = 8.0  # R0 of inference_share: update passes per worker sweep to keep
 MAX_INFERENCE_SHARE = 0.95  # the learner always keeps 5% of its time for updates
 
@@ -135,7 +137,8 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             if publish_due(0):
                 L.publish()
                 last_publish = time.perf_counter()
-            if L.poll() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS:
+            if L.poll() or pool.sweeps_completed() >= LEARNER_EPOCH_SWEEPS or \
+                    L.clock.elapsed() >= LEARNER_EPOCH_SECONDS:
                 break
         at += LEARNER_CHUNK
         share, t_main, infer_main = 0.0, time.perf_counter(), L.seconds["infer"]

@@ -17,7 +17,8 @@ import numpy as np
 from ..parallel.engine import WorkerPool
 from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
-from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective
+from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult
+from .recorder import Recorder
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first
@@ -48,8 +49,9 @@ class SharedLearner:
                     "rejected": 0, "evicted": 0, "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "infer": 0.0,
                         "wait": 0.0, "main": 0.0}
-        self.history: list[dict] = []
-        self._last_eval = 0.0
+        self.recorder = Recorder(task, config, callback, threads, monitor=self.pool.monitor,
+                                 tick=tick)
+        self.history = self.recorder.history
         self.clock: Clock | None = None
         self.last_publish_cost = 0.0  # seconds the last publish took
         self._drained_since_publish = self._rejected_since_publish = 0
@@ -60,7 +62,7 @@ class SharedLearner:
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
         self.pool.start()
-        self.clock = Clock(self.config.time_limit, self.tick)
+        self.clock = self.recorder.start()
         clock = self.clock
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
         self.task.should_stop = lambda: StopRequest.requested or clock.expired()
@@ -154,7 +156,7 @@ class SharedLearner:
         """Log record of one outer iteration (also passed to the callback)."""
         tot = self.pool.totals()
         c = self.cnt
-        rec = {"epoch": epoch, "seconds": round(self.clock.elapsed(), 4), "updates": c["updates"],
+        rec = {"epoch": epoch, "updates": c["updates"],
                "total_updates": c["updates"],
                "inferences": tot["inferences"] + c["learner_inferences"],
                "learner_inferences": c["learner_inferences"],
@@ -162,15 +164,7 @@ class SharedLearner:
                "dropped": c["rejected"], "active": self.act.size, "shrunk": shrunk,
                "max_pg": max_pg, "ring": tot["ring"], "wasted": tot["wasted"],
                "publishes": c["publishes"], **extra}
-        cfg = self.config
-        if cfg.eval_every is not None and self.clock.elapsed() - self._last_eval >= cfg.eval_every:
-            ob = objective(self.task, self.act.w, cfg.C, self.act.dual_objective())
-            rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
-            self._last_eval = self.clock.elapsed()
-        self.history.append(rec)
-        if self.callback is not None:
-            self.callback(rec, self.act.w)
-        return rec
+        return self.recorder.epoch(rec, self.act.w, dual=self.act.dual_objective)
 
     def finish(self, reason: str, epoch: int, cpu_log: str | None) -> TrainResult:
         """Stop the pool (always call, in ``finally``), write the CPU log, build the result."""
@@ -178,18 +172,12 @@ class SharedLearner:
         tot = self.pool.totals()
         self.pool.close()
         self.task.__dict__.pop("should_stop", None)  # back to the class default
-        mon = self.pool.monitor
-        if cpu_log:
-            mon.write_csv(cpu_log)
-        res = TrainResult(self.act.w.copy(), reason == "converged", reason, epoch, seconds,
-                          self.history, self.act.dual_objective())
         sec = self.seconds
-        res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(self.threads),
-                     "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
-                     "publish_seconds": sec["publish"], "update_seconds": sec["update"],
-                     "insert_seconds": sec["insert"], "wait_seconds": sec["wait"],
-                     "learner_infer_seconds": sec["infer"],
-                     **tot, **self.cnt}
+        res = self.recorder.finish(
+            self.act.w.copy(), reason, epoch, self.act.dual_objective(), cpu_log=cpu_log,
+            seconds=seconds, publish_seconds=sec["publish"], update_seconds=sec["update"],
+            insert_seconds=sec["insert"], wait_seconds=sec["wait"],
+            learner_infer_seconds=sec["infer"], **tot, **self.cnt)
         c = self.cnt
         self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
                  f", {c['publishes']:,} publishes costing "

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import OptionError
 from ..parallel.engine import INFER, PUSHED, WorkerPool
 from ..tasks.base import InferenceInterrupted, Task
-from .common import Callback, Clock, SolverConfig, TrainResult, stop_reason
+from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .recorder import Recorder
 
 
 def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
@@ -46,6 +48,15 @@ def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
     return mistakes
 
 
+def mixing_weights(mistakes: np.ndarray, mixing: str) -> np.ndarray:
+    """μ_j of the mix w̄ = Σ_j μ_j w_j: 1/k ("uniform"), or mistakes_j / Σ mistakes
+    ("mistakes"; uniform when no shard made a mistake)."""
+    mis = np.asarray(mistakes, np.float64)
+    if mixing == "mistakes" and mis.sum() > 0:
+        return mis / mis.sum()
+    return np.full(mis.shape[0], 1.0 / mis.shape[0])
+
+
 def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, cpu_log: str | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False,
@@ -56,7 +67,7 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
     """Train a structured perceptron by iterative parameter mixing on ``threads − 1`` workers.
     ``config.max_epochs`` counts mixing rounds (default 100)."""
     if mixing not in ("uniform", "mistakes"):
-        raise ValueError(f"mixing must be 'uniform' or 'mistakes', got {mixing!r}")
+        raise OptionError(f"mixing must be 'uniform' or 'mistakes', got {mixing!r}")
     config.validate()
     k, dim, n = threads - 1, task.dim, task.n_examples
     E = int(perceptron_epochs_per_round)
@@ -81,12 +92,14 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                                        "mistakes": ((k,), np.int64)})
     wa = np.zeros(dim + n)
     w_sum = np.zeros(dim)
+    mixes = 0  # mixed vectors summed into w_sum (a round whose mappers never handed in adds none)
     w_out = wa[:dim]  # the model so far (the mixed or the averaged w)
-    history: list[dict] = []
+    recorder = Recorder(task, config, callback, threads, monitor=pool.monitor,
+                        objective_fn=None, tick=tick)
     reason, rnd, updates, t_map, t_mix = "max-epochs", 0, 0, 0.0, 0.0
     try:
         pool.start()
-        clock = Clock(config.time_limit, tick)
+        clock = recorder.start()
         for rnd in range(1, config.epochs(100) + 1):
             pool.wbar.publish(wa, force=True)
             t = time.perf_counter()
@@ -108,38 +121,29 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                 break
             t = time.perf_counter()
             mis = pool.arrays["mistakes"].astype(np.float64)
-            mu = (mis / mis.sum() if mixing == "mistakes" and mis.sum() > 0
-                  else np.full(k, 1.0 / k))
-            wa[:dim] = mu @ pool.arrays["wloc"]
+            wa[:dim] = mixing_weights(mis, mixing) @ pool.arrays["wloc"]
             w_sum += wa[:dim]
-            w_out = w_sum / rnd if averaged else wa[:dim]
+            mixes += 1
+            w_out = w_sum / mixes if averaged else wa[:dim]
             t_mix += time.perf_counter() - t
             updates += int(mis.sum())
-            rec = {"epoch": rnd, "seconds": round(clock.elapsed(), 4), "updates": updates,
-                   "total_updates": updates, "mistakes": int(mis.sum()),
-                   "inferences": int(pool.stats[:, 0].sum()), "active": 0, "shrunk": 0,
-                   "admitted": 0, "max_pg": 0.0}
-            history.append(rec)
-            if callback is not None:
-                callback(rec, w_out)
+            recorder.epoch({"epoch": rnd, "updates": updates, "total_updates": updates,
+                            "mistakes": int(mis.sum()),
+                            "inferences": int(pool.stats[:, INFER].sum()), "active": 0,
+                            "shrunk": 0, "admitted": 0, "max_pg": 0.0}, w_out)
             if stop := stop_reason(mis.sum() == 0 and not partial, clock):
                 reason = stop
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
-        seconds = clock.elapsed() if "clock" in locals() else 0.0
-        inferences = int(pool.stats[:, 0].sum())
+        inferences = int(pool.stats[:, INFER].sum())
         pool.close()
-    w = w_sum / max(rnd, 1) if averaged and rnd else wa[:dim].copy()
-    mon = pool.monitor
-    if cpu_log:
-        mon.write_csv(cpu_log)
-    res = TrainResult(w, reason == "converged", reason, rnd, seconds, history, None)
-    res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(threads),
-                 "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
-                 "updates": updates, "inferences": inferences, "map_seconds": t_map,
-                 "mix_seconds": t_mix}
+    # the average of the mixed vectors actually summed (none: the initial w = 0)
+    w = w_sum / mixes if averaged and mixes else wa[:dim].copy()
+    res = recorder.finish(w, reason, rnd, cpu_log=cpu_log, updates=updates,
+                          inferences=inferences, map_seconds=t_map, mix_seconds=t_mix,
+                          rounds_mixed=mixes)
     if log:
         log(f"SP-IPM: {rnd} rounds x {E} epochs, {updates:,} perceptron updates, "
             f"{inferences:,} inferences; map {t_map:.2f}s, mix {t_mix:.2f}s")

@@ -138,6 +138,24 @@ class Task(ABC):
         w += φ of these records (SP-IPM)."""
         raise NotImplementedError(f"{type(self).__name__} has no argmax_records")
 
+    def loss_scaled(self, w: np.ndarray, examples: np.ndarray, scale: float) -> RecordBatch:
+        """argmax_y w·Φ(x_i, y) + scale·Δ(y_i, y) for each example, one record per example
+        whose argmax differs from the gold structure (records carry the true Δ and m = w·φ).
+        scale = 1 is :meth:`loss_augmented`, 0 :meth:`argmax_records`, −1 the loss-diminished
+        argmax of the structured ramp loss; a positive scale s on w/s gives Eq. (5) for w."""
+        if scale == 1.0:
+            return self.loss_augmented(w, examples)
+        if scale == 0.0:
+            return self.argmax_records(w, examples)
+        raise NotImplementedError(f"{type(self).__name__} has no loss_scaled (needed by the "
+                                  "ramp-loss learner)")
+
+    def weights_read(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, lengths): blocks w[s:s+l] that inference on ``examples`` may read (repeats
+        allowed). Lazy-update learners bring exactly these entries up to date before inference.
+        Default: all of w."""
+        return np.zeros(1, np.int64), np.full(1, self.dim, np.int64)
+
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) as (sorted unique indices, values) and Δ(y_i, y) for one structure."""
         raise NotImplementedError

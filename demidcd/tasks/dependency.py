@@ -946,7 +946,10 @@ class DependencyParser(StructuredEstimator):
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, cpu_log: str | None = None,
+                 averaged: bool | None = None, batch_size: int | None = None,
+                 lam: float | None = None, projection: bool | None = None,
+                 eta: float | None = None, regularizer: str | None = None,
+                 cpu_log: str | None = None,
                  snapshot_every: float | None = None, snapshot_dir: str | None = None,
                  callback: Callable[[dict, np.ndarray], None] | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False):

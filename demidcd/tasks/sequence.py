@@ -78,14 +78,15 @@ def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
 
 
 @nb.njit(cache=True, nogil=True)
-def _augment(K, gold, a, n, em):
-    """Hamming loss augmentation: em[t·K + k] += 1 for every k ≠ gold tag (gold entry exact)."""
+def _augment(K, gold, a, n, em, scale):
+    """Hamming loss augmentation: em[t·K + k] += scale for every k ≠ gold tag (gold entry
+    exact); scale 1 is Eq. 5, −1 the loss-diminished argmax of the ramp loss."""
     for t in range(n):
         row = em[t * K:(t + 1) * K]
         g = gold[a + t]
         keep = row[g]
         for k in range(K):
-            row[k] += 1.0
+            row[k] += scale
         row[g] = keep
 
 
@@ -155,12 +156,13 @@ def _backtrack(em, n, K, trT, end, y):
 @nb.njit(cache=True, nogil=True)
 def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
              augment):
-    """argmax_y w·Φ(x, y) [+ Δ(gold, y) if augment] for tokens a..a+n-1, written to y[:n]."""
+    """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1, written to y[:n]
+    (``augment`` is the loss scale: 0 plain Viterbi, 1 loss-augmented, −1 loss-diminished)."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
     _emissions(w, K, feat_ptr, feat_idx, a, n, em)
-    if augment:
-        _augment(K, gold, a, n, em)
+    if augment != 0:
+        _augment(K, gold, a, n, em, augment)
     _forward(em, n, K, tr, start, scratch)
     return _backtrack(em, n, K, trT, end, y)
 
@@ -301,9 +303,10 @@ def _max_sizes(sent_ptr, feat_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment=True):
+def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment=1.0):
     """Loss-augmented Viterbi + record construction for every example in ``examples``
-    (``augment=False``: plain Viterbi, records for the examples it gets wrong).
+    (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the examples it gets
+    wrong; −1.0 the loss-diminished argmax).
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
@@ -381,7 +384,7 @@ def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
         n = sent_ptr[i + 1] - a
         if n > 0:
             _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch,
-                     tags[ptr[e]:ptr[e + 1]], dummy, False)
+                     tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
     return tags, ptr
 
 
@@ -486,13 +489,31 @@ class SequenceTask(Task):
     # -- inference ----------------------------------------------------------------------------
     def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """argmax_y w·Φ(x_i, y) + Δ(y_i, y) per example; one record per example with Δ > 0."""
-        return self._records(w, examples, True)
+        return self._records(w, examples, 1.0)
 
     def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """Records of the plain Viterbi argmax for the examples it gets wrong."""
-        return self._records(w, examples, False)
+        return self._records(w, examples, 0.0)
 
-    def _records(self, w: np.ndarray, examples: np.ndarray, augment: bool) -> RecordBatch:
+    def loss_scaled(self, w: np.ndarray, examples: np.ndarray, scale: float) -> RecordBatch:
+        """argmax_y w·Φ(x_i, y) + scale·Δ(y_i, y), one record per example with Δ > 0."""
+        return self._records(w, examples, float(scale))
+
+    def weights_read(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks of w inference on ``examples`` reads: K emission weights per observation
+        feature of each token (repeats allowed), and all transitions."""
+        ex = self._examples(examples)
+        sp, fp = self.sent_ptr, self.feat_ptr
+        parts = [self.feat_idx[fp[sp[i]]:fp[sp[i + 1]]] for i in ex]
+        f = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        starts = np.empty(f.shape[0] + 1, np.int64)
+        starts[:-1] = f.astype(np.int64) * self.K
+        starts[-1] = self.F * self.K
+        lens = np.full(starts.shape[0], self.K, np.int64)
+        lens[-1] = (self.K + 1) ** 2
+        return starts, lens
+
+    def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
             self._w(w, float32_ok=True), self.F, self.K, self.sent_ptr, self.feat_ptr,
             self.feat_idx, self._gold_array(), self._examples(examples), augment)
