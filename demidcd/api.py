@@ -285,6 +285,8 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
+    _template = "base"  # feature template of demidcd.tasks.features
+    _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means
 
     def __init__(self, *, min_count: int | None = None, hashing: int | None = None,
                  C: float | None = None, algorithm: str | None = None, threads: int | None = None,
@@ -324,10 +326,10 @@ class SequenceTagger(StructuredEstimator):
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self.solver_config(), self._learner()  # bad options fail before any work
-        min_count = DEFAULT_MIN_COUNT if self.min_count is None else self.min_count
+        min_count = self._default_min_count if self.min_count is None else self.min_count
         hashing = 0 if self.hashing is None else self.hashing
         try:
-            featurizer = SequenceFeaturizer(int(min_count), int(hashing))
+            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template)
         except (TypeError, ValueError) as e:
             raise OptionError(f"--min-count/--hashing: {e}") from None
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
@@ -478,9 +480,15 @@ class ChunkTagger(SequenceTagger):
 
 
 class NamedEntityTagger(ChunkTagger):
-    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1."""
+    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
+
+    Its features are the ``ner`` template of :mod:`demidcd.tasks.features` (word clusters and a
+    wider window) and ``min_count`` defaults to 1 (on CoNLL-2002 Spanish, 80 s runs: entity F1
+    78.48 with 2, 79.04 with 1)."""
 
     task_name = "ner"
+    _template = "ner"
+    _default_min_count = 1
 
 
 class EntityRelationExtractor(StructuredEstimator):

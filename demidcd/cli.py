@@ -57,7 +57,7 @@ _DEFAULT_SOURCES: dict[str, Any] = {
         "solvers.sp_ipm", "train_sp_ipm", "perceptron_epochs_per_round"),
     "mixing": lambda: _signature_default("solvers.sp_ipm", "train_sp_ipm", "mixing"),
     "min_count": lambda: (f"{_signature_default('api', 'DEFAULT_MIN_COUNT', '')} for "
-                          "sequence, 1 for entity-relation"),
+                          "sequence and chunking, 1 for ner and entity-relation"),
     "hashing": lambda: 0,
 }
 
