@@ -164,11 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed")
-    s.add_argument("--learners", default="auto", metavar="K|auto",
+    s.add_argument("--learners", default="1", metavar="K|auto",
                    help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
                         "every process infers and learns; 1: one learner and --threads − 1 "
                         "inference workers; auto: chosen from the measured cost of an update "
-                        "against an inference; default: auto)")
+                        "against an inference; default: 1, until several learners are "
+                        "measured faster than one on an idle machine)")
     s.add_argument("--update-mode", choices=("atomic", "plain"), default=None,
                    help="with several learners: atomic float adds to w, or plain stores "
                         "(lost updates possible, repaired when w is rebuilt; default: atomic)")
