@@ -121,6 +121,8 @@ def run_method(alg: str, args, data: dict, work: Path, load: LoadSampler, prog: 
            str(args.snapshot_every), "--snapshot-dir", str(snap), "--cpu-log", str(d / "cpu.csv"),
            "--log-json", str(d / "log.jsonl"), "--model", str(d / "model.npz"),
            "--summary-json", str(d / "summary.json"), "--seed", str(args.seed)]
+    if alg == "demi-dcd":
+        cmd += ["--learners", "1"]  # DEMI-DCD as published: one learner (see multi_learner.py)
     if args.task == "entity-relation" and getattr(args, "ilp_solver", None):
         cmd += ["--ilp-solver", args.ilp_solver]  # training only: evaluation solves exactly
     if alg != "dcd":

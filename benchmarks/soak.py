@@ -144,6 +144,8 @@ def one_run(i: int, rng: random.Random, data: Path, work: Path) -> dict[str, Any
             "--algorithm", algorithm, "--threads", str(threads), "--seed", str(i),
             "--time-limit", str(time_limit), "--tol", tol, "--max-epochs", "100000",
             "--model", str(model)]
+    if algorithm == "demi-dcd":  # the worker engine's faults: one learner
+        args += ["--learners", "1"]
     if algorithm == "sp-ipm":  # few hashed features: not separable, so it runs until the fault
         args += ["--hashing", "64", "--perceptron-epochs", "2"]
     rec: dict[str, Any] = {"run": i, "algorithm": algorithm, "threads": threads, "fault": fault,

@@ -37,7 +37,7 @@ SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
 ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
                   "mixing", "averaged", "batch_size", "lam", "projection", "eta",
-                  "regularizer")
+                  "regularizer", "learners", "update_mode")
 """Constructor arguments passed to the learners that read them when set (defaults in the
 learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
 
@@ -289,6 +289,8 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
+    _template = "base"  # feature template of demidcd.tasks.features
+    _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means
 
     def __init__(self, *, min_count: int | None = None, hashing: int | None = None,
                  C: float | None = None, algorithm: str | None = None, threads: int | None = None,
@@ -299,6 +301,7 @@ class SequenceTagger(StructuredEstimator):
                  skip: float | None = None, sweeps: int | None = None,
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
                  averaged: bool | None = None, batch_size: int | None = None,
                  lam: float | None = None, projection: bool | None = None,
@@ -328,10 +331,10 @@ class SequenceTagger(StructuredEstimator):
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self.solver_config(), self._learner()  # bad options fail before any work
-        min_count = DEFAULT_MIN_COUNT if self.min_count is None else self.min_count
+        min_count = self._default_min_count if self.min_count is None else self.min_count
         hashing = 0 if self.hashing is None else self.hashing
         try:
-            featurizer = SequenceFeaturizer(int(min_count), int(hashing))
+            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template)
         except (TypeError, ValueError) as e:
             raise OptionError(f"--min-count/--hashing: {e}") from None
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
@@ -456,6 +459,7 @@ class ChunkTagger(SequenceTagger):
                  skip: float | None = None, sweeps: int | None = None,
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
                  averaged: bool | None = None, batch_size: int | None = None,
                  lam: float | None = None, projection: bool | None = None,
@@ -482,9 +486,15 @@ class ChunkTagger(SequenceTagger):
 
 
 class NamedEntityTagger(ChunkTagger):
-    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1."""
+    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
+
+    Its features are the ``ner`` template of :mod:`demidcd.tasks.features` (word clusters and a
+    wider window) and ``min_count`` defaults to 1 (on CoNLL-2002 Spanish, 80 s runs: entity F1
+    78.48 with 2, 79.04 with 1)."""
 
     task_name = "ner"
+    _template = "ner"
+    _default_min_count = 1
 
 
 class EntityRelationExtractor(StructuredEstimator):
@@ -513,6 +523,7 @@ class EntityRelationExtractor(StructuredEstimator):
                  skip: float | None = None, sweeps: int | None = None,
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
                  averaged: bool | None = None, batch_size: int | None = None,
                  lam: float | None = None, projection: bool | None = None,

@@ -57,7 +57,7 @@ _DEFAULT_SOURCES: dict[str, Any] = {
         "solvers.sp_ipm", "train_sp_ipm", "perceptron_epochs_per_round"),
     "mixing": lambda: _signature_default("solvers.sp_ipm", "train_sp_ipm", "mixing"),
     "min_count": lambda: (f"{_signature_default('api', 'DEFAULT_MIN_COUNT', '')} for "
-                          "sequence, 1 for entity-relation"),
+                          "sequence and chunking, 1 for ner and entity-relation"),
     "hashing": lambda: 0,
 }
 
@@ -164,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed")
+    s.add_argument("--learners", default="1", metavar="K|auto",
+                   help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
+                        "every process infers and learns; 1: one learner and --threads − 1 "
+                        "inference workers; auto: chosen from the measured cost of an update "
+                        "against an inference; default: 1, until several learners are "
+                        "measured faster than one on an idle machine)")
+    s.add_argument("--update-mode", choices=("atomic", "plain"), default=None,
+                   help="with several learners: atomic float adds to w, or plain stores "
+                        "(lost updates possible, repaired when w is rebuilt; default: atomic)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--backend", choices=("shm", "ray"), default="shm",
@@ -427,7 +436,7 @@ def cmd_train(args) -> int:
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
         "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
         "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
-        "projection", "eta", "regularizer", "ray_address")}
+        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address")}
     given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
     given["perceptron_epochs_per_round"] = args.perceptron_epochs
     given["snapshot_dir"] = args.snapshot_dir or (
@@ -439,6 +448,10 @@ def cmd_train(args) -> int:
     est = spec.make_estimator(args, common)
     est.data_options_ = spec.data_options(args)
     config = est.solver_config()  # bad options fail before the data is read
+    if algorithm == "demi-dcd" and threads > 1:  # --learners too
+        from .solvers.multi_dcd import check_learners
+
+        check_learners(args.learners, threads)
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:

@@ -92,14 +92,15 @@ def test_bad_options_exit_2(opt):
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--" in r.stderr
 
 
-@pytest.mark.parametrize("alg,threads", [("dcd", "1"), ("demi-dcd", "2")])
-def test_entity_relation_end_to_end(tmp_path, alg, threads):
+@pytest.mark.parametrize("alg,threads,learners", [("dcd", "1", "auto"), ("demi-dcd", "2", "1"),
+                                                  ("demi-dcd", "2", "2")])
+def test_entity_relation_end_to_end(tmp_path, alg, threads, learners):
     from test_entity_relation import SAMPLE
     corp = tmp_path / "s.corp"
     corp.write_text(SAMPLE * 3)
     m = tmp_path / "er.npz"
     r = run("train", "--task", "entity-relation", "--train", str(corp), "--algorithm", alg,
-            "--threads", threads, "--time-limit", "60", "--model", str(m))
+            "--threads", threads, "--learners", learners, "--time-limit", "60", "--model", str(m))
     assert r.returncode == 0, r.stderr
     for solver in ("exact", "cbc"):
         r = run("evaluate", "--model", str(m), "--data", str(corp), "--ilp-solver", solver)

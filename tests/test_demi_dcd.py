@@ -87,7 +87,8 @@ def _wait_for_worker(proc, timeout=60):
     raise AssertionError("no worker started")
 
 
-BASE = ["--threads", "2", "--algorithm", "demi-dcd", "--time-limit", "30", "--tol", "1e-9"]
+BASE = ["--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-limit", "30",
+        "--tol", "1e-9"]
 
 
 def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
@@ -109,7 +110,8 @@ def test_killed_worker_is_restarted(tmp_path, shm_guard):
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
         p = subprocess.Popen([sys.executable, "-m", "demidcd.cli", "train", "--threads", "2",
-                              "--algorithm", "demi-dcd", "--time-limit", "8", "--tol", "1e-9",
+                              "--algorithm", "demi-dcd", "--learners", "1",
+                              "--time-limit", "8", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
         pid = _worker_pid_from_log(logf)
         kids = _children(p.pid)

@@ -168,3 +168,42 @@ def test_unfitted_and_bad_args():
         SequenceFeaturizer(min_count=0)
     with pytest.raises(ValueError):
         SequenceFeaturizer(min_count=1).fit([["a\nb"]])
+
+
+def test_word_clusters_group_words_by_their_neighbours():
+    from demidcd.tasks.features import word_clusters
+
+    # cities follow en / a / de, names follow dijo / vio / y
+    X = ([["en", "Madrid"], ["a", "Madrid"], ["de", "Madrid"], ["en", "Madrid"], ["en", "Lima"],
+          ["a", "Lima"], ["de", "Lima"]]
+         + [["dijo", "Juan"], ["vio", "Juan"], ["y", "Juan"], ["dijo", "Juan"], ["dijo", "Ana"],
+            ["vio", "Ana"], ["y", "Ana"]])
+    c = word_clusters(X, ks=(2, 3), min_seen=3, n_ctx=20)
+    assert set(c) == {"madrid", "lima", "juan", "ana", "en", "dijo"}  # seen ≥ 3 times
+    assert c["madrid"] == c["lima"] and c["juan"] == c["ana"]
+    assert c["madrid"].split(",")[0] != c["juan"].split(",")[0]  # k = 2 separates them
+    assert all(len(v.split(",")) == 2 for v in c.values())  # one id per k
+    assert word_clusters(X, ks=(64,), min_seen=3) == {}  # fewer words than clusters
+    assert word_clusters(X, ks=(2, 3), min_seen=3, n_ctx=20) == c  # deterministic
+
+
+def test_ner_template_window_and_state():
+    from demidcd.tasks.features import _ner_window
+
+    toks = [["El", "Banco", "de", "España"]]
+    attrs = [[("DA",), ("NC",), ("SP",), ("NP",)]]
+    feats = list(_ner_window(toks, attrs, 1))
+    assert len(feats) == 4 * 5
+    assert feats[5:10] == ["W[-1]=El", "W[1]=de", "w[-3]=<s>", "w[3]=</s>", "wa=banco|NC"]
+    assert feats[15:20] == ["W[-1]=de", "W[1]=</s>", "w[-3]=el", "w[3]=</s>", "wa=españa|NP"]
+    X = ([[("vive", "V"), ("en", "P"), ("Madrid", "N")]] * 3
+         + [[("dijo", "V"), ("Ana", "N"), ("que", "C")]] * 3)
+    f = SequenceFeaturizer(1, template="ner")
+    f.fit(X)
+    assert "wa=madrid|N" in f.features and "W[-1]=en" in f.features
+    assert not any(n.startswith(("W[", "wa=")) for n in SequenceFeaturizer(1).fit(X).features)
+    g = SequenceFeaturizer.from_state(*f.state())
+    assert g.template == "ner" and g.clusters == f.clusters
+    assert np.array_equal(g.transform(X).feat_idx, f.transform(X).feat_idx)
+    with pytest.raises(ValueError, match="template"):
+        SequenceFeaturizer(1, template="nope")

@@ -320,8 +320,8 @@ def test_seeded_single_thread_training_is_bit_identical(tmp_path: Path, corpus: 
 
 
 # ================================================================== faults injected into DEMI-DCD
-DEMI = ["train", "--threads", "2", "--algorithm", "demi-dcd", "--time-limit", "60", "--tol",
-        "1e-9"]
+DEMI = ["train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-limit",
+        "60", "--tol", "1e-9"]
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:

@@ -72,8 +72,10 @@ register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algor
 register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
                  "per inference", single_process=True, active_sets=True))
 register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
-                 "inference workers, no barrier", min_threads=2,
-                 options=("rho", "publish_interval", *_ENGINE),
+                 "inference workers, no barrier (--learners K: K on one shared w)",
+                 min_threads=2,
+                 options=("rho", "publish_interval", "learners", "update_mode",
+                          "rebuild_every", "check", "fault_after", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
                  min_threads=2, options=_ENGINE, inference=("augmented", "workers"),
@@ -196,9 +198,10 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
 
     A learner that cannot run on ``threads`` processes raises :class:`OptionError` (see
     :data:`LEARNERS`); ``tick(seconds, w)`` is called by the learner between blocks of work
-    (snapshots); ``engine`` options (``rho``, ``rho_worker``, ``debug``, SP-IPM's ``mixing``,
-    Pegasos' ``batch_size``, the transport's ``backend`` "shm" or "ray" and ``ray_address``
-    (see :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
+    (snapshots); ``engine`` options (``rho``, ``rho_worker``, ``debug``, DEMI-DCD's
+    ``learners`` and ``update_mode`` (:mod:`.multi_dcd`), SP-IPM's ``mixing``, Pegasos'
+    ``batch_size``, the transport's ``backend`` "shm" or "ray" and ``ray_address`` (see
+    :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
     :class:`Learner` lists its ``options``), the others are dropped.
     """
     learner = get_learner(algorithm)
@@ -220,6 +223,11 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         warm_up(task, algorithm, threads)
     opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
     schedule = learner.load()
+    if learner.name == "demi-dcd" and threads > 1:
+        from . import multi_dcd
+
+        if multi_dcd.resolve_learners(task, config, threads, opts, log) > 1:
+            schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
     if threads == 1:
         return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
                         **opts)

@@ -66,13 +66,15 @@ class ActiveSets:
     admitted φ touches (``mark``, one byte per line, set at admission and never cleared): w
     changes only there, so copying the marked lines publishes w exactly, and the update kernel
     marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
-    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole.
+    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole. ``atomic``:
+    every change the kernels make to w is an atomic add (a w shared by several learners).
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
                  max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
                  w: np.ndarray | None = None, alpha_sum: np.ndarray | None = None,
-                 sweeps: int = DEFAULT_SWEEPS):
+                 sweeps: int = DEFAULT_SWEEPS, atomic: bool = False):
+        self.atomic = bool(atomic)
         self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
         self.sweeps = int(sweeps)
         self.w = np.zeros(dim) if w is None else w
@@ -133,7 +135,7 @@ class ActiveSets:
                              start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
                              self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
                              self.free_ids, self.meta, self.C, admit, self.mark, self.track,
-                             self.ex_pg, out)
+                             self.ex_pg, out, self.atomic)
             start = int(out[K.I_NEXT])
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
@@ -155,7 +157,7 @@ class ActiveSets:
         K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
                           self.C, self.delta, shrink, self.ex_pg, skip_below,
-                          self.sweeps if sweeps is None else sweeps, st)
+                          self.sweeps if sweeps is None else sweeps, st, self.atomic)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),

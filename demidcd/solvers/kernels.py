@@ -23,7 +23,9 @@ structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool cou
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
 
 from ..parallel.seqlock import LINE_SHIFT
 
@@ -84,6 +86,33 @@ def axpy(w, d, idx, val, start, end):
         w[np.uint64(idx[k])] += d * val[k]
 
 
+@intrinsic
+def atomic_add(typingctx, arr, i, v):
+    """``arr[i] += v`` as one LLVM ``atomicrmw fadd`` (monotonic ordering; ``lock cmpxchg``
+    loop on x86-64): concurrent adds to one entry from several processes are never lost.
+    ``arr`` a C-contiguous float64 array, ``i`` an integer index (no wraparound)."""
+    sig = types.void(arr, i, v)
+
+    def codegen(context, builder, signature, args):
+        aryty, idxty, valty = signature.args
+        ary, idx, val = args
+        a = context.make_array(aryty)(context, builder, ary)
+        idx = context.cast(builder, idx, idxty, types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, a, [idx], wraparound=False)
+        val = context.cast(builder, val, valty, types.float64)
+        builder.atomic_rmw("fadd", ptr, val, "monotonic")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def atomic_axpy(w, d, idx, val, start, end):
+    """w += d φ with atomic adds (:func:`atomic_add`), for a w shared by several learners."""
+    for k in range(np.uint64(start), np.uint64(end)):
+        atomic_add(w, np.uint64(idx[k]), d * val[k])
+
+
 @njit(cache=True, nogil=True)
 def _remove_slot(slots, count, i, k):
     """Drop slot k of example i, keeping the remaining slots in order."""
@@ -103,9 +132,10 @@ def _free_structure(s, s_len, free_ids, meta):
 
 @njit(cache=True, nogil=True)
 def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val, free_ids,
-                   meta, inv2c, delta, shrink, stats):
+                   meta, inv2c, delta, shrink, stats, atomic):
     """One Eq. (7)–(8) step on every structure of example i, newest first, removing those that
-    satisfy Eq. (9) when ``shrink``; returns the largest |projected gradient| seen."""
+    satisfy Eq. (9) when ``shrink``; returns the largest |projected gradient| seen. ``atomic``:
+    w += d φ through :func:`atomic_axpy` (several learners on one shared w)."""
     ex_max = 0.0
     k = count[i] - 1
     while k >= 0:
@@ -125,7 +155,10 @@ def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_va
             if d < -a:
                 d = -a
             if d != 0.0:
-                axpy(w, d, p_idx, p_val, st, st + ln)
+                if atomic:
+                    atomic_axpy(w, d, p_idx, p_val, st, st + ln)
+                else:
+                    axpy(w, d, p_idx, p_val, st, st + ln)
                 s_f[s, ALPHA] = a + d
                 alpha_sum[i] += d
                 stats[S_NONZERO_STEPS] += 1
@@ -136,7 +169,8 @@ def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_va
 
 @njit(cache=True, nogil=True)
 def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                    free_ids, meta, C, delta, shrink, ex_pg, skip_below, max_sweeps, stats):
+                    free_ids, meta, C, delta, shrink, ex_pg, skip_below, max_sweeps, stats,
+                    atomic=False):
     """UPDATEWEIGHT (DCD-SSVM Algorithm 1 / DEMI-DCD Algorithm 1 lines 4–10) for each example
     in ``order``: Eq. (7)–(8) steps on every structure of its active set, newest first,
     removing structures that satisfy Eq. (9) when ``shrink``.
@@ -158,21 +192,21 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
             stats[S_SKIPPED] += 1
             continue
         first = _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                               free_ids, meta, inv2c, delta, shrink, stats)
+                               free_ids, meta, inv2c, delta, shrink, stats, atomic)
         ex_pg[i] = first
         if first > stats[S_MAXPG]:
             stats[S_MAXPG] = first
         for _ in range(1, max_sweeps):
             if _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
                               free_ids, meta, inv2c, delta, shrink,
-                              stats) < RESWEEP_RATIO * first:
+                              stats, atomic) < RESWEEP_RATIO * first:
                 break
 
 
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
-                   admit, mark, track, ex_pg, out):
+                   admit, mark, track, ex_pg, out, atomic=False):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
@@ -183,7 +217,8 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
     violating record (admitted, or a duplicate: its structure is violated again) gets
     ``ex_pg[i] = +inf`` so that the next pass visits it. When ``track``, the lines of an admitted
     φ are marked in ``mark`` (the touched lines, see above).
-    ``out`` accumulates admitted, duplicates, rejected, evicted.
+    ``out`` accumulates admitted, duplicates, rejected, evicted. ``atomic``: an eviction
+    removes α·φ from w with atomic adds.
     """
     inv2c = 1.0 / (2.0 * C)
     cap_s = s_f.shape[0]
@@ -220,7 +255,10 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             s = slots[i, kmin]
             a = s_f[s, ALPHA]
             if a != 0.0:
-                axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+                if atomic:
+                    atomic_axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+                else:
+                    axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
                 alpha_sum[i] -= a
             _remove_slot(slots, count, i, kmin)
             _free_structure(s, s_len, free_ids, meta)
@@ -303,3 +341,38 @@ def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
         for k in range(count[i]):
             s = slots[i, k]
             axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+
+
+@njit(cache=True, nogil=True)
+def add_alpha_phi(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val, atomic):
+    """w += Σ α φ over every stored structure (Eq. 3), with atomic adds when ``atomic``: each
+    learner of :mod:`demidcd.solvers.multi_dcd` adds its own examples' share into one zeroed
+    shared w, concurrently."""
+    for i in range(slots.shape[0]):
+        for k in range(count[i]):
+            s = slots[i, k]
+            a = s_f[s, ALPHA]
+            if a != 0.0:
+                if atomic:
+                    atomic_axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+                else:
+                    axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+
+
+@njit(cache=True, nogil=True)
+def max_projected_gradient(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
+                           C):
+    """max |PG| (Eq. 10) over the active sets of the examples in ``order``, changing nothing:
+    the read-only half of the stop rule, for a w rebuilt from α."""
+    inv2c = 1.0 / (2.0 * C)
+    out = 0.0
+    for t in range(order.shape[0]):
+        i = order[t]
+        for k in range(count[i]):
+            s = slots[i, k]
+            st, ln = s_ptr[s], s_len[s]
+            g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
+            pg = abs(g) if s_f[s, ALPHA] > 0.0 else max(-g, 0.0)
+            if pg > out:
+                out = pg
+    return out

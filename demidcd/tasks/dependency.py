@@ -945,6 +945,7 @@ class DependencyParser(StructuredEstimator):
                  skip: float | None = None, sweeps: int | None = None,
                  eval_every: float | None = None, rho: int | None = None,
                  rho_worker: int | None = None, publish_interval: float | None = None,
+                 learners: int | str | None = None, update_mode: str | None = None,
                  perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
                  averaged: bool | None = None, batch_size: int | None = None,
                  lam: float | None = None, projection: bool | None = None,

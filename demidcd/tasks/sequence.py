@@ -678,10 +678,9 @@ class SequenceSpec(TaskSpec):
         return generate_splits(seed=args.seed)
 
     def make_estimator(self, args, common: dict):
-        from .features import DEFAULT_MIN_COUNT
-
-        return self.estimator_class()(
-            min_count=args.min_count if args.min_count is not None else DEFAULT_MIN_COUNT,
+        cls = self.estimator_class()
+        return cls(
+            min_count=args.min_count if args.min_count is not None else cls._default_min_count,
             hashing=args.hashing, **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:

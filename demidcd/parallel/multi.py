@@ -1,0 +1,266 @@
+"""K learner processes over one shared float64 w: process management, commands, supervision.
+
+Used by :mod:`demidcd.solvers.multi_dcd` (several learners, PASSCoDe-style). The caller (the
+*coordinator*) owns every shared-memory segment in one :class:`~.shm.SharedArena` and forks K
+processes (``multiprocess`` "fork" context, as :mod:`.engine` does: the bound task and its
+compiled kernels are inherited, nothing is pickled). Each runs ``body(group, k)`` on its part
+``parts[k]`` of the examples and writes nothing shared but w (the learners' own business: plain
+or atomic adds) and its own row of ``stats``/``fstats``.
+
+Commands (one writer, the coordinator): it stores the command code in ``ctrl[CMD]``, then the
+new generation in ``ctrl[GEN]`` (release, :func:`~.seqlock.store_word`); a learner polls
+``GEN`` between blocks of work (:meth:`LearnerGroup.poll_command`, acquire), runs the command
+and acknowledges by storing the generation in its row's ``ACK`` (release, after its results).
+The coordinator waits for every live learner's acknowledgement before it reads their results or
+issues the next command, so a learner never sees two commands at once. ``PAUSE`` leaves the
+learners waiting for the next command; ``RESUME`` lets them go on; the schedule defines the
+rest. ``ctrl[URGENT]`` asks a learner to abandon an expensive inference at once (the task's
+``should_stop``); ``ctrl[STOP]`` makes every learner exit.
+
+Supervision (:meth:`LearnerGroup.dead`): a learner that died (signal or exception, reported with
+its traceback under ``--debug``) is found by the coordinator, which decides what its loss means
+(the schedule rebuilds w from the live learners) and restarts it on the same part with
+:meth:`LearnerGroup.respawn` (paused: it waits for the next command); after ``max_restarts``
+restarts of one learner training stops with a one-line error. Learners exit by themselves when
+``STOP`` is set or their parent dies. :meth:`LearnerGroup.close` joins with a timeout, then
+terminates and kills, then unlinks every segment; it runs in ``finally`` on every exit path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+
+from .engine import WorkerError, balanced_shards
+from .monitor import CpuMonitor
+from .seqlock import load_word, store_word
+from .shm import SharedArena, sweep_stale
+
+# ctrl words
+STOP, GEN, CMD, URGENT = 0, 1, 2, 3
+# commands every schedule understands (schedules add their own codes from 16 on)
+PAUSE, RESUME = 1, 2
+# per-learner int64 stats columns (a row of 16 words, its own cache lines)
+ACK, ERROR, EPOCHS, CANDIDATE, UPDATES, INFER, ADMITTED, VIOLATORS, STEPS, ACTIVE = range(10)
+ROW = 16
+ERR_BYTES = 8192
+POLL = 0.0005  # seconds between polls of a waiting learner or coordinator
+
+
+class Stopped(Exception):
+    """Raised in a learner when STOP is set or its parent died: the learner exits."""
+
+
+class LearnerGroup:
+    """K learner processes, each owning ``parts[k]``, around a shared ``w`` (float64[dim]).
+
+    ``arrays``: further shared arrays ``{key: (shape, dtype)}`` for the schedule.
+    """
+
+    def __init__(self, n_examples: int, costs: np.ndarray, dim: int, k: int,
+                 body: Callable[[LearnerGroup, int], None], seed: int = 0,
+                 log: Callable[[str], None] | None = None, debug: bool = False,
+                 max_restarts: int = 3, monitor_interval: float = 0.5,
+                 arrays: dict[str, tuple[tuple[int, ...], type]] | None = None):
+        self.k, self.body, self.seed = int(k), body, seed
+        self.log, self.debug, self.max_restarts = log or (lambda s: None), debug, max_restarts
+        sweep_stale()
+        self.arena = SharedArena()
+        try:
+            self.w = self.arena.create("w", (dim,), np.float64)
+            self.ctrl = self.arena.create("ctrl", (16,), np.int64)
+            self.stats = self.arena.create("stats", (self.k, ROW), np.int64)
+            self.fstats = self.arena.create("fstats", (self.k, ROW), np.float64)
+            self.err = self.arena.create("err", (self.k, ERR_BYTES), np.uint8)
+            self.arrays = {key: self.arena.create(key, shape, dt)
+                           for key, (shape, dt) in (arrays or {}).items()}
+        except BaseException:
+            self.arena.close()
+            raise
+        self.parts = balanced_shards(costs, self.k, seed) if self.k > 1 else \
+            [np.arange(n_examples, dtype=np.int64)]
+        self.procs: list = [None] * self.k
+        self.restarts = [0] * self.k
+        self.parent_pid = os.getpid()
+        self.monitor = CpuMonitor({"coordinator": os.getpid()}, interval=monitor_interval)
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        # one core per learner when they fit (the coordinator mostly sleeps and floats)
+        self.cores = cpus if len(cpus) >= self.k > 1 else []
+        self._closed = False
+        self.seen = 0  # in a learner: the last command generation it ran
+        self.start_paused = False
+        import multiprocess as mp
+
+        self._ctx = mp.get_context("fork")
+
+    # ------------------------------------------------------------------ coordinator side
+    def start(self) -> LearnerGroup:
+        self.log(f"coordinator pid {os.getpid()}")
+        for j in range(self.k):
+            self._spawn(j, paused=False)
+        self.monitor.start()
+        return self
+
+    def _spawn(self, j: int, paused: bool) -> None:
+        self.stats[j, ERROR] = 0
+        self.stats[j, CANDIDATE] = 0
+        self.err[j] = 0
+        self.start_paused = paused
+        self.seen = load_word(self.ctrl, GEN)
+        store_word(self.stats[j], ACK, self.seen)
+        p = self._ctx.Process(target=self._main, args=(j,), daemon=True,
+                              name=f"demidcd-learner-{j + 1}")
+        p.start()
+        self.procs[j] = p
+        self.monitor.add(f"learner {j + 1}", p.pid)
+        self.log(f"learner {j + 1} pid {p.pid} (part of {len(self.parts[j]):,} examples)")
+
+    def dead(self) -> list[int]:
+        """Learners that died since they were (re)started; reports each (a traceback under
+        ``--debug``) and raises :class:`~.engine.WorkerError` once one died too often."""
+        out = []
+        for j, p in enumerate(self.procs):
+            if p is None or p.is_alive():
+                continue
+            code = p.exitcode
+            detail = bytes(self.err[j]).rstrip(b"\0").decode(errors="replace")
+            if self.stats[j, ERROR]:
+                last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
+                what = f"raised {last}"
+            else:
+                what = f"died ({'signal ' + str(-code) if code and code < 0 else f'exit {code}'})"
+            if self.debug and detail:
+                self.log(f"learner {j + 1} traceback:\n{detail}")
+            if self.restarts[j] >= self.max_restarts:
+                raise WorkerError(f"learner {j + 1} (pid {p.pid}) {what}; gave up after "
+                                  f"{self.restarts[j]} restarts", detail)
+            self.log(f"learner {j + 1} (pid {p.pid}) {what}; its α is lost: w is rebuilt "
+                     "from the other learners' and it restarts on the same part")
+            self.monitor.remove(f"learner {j + 1}")
+            self.procs[j] = None
+            out.append(j)
+        return out
+
+    def respawn(self, j: int) -> None:
+        """Restart learner j on its part, paused until the next command."""
+        self.restarts[j] += 1
+        self._spawn(j, paused=True)
+
+    def missing(self) -> list[int]:
+        return [j for j, p in enumerate(self.procs) if p is None]
+
+    def command(self, cmd: int, timeout: float | None = None) -> list[int]:
+        """Issue ``cmd`` and wait until every live learner acknowledged it. Returns the
+        learners that died meanwhile (see :meth:`dead`; they are not restarted here)."""
+        store_word(self.ctrl, CMD, cmd)
+        g = load_word(self.ctrl, GEN) + 1
+        store_word(self.ctrl, GEN, g)
+        died: list[int] = []
+        t0 = time.perf_counter()
+        while True:
+            waiting = [j for j, p in enumerate(self.procs)
+                       if p is not None and load_word(self.stats[j], ACK) < g]
+            if not waiting:
+                return died
+            if any(not self.procs[j].is_alive() for j in waiting):
+                died += self.dead()
+                continue
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                raise WorkerError(f"learners {[j + 1 for j in waiting]} did not answer a "
+                                  f"command within {timeout:.0f} s")
+            time.sleep(POLL)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop every learner (join, then terminate, then kill) and unlink all shared memory."""
+        if self._closed:
+            return
+        self._closed = True
+        hurry = [False]
+        old = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, lambda *_: hurry.__setitem__(0, True))
+        except ValueError:  # not the main thread
+            old = None
+        try:
+            store_word(self.ctrl, URGENT, 1)
+            store_word(self.ctrl, STOP, 1)
+            self.monitor.stop()
+            deadline = time.perf_counter() + timeout
+            for p in self.procs:
+                if p is None:
+                    continue
+                while p.is_alive() and time.perf_counter() < deadline and not hurry[0]:
+                    p.join(0.02)
+                if p.is_alive():
+                    p.terminate()
+                    p.join(0.5)
+                if p.is_alive():
+                    p.kill()
+                    p.join(1.0)
+        finally:
+            self.arena.close()
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+
+    def __enter__(self) -> LearnerGroup:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ learner side
+    def stopped(self) -> bool:
+        """STOP was set or the coordinator died (in a learner)."""
+        return bool(load_word(self.ctrl, STOP)) or os.getppid() != self.parent_pid
+
+    def urgent(self) -> bool:
+        """Abandon the current inference now (the task's ``should_stop`` in a learner)."""
+        return bool(load_word(self.ctrl, URGENT)) or self.stopped()
+
+    def poll_command(self, j: int, run: Callable[[int], None], wait: bool = False) -> bool:
+        """In learner j, between blocks of work: run every command issued since the last poll
+        (``run(code)`` for schedule codes), waiting while paused, until a ``RESUME``; with
+        ``wait`` (a restarted learner, paused) wait for one first. Returns True when any
+        command ran (w may have been rebuilt). Raises :class:`Stopped`."""
+        if not wait and load_word(self.ctrl, GEN) == self.seen:
+            if self.stopped():
+                raise Stopped
+            return False
+        st = self.stats[j]
+        while True:
+            g = load_word(self.ctrl, GEN)
+            if g != self.seen:
+                code = load_word(self.ctrl, CMD)
+                self.seen = g
+                if code not in (PAUSE, RESUME):
+                    run(code)
+                store_word(st, ACK, g)  # after the command's results
+                if code == RESUME:
+                    return True
+            elif self.stopped():
+                raise Stopped
+            else:
+                time.sleep(POLL)
+
+    def _main(self, j: int) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator handles Ctrl-C
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        code = 0
+        try:
+            self.monitor = None  # the parent's sampling thread does not exist here
+            if self.cores:
+                os.sched_setaffinity(0, {self.cores[j % len(self.cores)]})
+            self.body(self, j)
+        except Stopped:
+            pass
+        except BaseException:  # noqa: BLE001 - reported to the coordinator, never swallowed
+            tb = traceback.format_exc().encode()[-(ERR_BYTES - 1):]
+            self.err[j, :len(tb)] = np.frombuffer(tb, np.uint8)
+            self.stats[j, ERROR] = 1
+            code = 1
+        os._exit(code)

@@ -1,0 +1,487 @@
+"""Several learners on one shared w (``--learners K``): asynchronous DCD-SSVM in K processes.
+
+DEMI-DCD has one learner, so where inference is cheap (Viterbi on EWT XPOS) it is learner-bound
+from p = 2. Here, as in PASSCoDe (Hsieh, Yu and Dhillon, ICML 2015) and as the DEMI-DCD paper
+names for future work, K = p processes each own a disjoint part P_k of the examples (balanced
+by cost): their α, active sets A_i and A_i-sums are private, and each runs DCD-SSVM
+(Chang & Yih Algorithm 3, the schedule of :mod:`.dcd`) on its part — r passes of the
+Eq. (7)–(9) update (:func:`~.kernels.update_examples`) over its active sets, then a pass of
+loss-augmented inference (Eq. 5) on its examples, admission (Eq. 11) and UPDATEWEIGHT — all
+reading and writing one float64 w in shared memory in place, without locks. Every process
+both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented.
+
+Updates to w: ``update_mode="atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
+(:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
+adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
+"Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding.
+
+Exactness: a coordinator (this process, which mostly sleeps) rebuilds w every
+``rebuild_every`` seconds, before every stop test and at the end: it pauses the learners
+(each between two blocks of work), keeps the old w, zeroes w and lets every learner add its own
+Σ_{i∈P_k} α φ with atomic adds (:func:`~.kernels.add_alpha_phi`). The *drift*
+‖w_old − Σ α φ‖ measures the lost updates since the last rebuild (entries with drift: a lower
+bound on their number). When every learner's last epoch found no violation and certified its
+active sets (the 1-DCD stop rule on its part, with a moving w), the coordinator tests the
+rebuilt w with the learners paused on it: max |PG| over every active set
+(:func:`~.kernels.max_projected_gradient`) and a full loss-augmented inference pass with no
+structure violating by more than ``tol`` (and no solver time cap hit). Only then does it stop
+with ``converged``, returning that exact, certified w = Σ α φ (the 1-DCD stop rule of
+:mod:`.dcd`); otherwise the learners resume. A time limit or a stop request returns the w
+rebuilt at the end, and the dual −D(α) (Eq. 2) summed over the learners' α.
+
+Supervision: a learner that dies loses its α; w is then rebuilt from the live learners' α
+(α_{P_k} = 0 is a feasible dual point) and the learner restarts on its part with empty active
+sets (:mod:`demidcd.parallel.multi`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+from ..errors import OptionError
+from ..parallel import multi as M
+from ..parallel.seqlock import load_word, mark_array, store_word
+from ..tasks.base import InferenceInterrupted, Task
+from . import kernels as KK
+from .activeset import ActiveSets, SweepPlan
+from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
+
+UPDATE_MODES = ("atomic", "plain")
+DEFAULT_UPDATE_MODE = "atomic"
+BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
+REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
+COORDINATOR_POLL = 0.01  # seconds between the coordinator's checks
+ADD, CERTIFY, CHECK = 16, 17, 18  # schedule commands (see demidcd.parallel.multi)
+F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S = range(5)  # fstats columns
+EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
+# few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
+PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
+# worker sweep; fewer and the single learner is the bottleneck
+
+
+class _PartPlan(SweepPlan):
+    """:class:`SweepPlan` over one learner's part: the skip threshold is a quantile of the
+    part's examples only (the other examples' ``ex_pg`` stay +inf here)."""
+
+    def __init__(self, act: ActiveSets, skip: float, part: np.ndarray):
+        super().__init__(act, skip)
+        self.part = part
+
+    def threshold(self) -> float:
+        self.full = (self.skip <= 0.0 or self._force_full
+                     or self.since_full % self.full_every == 0)
+        self.since_full = 1 if self.full else self.since_full + 1
+        self._force_full = False
+        if self.full or len(self.part) < 2:
+            self.full = True
+            return -1.0
+        pg = self.act.ex_pg[self.part]
+        k = min(int(self.skip * pg.shape[0]), pg.shape[0] - 1)
+        return float(np.partition(pg, k)[k])
+
+
+def parse_learners(value: str | int | None) -> int | None:
+    """``--learners``: a positive integer, or ``auto`` / None (chosen by measurement)."""
+    if value is None or value == "auto":
+        return None
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"--learners must be a positive integer or auto, got {value!r}") \
+            from None
+    if k < 1:
+        raise OptionError(f"--learners must be >= 1, got {k}")
+    return k
+
+
+def check_learners(value: str | int | None, threads: int) -> None:
+    """Fail early (before data is read) on a ``--learners`` no schedule runs."""
+    k = parse_learners(value)
+    if k is not None and k > threads:
+        raise OptionError(f"--learners {k} is more than --threads {threads}")
+    if k is not None and 1 < k < threads:
+        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
+                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
+                          "and learns) is implemented")
+
+
+def choose_learners(task: Task, config: SolverConfig, threads: int,
+                    log: Callable[[str], None] | None = None, sample: int = 64
+                    ) -> tuple[int, dict]:
+    """``--learners auto``: K = p when one learner could not keep up with p − 1 inference
+    workers, else 1 (DEMI-DCD). Measured on a sample of examples at w = 0: t_inf, seconds per
+    loss-augmented inference, and t_step, seconds per Eq. (7)–(8) step; a pass over the
+    active sets costs about ``EXPECTED_ACTIVE`` steps per example. One learner is the
+    bottleneck when a worker sweep (n t_inf / (p − 1)) is shorter than
+    :data:`PASSES_PER_SWEEP` update passes (the rule of ``demi_dcd.inference_share``).
+    Returns (K, the figures), and logs both."""
+    n = task.n_examples
+    rng = np.random.default_rng(config.seed)
+    ex = np.sort(rng.choice(n, size=min(n, sample), replace=False)).astype(np.int64)
+    w = np.zeros(task.dim)
+    t = time.perf_counter()
+    batch = task.loss_augmented(w, ex)
+    t_inf = (time.perf_counter() - t) / max(len(ex), 1)
+    act = ActiveSets(n, task.dim, config.C, config.delta, config.max_active, w=w)
+    act.insert(batch, 0.0)
+    steps, t = 0, time.perf_counter()
+    while time.perf_counter() - t < 0.02 and len(batch):
+        steps += act.update(ex, shrink=False).updates
+    t_step = (time.perf_counter() - t) / max(steps, 1)
+    t_pass = EXPECTED_ACTIVE * t_step
+    ratio = t_inf / max(threads - 1, 1) / max(t_pass, 1e-12)  # worker sweep / learner pass
+    k = threads if threads > 1 and ratio < PASSES_PER_SWEEP else 1
+    figures = {"infer_ms": t_inf * 1e3, "step_us": t_step * 1e6, "pass_ms": t_pass * 1e3,
+               "sweep_over_pass": ratio, "learners": k}
+    if log is not None:
+        log(f"learners auto: {k} (inference {t_inf * 1e3:.3f} ms/example, update step "
+            f"{t_step * 1e6:.2f} us, pass ~{EXPECTED_ACTIVE} steps/example: a sweep of "
+            f"{max(threads - 1, 1)} worker(s) lasts {ratio:.1f} update passes, "
+            f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
+            f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'})")
+    return k, figures
+
+
+def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dict,
+                     log: Callable[[str], None] | None = None) -> int:
+    """The number of learners for a DEMI-DCD run on ``threads`` processes, from
+    ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners`; the CLI's default)
+    or absent (1: the library keeps DEMI-DCD's single learner unless asked); stores it back in
+    ``engine`` with the auto figures under ``learner_choice``."""
+    k = parse_learners(engine.get("learners", 1))
+    if k is None:
+        k, engine["learner_choice"] = choose_learners(task, config, threads, log)
+    if k > threads:
+        raise OptionError(f"--learners {k} is more than --threads {threads}")
+    engine["learners"] = k
+    return k
+
+
+@njit(cache=True, nogil=True)
+def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
+    """Records whose violation Δ − w·φ − A_i/(2C) (Eq. 11), recomputed with the float64 ``w``,
+    exceeds ``tol``."""
+    inv2c = 1.0 / (2.0 * C)
+    out = 0
+    for r in range(ex.shape[0]):
+        v = delta[r] - KK.sparse_dot(w, idx, val, ptr[r], ptr[r + 1]) - alpha_sum[ex[r]] * inv2c
+        if v > tol:
+            out += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
+    """(‖old − w‖, entries where |old − w| > 1e-12 · max(1, max|w|), ‖w‖) in two passes
+    without temporaries (w has millions of entries and the learners wait)."""
+    scale = 1.0
+    sq_w = 0.0
+    for j in range(w.shape[0]):
+        a = abs(w[j])
+        sq_w += a * a
+        if a > scale:
+            scale = a
+    thr = 1e-12 * scale
+    sq, n = 0.0, 0
+    for j in range(w.shape[0]):
+        e = old[j] - w[j]
+        sq += e * e
+        if abs(e) > thr:
+            n += 1
+    return np.sqrt(sq), n, np.sqrt(sq_w)
+
+
+def _learner_body(task: Task, config: SolverConfig, atomic: bool,
+                  fault_after: int = -1) -> Callable[[M.LearnerGroup, int], None]:
+    """DCD-SSVM on part k of the examples over the shared w (runs in learner process k)."""
+
+    def body(g: M.LearnerGroup, k: int) -> None:
+        cfg, w, part = config, g.w, g.parts[k]
+        st, fs = g.stats[k], g.fstats[k]
+        act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
+                         sweeps=cfg.sweeps, atomic=atomic, track_changes=True)
+        act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
+        # inference reads the shared w in place. A private copy refreshed from the marked lines
+        # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
+        # learner writes (Viterbi 1.3-1.9x slower than alone, 2 processes) but a copy every
+        # 10 copy-costs left w stale: EWT XPOS p=2, primal at 2 s 146,164 against 8,323 in place
+        plan = _PartPlan(act, cfg.skip, part)
+        task.should_stop = g.urgent  # an ILP solver is abandoned at the final stop
+        rng = np.random.default_rng([cfg.seed, k, g.restarts[k]])
+        blocks = [0]
+
+        def run(code: int) -> None:
+            if code == ADD:  # this part's share of w = Σ α φ, into the zeroed w
+                KK.add_alpha_phi(w, act.slots, act.count, act.s_ptr, act.s_len, act.s_f,
+                                 act.p_idx, act.p_val, True)
+                fs[F_SQ], fs[F_LIN] = KK.dual_terms(act.slots, act.count, act.alpha_sum,
+                                                    act.s_f)
+            elif code == CERTIFY:  # the stop rule on the rebuilt w, changing nothing
+                fs[F_MAXPG] = KK.max_projected_gradient(part, w, act.slots, act.count,
+                                                        act.alpha_sum, act.s_ptr, act.s_len,
+                                                        act.s_f, act.p_idx, act.p_val, cfg.C)
+                viol = 0
+                for s in range(0, len(part), max(cfg.batch, 16)):
+                    u0 = task.unproven
+                    try:
+                        b = task.loss_augmented(w, part[s:s + max(cfg.batch, 16)])
+                    except InferenceInterrupted:
+                        viol += 1
+                        break
+                    viol += task.unproven - u0
+                    if len(b):
+                        viol += int((b.violation(act.alpha_sum, cfg.C) > cfg.tol).sum())
+                st[M.VIOLATORS] = viol
+            elif code == CHECK:  # Σ α φ of this part, sequentially (tests of the rebuild)
+                g.arrays["check"][k] = act.rebuilt_w()
+
+        def poll() -> None:
+            blocks[0] += 1
+            if k == 0 and g.restarts[0] == 0 and blocks[0] == fault_after:  # tests
+                raise RuntimeError("injected fault (multi-learner)")
+            g.poll_command(k, run)
+
+        if g.start_paused:
+            g.poll_command(k, run, wait=True)
+        r, b = cfg.inner_passes, max(cfg.batch, 1)
+        epoch = int(st[M.EPOCHS])  # a restarted learner goes on counting
+        while True:
+            epoch += 1
+            certified = False
+            t = time.perf_counter()
+            for _ in range(r):
+                order = rng.permutation(part)
+                skip_below, pass_pg = plan.threshold(), 0.0
+                for s in range(0, len(order), BLOCK):
+                    u = act.update(order[s:s + BLOCK], skip_below=skip_below)
+                    pass_pg = max(pass_pg, u.max_pg)
+                    st[M.UPDATES] += u.updates
+                    st[M.STEPS] += u.nonzero_steps
+                    poll()
+                certified = plan.certifies(pass_pg, cfg.tol)
+            fs[F_UPDATE_S] += time.perf_counter() - t
+            order = rng.permutation(part)
+            violators, pass_pg, t_inf = 0, 0.0, 0.0
+            for s in range(0, len(order), b):
+                chunk = order[s:s + b]
+                u0, t = task.unproven, time.perf_counter()
+                try:
+                    batch = task.loss_augmented(w, chunk)
+                except InferenceInterrupted:
+                    violators += 1
+                    poll()
+                    break
+                t_inf += time.perf_counter() - t
+                violators += task.unproven - u0
+                if len(batch):
+                    violators += count_violators(w, act.alpha_sum, cfg.C, cfg.tol, batch.ex,
+                                                 batch.delta, batch.ptr, batch.idx, batch.val)
+                    st[M.ADMITTED] += act.insert(batch, cfg.admit).admitted
+                u = act.update(chunk)
+                pass_pg = max(pass_pg, u.max_pg)
+                st[M.UPDATES] += u.updates
+                st[M.STEPS] += u.nonzero_steps
+                st[M.INFER] += len(chunk)
+                poll()
+            fs[F_INFER_S] += t_inf
+            if r == 0:
+                certified = pass_pg < cfg.tol
+            st[M.ACTIVE] = act.size
+            st[M.CANDIDATE] = epoch if violators == 0 and certified else 0
+            store_word(st, M.EPOCHS, epoch)  # after CANDIDATE
+
+    return body
+
+
+def warm_up(task: Task) -> None:
+    """Compile (or load from numba's cache) the kernels only this schedule calls, before the
+    learners fork (each would otherwise compile them on its own clock)."""
+    dim = task.dim
+    w = np.zeros(dim)
+    act = ActiveSets(1, dim, 1.0, w=w, atomic=True)
+    b = task.loss_augmented(w, np.zeros(1, np.int64))
+    act.insert(b, 0.0)
+    act.update(np.zeros(1, np.int64))
+    KK.add_alpha_phi(w, act.slots, act.count, act.s_ptr, act.s_len, act.s_f, act.p_idx,
+                     act.p_val, True)
+    KK.max_projected_gradient(np.zeros(1, np.int64), w, act.slots, act.count, act.alpha_sum,
+                              act.s_ptr, act.s_len, act.s_f, act.p_idx, act.p_val, 1.0)
+    count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
+    drift(w, w)
+
+
+def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
+                    callback: Callback | None = None, learners: int | None = None,
+                    update_mode: str | None = None, cpu_log: str | None = None,
+                    log: Callable[[str], None] | None = None, debug: bool = False,
+                    tick: Callable[[float, np.ndarray], None] | None = None,
+                    rebuild_every: float = REBUILD_EVERY, fault_after: int = -1,
+                    check: bool = False, **_: object) -> TrainResult:
+    """Train with ``learners`` (default ``threads``) learner processes on one shared w.
+    ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
+    inference pass over its part); the log has one record per rebuild of w.
+    ``fault_after``: learner 1 raises after that many blocks (tests of supervision);
+    ``check``: after the final rebuild each learner also sums its α φ sequentially and
+    ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
+    config.validate()
+    log = log or (lambda s: None)
+    k = threads if learners is None else int(learners)
+    mode = update_mode or DEFAULT_UPDATE_MODE
+    if mode not in UPDATE_MODES:
+        raise OptionError(f"--update-mode must be one of {', '.join(UPDATE_MODES)}, got {mode!r}")
+    if k != threads:
+        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
+                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
+                          "and learns) is implemented")
+    C, dim = config.C, task.dim
+    warm_up(task)
+    cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
+    drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
+    history: list[dict] = []
+    group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
+                           _learner_body(task, config, mode == "atomic", fault_after),
+                           config.seed, log, debug,
+                           arrays={"mark": (mark_array(dim).shape, np.uint8),
+                                   **({"check": ((k, dim), np.float64)} if check else {})})
+    w = group.w
+    old = np.empty(dim)
+    state = {"dual": None, "paused": False}
+    clock: Clock | None = None
+    reason, epoch = "max-epochs", 0
+    check_error = None
+    log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
+        f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s")
+
+    def rebuild() -> dict:
+        """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
+        t0 = time.perf_counter()
+        group.command(M.PAUSE)
+        old[:] = w
+        while True:
+            w[:] = 0.0
+            if not group.command(ADD):  # a learner dying mid-add: add again without it
+                break
+        for j in group.missing():  # restarted with empty active sets (α = 0), paused
+            group.respawn(j)
+            cnt["restarts"] += 1
+        state["paused"] = True
+        cnt["rebuilds"] += 1
+        d, entries, w_norm = drift(old, w)
+        cnt["rebuild_seconds"] += time.perf_counter() - t0
+        live = [j for j in range(k) if group.procs[j] is not None]
+        sq = float(group.fstats[live, F_SQ].sum())
+        lin = float(group.fstats[live, F_LIN].sum())
+        dual = -0.5 * float(w_norm) ** 2 - sq / (4.0 * C) + lin
+        state["dual"] = dual
+        drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
+        return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
+                "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
+
+    def resume() -> None:
+        while group.command(M.RESUME):  # someone died: rebuild without it, then go on
+            rebuild()
+        state["paused"] = False
+
+    def certify() -> tuple[bool, float, int]:
+        cnt["certifications"] += 1
+        if group.command(CERTIFY):
+            return False, np.inf, -1
+        live = [j for j in range(k) if group.procs[j] is not None]
+        viol = int(group.stats[live, M.VIOLATORS].sum())
+        pg = float(group.fstats[live, F_MAXPG].max())
+        return viol == 0 and pg < config.tol and not group.missing(), pg, viol
+
+    def record(figs: dict, **extra) -> None:
+        nonlocal epoch
+        epoch += 1
+        s = group.stats
+        rec = {"epoch": epoch, "seconds": round(clock.elapsed(), 4),
+               "updates": int(s[:, M.UPDATES].sum()), "total_updates": int(s[:, M.UPDATES].sum()),
+               "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
+               "learner_epochs": int(s[:, M.EPOCHS].min()), **figs, **extra}
+        if config.eval_every is not None and clock.elapsed() - last_eval[0] >= config.eval_every:
+            ob = objective(task, w, C, figs["dual"])
+            rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
+            last_eval[0] = clock.elapsed()
+        history.append(rec)
+        if callback is not None:
+            callback(rec, w)
+
+    last_eval = [0.0]
+    try:
+        group.start()
+        clock = Clock(config.time_limit, tick)
+        task.should_stop = lambda: StopRequest.requested or clock.expired()
+        last_rebuild, cert_epochs = 0.0, [0] * k
+        max_epochs = config.max_epochs
+        while True:
+            time.sleep(COORDINATOR_POLL)
+            if group.dead():  # rebuild w from the live learners' α, restart the dead
+                record(rebuild())
+                resume()
+            if clock.poll(w):
+                reason = stop_reason(False, clock)
+                break
+            ep = [load_word(group.stats[j], M.EPOCHS) for j in range(k)]
+            if max_epochs is not None and min(ep) >= max_epochs:
+                reason = "max-epochs"
+                break
+            cand = [int(group.stats[j, M.CANDIDATE]) for j in range(k)]
+            if all(c == e and e > ce for c, e, ce in zip(cand, ep, cert_epochs, strict=True)):
+                figs = rebuild()
+                last_rebuild = clock.elapsed()
+                ok, pg, viol = certify()
+                record(figs, max_pg=pg, violators=viol)
+                if ok:
+                    reason = "converged"
+                    break
+                cert_epochs = [load_word(group.stats[j], M.EPOCHS) for j in range(k)]
+                if group.missing():  # one died while certifying: w without its α first
+                    record(rebuild())
+                resume()
+            elif clock.elapsed() - last_rebuild >= rebuild_every:
+                record(rebuild())
+                last_rebuild = clock.elapsed()
+                resume()
+        if reason != "converged":
+            store_word(group.ctrl, M.URGENT, 1)  # abandon expensive inferences
+            record(rebuild())
+        if check:
+            group.command(CHECK)
+            check_error = float(np.abs(group.arrays["check"].sum(0) - w).max())
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        seconds = clock.elapsed() if clock else 0.0
+        w_out = w.copy()
+        s, f = group.stats.copy(), group.fstats.copy()
+        try:
+            group.close()
+        finally:
+            task.__dict__.pop("should_stop", None)
+    mon = group.monitor
+    if cpu_log:
+        mon.write_csv(cpu_log)
+    res = TrainResult(w_out, reason == "converged", reason, epoch, seconds, history,
+                      state["dual"])
+    drifts = [d for _, d, _ in drift_log]
+    res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k),
+                 "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
+                 "learners": k, "update_mode": mode, "updates": int(s[:, M.UPDATES].sum()),
+                 "nonzero_steps": int(s[:, M.STEPS].sum()),
+                 "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
+                 "learner_infer_seconds": float(f[:, F_INFER_S].sum()),
+                 "update_seconds": float(f[:, F_UPDATE_S].sum()),
+                 "drift_max": max(drifts, default=0.0),
+                 "drift_entries": int(sum(e for _, _, e in drift_log)),
+                 "drift_log": drift_log, "rebuild_error": check_error, **cnt}
+    log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
+        f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
+        f"({cnt['rebuild_seconds']:.2f} s; largest drift "
+        f"‖w − Σαφ‖ {res.extra['drift_max']:.3g}, {res.extra['drift_entries']:,} entries with "
+        f"lost updates), {cnt['certifications']} certification(s), {cnt['restarts']} restarts")
+    return res
