@@ -378,6 +378,27 @@ PR_SET_PDEATHSIG = 1
 POLL_SECONDS = 0.02
 
 
+def _wait_exit(proc: subprocess.Popen, timeout: float) -> int:
+    """``proc.wait(timeout)`` that returns the moment the process exits: poll(2) on a pidfd.
+    ``Popen.wait(timeout)`` sleeps in doubling steps (0.5, 1, 2, … ms), which left a core idle
+    for up to half of each ~15 ms CBC solve (DEMI-DCD on CoNLL04 with CBC, p = 2, idle
+    machine: 160% of 200% CPU). Falls back to ``Popen.wait`` where pidfds are missing."""
+    import select
+
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(timeout * 1000.0):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        return proc.wait()
+    finally:
+        os.close(fd)
+
+
 def _cbc_path() -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -632,7 +653,7 @@ def solve_cbc(U: np.ndarray, P: np.ndarray, *, time_limit: float | None = None,
         try:
             while True:
                 try:
-                    rc = proc.wait(timeout=POLL_SECONDS)
+                    rc = _wait_exit(proc, POLL_SECONDS)
                     break
                 except subprocess.TimeoutExpired:
                     if stop():
