@@ -221,6 +221,11 @@ class CpuMonitor:
         if self._thread is not None:
             self._thread.join(timeout=5 * self.interval + 1.0)
             self._thread = None
+            if not self.samples:  # a run shorter than one interval still gets one sample
+                try:
+                    self.sample()
+                except Exception:  # noqa: BLE001 - a monitor must never kill the run
+                    pass
             self._t_stop = time.monotonic() - self._t0
 
     def __enter__(self) -> CpuMonitor:
