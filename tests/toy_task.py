@@ -11,6 +11,19 @@ import numpy as np
 from demidcd.tasks.base import INDEX_DTYPE, RecordBatch, Task
 
 
+def records(recs: list) -> RecordBatch:
+    """A RecordBatch from (i, h, Δ, margin, idx, val) tuples."""
+    if not recs:
+        return RecordBatch.empty()
+    ptr = np.zeros(len(recs) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(r[4]) for r in recs])
+    return RecordBatch(
+        np.array([r[0] for r in recs], np.int64), np.array([r[1] for r in recs], np.int64),
+        np.array([r[2] for r in recs]), np.array([r[3] for r in recs]), ptr,
+        np.concatenate([r[4] for r in recs]).astype(INDEX_DTYPE),
+        np.concatenate([r[5] for r in recs]))
+
+
 class ToyTask(Task):
     name = "toy"
 
@@ -44,15 +57,7 @@ class ToyTask(Task):
             if y != 0 and scores[y] > scores[0]:
                 idx, val, d = self.phi_delta(i, y)
                 recs.append((i, y, d, float(val @ w[idx]), idx, val))
-        if not recs:
-            return RecordBatch.empty()
-        ptr = np.zeros(len(recs) + 1, np.int64)
-        ptr[1:] = np.cumsum([len(r[4]) for r in recs])
-        return RecordBatch(
-            np.array([r[0] for r in recs], np.int64), np.array([r[1] for r in recs], np.int64),
-            np.array([r[2] for r in recs]), np.array([r[3] for r in recs]), ptr,
-            np.concatenate([r[4] for r in recs]).astype(INDEX_DTYPE),
-            np.concatenate([r[5] for r in recs]))
+        return records(recs)
 
     def all_structures(self) -> RecordBatch:
         """Every non-gold structure of every example as a record (margin for w = 0)."""
@@ -106,12 +111,4 @@ class SlowToyTask(ToyTask):
             if y != 0:
                 idx, val, d = self.phi_delta(i, y)
                 recs.append((i, y, d, float(val @ w[idx]), idx, val))
-        if not recs:
-            return RecordBatch.empty()
-        ptr = np.zeros(len(recs) + 1, np.int64)
-        ptr[1:] = np.cumsum([len(r[4]) for r in recs])
-        return RecordBatch(
-            np.array([r[0] for r in recs], np.int64), np.array([r[1] for r in recs], np.int64),
-            np.array([r[2] for r in recs]), np.array([r[3] for r in recs]), ptr,
-            np.concatenate([r[4] for r in recs]).astype(INDEX_DTYPE),
-            np.concatenate([r[5] for r in recs]))
+        return records(recs)
