@@ -15,6 +15,7 @@ Writes ``results/transport_<task>.json`` and prints a Markdown table. Needs the 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shutil
 import sys
@@ -95,31 +96,82 @@ def run(backend: str, args, data: dict, work: Path) -> dict:
 
 
 def projection(shm: dict, ray: dict, p: int) -> dict:
-    """A PROJECTION, not a measurement: a 4-node × 16-core cluster (63 actors + the learner)
-    from this machine's measured per-worker inference rate (shared memory: inference alone)
-    and the measured Ray costs per structure and per publish.
+    """A PROJECTION, not a measurement: a 4-node × 16-core cluster (k = 63 actors + the learner)
+    from this machine's measured costs.
 
-    * inference supply: 63 × (structures per second per worker on shm);
-    * the learner's publish cost grows with one actor call per actor: latency × 63 / (p − 1);
+    * inference supply: k × (structures and inferences per second of one shm worker);
+    * the learner's publish cost grows with one actor call per actor: latency × k / (p − 1)
+      (pessimistic: the object-store put is paid once, not per actor);
     * network: records (bytes per structure × supply) and w̄ (bytes per publish per actor ×
-      63 × publishes per second) against one 10 Gb/s link at the driver (``NETWORK``).
-    Ray pays off while the supply is what limits training (expensive inference: ILP); with
-    cheap inference (Viterbi) the learner is already the bottleneck at p = 2, and 63 actors
-    add records it cannot absorb and publishes that cost it more time."""
+      k × publishes per second) against one 10 Gb/s link at the driver (``NETWORK``);
+    * time for the work the shm run did up to its time to 1% (or its whole budget when it did
+      not get there): T = max(inferences / (k × r_worker), updates / u_learner), with r_worker
+      the measured inferences/s of one worker and u_learner the learner's measured update rate
+      once its own inference time (its inferences / r_worker) and publish time are taken out.
+      The same work on more actors ignores staleness (more stale structures may need more work).
+    Ray pays off while inference is what limits training (an ILP per sentence); with cheap
+    inference (Viterbi) the learner is already the bottleneck at p = 2."""
     k = NODES * CORES - 1
+    secs = max(shm.get("stopped", {}).get("seconds") or 1.0, 1e-9)
     per_worker = shm.get("structures_per_s", 0.0) / max(p - 1, 1)
     supply = k * per_worker
     per_actor_pub = ray.get("bytes_per_publish", 0.0) / max(p - 1, 1)
     pubs_per_s = ray["learner"].get("publishes", 0) / max(ray["stopped"].get("seconds", 1), 1)
     rec_bytes = supply * ray.get("bytes_per_structure", 0.0)
     wbar_bytes = per_actor_pub * k * pubs_per_s
-    return {"label": "PROJECTION from measured costs, not a measurement",
-            "nodes": NODES, "cores_per_node": CORES, "actors": k,
-            "structures_per_s_supply": supply,
-            "publish_latency_s": ray.get("publish_latency_s", 0.0) * k / max(p - 1, 1),
-            "record_bytes_per_s": rec_bytes, "wbar_bytes_per_s": wbar_bytes,
-            "network_share": (rec_bytes + wbar_bytes) / NETWORK,
-            "learner_structures_per_s_at_p": shm.get("structures_per_s", 0.0)}
+    out = {"label": "PROJECTION from measured costs, not a measurement",
+           "nodes": NODES, "cores_per_node": CORES, "actors": k,
+           "structures_per_s_supply": supply,
+           "publish_latency_s": ray.get("publish_latency_s", 0.0) * k / max(p - 1, 1),
+           "record_bytes_per_s": rec_bytes, "wbar_bytes_per_s": wbar_bytes,
+           "network_share": (rec_bytes + wbar_bytes) / NETWORK,
+           "learner_structures_per_s_at_p": shm.get("structures_per_s", 0.0)}
+    lr = shm.get("learner") or {}
+    r_worker = shm.get("worker_inferences_per_s", 0.0) / max(p - 1, 1)
+    if not lr or r_worker <= 0:
+        return out
+    t1 = shm.get("time_to_1pct", math.inf)
+    t1 = float(t1) if not isinstance(t1, str) else math.inf
+    frac = min(t1, secs) / secs  # share of the run's work done by its time to 1%
+    learner_busy = secs * (1 - lr.get("publish_percent", 0.0) / 100) - lr.get(
+        "learner_inferences", 0.0) / r_worker
+    u_learner = lr["updates"] / max(learner_busy, 1e-3)
+    t_inf = frac * lr["inferences"] / (k * r_worker)
+    t_upd = frac * lr["updates"] / u_learner
+    out.update({"work_until_s": min(t1, secs), "work_inferences": frac * lr["inferences"],
+                "work_updates": frac * lr["updates"], "worker_inferences_per_s": r_worker,
+                "learner_updates_per_s_alone": u_learner,
+                "inference_seconds": t_inf, "learner_seconds": t_upd,
+                "projected_seconds": max(t_inf, t_upd),
+                "bottleneck": "inference" if t_inf > t_upd else "learner",
+                "speedup_over_measured_p": min(t1, secs) / max(t_inf, t_upd)})
+    return out
+
+
+def report(res: dict) -> None:
+    """Print the Markdown table and the projection of a result dict."""
+    runs, proj = res["runs"], res["projection"]
+    rows = [(b, fmt_s(r["time_to_1pct"] if not isinstance(r["time_to_1pct"], str)
+                      else math.inf),
+             f"{r.get('structures_per_s', 0):,.0f}",
+             f"{r.get('worker_inferences_per_s', 0):,.0f}",
+             f"{r.get('bytes_in_per_s', 0) / 1e6:,.2f}",
+             f"{r.get('bytes_out_per_s', 0) / 1e6:,.2f}",
+             f"{1000 * r.get('publish_latency_s', 0):.2f}") for b, r in runs.items()]
+    print(markdown_table(["backend", "time to 1%", "structures/s", "worker inferences/s",
+                          "records MB/s", "w̄ MB/s", "publish ms"], rows))
+    print(f"\n{proj['label']}: {proj['actors']} actors would supply "
+          f"{proj['structures_per_s_supply']:,.0f} structures/s (the learner absorbed "
+          f"{proj['learner_structures_per_s_at_p']:,.0f}/s here), publish "
+          f"{1000 * proj['publish_latency_s']:.1f} ms, "
+          f"{proj['network_share']:.1%} of a 10 Gb/s link")
+    if "projected_seconds" in proj:
+        print(f"{proj['label']}: the work shm did in {proj['work_until_s']:.1f}s "
+              f"({proj['work_inferences']:,.0f} inferences, {proj['work_updates']:,.0f} updates) "
+              f"takes {proj['inference_seconds']:.2f}s of inference on {proj['actors']} actors "
+              f"and {proj['learner_seconds']:.2f}s of learner updates: "
+              f"{proj['projected_seconds']:.2f}s, {proj['bottleneck']}-bound, "
+              f"{proj['speedup_over_measured_p']:.1f}x the measured p = {res['threads']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--column")
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--out-dir", default=str(RESULTS))
+    ap.add_argument("--reanalyse", metavar="JSON",
+                    help="recompute the projection and table of an earlier results file")
     args = ap.parse_args(argv)
+    if args.reanalyse:
+        import json
+        res = json.loads(Path(args.reanalyse).read_text())
+        res["projection"] = projection(res["runs"]["shm"], res["runs"]["ray"], res["threads"])
+        write_json(args.reanalyse, res)
+        report(res)
+        return 0
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -165,17 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                argv if argv is not None else sys.argv[1:])}
     tag = "ewt" if args.task == "sequence" else "conll04"
     out = write_json(Path(args.out_dir) / f"transport_{tag}.json", res)
-    rows = [(b, fmt_s(r["time_to_1pct"]), f"{r.get('structures_per_s', 0):,.0f}",
-             f"{r.get('bytes_in_per_s', 0) / 1e6:,.2f}",
-             f"{r.get('bytes_out_per_s', 0) / 1e6:,.2f}",
-             f"{1000 * r.get('publish_latency_s', 0):.2f}") for b, r in runs.items()]
-    print(markdown_table(["backend", "time to 1%", "structures/s", "records MB/s",
-                          "w̄ MB/s", "publish ms"], rows))
-    print(f"\n{proj['label']}: {proj['actors']} actors would supply "
-          f"{proj['structures_per_s_supply']:,.0f} structures/s (the learner absorbed "
-          f"{proj['learner_structures_per_s_at_p']:,.0f}/s here), publish "
-          f"{1000 * proj['publish_latency_s']:.1f} ms, "
-          f"{proj['network_share']:.1%} of a 10 Gb/s link")
+    report(res)
     say(f"wrote {out}")
     return 0
 

@@ -286,6 +286,20 @@ def test_transport_log_parser_and_projection_on_fixed_costs():
     assert pr["record_bytes_per_s"] == pytest.approx(63 * 500.0 * 500.0)
     assert pr["wbar_bytes_per_s"] == pytest.approx(1e6 * 63 * 10.0)  # per actor × 10/s
     assert pr["publish_latency_s"] == pytest.approx(0.004 * 63 / 2)
+    assert "projected_seconds" not in pr  # no learner line: no time model
+    # time model: 10 s run, 1 worker at 100 inferences/s, learner inferred 500 (5 s) and
+    # published 0% of its time, so 1,000 updates in 5 s = 200 updates/s alone
+    shm = {"structures_per_s": 50.0, "worker_inferences_per_s": 100.0, "time_to_1pct": 5.0,
+           "stopped": {"seconds": 10.0},
+           "learner": {"updates": 1000.0, "publish_percent": 0.0, "inferences": 1500.0,
+                       "learner_inferences": 500.0}}
+    pr = tr.projection(shm, ray, p=2)
+    assert pr["learner_updates_per_s_alone"] == pytest.approx(200.0)
+    assert pr["work_inferences"] == pytest.approx(750.0)  # half the run's work by 5 s
+    assert pr["inference_seconds"] == pytest.approx(750.0 / (63 * 100.0))
+    assert pr["learner_seconds"] == pytest.approx(500.0 / 200.0)
+    assert pr["bottleneck"] == "learner"
+    assert pr["speedup_over_measured_p"] == pytest.approx(5.0 / 2.5)
 
 
 def test_example_trains_with_demi_dcd_and_plots_cpu(tmp_path):
