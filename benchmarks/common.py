@@ -566,3 +566,70 @@ def machine_caption(info: dict[str, Any]) -> str:
 
 def rmtree(path: str | os.PathLike[str]) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def crfsuite_peer(train: str, test: str, *, fmt: str, column: str | int | None = None,
+                  algorithm: str = "lbfgs", iterations: int = 100,
+                  feature_columns: tuple[int, ...] = (), template: str = "base",
+                  min_count: int | None = None, metric: str = "accuracy",
+                  work: Path, note=None, done=None) -> dict | None:
+    """CRFsuite on the same observation features as demidcd: for each token, the strings of
+    the ``SequenceFeaturizer`` features it fires (dictionary fitted on train). ``algorithm``
+    ``lbfgs`` (c1 = c2 = 0.1) or ``ap`` (averaged perceptron); ``metric`` ``accuracy`` (tokens)
+    or ``chunk-f1`` (conlleval's, ``demidcd.tasks.chunks``). None without python-crfsuite."""
+    try:
+        import pycrfsuite
+    except ImportError:
+        return None
+    from demidcd.io.tagged import read_tagged
+    from demidcd.tasks.chunks import chunk_scores
+    from demidcd.tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+
+    (note or (lambda m: None))(f"CRFsuite {algorithm}: features, then {iterations} iterations")
+    t0 = time.perf_counter()
+    kw = {"fmt": fmt, "column": column, "feature_columns": tuple(feature_columns)}
+    tr, te = read_tagged(train, **kw), read_tagged(test, **kw)
+    for c in (tr, te):  # tokens as the tasks see them: (word, *feature columns)
+        if c.attributes is not None:
+            c.tokens = [[(w, *a) for w, a in zip(ws, at, strict=True)]
+                        for ws, at in zip(c.tokens, c.attributes, strict=True)]
+    mc = DEFAULT_MIN_COUNT if min_count is None else min_count
+    fz = SequenceFeaturizer(mc, 0, template).fit(tr.tokens)
+    names = fz.features
+
+    def items(tokens):
+        enc = fz.transform(tokens)
+        fp, fi, sp = enc.feat_ptr, enc.feat_idx, enc.sent_ptr
+        for s in range(enc.n_sentences):
+            yield [[names[j] for j in fi[fp[t]:fp[t + 1]]] for t in range(sp[s], sp[s + 1])]
+
+    trainer = pycrfsuite.Trainer(algorithm=algorithm, verbose=False)
+    for xseq, yseq in zip(items(tr.tokens), tr.tags, strict=True):
+        trainer.append(xseq, yseq)
+    params = {"max_iterations": iterations}
+    if algorithm == "lbfgs":
+        params.update({"c1": 0.1, "c2": 0.1})
+    trainer.set_params(params)
+    prep = time.perf_counter() - t0
+    model = Path(work) / f"crfsuite_{algorithm}.model"
+    c0, t0 = time.process_time(), time.perf_counter()
+    trainer.train(str(model))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    tagger = pycrfsuite.Tagger()
+    tagger.open(str(model))
+    pred = [tagger.tag(x) for x in items(te.tokens)]
+    right = sum(p == g for ps, gs in zip(pred, te.tags, strict=True)
+                for p, g in zip(ps, gs, strict=True))
+    acc = right / max(sum(len(g) for g in te.tags), 1)
+    score = acc if metric == "accuracy" else chunk_scores(te.tags, pred).as_dict()["f1"]
+    info = trainer.logparser.last_iteration or {}
+    res = {"algorithm": algorithm, "max_iterations": iterations,
+           "iterations_run": len(trainer.logparser.iterations),
+           "train_wall_seconds": wall, "train_cpu_seconds": cpu,
+           "feature_preparation_seconds": prep, "test_accuracy": acc, "metric": metric,
+           "test_metric": score, "observation_features": len(names),
+           "final_loss": info.get("loss"), "pycrfsuite": getattr(pycrfsuite, "__version__", None)}
+    if algorithm == "lbfgs":
+        res.update({"c1": 0.1, "c2": 0.1})
+    (done or (lambda m: None))(f"CRFsuite {algorithm}: {100 * score:.2f} in {wall:.1f}s")
+    return res

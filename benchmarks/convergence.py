@@ -35,7 +35,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +47,7 @@ from common import (  # noqa: E402
     LoadSampler,
     Progress,
     annotate_relative,
+    crfsuite_peer,
     fmt_s,
     fmt_x,
     fstar_of,
@@ -195,56 +195,13 @@ def er_f1_per_snapshot(snap: Path, test_path: str, rows: list[dict]) -> None:
 
 # --------------------------------------------------------------------------- CRFsuite
 def run_crfsuite(data: dict, iterations: int, prog: Progress, work: Path) -> dict | None:
-    """CRFsuite (lbfgs, c1 = c2 = 0.1) on the same observation features as demidcd: for each
-    token, the strings of the ``SequenceFeaturizer`` features it fires (dictionary fitted on
-    train with demidcd's default minimum count)."""
-    try:
-        import pycrfsuite
-    except ImportError:
-        return None
-    from demidcd.io.tagged import read_tagged
-    from demidcd.tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
-
+    """CRFsuite (lbfgs, c1 = c2 = 0.1) on the same observation features as demidcd
+    (``common.crfsuite_peer``)."""
     col = data["column"]
     col = col if col in (None, "upos", "xpos") else int(col)
-    prog.note(f"CRFsuite: features, then {iterations} lbfgs iterations")
-    t0 = time.perf_counter()
-    train = read_tagged(data["train"], fmt=data["format"], column=col)
-    test = read_tagged(data["test"], fmt=data["format"], column=col)
-    fz = SequenceFeaturizer(DEFAULT_MIN_COUNT).fit(train.tokens)
-    names = fz.features
-
-    def items(tokens):
-        enc = fz.transform(tokens)
-        fp, fi, sp = enc.feat_ptr, enc.feat_idx, enc.sent_ptr
-        for s in range(enc.n_sentences):
-            yield [[names[j] for j in fi[fp[t]:fp[t + 1]]] for t in range(sp[s], sp[s + 1])]
-
-    trainer = pycrfsuite.Trainer(algorithm="lbfgs", verbose=False)
-    for xseq, yseq in zip(items(train.tokens), train.tags, strict=True):
-        trainer.append(xseq, yseq)
-    trainer.set_params({"c1": 0.1, "c2": 0.1, "max_iterations": iterations})
-    prep = time.perf_counter() - t0
-    model = work / "crfsuite.model"
-    c0, t0 = time.process_time(), time.perf_counter()
-    trainer.train(str(model))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    tagger = pycrfsuite.Tagger()
-    tagger.open(str(model))
-    right = total = 0
-    for xseq, gold in zip(items(test.tokens), test.tags, strict=True):
-        pred = tagger.tag(xseq)
-        right += sum(p == g for p, g in zip(pred, gold, strict=True))
-        total += len(gold)
-    info = trainer.logparser.last_iteration or {}
-    res = {"algorithm": "lbfgs", "c1": 0.1, "c2": 0.1, "max_iterations": iterations,
-           "iterations_run": len(trainer.logparser.iterations),
-           "train_wall_seconds": wall, "train_cpu_seconds": cpu,
-           "feature_preparation_seconds": prep, "test_accuracy": right / total,
-           "observation_features": len(names), "final_loss": info.get("loss"),
-           "pycrfsuite": getattr(pycrfsuite, "__version__", None)}
-    prog.step(f"CRFsuite: {100 * res['test_accuracy']:.2f}% in {wall:.1f}s")
-    return res
+    return crfsuite_peer(data["train"], data["test"], fmt=data["format"], column=col,
+                         algorithm="lbfgs", iterations=iterations, work=work, note=prog.note,
+                         done=prog.step)
 
 
 # --------------------------------------------------------------------------- analysis

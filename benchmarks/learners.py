@@ -7,9 +7,13 @@ Results: ``benchmarks/results/NAME.json`` (machine, commands, summaries, curves)
 ``NAME.png`` (test metric against seconds, one line per learner), plus a markdown table on
 stdout (final metric, time to reach ``--target``).
 
-    python benchmarks/learners.py --budget 120 --threads 2 --name learners_ewt
-    python benchmarks/learners.py --train train.txt --test test.txt --format columns \\
-        --name learners_conll2000
+    python benchmarks/learners.py --corpus ewt --budget 60         # EWT XPOS, accuracy
+    python benchmarks/learners.py --corpus conll2000 --budget 40   # CoNLL-2000, chunk F1
+
+CRFsuite's averaged perceptron (``ap``) and L-BFGS train on the same observation features in
+the same run (``--no-crfsuite`` skips them); the table gives each learner's time to reach
+each peer's final test metric. Sequential learners run on one process, the others on
+``--threads``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
+    DATA,
     EWT,
     RESULTS,
+    crfsuite_peer,
     fmt_s,
     machine_info,
     machine_line,
@@ -50,6 +56,8 @@ def run(alg: str, args, work: Path) -> dict:
     d.mkdir(parents=True)
     threads = 1 if alg in SEQUENTIAL else args.threads
     opts = ["--format", args.format] + (["--column", args.column] if args.column else [])
+    opts += (["--task", args.task] if args.task else []) + (
+        ["--feature-columns", args.feature_columns] if args.feature_columns else [])
     cmd = ["train", "--algorithm", alg, "--threads", str(threads), "--train", args.train, *opts,
            "--time-limit", str(args.budget), "--snapshot-every", str(args.snapshot_every),
            "--snapshot-dir", str(d / "snap"), "--model", str(d / "model.npz"),
@@ -69,34 +77,85 @@ def run(alg: str, args, work: Path) -> dict:
             "time_to_target": time_to_metric(curve, args.target) if curve else None}
 
 
+CORPORA = {  # --corpus presets: data, options, the metric's target
+    "ewt": {"train": str(EWT / "en_ewt-ud-train.conllu"),
+            "test": str(EWT / "en_ewt-ud-test.conllu"),
+            "format": "conllu", "column": "xpos", "task": None, "feature_columns": None,
+            "target": 0.9418, "metric": "accuracy", "name": "learners_ewt"},
+    "conll2000": {"train": str(DATA / "conll2000" / "train.txt"),
+                  "test": str(DATA / "conll2000" / "test.txt"), "format": "columns",
+                  "column": None, "task": "chunking", "feature_columns": "2", "target": 0.9333,
+                  "metric": "chunk-f1", "name": "learners_conll2000"},
+}
+
+
+def peers(args, work: Path) -> dict:
+    """CRFsuite's averaged perceptron and L-BFGS on the same observation features."""
+    out = {}
+    col = args.column if args.column in (None, "upos", "xpos") else int(args.column)
+    fc = tuple(int(c) for c in args.feature_columns.split(",")) if args.feature_columns else ()
+    for alg, iters in (("ap", args.ap_iterations), ("lbfgs", args.crf_iterations)):
+        r = crfsuite_peer(args.train, args.test, fmt=args.format, column=col, algorithm=alg,
+                          iterations=iters, feature_columns=fc, metric=args.metric,
+                          work=work, note=lambda m: say(m, args.quiet),
+                          done=lambda m: say(m, args.quiet))
+        if r is None:
+            say("CRFsuite peers skipped: python-crfsuite is not installed", args.quiet)
+            return {}
+        out[alg] = r
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train", default=str(EWT / "en_ewt-ud-train.conllu"))
-    ap.add_argument("--test", default=str(EWT / "en_ewt-ud-test.conllu"))
-    ap.add_argument("--format", default="conllu")
-    ap.add_argument("--column", default="xpos")
+    ap.add_argument("--corpus", choices=tuple(CORPORA), default="ewt",
+                    help="preset data, options and target (the options below override it)")
+    for key in ("train", "test", "format", "column", "task", "feature_columns", "name"):
+        ap.add_argument("--" + key.replace("_", "-"), default=None)
     ap.add_argument("--algorithms", default=",".join(ALL))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--budget", type=float, default=120.0)
+    ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--snapshot-every", type=float, default=2.0)
-    ap.add_argument("--target", type=float, default=0.9418,
-                    help="metric whose first crossing is reported (CRFsuite's averaged "
-                         "perceptron on EWT XPOS)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="metric whose first crossing is reported (default: the preset's, "
+                         "CRFsuite's averaged perceptron on EWT XPOS, 94.18%%)")
+    ap.add_argument("--no-crfsuite", action="store_true")
+    ap.add_argument("--ap-iterations", type=int, default=50)
+    ap.add_argument("--crf-iterations", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--name", default="learners_ewt")
     ap.add_argument("--work", default="/tmp/demidcd-learners")
+    ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    preset = CORPORA[args.corpus] if args.train is None else {  # own data: plain defaults
+        "format": "conllu", "target": 0.9418, "name": "learners",
+        "metric": "chunk-f1" if args.task in ("chunking", "ner") else "accuracy"}
+    for key, val in preset.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, val)
     work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     say(machine_line(info), args.quiet)
+    crf = {} if args.no_crfsuite else peers(args, work)
     runs = [run(a, args, work) for a in args.algorithms.split(",")]
-    out = {"machine": info, "args": vars(args), "runs": runs}
-    path = write_json(RESULTS / f"{args.name}.json", out)
-    print(markdown_table(["learner", "threads", "final test metric", f"time to {args.target}"],
-                         [(r["algorithm"], r["threads"],
-                           "—" if r["final_metric"] is None else f"{100 * r['final_metric']:.2f}%",
-                           fmt_s(r["time_to_target"])) for r in runs]))
+    for r in runs:
+        r["time_to_crfsuite"] = {a: time_to_metric(r["curve"], c["test_metric"])
+                                 if r["curve"] else None for a, c in crf.items()}
+    out = {"machine": info, "args": vars(args), "crfsuite": crf, "runs": runs}
+    head = ["learner", "processes", f"final test {args.metric}", f"time to {100 * args.target:.2f}"]
+    head += [f"time to CRFsuite {a} ({100 * c['test_metric']:.2f})" for a, c in crf.items()]
+    rows = [(r["algorithm"], r["threads"],
+             "—" if r["final_metric"] is None else f"{100 * r['final_metric']:.2f}",
+             fmt_s(r["time_to_target"]), *(fmt_s(r["time_to_crfsuite"][a]) for a in crf))
+            for r in runs]
+    rows += [(f"CRFsuite {a} ({c['iterations_run']} it.)", 1, f"{100 * c['test_metric']:.2f}",
+              "", *(fmt_s(c["train_wall_seconds"]) if b == a else "" for b in crf))
+             for a, c in crf.items()]
+    table = markdown_table(head, rows)
+    out["table_markdown"] = table
+    path = write_json(Path(args.out_dir) / f"{args.name}.json", out)
+    print(table)
     plt = pyplot()
     if plt is not None:
         fig, ax = plt.subplots(figsize=(8, 5))
@@ -105,11 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                 t, m = zip(*r["curve"], strict=True)
                 ax.plot(t, [100 * x for x in m], label=r["algorithm"])
         ax.axhline(100 * args.target, color="grey", lw=0.8, ls="--")
+        for a, c in crf.items():
+            ax.plot([c["train_wall_seconds"]], [100 * c["test_metric"]], "k*" if a == "lbfgs"
+                    else "kx", label=f"CRFsuite {a}")
         ax.set_xlabel("training seconds")
-        ax.set_ylabel("test metric (%)")
+        ax.set_ylabel(f"test {args.metric} (%)")
         ax.set_title(f"{Path(args.train).name}, p = {args.threads}")
         ax.legend(fontsize=8)
-        save_figure(fig, RESULTS / f"{args.name}.png")
+        save_figure(fig, Path(args.out_dir) / f"{args.name}.png")
     say(f"results: {path}", args.quiet)
     return 0
 

@@ -201,6 +201,30 @@ def test_foundation_end_to_end(tiny, tmp_path):
     assert_png(tmp_path / "f.png")
 
 
+def test_learners_end_to_end_with_crfsuite_peers(tiny, tmp_path):
+    learners = importlib.import_module("learners")
+    assert learners.main([*_data(tiny), "--algorithms", "demi-dcd,perceptron", "--budget", "1",
+                          "--snapshot-every", "0.2", "--ap-iterations", "2",
+                          "--crf-iterations", "3", "--work", str(tmp_path / "w"),
+                          "--out-dir", str(tmp_path), "--name", "l", "--quiet"]) == 0
+    res = json.loads((tmp_path / "l.json").read_text())
+    assert [r["algorithm"] for r in res["runs"]] == ["demi-dcd", "perceptron"]
+    assert [r["threads"] for r in res["runs"]] == [2, 1]
+    for r in res["runs"]:
+        assert r["curve"] and 0.3 < r["final_metric"] <= 1.0
+        assert r["summary"] is not None
+    if importlib.util.find_spec("pycrfsuite") is not None:
+        assert set(res["crfsuite"]) == {"ap", "lbfgs"}
+        for a, c in res["crfsuite"].items():
+            assert 0.3 < c["test_metric"] <= 1.0 and c["iterations_run"] >= 1, a
+            for r in res["runs"]:  # the time to the peer's metric is consistent with the curve
+                t = r["time_to_crfsuite"][a]
+                reached = [s for s, m in r["curve"] if m >= c["test_metric"]]
+                assert t == (min(reached) if reached else "inf")
+    assert "| demi-dcd |" in res["table_markdown"]
+    assert_png(tmp_path / "l.png")
+
+
 def test_convergence_end_to_end(tiny, tmp_path):
     convergence = importlib.import_module("convergence")
     assert convergence.main([*_data(tiny), "--budget", "1", "--snapshot-every", "0.05",
