@@ -97,6 +97,63 @@ def test_eviction_keeps_w_consistent():
         assert abs(act.alpha_sum[i] - act.s_f[act.slots[i, :act.count[i]], 0].sum()) < 1e-10
 
 
+def test_a_full_active_set_aggregates_without_changing_the_dual():
+    """Freeing a slot when every α > 0 folds the two smallest α into one column: w, A_i and the
+    dual (Eq. 2) are unchanged, the stored ‖φ‖² is the merged vector's, and the merged φ stays
+    sorted by index."""
+    task = ToyTask(seed=7, m=10)
+    act = ActiveSets(task.n_examples, task.dim, 1.0, delta=0.0, max_active=3)
+    allr = task.all_structures()
+    act.insert(allr, admit=-np.inf)
+    order = np.arange(task.n_examples, dtype=np.int64)
+    for _ in range(20):
+        act.update(order, shrink=False)
+    assert (act.s_f[act.slots[:, :3], 0] > 0).any(axis=1).any()
+    w0, d0, a0 = act.w.copy(), act.dual_objective(), act.alpha_sum.copy()
+    full = [i for i in range(task.n_examples)
+            if act.count[i] == 3 and (act.s_f[act.slots[i, :3], 0] > 0).all()]
+    assert full, "the toy instance must fill some active sets with α > 0"
+    hashes = {int(h) for i in full for h in act.s_hash[act.slots[i, :3]]}
+    keep = np.array([k for k in range(len(allr)) if allr.ex[k] in full
+                     and int(allr.hash[k]) not in hashes])
+    st = act.insert(allr.take(keep), admit=-np.inf)
+    assert st.evicted > 0 and (act.s_hash == K.MERGED_HASH).any()
+    np.testing.assert_allclose(act.w, w0, atol=1e-12)
+    np.testing.assert_allclose(act.alpha_sum, a0, atol=1e-12)
+    assert act.dual_objective() == pytest.approx(d0, abs=1e-10)
+    np.testing.assert_allclose(act.w, act.rebuilt_w(), atol=1e-10)
+    for i in range(task.n_examples):
+        for s in act.slots[i, :act.count[i]]:
+            idx = act.p_idx[act.s_ptr[s]:act.s_ptr[s] + act.s_len[s]]
+            val = act.p_val[act.s_ptr[s]:act.s_ptr[s] + act.s_len[s]]
+            assert (np.diff(idx.astype(np.int64)) > 0).all()
+            assert act.s_f[s, 2] == pytest.approx(float(val @ val))
+
+
+def test_a_small_active_set_cap_reaches_the_same_optimum(monkeypatch):
+    """With |A_i| capped at 4 of the 10 structures per example (aggregation when full), 1-DCD
+    still stops with a certificate and reaches the uncapped optimum."""
+    task = ToyTask(seed=3, m=10)
+    C = 0.5
+    ref = reference_optimum(task, C)
+    p_star, _ = primal_objective(task, ref.w, C)
+    evicted = []
+    insert = ActiveSets.insert
+
+    def counting_insert(self, batch, admit=None):
+        st = insert(self, batch, admit)
+        evicted.append(st.evicted)
+        return st
+
+    monkeypatch.setattr(ActiveSets, "insert", counting_insert)
+    res = train_dcd(task, SolverConfig(C=C, tol=1e-5, delta=1e-5, max_epochs=20000,
+                                       max_active=4))
+    assert res.stop_reason == "converged"
+    assert sum(evicted) > 0  # the cap was hit
+    p, _ = primal_objective(task, res.w, C)
+    assert abs(p - p_star) / p_star <= 1e-4
+
+
 def test_sweep_plan_skips_small_gradients_and_only_full_passes_certify():
     task = ToyTask(seed=4, n=40)
     act = ActiveSets(task.n_examples, task.dim, 0.5, delta=0.0, max_active=64)

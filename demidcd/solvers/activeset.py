@@ -93,7 +93,7 @@ class ActiveSets:
         self.mark = mark_array(dim if self.track else 0)
         self.ex_pg = np.full(n, np.inf)  # max |PG| of example i at its last visit
         self._stats = np.zeros(K.STATS_FIELDS)
-        self._ins = np.zeros(5, np.int64)
+        self._ins = np.zeros(K.INSERT_FIELDS, np.int64)
 
     # ------------------------------------------------------------------ growth
     def _grow_structures(self) -> None:
@@ -140,9 +140,9 @@ class ActiveSets:
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
                     self._grow_structures()
-                nnz = int(batch.ptr[start + 1] - batch.ptr[start])
-                if self.meta[K.M_PUSED] + nnz > self.p_idx.shape[0]:
-                    self._grow_pool(nnz)
+                need = int(out[K.I_NEED])
+                if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
+                    self._grow_pool(need)
         return InsertStats(int(out[K.I_ADMITTED]), int(out[K.I_DUPLICATE]),
                            int(out[K.I_REJECTED]), int(out[K.I_EVICTED]))
 

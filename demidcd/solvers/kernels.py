@@ -43,7 +43,9 @@ META_FIELDS = 4
 S_UPDATES, S_SHRUNK, S_MAXPG, S_NONZERO_STEPS, S_SKIPPED = 0, 1, 2, 3, 4
 STATS_FIELDS = 5
 # insert results
-I_ADMITTED, I_DUPLICATE, I_REJECTED, I_EVICTED, I_NEXT = 0, 1, 2, 3, 4
+I_ADMITTED, I_DUPLICATE, I_REJECTED, I_EVICTED, I_NEXT, I_NEED = 0, 1, 2, 3, 4, 5
+INSERT_FIELDS = 6
+MERGED_HASH = -0x4D45524745444D45  # s_hash of an aggregated structure: no record matches it
 RESWEEP_RATIO = 0.3  # a visit stops re-sweeping an example once its max |PG| fell below this
 # share of the first sweep's (EWT XPOS frozen active sets: see benchmarks/README.md)
 
@@ -204,21 +206,67 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
 
 
 @njit(cache=True, nogil=True)
+def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
+    """Fold structure a into b: α_b ← α_a + α_b, (Δ_b, φ_b) ← the α-weighted mean of the two
+    (φ merged in index order at the end of the pool; both are sorted by index). a's storage is
+    left for the caller to free; w, A_i and Σ α Δ are unchanged."""
+    aa, ab = s_f[a, ALPHA], s_f[b, ALPHA]
+    tot = aa + ab
+    ca, cb = aa / tot, ab / tot
+    i, ie = s_ptr[a], s_ptr[a] + s_len[a]
+    j, je = s_ptr[b], s_ptr[b] + s_len[b]
+    p0 = meta[M_PUSED]
+    q = p0
+    sq = 0.0
+    while i < ie or j < je:
+        if j >= je or (i < ie and p_idx[i] < p_idx[j]):
+            idx, v = p_idx[i], ca * p_val[i]
+            i += 1
+        elif i >= ie or p_idx[j] < p_idx[i]:
+            idx, v = p_idx[j], cb * p_val[j]
+            j += 1
+        else:
+            idx, v = p_idx[i], ca * p_val[i] + cb * p_val[j]
+            i += 1
+            j += 1
+        p_idx[q] = idx
+        p_val[q] = v
+        sq += v * v
+        q += 1
+    meta[M_PGARB] += s_len[b]
+    meta[M_PUSED] = q
+    s_ptr[b] = p0
+    s_len[b] = q - p0
+    s_f[b, DELTA] = ca * s_f[a, DELTA] + cb * s_f[b, DELTA]
+    s_f[b, ALPHA] = tot
+    s_f[b, SQNORM] = sq
+    s_hash[b] = MERGED_HASH
+
+
+@njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
                    admit, mark, track, ex_pg, out, atomic=False):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
-    current w, exceeds ``admit`` (Eq. 11). When example i's active set is full, the structure
-    with the smallest α is evicted first (its α·φ is removed from w, so w = Σ α φ still holds).
+    current w, exceeds ``admit`` (Eq. 11). When example i's active set is full, a slot is freed
+    without changing the dual: a structure with α = 0 is dropped, or else the two with the
+    smallest α (a, b; cap ≥ 2) are aggregated into one column with α = α_a + α_b and
+    (Δ, φ) = (α_a(Δ_a, φ_a) + α_b(Δ_b, φ_b)) / α, which leaves w = Σ α φ, A_i and Σ α Δ, hence
+    D(α), unchanged. (Evicting a structure with α > 0, as before, moved w away from the optimum
+    and let two structures of one example evict each other for ever: CoNLL04, 200 sentences,
+    cap 50, tol 1e-3.) Every later admission then raises the dual, so the cutting-plane
+    argument for termination holds under the cap.
     Stops early when the structure-id or φ pool is full; ``out[I_NEXT]`` is then the first record
-    not processed, and the caller grows the pools and calls again. An example that receives a
+    not processed, ``out[I_NEED]`` the pool words it needs, and the caller grows the pools and
+    calls again. An example that receives a
     violating record (admitted, or a duplicate: its structure is violated again) gets
     ``ex_pg[i] = +inf`` so that the next pass visits it. When ``track``, the lines of an admitted
     φ are marked in ``mark`` (the touched lines, see above).
-    ``out`` accumulates admitted, duplicates, rejected, evicted. ``atomic``: an eviction
-    removes α·φ from w with atomic adds.
+    ``out`` accumulates admitted, duplicates, rejected, evicted (dropped or aggregated).
+    ``atomic``: with a cap of 1 (nothing to aggregate with) the evicted α·φ leaves w through
+    atomic adds.
     """
     inv2c = 1.0 / (2.0 * C)
     cap_s = s_f.shape[0]
@@ -244,17 +292,32 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             out[I_REJECTED] += 1
             continue
         nnz = re - rs
-        if (meta[M_NFREE] == 0 and meta[M_NEXT] >= cap_s) or meta[M_PUSED] + nnz > cap_p:
+        need = nnz
+        kmin = -1
+        if count[i] == max_per == 1:
+            kmin, k2 = 0, 0
+        elif count[i] == max_per:  # the two smallest α: drop the first if 0, else aggregate
+            kmin, k2 = 0, 1
+            if s_f[slots[i, 1], ALPHA] < s_f[slots[i, 0], ALPHA]:
+                kmin, k2 = 1, 0
+            for k in range(2, count[i]):
+                a = s_f[slots[i, k], ALPHA]
+                if a < s_f[slots[i, kmin], ALPHA]:
+                    kmin, k2 = k, kmin
+                elif a < s_f[slots[i, k2], ALPHA]:
+                    k2 = k
+            if s_f[slots[i, kmin], ALPHA] > 0.0 and k2 != kmin:
+                need += s_len[slots[i, kmin]] + s_len[slots[i, k2]]
+        if (meta[M_NFREE] == 0 and meta[M_NEXT] >= cap_s) or meta[M_PUSED] + need > cap_p:
             out[I_NEXT] = r
+            out[I_NEED] = need
             return
-        if count[i] == max_per:  # evict the smallest α
-            kmin = 0
-            for k in range(1, count[i]):
-                if s_f[slots[i, k], ALPHA] < s_f[slots[i, kmin], ALPHA]:
-                    kmin = k
+        if kmin >= 0:
             s = slots[i, kmin]
             a = s_f[s, ALPHA]
-            if a != 0.0:
+            if a > 0.0 and k2 != kmin:
+                _aggregate(s, slots[i, k2], s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta)
+            elif a > 0.0:  # a cap of 1 has nothing to aggregate with: α·φ leaves w
                 if atomic:
                     atomic_axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
                 else:
