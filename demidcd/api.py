@@ -74,6 +74,54 @@ def _check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence
     return Y
 
 
+def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    """A keyword-only constructor argument for :func:`estimator_init`."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
+    param("C", float | None), param("algorithm", str | None), param("threads", int | None),
+    param("tol", float | None), param("delta", float | None), param("max_epochs", int | None),
+    param("time_limit", float | None), param("seed", int | None),
+    param("inner_passes", int | None), param("max_active", int | None),
+    param("batch", int | None), param("skip", float | None), param("sweeps", int | None),
+    param("eval_every", float | None), param("rho", int | None),
+    param("rho_worker", int | None), param("publish_interval", float | None),
+    param("learners", int | str | None), param("update_mode", str | None),
+    param("perceptron_epochs_per_round", int | None), param("mixing", str | None),
+    param("averaged", bool | None), param("batch_size", int | None), param("lam", float | None),
+    param("projection", bool | None), param("eta", float | None),
+    param("regularizer", str | None), param("backend", str | None),
+    param("ray_address", str | None), param("cpu_log", str | None),
+    param("snapshot_every", float | None), param("snapshot_dir", str | None),
+    param("callback", Callable[[dict, np.ndarray], None] | None),
+    param("log", Callable[[str], None] | None), param("debug", bool, False))
+"""Constructor arguments of every estimator (see :class:`StructuredEstimator`), after the
+task's own."""
+
+
+def estimator_init(*task_params: inspect.Parameter) -> Callable[..., None]:
+    """An estimator ``__init__`` taking ``task_params`` and :data:`COMMON_PARAMS`, keyword-only,
+    and storing each unchanged. Its ``__signature__`` lists them, so ``get_params``, ``clone``
+    and ``help`` see them as if written out; a positional or unknown argument is a TypeError."""
+    self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    sig = inspect.Signature([self_, *task_params, *COMMON_PARAMS])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{type(self).__name__}.__init__() {e}") from None
+        bound.apply_defaults()
+        self._store(bound.arguments)
+
+    __init__.__signature__ = sig
+    __init__.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()
+                                if p.annotation is not p.empty}
+    return __init__
+
+
 class StructuredEstimator:
     """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
     the default.
@@ -292,26 +340,7 @@ class SequenceTagger(StructuredEstimator):
     _template = "base"  # feature template of demidcd.tasks.features
     _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means
 
-    def __init__(self, *, min_count: int | None = None, hashing: int | None = None,
-                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
-                 tol: float | None = None, delta: float | None = None,
-                 max_epochs: int | None = None, time_limit: float | None = None,
-                 seed: int | None = None, inner_passes: int | None = None,
-                 max_active: int | None = None, batch: int | None = None,
-                 skip: float | None = None, sweeps: int | None = None,
-                 eval_every: float | None = None, rho: int | None = None,
-                 rho_worker: int | None = None, publish_interval: float | None = None,
-                 learners: int | str | None = None, update_mode: str | None = None,
-                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, batch_size: int | None = None,
-                 lam: float | None = None, projection: bool | None = None,
-                 eta: float | None = None, regularizer: str | None = None,
-                 backend: str | None = None, ray_address: str | None = None,
-                 cpu_log: str | None = None,
-                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
-                 callback: Callable[[dict, np.ndarray], None] | None = None,
-                 log: Callable[[str], None] | None = None, debug: bool = False):
-        self._store(locals())
+    __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None))
 
     # -- encoding ---------------------------------------------------------------------------
     def _task(self, X: list[list], Y: list[list[str]] | None) -> SequenceTask:
@@ -449,27 +478,8 @@ class ChunkTagger(SequenceTagger):
     _task_params = ("label_scheme",)
     _task_defaults = {"label_scheme": "auto"}
 
-    def __init__(self, *, label_scheme: str | None = None, min_count: int | None = None,
-                 hashing: int | None = None,
-                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
-                 tol: float | None = None, delta: float | None = None,
-                 max_epochs: int | None = None, time_limit: float | None = None,
-                 seed: int | None = None, inner_passes: int | None = None,
-                 max_active: int | None = None, batch: int | None = None,
-                 skip: float | None = None, sweeps: int | None = None,
-                 eval_every: float | None = None, rho: int | None = None,
-                 rho_worker: int | None = None, publish_interval: float | None = None,
-                 learners: int | str | None = None, update_mode: str | None = None,
-                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, batch_size: int | None = None,
-                 lam: float | None = None, projection: bool | None = None,
-                 eta: float | None = None, regularizer: str | None = None,
-                 backend: str | None = None, ray_address: str | None = None,
-                 cpu_log: str | None = None,
-                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
-                 callback: Callable[[dict, np.ndarray], None] | None = None,
-                 log: Callable[[str], None] | None = None, debug: bool = False):
-        self._store(locals())
+    __init__ = estimator_init(param("label_scheme", str | None),
+                              param("min_count", int | None), param("hashing", int | None))
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> ChunkTagger:
@@ -513,27 +523,10 @@ class EntityRelationExtractor(StructuredEstimator):
     _task_defaults = {"solver": "exact", "relation_loss_weight": 1.0, "min_count": 1}
     _requires_y = False
 
-    def __init__(self, *, solver: str | None = None, relation_loss_weight: float | None = None,
-                 min_count: int | None = None, ilp_time_limit: float | None = None,
-                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
-                 tol: float | None = None, delta: float | None = None,
-                 max_epochs: int | None = None, time_limit: float | None = None,
-                 seed: int | None = None, inner_passes: int | None = None,
-                 max_active: int | None = None, batch: int | None = None,
-                 skip: float | None = None, sweeps: int | None = None,
-                 eval_every: float | None = None, rho: int | None = None,
-                 rho_worker: int | None = None, publish_interval: float | None = None,
-                 learners: int | str | None = None, update_mode: str | None = None,
-                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, batch_size: int | None = None,
-                 lam: float | None = None, projection: bool | None = None,
-                 eta: float | None = None, regularizer: str | None = None,
-                 backend: str | None = None, ray_address: str | None = None,
-                 cpu_log: str | None = None,
-                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
-                 callback: Callable[[dict, np.ndarray], None] | None = None,
-                 log: Callable[[str], None] | None = None, debug: bool = False):
-        self._store(locals())
+    __init__ = estimator_init(param("solver", str | None),
+                              param("relation_loss_weight", float | None),
+                              param("min_count", int | None),
+                              param("ilp_time_limit", float | None))
 
     def _task(self, X, with_gold: bool):
         from .tasks.entity_relation import EntityRelationTask

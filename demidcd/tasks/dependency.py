@@ -51,14 +51,13 @@ from __future__ import annotations
 import os
 import unicodedata
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numba as nb
 import numpy as np
 
-from ..api import StructuredEstimator, _check_sentences
+from ..api import StructuredEstimator, _check_sentences, estimator_init, param
 from ..errors import InputError, ModelFileError, OptionError
 from ..io.dependency import (
     DEP_FORMATS,
@@ -936,26 +935,7 @@ class DependencyParser(StructuredEstimator):
     _task_params = ("decoder", "hashing")
     _task_defaults = {"decoder": "eisner", "hashing": DEFAULT_HASHING}
 
-    def __init__(self, *, decoder: str | None = None, hashing: int | None = None,
-                 C: float | None = None, algorithm: str | None = None, threads: int | None = None,
-                 tol: float | None = None, delta: float | None = None,
-                 max_epochs: int | None = None, time_limit: float | None = None,
-                 seed: int | None = None, inner_passes: int | None = None,
-                 max_active: int | None = None, batch: int | None = None,
-                 skip: float | None = None, sweeps: int | None = None,
-                 eval_every: float | None = None, rho: int | None = None,
-                 rho_worker: int | None = None, publish_interval: float | None = None,
-                 learners: int | str | None = None, update_mode: str | None = None,
-                 perceptron_epochs_per_round: int | None = None, mixing: str | None = None,
-                 averaged: bool | None = None, batch_size: int | None = None,
-                 lam: float | None = None, projection: bool | None = None,
-                 eta: float | None = None, regularizer: str | None = None,
-                 backend: str | None = None, ray_address: str | None = None,
-                 cpu_log: str | None = None,
-                 snapshot_every: float | None = None, snapshot_dir: str | None = None,
-                 callback: Callable[[dict, np.ndarray], None] | None = None,
-                 log: Callable[[str], None] | None = None, debug: bool = False):
-        self._store(locals())
+    __init__ = estimator_init(param("decoder", str | None), param("hashing", int | None))
 
     def _decoder(self) -> str:
         return self.decoder or "eisner"
