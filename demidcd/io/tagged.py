@@ -228,33 +228,58 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
     return out
 
 
+class _Sentences:
+    """What a parser has read: finished sentences, and the one being read (``words``, ``labs``,
+    ``rlines``, starting on line ``first``)."""
+
+    __slots__ = ("labeled", "keep_raw", "tokens", "tags", "lines", "raw", "words", "labs",
+                 "rlines", "first")
+
+    def __init__(self, labeled: bool, keep_raw: bool) -> None:
+        self.labeled, self.keep_raw = labeled, keep_raw
+        self.tokens: list[list[str]] = []
+        self.tags: list[list[str]] = []
+        self.lines: list[int] = []
+        self.raw: list[list[list[str]]] = []
+        self.words: list[str] = []
+        self.labs: list[str] = []
+        self.rlines: list[list[str]] = []
+        self.first = 0
+
+    def end(self) -> None:
+        """Finish the sentence being read, if it has words."""
+        if self.words:
+            self.tokens.append(self.words)
+            self.tags.append(self.labs if self.labeled else [])
+            self.lines.append(self.first)
+            self.raw.append(self.rlines)
+            self.words, self.labs, self.rlines = [], [], []
+
+    def corpus(self, path: str, fmt: str, label_column: int | None) -> TaggedCorpus:
+        """Finish the last sentence (raw lines after it go with it) and build the corpus."""
+        if self.words:
+            self.end()
+        elif self.rlines and self.raw and self.keep_raw:  # trailing comments / -DOCSTART-
+            self.raw[-1].extend(self.rlines)
+        return TaggedCorpus(self.tokens, self.tags, path, self.lines, fmt,
+                            self.raw if self.keep_raw else None, label_column)
+
+
 def _parse_conllu(
     text: str, path: str, li: int, max_len: int, labeled: bool, keep_raw: bool
 ) -> TaggedCorpus:
-    tokens: list[list[str]] = []
-    tags: list[list[str]] = []
-    lines: list[int] = []
-    raw: list[list[list[str]]] = []
-    words: list[str] = []
-    labs: list[str] = []
-    rlines: list[list[str]] = []
-    first = 0
+    out = _Sentences(labeled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
     lineno = 0
     for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
         if line.endswith("\r"):
             line = line[:-1]
         if not line or line.isspace():
-            if words:
-                tokens.append(words)
-                tags.append(labs if labeled else [])
-                lines.append(first)
-                raw.append(rlines)
-                words, labs, rlines = [], [], []
+            out.end()
             continue
         if line[0] == "#":
             if keep_raw:
-                rlines.append([line])
+                out.rlines.append([line])
             continue
         f = line.split("\t")
         if len(f) != 10:
@@ -265,15 +290,15 @@ def _parse_conllu(
                 a, _, b = tid.replace(".", "-", 1).partition("-")
                 if a.isdigit() and b.isdigit() and a.isascii() and b.isascii():
                     if keep_raw:
-                        rlines.append(f)
+                        out.rlines.append(f)
                     continue
             raise InputError(path, lineno, f"bad token id {tid!r}")
-        expect = len(words) + 1
+        expect = len(out.words) + 1
         if int(tid) != expect:
             raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
         if expect > max_len:
             raise InputError(
-                path, first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
+                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
             )
         w = f[1]
         if not w or w.isspace():
@@ -282,35 +307,19 @@ def _parse_conllu(
             lab = f[li]
             if not lab or lab.isspace() or lab == "_":
                 raise InputError(path, lineno, f"empty label in {colname} (column {li + 1})")
-            labs.append(lab)
-        if not words:
-            first = lineno
-        words.append(w)
+            out.labs.append(lab)
+        if not out.words:
+            out.first = lineno
+        out.words.append(w)
         if keep_raw:
-            rlines.append(f)
-    if words:
-        tokens.append(words)
-        tags.append(labs if labeled else [])
-        lines.append(first)
-        raw.append(rlines)
-    elif rlines and raw and keep_raw:  # trailing comments after the last sentence
-        raw[-1].extend(rlines)
-    return TaggedCorpus(
-        tokens, tags, path, lines, "conllu", raw if keep_raw else None, li
-    )
+            out.rlines.append(f)
+    return out.corpus(path, "conllu", li)
 
 
 def _parse_columns(
     text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool
 ) -> TaggedCorpus:
-    tokens: list[list[str]] = []
-    tags: list[list[str]] = []
-    lines: list[int] = []
-    raw: list[list[list[str]]] = []
-    words: list[str] = []
-    labs: list[str] = []
-    rlines: list[list[str]] = []
-    first = 0
+    out = _Sentences(labeled, keep_raw)
     ncols = 0
     ncols_line = 0
     min_cols = 2 if labeled else 1
@@ -322,22 +331,12 @@ def _parse_columns(
         # UTF-8) inside a word must not split it
         f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
         if not f or not f[0]:
-            if words:
-                tokens.append(words)
-                tags.append(labs if labeled else [])
-                lines.append(first)
-                raw.append(rlines)
-                words, labs, rlines = [], [], []
+            out.end()
             continue
         if f[0].startswith(_DOCSTART):
-            if words:
-                tokens.append(words)
-                tags.append(labs if labeled else [])
-                lines.append(first)
-                raw.append(rlines)
-                words, labs, rlines = [], [], []
+            out.end()
             if keep_raw:
-                rlines.append(f)
+                out.rlines.append(f)
             continue
         n = len(f)
         if ncols == 0:
@@ -349,28 +348,19 @@ def _parse_columns(
             raise InputError(
                 path, lineno, f"expected {ncols} columns (as on line {ncols_line}), found {n}"
             )
-        if len(words) >= max_len:
+        if len(out.words) >= max_len:
             raise InputError(
-                path, first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
+                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
             )
-        if not words:
-            first = lineno
-        words.append(f[0])
+        if not out.words:
+            out.first = lineno
+        out.words.append(f[0])
         if labeled:
-            labs.append(f[-1] if li is None else f[li])
+            out.labs.append(f[-1] if li is None else f[li])
         if keep_raw:
-            rlines.append(f)
-    if words:
-        tokens.append(words)
-        tags.append(labs if labeled else [])
-        lines.append(first)
-        raw.append(rlines)
-    elif rlines and raw and keep_raw:  # trailing -DOCSTART- line
-        raw[-1].extend(rlines)
+            out.rlines.append(f)
     label_col = (ncols - 1 if li is None else li) if (labeled and ncols) else li
-    return TaggedCorpus(
-        tokens, tags, path, lines, "columns", raw if keep_raw else None, label_col
-    )
+    return out.corpus(path, "columns", label_col)
 
 
 def corpus_from_lists(
