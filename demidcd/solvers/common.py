@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
-from ..tasks.base import Task
+from ..tasks.base import InferenceInterrupted, Task
 
 
 @dataclass
@@ -191,6 +191,49 @@ def stop_reason(converged: bool, clock: Clock) -> str | None:
     if converged:
         return "converged"
     return "time-limit" if clock.expired() else None
+
+
+class OuterLoop:
+    """Stop handling of a single learner's outer loop, used as ``with OuterLoop(task, clock) as
+    run:``. While it runs, ``task.should_stop`` interrupts an expensive inference on a stop or the
+    time limit; :attr:`reason` says why it ended: ``"max-epochs"`` unless :meth:`stop` returned
+    True, ``"time-limit"`` (or ``"interrupted"``) when an inference was interrupted,
+    ``"interrupted"`` on KeyboardInterrupt (both exceptions end the loop, not the run). The
+    clock may come later, through :meth:`start`, for a learner that starts workers first."""
+
+    def __init__(self, task: Task, clock: Clock | None = None) -> None:
+        self.task, self.clock, self.reason = task, None, "max-epochs"
+        if clock is not None:
+            self.start(clock)
+
+    def start(self, clock: Clock) -> Clock:
+        """Let a stop or the time limit on ``clock`` interrupt the task's inference."""
+        self.clock = clock
+        self.task.should_stop = lambda: StopRequest.requested or clock.expired()
+        return clock
+
+    def stop(self, converged: bool) -> bool:
+        """After an iteration: True, with :attr:`reason` set, when the loop must end."""
+        if reason := stop_reason(converged, self.clock):
+            self.reason = reason
+            return True
+        return False
+
+    def __enter__(self) -> OuterLoop:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> bool:
+        self.task.__dict__.pop("should_stop", None)  # back to the class default
+        if kind is None:
+            return False
+        if issubclass(kind, InferenceInterrupted):  # a stop while an expensive solver ran
+            self.reason = (self.clock and stop_reason(False, self.clock)) or "time-limit"
+        elif issubclass(kind, KeyboardInterrupt):
+            self.reason = "interrupted"
+        else:
+            return False
+        return True
 
 
 Callback = Callable[[dict, np.ndarray], None]

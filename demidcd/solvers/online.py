@@ -27,12 +27,13 @@ process). An *epoch* is one pass over the examples (n/k steps for the mini-batch
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 
 import numpy as np
 
 from ..errors import OptionError
-from ..tasks.base import InferenceInterrupted, RecordBatch, Task
-from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
+from ..tasks.base import RecordBatch, Task
+from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqnorms
 from .recorder import Recorder, Tick
 
@@ -92,10 +93,9 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
     C = float(config.C)
     one = np.zeros(1, np.int64)
     coef = np.ones(1)
-    reason, epoch, updates = "max-epochs", 0, 0
+    epoch, updates = 0, 0
     clock = rec.start()
-    task.should_stop = lambda: StopRequest.requested or clock.expired()
-    try:
+    with OuterLoop(task, clock) as run:
         for epoch in range(1, config.epochs(SEQUENTIAL_EPOCHS) + 1):
             mistakes = 0
             for i in rng.permutation(n):
@@ -114,16 +114,9 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
                     break
             updates += mistakes
             rec.epoch(_epoch_record(epoch, W.T, mistakes, updates, W.T), W.output(averaged))
-            if stop := stop_reason(mistakes == 0 and not clock.expired(), clock):
-                reason = stop
+            if run.stop(mistakes == 0 and not clock.expired()):
                 break
-    except InferenceInterrupted:  # a stop while an expensive solver ran
-        reason = stop_reason(False, clock) or "time-limit"
-    except KeyboardInterrupt:
-        reason = "interrupted"
-    finally:
-        task.__dict__.pop("should_stop", None)
-    return rec.finish(W.output(averaged), reason, epoch, cpu_log=cpu_log, updates=updates,
+    return rec.finish(W.output(averaged), run.reason, epoch, cpu_log=cpu_log, updates=updates,
                       steps=W.T, inferences=W.T)
 
 
@@ -177,11 +170,11 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
         pos = k - rest.shape[0]
         return np.concatenate([rest, perm[:pos]])
 
-    reason, epoch, updates = "max-epochs", 0, 0
-    try:
+    epoch, updates = 0, 0
+    run = OuterLoop(task)
+    with closing(bi), run:  # bi closes after the loop ends
         bi.start()
-        clock = rec.start()
-        task.should_stop = lambda: StopRequest.requested or clock.expired()
+        run.start(rec.start())
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
             if on_epoch is not None:
                 on_epoch(epoch)
@@ -196,17 +189,9 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
             updates += mistakes
             rec.epoch(_epoch_record(epoch, weights.steps, mistakes, updates, bi.inferences()),
                       output())
-            if stop := stop_reason(False, clock):
-                reason = stop
+            if run.stop(False):
                 break
-    except InferenceInterrupted:  # a stop while an expensive solver ran
-        reason = stop_reason(False, clock) or "time-limit"
-    except KeyboardInterrupt:
-        reason = "interrupted"
-    finally:
-        task.__dict__.pop("should_stop", None)
-        bi.close()
-    res = rec.finish(output(), reason, epoch, cpu_log=cpu_log, updates=updates,
+    res = rec.finish(output(), run.reason, epoch, cpu_log=cpu_log, updates=updates,
                      steps=weights.steps, inferences=bi.inferences(),
                      learner_inferences=bi.own_inferences, wait_seconds=bi.wait_seconds,
                      worker_share=bi.worker_share)

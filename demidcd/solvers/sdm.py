@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..tasks.base import InferenceInterrupted, Task
+from ..tasks.base import Task
 from .activeset import ActiveSets
-from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
+from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .kernels import (
     ALPHA,
     DELTA,
@@ -254,10 +254,9 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
            else (lambda w: {**hinge_objective(task, w, config.C), "dual": sdm.dual()}))
     rec = Recorder(task, config, callback, objective_fn=obj, tick=tick)
     inner = max(1, config.inner_passes) if ramp else 1
-    reason, epoch, steps, admitted = "max-epochs", 0, 0, 0
+    epoch, steps, admitted = 0, 0, 0
     clock = rec.start()
-    task.should_stop = lambda: StopRequest.requested or clock.expired()
-    try:
+    with OuterLoop(task, clock) as run:
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
             na = sdm.linearise() if ramp else 0
             violators = 0
@@ -279,16 +278,9 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
                 r["concave"] = na
             rec.epoch(r, sdm.w)
             # the hinge loss converges; a CCCP iteration never proves the ramp loss optimal
-            if stop := stop_reason(not ramp and violators == 0 and kkt <= config.tol, clock):
-                reason = stop
+            if run.stop(not ramp and violators == 0 and kkt <= config.tol):
                 break
-    except InferenceInterrupted:  # a stop while an expensive solver ran
-        reason = stop_reason(False, clock) or "time-limit"
-    except KeyboardInterrupt:
-        reason = "interrupted"
-    finally:
-        task.__dict__.pop("should_stop", None)
-    return rec.finish(sdm.w, reason, epoch, None if ramp else sdm.dual(), cpu_log=cpu_log,
+    return rec.finish(sdm.w, run.reason, epoch, None if ramp else sdm.dual(), cpu_log=cpu_log,
                       updates=steps, inferences=sdm.inferences)
 
 
