@@ -73,13 +73,28 @@ def require_ray() -> Any:
 
 
 # ---------------------------------------------------------------------------------- driver
+@njit(cache=True, nogil=True, inline="always")
+def _diff_range(sent: np.ndarray, wa: np.ndarray, lo: int, hi: int, out_idx: np.ndarray,
+                out_val: np.ndarray, n: int) -> int:
+    """sent ← wa on [lo, hi), recording changed entries after the first n; the new count."""
+    cap = out_idx.shape[0]
+    for j in range(lo, hi):
+        old = sent[j]
+        sent[j] = wa[j]
+        if sent[j] != old:
+            if n < cap:
+                out_idx[n] = j
+                out_val[n] = sent[j]
+            n += 1
+    return n
+
+
 @njit(cache=True, nogil=True)
 def _diff_lines(sent: np.ndarray, wa: np.ndarray, lines: np.ndarray, tail: int,
                 out_idx: np.ndarray, out_val: np.ndarray) -> int:
     """sent ← wa (rounded to sent's dtype) on the marked lines of wa[:tail] and all of
     wa[tail:]; records the entries whose rounded value changed in out_idx/out_val and returns
     their count (counting on, without recording, past the arrays' capacity)."""
-    cap = out_idx.shape[0]
     n = 0
     n_lines = lines.shape[0]
     lines64 = lines.view(np.uint64)
@@ -89,24 +104,10 @@ def _diff_lines(sent: np.ndarray, wa: np.ndarray, lines: np.ndarray, tail: int,
             k += 8
             continue
         if lines[k] != 0:
-            for j in range(k << LINE_SHIFT, min((k + 1) << LINE_SHIFT, tail)):
-                old = sent[j]
-                sent[j] = wa[j]
-                if sent[j] != old:
-                    if n < cap:
-                        out_idx[n] = j
-                        out_val[n] = sent[j]
-                    n += 1
+            n = _diff_range(sent, wa, k << LINE_SHIFT, min((k + 1) << LINE_SHIFT, tail),
+                            out_idx, out_val, n)
         k += 1
-    for j in range(tail, wa.shape[0]):
-        old = sent[j]
-        sent[j] = wa[j]
-        if sent[j] != old:
-            if n < cap:
-                out_idx[n] = j
-                out_val[n] = sent[j]
-            n += 1
-    return n
+    return _diff_range(sent, wa, tail, wa.shape[0], out_idx, out_val, n)
 
 
 @njit(cache=True, nogil=True)
