@@ -8,6 +8,8 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from small_fit import small_corpus  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 _SEG = re.compile(r"^demidcd-(\d+)-")
 
@@ -45,3 +47,9 @@ def shm_guard():
         time.sleep(0.1)
     left = leaked()
     assert not left, f"leaked shared memory: {sorted(left)[:3]}"
+
+
+@pytest.fixture(scope="module")
+def small():
+    """The small synthetic tagging problem of :mod:`small_fit`: (tokens, tags)."""
+    return small_corpus()

@@ -10,24 +10,9 @@ import time
 import numpy as np
 import psutil
 import pytest
+from small_fit import fit
 
 from demidcd.api import SequenceTagger
-from demidcd.solvers.common import primal_objective
-from demidcd.synthetic import generate
-
-
-@pytest.fixture(scope="module")
-def small():
-    c = generate(n_sentences=150, n_tags=5, vocab_size=300, seed=3)
-    return c.tokens, c.tags
-
-
-def fit(small, **kw):
-    X, Y = small
-    est = SequenceTagger(C=0.1, tol=1e-3, delta=1e-3, max_epochs=100000, time_limit=60,
-                         min_count=1, **kw).fit(X, Y)
-    p, _ = primal_objective(est.training_task(X, Y), est.coef_, 0.1)
-    return est, p
 
 
 @pytest.mark.parametrize("threads", [2, 3])

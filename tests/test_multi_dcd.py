@@ -7,27 +7,13 @@ import signal
 
 import numpy as np
 import pytest
+from small_fit import fit
 
 from demidcd.api import SequenceTagger
 from demidcd.errors import OptionError
 from demidcd.solvers import kernels as K
 from demidcd.solvers import train
 from demidcd.solvers.common import SolverConfig, primal_objective
-from demidcd.synthetic import generate
-
-
-@pytest.fixture(scope="module")
-def small():
-    c = generate(n_sentences=150, n_tags=5, vocab_size=300, seed=3)
-    return c.tokens, c.tags
-
-
-def fit(small, **kw):
-    X, Y = small
-    est = SequenceTagger(C=0.1, tol=1e-3, delta=1e-3, max_epochs=100000, time_limit=60,
-                         min_count=1, **kw).fit(X, Y)
-    p, _ = primal_objective(est.training_task(X, Y), est.coef_, 0.1)
-    return est, p
 
 
 def run(task, k, **engine):

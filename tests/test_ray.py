@@ -16,9 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from demidcd.api import SequenceTagger  # noqa: E402
-from demidcd.solvers.common import primal_objective  # noqa: E402
-from demidcd.synthetic import generate  # noqa: E402
+import small_fit  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[1])
 PID = re.compile(r"worker (\d+) pid (\d+)")
@@ -82,19 +80,8 @@ def local_ray():
         os.environ["PYTHONPATH"] = old
 
 
-@pytest.fixture(scope="module")
-def small():
-    c = generate(n_sentences=150, n_tags=5, vocab_size=300, seed=3)
-    return c.tokens, c.tags
-
-
 def fit(small, **kw):
-    X, Y = small
-    kw = {"C": 0.1, "tol": 1e-3, "delta": 1e-3, "max_epochs": 100000, "time_limit": 60,
-          "min_count": 1, "threads": 3, **kw}
-    est = SequenceTagger(**kw).fit(X, Y)
-    p, _ = primal_objective(est.training_task(X, Y), est.coef_, 0.1)
-    return est, p
+    return small_fit.fit(small, **{"threads": 3, **kw})
 
 
 @pytest.mark.parametrize("algorithm", ["demi-dcd", "ms-dcd"])
