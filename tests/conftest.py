@@ -53,3 +53,14 @@ def shm_guard():
 def small():
     """The small synthetic tagging problem of :mod:`small_fit`: (tokens, tags)."""
     return small_corpus()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A directory with ``demidcd generate``'s synthetic train/dev/test files (200 training
+    sentences)."""
+    from demidcd.cli import main
+
+    d = tmp_path_factory.mktemp("synth")
+    assert main(["generate", "--out-dir", str(d), "--sentences", "200", "--quiet"]) == 0
+    return d

@@ -19,24 +19,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
+from cli_run import CLI, run, train_model
 
 from demidcd.api import EntityRelationExtractor, SequenceTagger
-from demidcd.cli import main
 from demidcd.io.conll04 import read_conll04
 from demidcd.io.model import load_model
 from demidcd.parallel.shm import list_segments
-
-CLI = [sys.executable, "-m", "demidcd.cli"]
-
-
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _tok(i: int | str, word: str = "w", upos: str = "NOUN") -> str:
@@ -54,19 +49,8 @@ OK_CONLL04 = ("7\tPeop\t0\tO\tNNP\tJohn\tO\tO\tO\n7\tO\t1\tO\tVBZ\tlives\tO\tO\t
 
 # ================================================================== a small trained model
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("synth")
-    assert main(["generate", "--out-dir", str(d), "--sentences", "200", "--quiet"]) == 0
-    return d
-
-
-@pytest.fixture(scope="module")
 def model(corpus: Path) -> Path:
-    m = corpus / "m.npz"
-    r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", "--max-epochs", "2",
-            "--min-count", "1", "--model", str(m), "--quiet")
-    assert r.returncode == 0, r.stderr
-    return m
+    return train_model(corpus, max_epochs=2)
 
 
 @pytest.fixture(scope="module")
@@ -390,11 +374,15 @@ def _started(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, list[psutil.
     return p, model, log, family, worker
 
 
-def test_sigterm_stops_gracefully_within_2s_with_a_partial_model(tmp_path: Path) -> None:
-    p, model, log, family, _ = _started(tmp_path)
+def _stop_with(p: subprocess.Popen, log: Path, family: list[psutil.Process], sig: int,
+               before: Callable[[], None] | None = None) -> tuple[float, list, list, str]:
+    """Send ``sig`` to the run (after ``before()``) and wait for it to exit 130 without a
+    traceback: (seconds from ``sig`` to the exit, processes and segments left, the log)."""
     try:
+        if before is not None:
+            before()
         t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         p.wait(timeout=30)
         stopped = time.monotonic() - t0
         alive, segs = _until_gone(family, p.pid, 5.0)
@@ -403,6 +391,12 @@ def test_sigterm_stops_gracefully_within_2s_with_a_partial_model(tmp_path: Path)
     out = log.read_text()
     assert p.returncode == 130, out[-2000:]
     assert "Traceback" not in out
+    return stopped, alive, segs, out
+
+
+def test_sigterm_stops_gracefully_within_2s_with_a_partial_model(tmp_path: Path) -> None:
+    p, model, log, family, _ = _started(tmp_path)
+    stopped, alive, segs, out = _stop_with(p, log, family, signal.SIGTERM)
     assert stopped < 2.0, f"SIGTERM took {stopped:.2f}s to stop"
     w, _, meta = load_model(model)
     assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
@@ -416,20 +410,13 @@ def test_second_sigint_stops_at_once(tmp_path: Path) -> None:
     """The worker is stopped (SIGSTOP), so the first Ctrl-C's graceful shutdown would wait 2 s
     for it before terminating it; a second Ctrl-C must cut that wait short."""
     p, model, log, family, worker = _started(tmp_path)
-    try:
+
+    def first_sigint() -> None:
         os.kill(worker, signal.SIGSTOP)
         p.send_signal(signal.SIGINT)
         time.sleep(0.3)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
-        stopped = time.monotonic() - t0
-        alive, segs = _until_gone(family, p.pid, 5.0)
-    finally:
-        _kill_all(family)
-    out = log.read_text()
-    assert p.returncode == 130, out[-2000:]
-    assert "Traceback" not in out
+
+    stopped, alive, segs, out = _stop_with(p, log, family, signal.SIGINT, before=first_sigint)
     assert stopped < 1.8, f"exit {stopped:.2f}s after the second SIGINT"
     assert not alive, f"left running: {[(k.pid, k.name()) for k in alive]}"
     assert not segs

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run, train_model
 
 from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
 from demidcd.cli import build_parser, main
@@ -27,15 +28,10 @@ from demidcd.solvers.common import SolverConfig
 from demidcd.synthetic import generate
 from demidcd.tasks.dependency import DependencyParser
 
-CLI = [sys.executable, "-m", "demidcd.cli"]
 ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtractor,
               DependencyParser)
 X = [["the", "cat", "sat"], ["a", "dog", "ran"], ["the", "dog", "sat"], ["a", "cat", "ran"]] * 5
 Y = [["D", "N", "V"]] * 20
-
-
-def run(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 @pytest.fixture
@@ -50,19 +46,8 @@ def cli(capsys):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("synth")
-    assert main(["generate", "--out-dir", str(d), "--sentences", "200", "--quiet"]) == 0
-    return d
-
-
-@pytest.fixture(scope="module")
 def model(corpus: Path) -> Path:
-    m = corpus / "m.npz"
-    r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1", "--max-epochs", "3",
-            "--min-count", "1", "--model", str(m), "--quiet")
-    assert r.returncode == 0, r.stderr
-    return m
+    return train_model(corpus, max_epochs=3)
 
 
 # ================================================================== scikit-learn conventions
