@@ -7,6 +7,7 @@ Nothing here is timed; the scripts that import it are the benchmarks.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -256,6 +257,16 @@ def say(msg: str, quiet: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------- running the CLI
+def add_data_arguments(ap: argparse.ArgumentParser) -> None:
+    """The data options of ``convergence.data_setup``: --train, --test, --format, --column
+    (default: EWT, or CoNLL04 for entity-relation) and --split-seed (the CoNLL04 split)."""
+    ap.add_argument("--train")
+    ap.add_argument("--test")
+    ap.add_argument("--format", choices=("conllu", "columns"))
+    ap.add_argument("--column")
+    ap.add_argument("--split-seed", type=int, default=0)
+
+
 def demidcd_cmd() -> list[str]:
     """The ``demidcd`` command of this interpreter (works without the console script)."""
     return [sys.executable, "-m", "demidcd.cli"]

@@ -46,6 +46,7 @@ from common import (  # noqa: E402
     RESULTS,
     LoadSampler,
     Progress,
+    add_data_arguments,
     annotate_relative,
     crfsuite_peer,
     fmt_s,
@@ -455,11 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="evaluate snapshots at least this many seconds apart ...")
     ap.add_argument("--rel-step", type=float, default=0.05, help="... and this fraction of t")
     ap.add_argument("--methods", default="dcd,demi-dcd,ms-dcd,sp-ipm")
-    ap.add_argument("--train")
-    ap.add_argument("--test")
-    ap.add_argument("--format", choices=("conllu", "columns"))
-    ap.add_argument("--column")
-    ap.add_argument("--split-seed", type=int, default=0)
+    add_data_arguments(ap)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-crfsuite", action="store_true")
     ap.add_argument("--crf-iterations", type=int, default=100)

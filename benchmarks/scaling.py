@@ -53,6 +53,7 @@ from common import (  # noqa: E402
     RESULTS,
     LoadSampler,
     Progress,
+    add_data_arguments,
     annotate_relative,
     fmt_s,
     fstar_of,
@@ -257,11 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--snapshot-every", type=float, default=1.0)
     ap.add_argument("--min-step", type=float, default=1.0)
     ap.add_argument("--rel-step", type=float, default=0.05)
-    ap.add_argument("--train")
-    ap.add_argument("--test")
-    ap.add_argument("--format", choices=("conllu", "columns"))
-    ap.add_argument("--column")
-    ap.add_argument("--split-seed", type=int, default=0)
+    add_data_arguments(ap)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--C", type=float, default=0.1)
     ap.add_argument("--fill-epochs", type=int, default=10,

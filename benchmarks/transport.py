@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     RESULTS,
+    add_data_arguments,
     fmt_s,
     fstar_of,
     machine_info,
@@ -182,11 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fstar", type=float, default=None)
-    ap.add_argument("--train")
-    ap.add_argument("--test")
-    ap.add_argument("--format", choices=("conllu", "columns"))
-    ap.add_argument("--column")
-    ap.add_argument("--split-seed", type=int, default=0)
+    add_data_arguments(ap)
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--reanalyse", metavar="JSON",
                     help="recompute the projection and table of an earlier results file")
