@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "inference workers; auto: chosen from the measured cost of an update "
                         "against an inference; default: 1, until several learners are "
                         "measured faster than one on an idle machine)")
-    s.add_argument("--update-mode", choices=("atomic", "plain"), default=None,
+    s.add_argument("--update-mode", choices=("atomic", "plain", "hybrid"), default=None,
                    help="with several learners: atomic float adds to w, or plain stores "
                         "(lost updates possible, repaired when w is rebuilt; default: atomic)")
     s.add_argument("--rho-worker", type=int, default=None,

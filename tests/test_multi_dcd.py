@@ -11,6 +11,7 @@ from small_fit import fit
 
 from demidcd.api import SequenceTagger
 from demidcd.errors import OptionError
+from demidcd.parallel.seqlock import mark_array
 from demidcd.solvers import kernels as K
 from demidcd.solvers import train
 from demidcd.solvers.common import SolverConfig, primal_objective
@@ -38,7 +39,7 @@ def optimum(small):
     return p1
 
 
-@pytest.mark.parametrize("mode", ["atomic", "plain"])
+@pytest.mark.parametrize("mode", ["atomic", "plain", "hybrid"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
     r, p = run(task, k, update_mode=mode, check=True, rebuild_every=0.2)
@@ -99,6 +100,35 @@ def test_atomic_add_loses_nothing_under_contention():
     val = np.ones(1000)
     K.atomic_axpy(w, 0.5, idx, val, 0, 1000)
     assert w[0] == 500.0 and w[1:].sum() == 0.0
+
+
+def test_hybrid_axpy_is_atomic_on_hot_lines_and_plain_elsewhere():
+    """shared_axpy with a line mask: the same sums as plain adds, atomic only on hot lines."""
+    rng = np.random.default_rng(0)
+    dim = 1000
+    idx = rng.integers(0, dim, 5000).astype(np.int32)
+    val = rng.normal(size=5000)
+    hot = mark_array(dim)
+    hot[: len(hot) // 2] = 1
+    for mask in (np.zeros(0, np.uint8), np.ones(1, np.uint8), hot):
+        w = np.zeros(dim)
+        K.shared_axpy(w, 0.5, idx, val, 0, 5000, mask)
+        ref = np.zeros(dim)
+        np.add.at(ref, idx, 0.5 * val)
+        np.testing.assert_allclose(w, ref, atol=1e-12)
+
+
+def test_rebuild_marks_the_lines_with_lost_updates_hot():
+    from demidcd.solvers.multi_dcd import drift
+
+    w = np.ones(64)
+    old = w.copy()
+    old[[3, 40]] += 0.5  # two lost updates, in lines 0 and 5
+    old[20] += 1e-15  # rounding, not a lost update
+    hot = mark_array(64)
+    d, n, _ = drift(old, w, hot)
+    assert n == 2 and abs(d - np.sqrt(0.5)) < 1e-12
+    assert list(np.flatnonzero(hot)) == [0, 5]
 
 
 def test_learners_option_errors(small):

@@ -66,15 +66,21 @@ class ActiveSets:
     admitted φ touches (``mark``, one byte per line, set at admission and never cleared): w
     changes only there, so copying the marked lines publishes w exactly, and the update kernel
     marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
-    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole. ``atomic``:
-    every change the kernels make to w is an atomic add (a w shared by several learners).
+    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole. ``hot``: how the
+    kernels change a w shared by several learners (:func:`~.kernels.shared_axpy`): None, plain
+    stores (one learner); ``True``, every add atomic; a line mask (``mark_array(dim)``), atomic
+    adds on its nonzero lines only.
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
                  max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
                  w: np.ndarray | None = None, alpha_sum: np.ndarray | None = None,
-                 sweeps: int = DEFAULT_SWEEPS, atomic: bool = False):
-        self.atomic = bool(atomic)
+                 sweeps: int = DEFAULT_SWEEPS, hot: np.ndarray | bool | None = None):
+        if hot is None or hot is False:
+            hot = np.zeros(0, np.uint8)
+        elif hot is True:
+            hot = np.ones(1, np.uint8)
+        self.hot = hot
         self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
         self.sweeps = int(sweeps)
         self.w = np.zeros(dim) if w is None else w
@@ -135,7 +141,7 @@ class ActiveSets:
                              start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
                              self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
                              self.free_ids, self.meta, self.C, admit, self.mark, self.track,
-                             self.ex_pg, out, self.atomic)
+                             self.ex_pg, out, self.hot)
             start = int(out[K.I_NEXT])
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
@@ -157,7 +163,7 @@ class ActiveSets:
         K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
                           self.C, self.delta, shrink, self.ex_pg, skip_below,
-                          self.sweeps if sweeps is None else sweeps, st, self.atomic)
+                          self.sweeps if sweeps is None else sweeps, st, self.hot)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),

@@ -116,6 +116,29 @@ def atomic_axpy(w, d, idx, val, start, end):
 
 
 @njit(cache=True, nogil=True)
+def shared_axpy(w, d, idx, val, start, end, hot):
+    """w += d φ on a w that other learners may write at the same time. ``hot`` selects the
+    update mode: empty, plain stores (one learner, or PASSCoDe-Wild: a concurrent add to the
+    same entry may be lost); one element, every add atomic (:func:`atomic_add`); otherwise one
+    byte per line of 8 entries (``hot[j >> LINE_SHIFT]``, :func:`mark_array`), atomic adds on
+    the hot lines and plain stores elsewhere (the ``hybrid`` mode of
+    :mod:`demidcd.solvers.multi_dcd`: updates are lost only where learners collide, and those
+    lines are found and made hot at each rebuild of w)."""
+    n = hot.shape[0]
+    if n == 0:
+        axpy(w, d, idx, val, start, end)
+    elif n == 1:
+        atomic_axpy(w, d, idx, val, start, end)
+    else:
+        for k in range(np.uint64(start), np.uint64(end)):
+            j = np.uint64(idx[k])
+            if hot[j >> _LINE]:
+                atomic_add(w, j, d * val[k])
+            else:
+                w[j] += d * val[k]
+
+
+@njit(cache=True, nogil=True)
 def _remove_slot(slots, count, i, k):
     """Drop slot k of example i, keeping the remaining slots in order."""
     c = count[i]
@@ -134,10 +157,10 @@ def _free_structure(s, s_len, free_ids, meta):
 
 @njit(cache=True, nogil=True)
 def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val, free_ids,
-                   meta, inv2c, delta, shrink, stats, atomic):
+                   meta, inv2c, delta, shrink, stats, hot):
     """One Eq. (7)–(8) step on every structure of example i, newest first, removing those that
-    satisfy Eq. (9) when ``shrink``; returns the largest |projected gradient| seen. ``atomic``:
-    w += d φ through :func:`atomic_axpy` (several learners on one shared w)."""
+    satisfy Eq. (9) when ``shrink``; returns the largest |projected gradient| seen. ``hot``:
+    the update mode of w += d φ (:func:`shared_axpy`; empty for one learner)."""
     ex_max = 0.0
     k = count[i] - 1
     while k >= 0:
@@ -157,10 +180,7 @@ def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_va
             if d < -a:
                 d = -a
             if d != 0.0:
-                if atomic:
-                    atomic_axpy(w, d, p_idx, p_val, st, st + ln)
-                else:
-                    axpy(w, d, p_idx, p_val, st, st + ln)
+                shared_axpy(w, d, p_idx, p_val, st, st + ln, hot)
                 s_f[s, ALPHA] = a + d
                 alpha_sum[i] += d
                 stats[S_NONZERO_STEPS] += 1
@@ -172,7 +192,7 @@ def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_va
 @njit(cache=True, nogil=True)
 def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
                     free_ids, meta, C, delta, shrink, ex_pg, skip_below, max_sweeps, stats,
-                    atomic=False):
+                    hot):
     """UPDATEWEIGHT (DCD-SSVM Algorithm 1 / DEMI-DCD Algorithm 1 lines 4–10) for each example
     in ``order``: Eq. (7)–(8) steps on every structure of its active set, newest first,
     removing structures that satisfy Eq. (9) when ``shrink``.
@@ -194,14 +214,14 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
             stats[S_SKIPPED] += 1
             continue
         first = _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                               free_ids, meta, inv2c, delta, shrink, stats, atomic)
+                               free_ids, meta, inv2c, delta, shrink, stats, hot)
         ex_pg[i] = first
         if first > stats[S_MAXPG]:
             stats[S_MAXPG] = first
         for _ in range(1, max_sweeps):
             if _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
                               free_ids, meta, inv2c, delta, shrink,
-                              stats, atomic) < RESWEEP_RATIO * first:
+                              stats, hot) < RESWEEP_RATIO * first:
                 break
 
 
@@ -246,7 +266,7 @@ def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
-                   admit, mark, track, ex_pg, out, atomic=False):
+                   admit, mark, track, ex_pg, out, hot):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
@@ -265,8 +285,8 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
     ``ex_pg[i] = +inf`` so that the next pass visits it. When ``track``, the lines of an admitted
     φ are marked in ``mark`` (the touched lines, see above).
     ``out`` accumulates admitted, duplicates, rejected, evicted (dropped or aggregated).
-    ``atomic``: with a cap of 1 (nothing to aggregate with) the evicted α·φ leaves w through
-    atomic adds.
+    ``hot``: the update mode (:func:`shared_axpy`) with which, at a cap of 1 (nothing to
+    aggregate with), the evicted α·φ leaves w.
     """
     inv2c = 1.0 / (2.0 * C)
     cap_s = s_f.shape[0]
@@ -318,10 +338,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             if a > 0.0 and k2 != kmin:
                 _aggregate(s, slots[i, k2], s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta)
             elif a > 0.0:  # a cap of 1 has nothing to aggregate with: α·φ leaves w
-                if atomic:
-                    atomic_axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
-                else:
-                    axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+                shared_axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
                 alpha_sum[i] -= a
             _remove_slot(slots, count, i, kmin)
             _free_structure(s, s_len, free_ids, meta)

@@ -44,13 +44,13 @@ from numba import njit
 
 from ..errors import OptionError
 from ..parallel import multi as M
-from ..parallel.seqlock import load_word, mark_array, store_word
+from ..parallel.seqlock import LINE_SHIFT, load_word, mark_array, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 
-UPDATE_MODES = ("atomic", "plain")
+UPDATE_MODES = ("atomic", "plain", "hybrid")
 DEFAULT_UPDATE_MODE = "atomic"
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
 REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
@@ -175,9 +175,11 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
 
 
 @njit(cache=True, nogil=True)
-def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
-    """(‖old − w‖, entries where |old − w| > 1e-12 · max(1, max|w|), ‖w‖) in two passes
-    without temporaries (w has millions of entries and the learners wait)."""
+def drift(old: np.ndarray, w: np.ndarray, hot: np.ndarray) -> tuple[float, int, float]:
+    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) in two passes
+    without temporaries (w has millions of entries and the learners wait). When ``hot`` is a
+    line mask (more than one element), the lines of the entries with drift are set in it."""
+    mark = hot.shape[0] > 1
     scale = 1.0
     sq_w = 0.0
     for j in range(w.shape[0]):
@@ -185,25 +187,28 @@ def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
         sq_w += a * a
         if a > scale:
             scale = a
-    thr = 1e-12 * scale
+    thr = 1e-10 * scale
     sq, n = 0.0, 0
     for j in range(w.shape[0]):
         e = old[j] - w[j]
         sq += e * e
         if abs(e) > thr:
             n += 1
+            if mark:
+                hot[np.uint64(j) >> np.uint64(LINE_SHIFT)] = 1
     return np.sqrt(sq), n, np.sqrt(sq_w)
 
 
-def _learner_body(task: Task, config: SolverConfig, atomic: bool,
+def _learner_body(task: Task, config: SolverConfig, mode: str,
                   fault_after: int = -1) -> Callable[[M.LearnerGroup, int], None]:
     """DCD-SSVM on part k of the examples over the shared w (runs in learner process k)."""
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
+        hot = {"atomic": True, "plain": None, "hybrid": g.arrays["hot"]}[mode]
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
-                         sweeps=cfg.sweeps, atomic=atomic, track_changes=True)
+                         sweeps=cfg.sweeps, hot=hot, track_changes=True)
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
         # inference reads the shared w in place. A private copy refreshed from the marked lines
         # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
@@ -302,7 +307,7 @@ def warm_up(task: Task) -> None:
     learners fork (each would otherwise compile them on its own clock)."""
     dim = task.dim
     w = np.zeros(dim)
-    act = ActiveSets(1, dim, 1.0, w=w, atomic=True)
+    act = ActiveSets(1, dim, 1.0, w=w, hot=mark_array(dim))
     b = task.loss_augmented(w, np.zeros(1, np.int64))
     act.insert(b, 0.0)
     act.update(np.zeros(1, np.int64))
@@ -311,7 +316,7 @@ def warm_up(task: Task) -> None:
     KK.max_projected_gradient(np.zeros(1, np.int64), w, act.slots, act.count, act.alpha_sum,
                               act.s_ptr, act.s_len, act.s_f, act.p_idx, act.p_val, 1.0)
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
-    drift(w, w)
+    drift(w, w, act.hot)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
@@ -343,11 +348,15 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode == "atomic", fault_after),
+                           _learner_body(task, config, mode, fault_after),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
+                                   "hot": (mark_array(dim).shape, np.uint8),
                                    **({"check": ((k, dim), np.float64)} if check else {})})
     w = group.w
+    hot = group.arrays["hot"] if mode == "hybrid" else np.zeros(0, np.uint8)
+    # hybrid: the first rebuilds come sooner (1, 2, 4 s) to find the colliding lines early
+    interval = [min(1.0, rebuild_every) if mode == "hybrid" else rebuild_every]
     old = np.empty(dim)
     state = {"dual": None, "paused": False}
     clock: Clock | None = None
@@ -370,7 +379,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             cnt["restarts"] += 1
         state["paused"] = True
         cnt["rebuilds"] += 1
-        d, entries, w_norm = drift(old, w)
+        d, entries, w_norm = drift(old, w, hot)
         cnt["rebuild_seconds"] += time.perf_counter() - t0
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
@@ -378,7 +387,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         dual = -0.5 * float(w_norm) ** 2 - sq / (4.0 * C) + lin
         state["dual"] = dual
         drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
-        return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
+        figs = {} if hot.shape[0] < 2 else {"hot_lines": int(np.count_nonzero(hot))}
+        return {**figs, "drift": float(d), "drift_entries": int(entries), "dual": dual,
                 "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
 
     def resume() -> None:
@@ -443,9 +453,10 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 if group.missing():  # one died while certifying: w without its α first
                     record(rebuild())
                 resume()
-            elif clock.elapsed() - last_rebuild >= rebuild_every:
+            elif clock.elapsed() - last_rebuild >= interval[0]:
                 record(rebuild())
                 last_rebuild = clock.elapsed()
+                interval[0] = min(2.0 * interval[0], rebuild_every)
                 resume()
         if reason != "converged":
             store_word(group.ctrl, M.URGENT, 1)  # abandon expensive inferences
@@ -478,7 +489,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "update_seconds": float(f[:, F_UPDATE_S].sum()),
                  "drift_max": max(drifts, default=0.0),
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
-                 "drift_log": drift_log, "rebuild_error": check_error, **cnt}
+                 "drift_log": drift_log, "rebuild_error": check_error,
+                 "hot_lines": int(np.count_nonzero(hot)) if hot.shape[0] > 1 else None, **cnt}
     log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
         f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
         f"({cnt['rebuild_seconds']:.2f} s; largest drift "
