@@ -77,7 +77,7 @@ from common import (  # noqa: E402
 
 NAMES = {"dcd": "1-DCD", "demi-dcd": "DEMI-DCD", "ms-dcd": "MS-DCD", "sp-ipm": "SP-IPM"}
 DCD_FAMILY = ("dcd", "demi-dcd", "ms-dcd")
-GAPS = (0.1, 0.05, 0.01, 0.001)
+GAPS = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01, 0.001)  # the looser ones for CBC runs
 
 
 # --------------------------------------------------------------------------- data
