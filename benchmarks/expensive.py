@@ -113,7 +113,8 @@ def project(conv: dict, times: np.ndarray, gap: float, pmax: int, seed: int) -> 
                      "learner_inference_share": sigma, "inferences_per_s": rp,
                      "ms_barrier_s": bp, "demi_vs_ms": tm / td, "demi_vs_1dcd": t_gap["dcd"] / td})
     return {"gap": gap, "fstar": fstar, "measured_time_to_gap": t_gap,
-            "inferences_per_s": rate, "worker_inferences_per_s": rw, "sigma_2": sigma2, "update_s_per_inference": u,
+            "inferences_per_s": rate, "worker_inferences_per_s": rw, "sigma_2": sigma2,
+            "update_s_per_inference": u,
             "ms_barrier_2": b2, "ms_master": m, "ms_iterations": iters,
             "barrier_scale": scale, "rows": rows}
 
