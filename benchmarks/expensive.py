@@ -99,7 +99,7 @@ def project(conv: dict, times: np.ndarray, gap: float, pmax: int, seed: int) -> 
     ms = runs["ms-dcd"]["ms_split"]
     b2, m = ms["inference_per_iteration"], ms["master_per_iteration"]
     iters = t_gap["ms-dcd"] / (b2 + m)
-    n = conv["data"].get("n_train") or 4412
+    n = conv.get("data", {}).get("n_train") or 4412
     rng = np.random.default_rng(seed)
     scale = b2 / barrier_time(times, n, 2, rng)
     rows = []

@@ -295,6 +295,38 @@ def test_project_model_on_fixed_costs():
     assert pr[4]["time_to_1pct"] == pytest.approx(10.0 / 4)
 
 
+def test_expensive_projection_on_fixed_runs():
+    """The CBC projection reproduces the measured p = 2 times it is calibrated on, DEMI-DCD
+    speeds up with the workers while MS-DCD pays for its slowest shard, and a constant solve
+    time makes the simulated barrier exactly n/p solves."""
+    import numpy as np
+    from expensive import barrier_time, project
+
+    def run(t, p, inf, learner=None, ms=None):
+        return {"curve": [{"seconds": s, "primal": q} for s, q in t], "stopped": {"seconds": 100.0},
+                "last_record": {"inferences": inf}, "learner": learner, "ms_split": ms}
+
+    conv = {"analysis": {"fstar": 1.0}, "data": {"n_train": 1000},
+            "runs": {"dcd": run([(0, 4.0), (50, 2.0), (100, 1.5)], 1, 10_000),
+                     "demi-dcd": run([(0, 4.0), (25, 2.0), (100, 1.1)], 2, 19_000,
+                                     {"learner_inferences": 9_000}),
+                     "ms-dcd": run([(0, 4.0), (40, 2.0), (100, 1.2)], 2, 18_000,
+                                   ms={"inference_per_iteration": 5.0,
+                                       "master_per_iteration": 0.1})}}
+    times = np.full(500, 0.01)
+    rng = np.random.default_rng(0)
+    assert barrier_time(times, 1000, 4, rng, reps=3) == pytest.approx(2.5)
+    pr = project(conv, times, 1.0, 16, 0)
+    assert pr["sigma_2"] == pytest.approx(0.9)
+    rows = {r["p"]: r for r in pr["rows"]}
+    assert rows[2]["demi-dcd"] == pytest.approx(25.0)
+    assert rows[2]["ms-dcd"] == pytest.approx(40.0)
+    assert rows[2]["dcd"] == rows[16]["dcd"] == pytest.approx(50.0)
+    assert rows[4]["demi-dcd"] < rows[2]["demi-dcd"] / 1.9
+    assert all(rows[p]["ms-dcd"] > rows[p + 1]["ms-dcd"] for p in range(2, 16))
+    assert rows[16]["learner_inference_share"] < rows[2]["learner_inference_share"]
+
+
 def test_transport_log_parser_and_projection_on_fixed_costs():
     tr = importlib.import_module("transport")
     assert tr.parse_transport("x\ntransport: 1,234.5 MB of w̄ out, 6.0 MB of records in\n") \
