@@ -31,9 +31,7 @@ Other seeds vary (baseline 84–90 %): the transition matrix is drawn too.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -285,24 +283,20 @@ def sample(model: SyntheticModel, n_sentences: int, seed: int) -> TaggedCorpus:
     return corpus_from_lists(tokens, tags)
 
 
-def generate(n_sentences: int = 2000, *model_args: Any, **model_kw: Any) -> TaggedCorpus:
-    """``n_sentences`` sentences of the seeded HMM corpus described in the module docstring; the
-    other arguments are :func:`generator_model`'s (its ``seed`` also seeds the sampling)."""
-    try:
-        bound = _MODEL_SIGNATURE.bind(*model_args, **model_kw)
-    except TypeError as e:
-        raise TypeError(f"generate() {e}") from None
-    bound.apply_defaults()
-    return sample(generator_model(*bound.args, **bound.kwargs), n_sentences,
-                  bound.arguments["seed"])
-
-
-_MODEL_SIGNATURE = inspect.signature(generator_model)
-generate.__signature__ = _MODEL_SIGNATURE.replace(  # type: ignore[attr-defined]
-    parameters=[inspect.Parameter("n_sentences", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                  default=2000, annotation="int"),
-                *_MODEL_SIGNATURE.parameters.values()],
-    return_annotation="TaggedCorpus")
+def generate(
+    n_sentences: int = 2000,
+    n_tags: int = 12,
+    vocab_size: int = 3000,
+    ambiguity: float = 0.3,
+    mean_length: float = 15,
+    max_length: int = 60,
+    seed: int = 0,
+    suffix_prob: float = 0.75,
+) -> TaggedCorpus:
+    """``n_sentences`` sentences of the seeded HMM corpus described in the module docstring."""
+    model = generator_model(n_tags, vocab_size, ambiguity, mean_length, max_length, seed,
+                            suffix_prob)
+    return sample(model, n_sentences, seed)
 
 
 def _subset(c: TaggedCorpus, a: int, b: int) -> TaggedCorpus:
