@@ -14,13 +14,12 @@ MS-DCD's time split per iteration (inference up to the barrier b, the master's D
 PROJECTION (a model, not a measurement), for the same work to the gap G:
 
 * 1-DCD does not change with p: T_1.
-* DEMI-DCD is inference-bound with CBC. Its p = 2 run made R_2 inferences/s, e_2 = R_2 / r_1
-  process-equivalents of inference (r_1: 1-DCD's rate; e_2 − 1 = σ_2 is the learner's own
-  inference share). Updates cost the learner u = (1 − σ_2)/R_2 seconds per inference, so at p it
-  infers a share σ_p = (1 − u (p − 1) r_1) / (1 + u r_1) of its time (0 when it must only
-  update) and T_D(p) = T_D(2) · R_2 / R_p with R_p = r_1 (p − 1 + σ_p), capped at 1/u. It
-  assumes DEMI-DCD needs the same inferences at every p (no extra staleness: the paper's premise).
-  (Here r_1 is the p = 2 run's worker rate and σ_2 = the learner's inferences / the worker's.)
+* DEMI-DCD is inference-bound with CBC. In its p = 2 run one worker made r_w inferences/s and
+  the learner σ_2 r_w (σ_2: the learner's own inferences over the worker's), R_2 in all. Updates
+  cost the learner at most u = (1 − σ_2)/R_2 seconds per inference, so at p it infers a share
+  σ_p = (1 − u (p − 1) r_w) / (1 + u r_w) of its time (0 when it must only update) and
+  T_D(p) = T_D(2) · R_2 / R_p with R_p = r_w (p − 1 + σ_p), capped at 1/u. It assumes
+  DEMI-DCD needs the same inferences at every p (no extra staleness: the paper's premise).
 * MS-DCD keeps its iterations N = T_MS(2) / (b_2 + m): each waits for the slowest of p shards
   (b_p = E[max_k Σ_{i∈shard k} t_i], from the measured solve times by resampling, scaled so that
   the simulated b_2 equals the measured one), then for the master's passes m while the others
@@ -52,8 +51,7 @@ from common import (  # noqa: E402
     time_to_gap,
     write_json,
 )
-
-GAPS = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01)
+from convergence import GAPS  # noqa: E402
 
 
 def solve_times(model: Path, train: Path, sample: int, seed: int) -> np.ndarray:

@@ -206,7 +206,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
-        hot = {"atomic": True, "plain": None, "hybrid": g.arrays["hot"]}[mode]
+        hot = True if mode == "atomic" else g.arrays.get("hot")  # None: plain; hybrid: the mask
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True)
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
@@ -351,12 +351,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                            _learner_body(task, config, mode, fault_after),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
-                                   "hot": (mark_array(dim).shape, np.uint8),
+                                   **({"hot": (mark_array(dim).shape, np.uint8)}
+                                      if mode == "hybrid" else {}),
                                    **({"check": ((k, dim), np.float64)} if check else {})})
     w = group.w
-    hot = group.arrays["hot"] if mode == "hybrid" else np.zeros(0, np.uint8)
+    hot = group.arrays.get("hot", np.zeros(0, np.uint8))  # the line mask in hybrid mode
     # hybrid: the first rebuilds come sooner (1, 2, 4 s) to find the colliding lines early
-    interval = [min(1.0, rebuild_every) if mode == "hybrid" else rebuild_every]
+    interval = min(1.0, rebuild_every) if mode == "hybrid" else rebuild_every
     old = np.empty(dim)
     state = {"dual": None, "paused": False}
     clock: Clock | None = None
@@ -387,9 +388,12 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         dual = -0.5 * float(w_norm) ** 2 - sq / (4.0 * C) + lin
         state["dual"] = dual
         drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
-        figs = {} if hot.shape[0] < 2 else {"hot_lines": int(np.count_nonzero(hot))}
+        figs = {} if hot_lines() is None else {"hot_lines": hot_lines()}
         return {**figs, "drift": float(d), "drift_entries": int(entries), "dual": dual,
                 "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
+
+    def hot_lines() -> int | None:
+        return int(np.count_nonzero(hot)) if hot.shape[0] > 1 else None
 
     def resume() -> None:
         while group.command(M.RESUME):  # someone died: rebuild without it, then go on
@@ -453,10 +457,10 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 if group.missing():  # one died while certifying: w without its α first
                     record(rebuild())
                 resume()
-            elif clock.elapsed() - last_rebuild >= interval[0]:
+            elif clock.elapsed() - last_rebuild >= interval:
                 record(rebuild())
                 last_rebuild = clock.elapsed()
-                interval[0] = min(2.0 * interval[0], rebuild_every)
+                interval = min(2.0 * interval, rebuild_every)
                 resume()
         if reason != "converged":
             store_word(group.ctrl, M.URGENT, 1)  # abandon expensive inferences
@@ -490,7 +494,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "drift_max": max(drifts, default=0.0),
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
                  "drift_log": drift_log, "rebuild_error": check_error,
-                 "hot_lines": int(np.count_nonzero(hot)) if hot.shape[0] > 1 else None, **cnt}
+                 "hot_lines": hot_lines(), **cnt}
     log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
         f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
         f"({cnt['rebuild_seconds']:.2f} s; largest drift "
