@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--update-mode", choices=("atomic", "plain", "hybrid"), default=None,
                    help="with several learners: atomic float adds to w, or plain stores "
                         "(lost updates possible, repaired when w is rebuilt; default: atomic)")
+    s.add_argument("--private-kib", type=int, default=None, metavar="KIB",
+                   help="with several learners: KiB of the most-touched pages of w each "
+                        "learner keeps private and exchanges with the shared w every 5 ms "
+                        "(default 1024; 0: every page shared)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--backend", choices=("shm", "ray"), default="shm",
@@ -436,7 +440,8 @@ def cmd_train(args) -> int:
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
         "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
         "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
-        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address")}
+        "projection", "eta", "regularizer", "learners", "update_mode", "private_kib",
+        "ray_address")}
     given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
     given["perceptron_epochs_per_round"] = args.perceptron_epochs
     given["snapshot_dir"] = args.snapshot_dir or (

@@ -54,6 +54,63 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
 
+def test_all_shared_pages_reach_the_1dcd_optimum(task, optimum, shm_guard):
+    """private_kib=0: every page of w shared, as before private pages."""
+    r, p = run(task, 2, private_kib=0, check=True, rebuild_every=0.2)
+    assert r.stop_reason == "converged" and r.extra["private_entries"] == 0
+    assert abs(p - optimum) / optimum <= 1e-3 and r.extra["rebuild_error"] <= 1e-9
+
+
+def test_private_pages_hold_the_most_touched_entries(task):
+    from demidcd.parallel.shm import PAGE
+    from demidcd.solvers.multi_dcd import private_ranges
+
+    per_page = PAGE // 8
+    ranges = private_ranges(task, 8)  # two pages
+    assert ranges.shape[1] == 2 and 0 < (ranges[:, 1] - ranges[:, 0]).sum() <= 2 * per_page
+    assert (ranges % per_page == 0)[:, 0].all() and ranges.max() <= task.dim
+    assert ranges[0, 0] == 0  # feature 0, the bias (ids by decreasing count), fires everywhere
+    whole = private_ranges(task, task.dim * 8 // 1024 + 4)  # budget beyond w: every touched page
+    assert whole[-1, 1] == task.dim  # including the transitions, touched by every structure
+    assert private_ranges(task, 0).shape == (0, 2)
+
+
+def test_make_private_detaches_pages_and_sync_adds_every_change():
+    """Two learners' private copies of pages of one shared array: each change reaches the
+    shared array once, through the atomic flush of sync_private."""
+    from demidcd.parallel.shm import PAGE, SharedArena, make_private
+
+    per_page = PAGE // 8
+    arena = SharedArena()
+    try:
+        w = arena.create("w", (5 * per_page + 3,), np.float64)
+        shared = arena.second_view("w")
+        w[:] = np.arange(w.shape[0])
+        lo, hi = make_private(w, per_page + 1, 2 * per_page + 1)  # rounded out to pages 1-2
+        assert (lo, hi) == (per_page, 3 * per_page)
+        np.testing.assert_array_equal(w, shared)  # values kept
+        w[lo] += 10.0  # private: the shared array does not see it
+        w[0] += 1.0  # shared page: it does
+        assert shared[lo] == lo and shared[0] == 1.0
+        ranges = np.array([[lo, hi]], np.int64)
+        base = np.zeros(w.shape[0])
+        base[lo:hi] = np.arange(lo, hi)
+        other = shared.copy()  # a second learner's view and base
+        other_base = shared.copy()
+        other[lo + 1] += 2.0
+        other[lo] -= 3.0
+        K.sync_private(w, base, shared, ranges, True)
+        K.sync_private(other, other_base, shared, ranges, True)
+        assert shared[lo] == lo + 10.0 - 3.0 and shared[lo + 1] == lo + 1 + 2.0
+        K.sync_private(w, base, shared, ranges, False)  # no change left: a plain refresh
+        np.testing.assert_array_equal(w[lo:hi], shared[lo:hi])
+        np.testing.assert_array_equal(base[lo:hi], shared[lo:hi])
+        assert make_private(w, 5 * per_page + 1, 5 * per_page + 2) == (5 * per_page,
+                                                                        w.shape[0])
+    finally:
+        arena.close()
+
+
 def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
     recs = []
     r, _ = run(task, 2, update_mode="plain", rebuild_every=0.02,

@@ -116,6 +116,24 @@ def atomic_axpy(w, d, idx, val, start, end):
 
 
 @njit(cache=True, nogil=True)
+def sync_private(local, base, shared, ranges, flush):
+    """Exchange a learner's private pages of w (:func:`demidcd.parallel.shm.make_private`)
+    with the shared w, for each [lo, hi) row of ``ranges``: with ``flush``, first add this
+    learner's change since the last exchange, local − base, to the shared entries
+    (atomically: other learners flush into them too); then local = base = shared. Without
+    ``flush`` the local change is dropped (w was just rebuilt from α, which holds it)."""
+    for r in range(ranges.shape[0]):
+        for j in range(ranges[r, 0], ranges[r, 1]):
+            if flush:
+                d = local[j] - base[j]
+                if d != 0.0:
+                    atomic_add(shared, j, d)
+            v = shared[j]
+            local[j] = v
+            base[j] = v
+
+
+@njit(cache=True, nogil=True)
 def shared_axpy(w, d, idx, val, start, end, hot):
     """w += d φ on a w that other learners may write at the same time. ``hot`` selects the
     update mode: empty, plain stores (one learner, or PASSCoDe-Wild: a concurrent add to the
@@ -354,8 +372,8 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
         for q in range(nnz):
             j = r_idx[rs + q]
             p_idx[p0 + q] = j
-            if track:
-                mark[np.uint64(j) >> _LINE] = 1
+            if track and mark[np.uint64(j) >> _LINE] == 0:  # no store when set: the
+                mark[np.uint64(j) >> _LINE] = 1  # mark is shared by every learner
             v = r_val[rs + q]
             p_val[p0 + q] = v
             sq += v * v
