@@ -66,13 +66,14 @@ def test_private_pages_hold_the_most_touched_entries(task):
     from demidcd.solvers.multi_dcd import private_ranges
 
     per_page = PAGE // 8
-    ranges = private_ranges(task, 8)  # two pages
+    ranges, hot = private_ranges(task, 8, hot_kib=4)  # two pages, one hot
     assert ranges.shape[1] == 2 and 0 < (ranges[:, 1] - ranges[:, 0]).sum() <= 2 * per_page
     assert (ranges % per_page == 0)[:, 0].all() and ranges.max() <= task.dim
     assert ranges[0, 0] == 0  # feature 0, the bias (ids by decreasing count), fires everywhere
-    whole = private_ranges(task, task.dim * 8 // 1024 + 4)  # budget beyond w: every touched page
+    whole, _ = private_ranges(task, task.dim * 8 // 1024 + 4)  # budget beyond w: every touched page
     assert whole[-1, 1] == task.dim  # including the transitions, touched by every structure
-    assert private_ranges(task, 0).shape == (0, 2)
+    assert (hot[:, 1] - hot[:, 0]).sum() == per_page and hot[0, 0] == 0
+    assert private_ranges(task, 0)[0].shape == (0, 2)
 
 
 def test_make_private_detaches_pages_and_sync_adds_every_change():

@@ -20,11 +20,15 @@ would have both cores write the same cache lines all the time, and each then wai
 other's copy of the line. Each learner therefore keeps the most-touched pages of w
 (:func:`private_ranges`, ``private_kib`` KiB, measured on a sample of inferences) in private
 memory at the same addresses (:func:`~demidcd.parallel.shm.make_private`), so inference and
-the update kernel run unchanged on w, and every ``sync_every`` seconds adds its change to the
-shared pages with atomic adds and reads the others' (:func:`~.kernels.sync_private`): a
-bounded staleness on those pages, no update lost. EWT XPOS, K = 2, 10 s runs: 1 MiB private
-pages exchanged every 5 ms raised the inferences done from 345k to 453k (all of w private,
-i.e. no sharing at all, gives 578k: the ceiling).
+the update kernel run unchanged on w. It adds its change to the shared pages with atomic adds
+and reads the others' (:func:`~.kernels.sync_private`): the hottest 64 KiB after every block of
+updates (at most 256 examples, and 1/8 of the part: exchanging only every few passes made the
+learners' summed steps overshoot and diverge on a tiny problem), all of them every 20 ms and
+before every command. No update is lost; the others' changes arrive with that delay.
+EWT XPOS, K = 2, p = 2, 16 s runs, inferences done (1-DCD: about 410k): every page shared
+473k / 519k; 1 MiB exchanged after every block 543k / 577k (sync 15% of the time); 1 MiB with
+64 KiB hot 661k / 608k (sync 4%); 4 MiB 521k / 590k. With no sharing at all (incorrect, the
+ceiling) 2x 1-DCD.
 
 Exactness: a coordinator (this process, which mostly sleeps) rebuilds w every
 ``rebuild_every`` seconds, before every stop test and at the end: it pauses the learners
@@ -70,8 +74,9 @@ COORDINATOR_POLL = 0.01  # seconds between the coordinator's checks
 ADD, CERTIFY, CHECK = 16, 17, 18  # schedule commands (see demidcd.parallel.multi)
 F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_SYNC_S = range(6)  # fstats columns
 PRIVATE_KIB = 1024  # KiB of w each learner keeps private (the most-touched pages)
-SYNC_EVERY = 0.002  # seconds between exchanges of the private pages with the shared w during
-# inference passes (update passes exchange after every block of examples)
+HOT_KIB = 64  # the most touched of them, exchanged after every block of updates
+SYNC_EVERY = 0.02  # seconds between exchanges of all private pages
+HOT_EVERY = 0.002  # ... of the hot ones during inference passes
 EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
 # few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
 PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
@@ -177,15 +182,17 @@ def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dic
 
 
 def private_ranges(task: Task, kib: int, seed: int = 0, sample: int = 256,
-                   seconds: float = 0.25) -> np.ndarray:
+                   seconds: float = 0.25, hot_kib: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """The [lo, hi) entry ranges of w (whole pages, merged) that each learner keeps private:
     the ``kib`` KiB of pages touched by most φ entries of loss-augmented structures at w = 0,
     over a sample of up to ``sample`` examples or ``seconds`` of inference (pages touched
-    fewer than twice are left shared)."""
+    fewer than twice are left shared); and the ranges of the ``hot_kib`` KiB most touched
+    among them (default :data:`HOT_KIB`), exchanged more often."""
     per_page = PAGE // 8
     n_pages = -(-task.dim // per_page)
     if kib <= 0 or task.dim == 0:
-        return np.zeros((0, 2), np.int64)
+        return np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64)
     counts = np.zeros(n_pages, np.int64)
     ex = np.random.default_rng(seed).permutation(task.n_examples)[:sample]
     w, t0 = np.zeros(task.dim), time.perf_counter()
@@ -195,15 +202,21 @@ def private_ranges(task: Task, kib: int, seed: int = 0, sample: int = 256,
         if time.perf_counter() - t0 > seconds:
             break
     top = np.argsort(-counts, kind="stable")[:max(kib * 1024 // PAGE, 1)]
-    pages = np.sort(top[counts[top] >= 2])
+    top = top[counts[top] >= 2]
+    hot = top[:max((HOT_KIB if hot_kib is None else hot_kib) * 1024 // PAGE, 1)]
+    return _page_runs(top, per_page, task.dim), _page_runs(hot, per_page, task.dim)
+
+
+def _page_runs(pages: np.ndarray, per_page: int, dim: int) -> np.ndarray:
+    """Page numbers as merged [lo, hi) entry ranges, clipped to ``dim``."""
     runs: list[list[int]] = []
-    for q in pages.tolist():
+    for q in np.sort(pages).tolist():
         if runs and runs[-1][1] == q:
             runs[-1][1] = q + 1
         else:
             runs.append([q, q + 1])
     out = np.array(runs, np.int64).reshape(-1, 2) * per_page
-    np.minimum(out, task.dim, out=out)
+    np.minimum(out, dim, out=out)
     return out
 
 
@@ -245,11 +258,13 @@ def drift(old: np.ndarray, w: np.ndarray, hot: np.ndarray) -> tuple[float, int, 
     return np.sqrt(sq), n, np.sqrt(sq_w)
 
 
-def _learner_body(task: Task, config: SolverConfig, mode: str, ranges: np.ndarray,
-                  sync_every: float, fault_after: int = -1
-                  ) -> Callable[[M.LearnerGroup, int], None]:
+def _learner_body(task: Task, config: SolverConfig, mode: str,
+                  private: tuple[np.ndarray, np.ndarray], sync_every: float,
+                  fault_after: int = -1) -> Callable[[M.LearnerGroup, int], None]:
     """DCD-SSVM on part k of the examples over the shared w (runs in learner process k).
-    ``ranges``: the entries of w this learner keeps private (:func:`private_ranges`)."""
+    ``private``: the entries of w this learner keeps private, all and the hot ones
+    (:func:`private_ranges`)."""
+    ranges, hot_ranges = private
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
@@ -261,14 +276,16 @@ def _learner_body(task: Task, config: SolverConfig, mode: str, ranges: np.ndarra
             for lo, hi in ranges:
                 make_private(w, int(lo), int(hi))
             KK.sync_private(w, base, shared, ranges, False)
-        last_sync = [time.perf_counter()]
+        last_sync = [time.perf_counter()] * 2  # of all private pages, of the hot ones
 
-        def sync(flush: bool = True) -> None:
+        def sync(flush: bool = True, which: np.ndarray = ranges) -> None:
             if len(ranges):
                 t = time.perf_counter()
-                KK.sync_private(w, base, shared, ranges, flush)
-                last_sync[0] = time.perf_counter()
-                fs[F_SYNC_S] += last_sync[0] - t
+                KK.sync_private(w, base, shared, which, flush)
+                last_sync[which is hot_ranges] = time.perf_counter()
+                if which is ranges:
+                    last_sync[1] = last_sync[0]
+                fs[F_SYNC_S] += time.perf_counter() - t
         st, fs = g.stats[k], g.fstats[k]
         hot = True if mode == "atomic" else g.arrays.get("hot")  # None: plain; hybrid: the mask
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
@@ -312,8 +329,12 @@ def _learner_body(task: Task, config: SolverConfig, mode: str, ranges: np.ndarra
             blocks[0] += 1
             if k == 0 and g.restarts[0] == 0 and blocks[0] == fault_after:  # tests
                 raise RuntimeError("injected fault (multi-learner)")
-            if len(ranges) and (block_done or time.perf_counter() - last_sync[0] >= sync_every):
-                sync()
+            if len(ranges):
+                now = time.perf_counter()
+                if now - last_sync[0] >= sync_every:
+                    sync()
+                elif block_done or now - last_sync[1] >= HOT_EVERY:
+                    sync(which=hot_ranges)
             if g.poll_command(k, run, before=sync):  # flushed before any command; w may
                 sync(flush=False)  # have been rebuilt from α: take the shared pages as they are
 
@@ -423,12 +444,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     kib = PRIVATE_KIB if private_kib is None else int(private_kib)
     if kib < 0:
         raise OptionError(f"--private-kib must be >= 0, got {kib}")
-    ranges = private_ranges(task, kib, config.seed) if k > 1 else np.zeros((0, 2), np.int64)
+    private = private_ranges(task, kib, config.seed) if k > 1 else private_ranges(task, 0)
+    ranges = private[0]
     cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode, ranges, sync_every, fault_after),
+                           _learner_body(task, config, mode, private, sync_every, fault_after),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
                                    **({"hot": (mark_array(dim).shape, np.uint8)}
