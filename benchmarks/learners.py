@@ -62,6 +62,8 @@ def run(alg: str, args, work: Path) -> dict:
            "--time-limit", str(args.budget), "--snapshot-every", str(args.snapshot_every),
            "--snapshot-dir", str(d / "snap"), "--model", str(d / "model.npz"),
            "--summary-json", str(d / "summary.json"), "--seed", str(args.seed)]
+    if alg == "demi-dcd" and args.learners:
+        cmd += ["--learners", args.learners]
     say(f"{alg}: training {args.budget:g}s on {threads} process(es)", args.quiet)
     _, wall = run_cli(cmd, d / "train.log", timeout=args.budget * 3 + 600)
     kept, total = thin_snapshots(d / "snap", 1.0, 0.15)
@@ -119,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=None,
                     help="metric whose first crossing is reported (default: the preset's, "
                          "CRFsuite's averaged perceptron on EWT XPOS, 94.18%%)")
+    ap.add_argument("--learners", default=None, metavar="K|auto",
+                    help="demi-dcd's --learners (default: the CLI's)")
     ap.add_argument("--no-crfsuite", action="store_true")
     ap.add_argument("--ap-iterations", type=int, default=50)
     ap.add_argument("--crf-iterations", type=int, default=100)
