@@ -175,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(lost updates possible, repaired when w is rebuilt; default: atomic)")
     s.add_argument("--private-kib", type=int, default=None, metavar="KIB",
                    help="with several learners: KiB of the most-touched pages of w each "
-                        "learner keeps private and exchanges with the shared w every 5 ms "
-                        "(default 1024; 0: every page shared)")
+                        "learner keeps private and exchanges with the shared w (the hottest "
+                        "64 KiB after every block of updates, all every 20 ms; default 1024; "
+                        "0: every page shared)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--backend", choices=("shm", "ray"), default="shm",
