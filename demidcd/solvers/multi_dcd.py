@@ -268,33 +268,37 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
+        st, fs = g.stats[k], g.fstats[k]
         # w: this learner's view (private pages in ``ranges``), read by inference and updated
-        # in place; shared: the shared w itself, which commands (rebuild, certify) use
+        # in place; shared: the shared w itself, which commands (rebuild, certify) use. base
+        # (touched only in ``ranges``, so only those pages are ever allocated): the private
+        # pages as of the last exchange
         shared, base = w, w
         if len(ranges):
             shared, base = g.arena.second_view("w"), np.zeros(w.shape[0])
             for lo, hi in ranges:
                 make_private(w, int(lo), int(hi))
             KK.sync_private(w, base, shared, ranges, False)
-        last_sync = [time.perf_counter()] * 2  # of all private pages, of the hot ones
+        synced = {"all": time.perf_counter(), "hot": time.perf_counter()}
 
-        def sync(flush: bool = True, which: np.ndarray = ranges) -> None:
+        def sync(flush: bool = True, hot_only: bool = False) -> None:
+            """Exchange the private pages (all, or the hot ones) with the shared w."""
             if len(ranges):
                 t = time.perf_counter()
-                KK.sync_private(w, base, shared, which, flush)
-                last_sync[which is hot_ranges] = time.perf_counter()
-                if which is ranges:
-                    last_sync[1] = last_sync[0]
-                fs[F_SYNC_S] += time.perf_counter() - t
-        st, fs = g.stats[k], g.fstats[k]
+                KK.sync_private(w, base, shared, hot_ranges if hot_only else ranges, flush)
+                now = time.perf_counter()
+                synced["hot"] = now
+                if not hot_only:
+                    synced["all"] = now
+                fs[F_SYNC_S] += now - t
         hot = True if mode == "atomic" else g.arrays.get("hot")  # None: plain; hybrid: the mask
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True)
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
-        # inference reads the shared w in place. A private copy refreshed from the marked lines
-        # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
-        # learner writes (Viterbi 1.3-1.9x slower than alone, 2 processes) but a copy every
-        # 10 copy-costs left w stale: EWT XPOS p=2, primal at 2 s 146,164 against 8,323 in place
+        # inference reads w in place (through the private pages). A private float32 copy of all
+        # of w refreshed from the marked lines removed the slow-down from lines the other
+        # learner writes but a copy every 10 copy-costs left w stale: EWT XPOS p=2, primal at
+        # 2 s 146,164 against 8,323 in place
         plan = _PartPlan(act, cfg.skip, part)
         task.should_stop = g.urgent  # an ILP solver is abandoned at the final stop
         rng = np.random.default_rng([cfg.seed, k, g.restarts[k]])
@@ -331,10 +335,10 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                 raise RuntimeError("injected fault (multi-learner)")
             if len(ranges):
                 now = time.perf_counter()
-                if now - last_sync[0] >= sync_every:
+                if now - synced["all"] >= sync_every:
                     sync()
-                elif block_done or now - last_sync[1] >= HOT_EVERY:
-                    sync(which=hot_ranges)
+                elif block_done or now - synced["hot"] >= HOT_EVERY:
+                    sync(hot_only=True)
             if g.poll_command(k, run, before=sync):  # flushed before any command; w may
                 sync(flush=False)  # have been rebuilt from α: take the shared pages as they are
 
@@ -425,7 +429,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
     inference pass over its part); the log has one record per rebuild of w.
     ``private_kib``: KiB of w each learner keeps private (default :data:`PRIVATE_KIB`; 0: none),
-    exchanged with the shared w every ``sync_every`` seconds.
+    all exchanged with the shared w every ``sync_every`` seconds, the hottest :data:`HOT_KIB`
+    after every block of updates.
     ``fault_after``: learner 1 raises after that many blocks (tests of supervision);
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
     ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
@@ -444,7 +449,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     kib = PRIVATE_KIB if private_kib is None else int(private_kib)
     if kib < 0:
         raise OptionError(f"--private-kib must be >= 0, got {kib}")
-    private = private_ranges(task, kib, config.seed) if k > 1 else private_ranges(task, 0)
+    private = private_ranges(task, kib, config.seed)
     ranges = private[0]
     cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
@@ -469,7 +474,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
         f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s; "
         f"{n_private * 8 / 1024:.0f} KiB of w private to each learner in {len(ranges)} "
-        f"range(s), exchanged every {sync_every * 1e3:g} ms")
+        f"range(s), exchanged every {sync_every * 1e3:g} ms (the hottest {HOT_KIB} KiB after "
+        f"every block of updates)")
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
