@@ -37,7 +37,7 @@ SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
 ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
                   "mixing", "averaged", "batch_size", "lam", "projection", "eta",
-                  "regularizer", "learners", "update_mode", "private_kib")
+                  "regularizer", "learners", "update_mode")
 """Constructor arguments passed to the learners that read them when set (defaults in the
 learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
 
@@ -89,7 +89,6 @@ COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
     param("eval_every", float | None), param("rho", int | None),
     param("rho_worker", int | None), param("publish_interval", float | None),
     param("learners", int | str | None), param("update_mode", str | None),
-    param("private_kib", int | None),
     param("perceptron_epochs_per_round", int | None), param("mixing", str | None),
     param("averaged", bool | None), param("batch_size", int | None), param("lam", float | None),
     param("projection", bool | None), param("eta", float | None),

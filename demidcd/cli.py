@@ -164,20 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed")
-    s.add_argument("--learners", default="1", metavar="K|auto",
+    s.add_argument("--learners", default="auto", metavar="K|auto",
                    help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
                         "every process infers and learns; 1: one learner and --threads − 1 "
-                        "inference workers; auto: chosen from the measured cost of an update "
-                        "against an inference; default: 1, until several learners are "
-                        "measured faster than one on an idle machine)")
+                        "inference workers; auto, the default: --threads when one learner "
+                        "could not keep up with the workers (measured cost of an update "
+                        "against an inference), else 1)")
     s.add_argument("--update-mode", choices=("atomic", "plain", "hybrid"), default=None,
                    help="with several learners: atomic float adds to w, or plain stores "
-                        "(lost updates possible, repaired when w is rebuilt; default: atomic)")
-    s.add_argument("--private-kib", type=int, default=None, metavar="KIB",
-                   help="with several learners: KiB of the most-touched pages of w each "
-                        "learner keeps private and exchanges with the shared w (the hottest "
-                        "64 KiB after every block of updates, all every 20 ms; default 1024; "
-                        "0: every page shared)")
+                        "(lost updates possible, repaired when w is rebuilt; the default: measured "
+                        "faster), or hybrid (atomic adds on the lines that lost updates)")
     s.add_argument("--rho-worker", type=int, default=None,
                    help="inferences between refreshes of a worker's w")
     s.add_argument("--backend", choices=("shm", "ray"), default="shm",
@@ -441,8 +437,7 @@ def cmd_train(args) -> int:
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
         "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
         "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
-        "projection", "eta", "regularizer", "learners", "update_mode", "private_kib",
-        "ray_address")}
+        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address")}
     given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
     given["perceptron_epochs_per_round"] = args.perceptron_epochs
     given["snapshot_dir"] = args.snapshot_dir or (

@@ -54,64 +54,6 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
 
-def test_all_shared_pages_reach_the_1dcd_optimum(task, optimum, shm_guard):
-    """private_kib=0: every page of w shared, as before private pages."""
-    r, p = run(task, 2, private_kib=0, check=True, rebuild_every=0.2)
-    assert r.stop_reason == "converged" and r.extra["private_entries"] == 0
-    assert abs(p - optimum) / optimum <= 1e-3 and r.extra["rebuild_error"] <= 1e-9
-
-
-def test_private_pages_hold_the_most_touched_entries(task):
-    from demidcd.parallel.shm import PAGE
-    from demidcd.solvers.multi_dcd import private_ranges
-
-    per_page = PAGE // 8
-    ranges, hot = private_ranges(task, 8, hot_kib=4)  # two pages, one hot
-    assert ranges.shape[1] == 2 and 0 < (ranges[:, 1] - ranges[:, 0]).sum() <= 2 * per_page
-    assert (ranges % per_page == 0)[:, 0].all() and ranges.max() <= task.dim
-    assert ranges[0, 0] == 0  # feature 0, the bias (ids by decreasing count), fires everywhere
-    whole, _ = private_ranges(task, task.dim * 8 // 1024 + 4)  # budget beyond w: every touched page
-    assert whole[-1, 1] == task.dim  # including the transitions, touched by every structure
-    assert (hot[:, 1] - hot[:, 0]).sum() == per_page and hot[0, 0] == 0
-    assert private_ranges(task, 0)[0].shape == (0, 2)
-
-
-def test_make_private_detaches_pages_and_sync_adds_every_change():
-    """Two learners' private copies of pages of one shared array: each change reaches the
-    shared array once, through the atomic flush of sync_private."""
-    from demidcd.parallel.shm import PAGE, SharedArena, make_private
-
-    per_page = PAGE // 8
-    arena = SharedArena()
-    try:
-        w = arena.create("w", (5 * per_page + 3,), np.float64)
-        shared = arena.second_view("w")
-        w[:] = np.arange(w.shape[0])
-        lo, hi = make_private(w, per_page + 1, 2 * per_page + 1)  # rounded out to pages 1-2
-        assert (lo, hi) == (per_page, 3 * per_page)
-        np.testing.assert_array_equal(w, shared)  # values kept
-        w[lo] += 10.0  # private: the shared array does not see it
-        w[0] += 1.0  # shared page: it does
-        assert shared[lo] == lo and shared[0] == 1.0
-        ranges = np.array([[lo, hi]], np.int64)
-        base = np.zeros(w.shape[0])
-        base[lo:hi] = np.arange(lo, hi)
-        other = shared.copy()  # a second learner's view and base
-        other_base = shared.copy()
-        other[lo + 1] += 2.0
-        other[lo] -= 3.0
-        K.sync_private(w, base, shared, ranges, True)
-        K.sync_private(other, other_base, shared, ranges, True)
-        assert shared[lo] == lo + 10.0 - 3.0 and shared[lo + 1] == lo + 1 + 2.0
-        K.sync_private(w, base, shared, ranges, False)  # no change left: a plain refresh
-        np.testing.assert_array_equal(w[lo:hi], shared[lo:hi])
-        np.testing.assert_array_equal(base[lo:hi], shared[lo:hi])
-        assert make_private(w, 5 * per_page + 1, 5 * per_page + 2) == (5 * per_page,
-                                                                        w.shape[0])
-    finally:
-        arena.close()
-
-
 def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
     recs = []
     r, _ = run(task, 2, update_mode="plain", rebuild_every=0.02,
@@ -131,7 +73,7 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum,
 
     def kill_one(rec, w):  # learners are paused in a rebuild: kill learner 2 once
         if not killed:
-            pid = next(int(m[1]) for s in lines if (m := re.match(r"learner 2 pid (\d+)", s)))
+            pid = next(int(m[1]) for s in lines if (m := re.match(r"worker 2 pid (\d+)", s)))
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
@@ -214,7 +156,7 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
                               "plain", "--time-limit", "30", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
         t0 = time.time()
-        while "learner 2 pid" not in logf.read_text() and time.time() - t0 < 60:
+        while "worker 2 pid" not in logf.read_text() and time.time() - t0 < 60:
             time.sleep(0.1)
         kids = _children(p.pid)
         assert len(kids) >= 2
@@ -246,3 +188,16 @@ def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     assert resolve_learners(ToyTask(), cfg, 2, eng) == 1  # the library default: one learner
     eng = {"learners": "auto"}
     assert resolve_learners(ToyTask(), cfg, 3, eng) in (1, 3) and "learner_choice" in eng
+
+
+def test_several_learners_need_shared_memory(task):
+    """Several learners share w in shared memory: --learners K > 1 with another backend is
+    an error, and auto runs one learner there."""
+    from demidcd.solvers.multi_dcd import resolve_learners
+
+    cfg = SolverConfig(C=0.1)
+    with pytest.raises(OptionError, match="--backend shm"):
+        resolve_learners(task, cfg, 2, {"learners": 2}, backend="ray")
+    engine = {"learners": "auto"}
+    assert resolve_learners(task, cfg, 2, engine, backend="ray") == 1
+    assert engine["learners"] == 1 and "learner_choice" not in engine

@@ -118,7 +118,8 @@ class LearnerGroup:
         p.start()
         self.procs[j] = p
         self.monitor.add(f"learner {j + 1}", p.pid)
-        self.log(f"learner {j + 1} pid {p.pid} (part of {len(self.parts[j]):,} examples)")
+        self.log(f"worker {j + 1} pid {p.pid} (learner {j + 1}: infers and learns on a part of "
+                 f"{len(self.parts[j]):,} examples)")
 
     def dead(self) -> list[int]:
         """Learners that died since they were (re)started; reports each (a traceback under
@@ -222,19 +223,15 @@ class LearnerGroup:
         """Abandon the current inference now (the task's ``should_stop`` in a learner)."""
         return bool(load_word(self.ctrl, URGENT)) or self.stopped()
 
-    def poll_command(self, j: int, run: Callable[[int], None], wait: bool = False,
-                     before: Callable[[], None] | None = None) -> bool:
+    def poll_command(self, j: int, run: Callable[[int], None], wait: bool = False) -> bool:
         """In learner j, between blocks of work: run every command issued since the last poll
         (``run(code)`` for schedule codes), waiting while paused, until a ``RESUME``; with
-        ``wait`` (a restarted learner, paused) wait for one first. ``before()`` runs once
-        when there is a command, before it is acknowledged. Returns True when any command ran
-        (w may have been rebuilt). Raises :class:`Stopped`."""
+        ``wait`` (a restarted learner, paused) wait for one first. Returns True when any
+        command ran (w may have been rebuilt). Raises :class:`Stopped`."""
         if not wait and load_word(self.ctrl, GEN) == self.seen:
             if self.stopped():
                 raise Stopped
             return False
-        if before is not None:
-            before()
         st = self.stats[j]
         while True:
             g = load_word(self.ctrl, GEN)

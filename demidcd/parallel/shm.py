@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import _posixshmem
 import atexit
-import ctypes
 import mmap
 import os
 import re
@@ -51,8 +50,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR",
-           "make_private", "PAGE"]
+__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR"]
 
 SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
 _MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
@@ -71,42 +69,6 @@ def _map(name: str, nbytes: int, create: bool) -> mmap.mmap:
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
-
-
-PAGE = mmap.PAGESIZE
-_MAP_FIXED = 0x10  # Linux, every architecture
-_libc = None
-
-
-def make_private(arr: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
-    """Replace the pages holding ``arr[lo:hi]`` (rounded out to whole pages inside ``arr``)
-    by private anonymous memory at the same addresses, keeping their current values: from
-    then on this process reads and writes its own copy there, the rest of ``arr`` stays
-    shared. ``arr`` must be a 1-D array starting on a page (a segment of
-    :class:`SharedArena`). Returns the element range made private (empty when there is no
-    whole page to make private)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mmap.restype = ctypes.c_void_p
-        _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                               ctypes.c_int, ctypes.c_long]
-    base, item = arr.ctypes.data, arr.itemsize
-    if base % PAGE or arr.ndim != 1 or not arr.flags.c_contiguous:
-        raise ValueError("make_private needs a 1-D array that starts on a page")
-    end = -(-arr.nbytes // PAGE) * PAGE  # the segment's last page is whole
-    b0 = max(0, lo * item) // PAGE * PAGE
-    b1 = min(-(-(hi * item) // PAGE) * PAGE, end)
-    if b1 <= b0:
-        return 0, 0
-    e0, e1 = b0 // item, min(b1 // item, arr.shape[0])
-    keep = arr[e0:e1].copy()
-    got = _libc.mmap(base + b0, b1 - b0, mmap.PROT_READ | mmap.PROT_WRITE,
-                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED, -1, 0)
-    if got != base + b0:
-        raise OSError(ctypes.get_errno(), "mmap(MAP_FIXED) of private pages failed")
-    arr[e0:e1] = keep
-    return e0, e1
 
 
 def _unlink(name: str) -> bool:
@@ -300,12 +262,6 @@ class SharedArena:
             nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
             out[key] = _as_array(_map(name, nbytes, create=False), tuple(shape), dt)
         return out
-
-    def second_view(self, key: str) -> np.ndarray:
-        """A new mapping of array ``key``'s segment (in a forked child, whose inherited
-        mapping of ``key`` may have private pages: :func:`make_private`)."""
-        name, shape, dts = self._segments[key]
-        return self.attach({"segments": {key: (name, shape, dts)}})[key]
 
     # -- cleanup ---------------------------------------------------------------------------
     def close(self) -> None:

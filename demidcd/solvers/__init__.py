@@ -75,8 +75,7 @@ register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, 
                  "inference workers, no barrier (--learners K: K on one shared w)",
                  min_threads=2,
                  options=("rho", "publish_interval", "learners", "update_mode",
-                          "rebuild_every", "private_kib", "sync_every", "check", "fault_after",
-                          *_ENGINE),
+                          "rebuild_every", "check", "fault_after", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
                  min_threads=2, options=_ENGINE, inference=("augmented", "workers"),
@@ -227,7 +226,8 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     if learner.name == "demi-dcd" and threads > 1:
         from . import multi_dcd
 
-        if multi_dcd.resolve_learners(task, config, threads, opts, log) > 1:
+        if multi_dcd.resolve_learners(task, config, threads, opts, log,
+                                      backend if isinstance(backend, str) else "custom") > 1:
             schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
     if threads == 1:
         return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,

@@ -116,24 +116,6 @@ def atomic_axpy(w, d, idx, val, start, end):
 
 
 @njit(cache=True, nogil=True)
-def sync_private(local, base, shared, ranges, flush):
-    """Exchange a learner's private pages of w (:func:`demidcd.parallel.shm.make_private`)
-    with the shared w, for each [lo, hi) row of ``ranges``: with ``flush``, first add this
-    learner's change since the last exchange, local − base, to the shared entries
-    (atomically: other learners flush into them too); then local = base = shared. Without
-    ``flush`` the local change is dropped (w was just rebuilt from α, which holds it)."""
-    for r in range(ranges.shape[0]):
-        for j in range(ranges[r, 0], ranges[r, 1]):
-            if flush:
-                d = local[j] - base[j]
-                if d != 0.0:
-                    atomic_add(shared, j, d)
-            v = shared[j]
-            local[j] = v
-            base[j] = v
-
-
-@njit(cache=True, nogil=True)
 def shared_axpy(w, d, idx, val, start, end, hot):
     """w += d φ on a w that other learners may write at the same time. ``hot`` selects the
     update mode: empty, plain stores (one learner, or PASSCoDe-Wild: a concurrent add to the

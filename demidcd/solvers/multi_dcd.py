@@ -13,22 +13,15 @@ both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented.
 Updates to w: ``update_mode="atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
 (:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
 adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
-"Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding.
-
-Private pages: the entries every update touches (bias and frequent features, transitions)
-would have both cores write the same cache lines all the time, and each then waits for the
-other's copy of the line. Each learner therefore keeps the most-touched pages of w
-(:func:`private_ranges`, ``private_kib`` KiB, measured on a sample of inferences) in private
-memory at the same addresses (:func:`~demidcd.parallel.shm.make_private`), so inference and
-the update kernel run unchanged on w. It adds its change to the shared pages with atomic adds
-and reads the others' (:func:`~.kernels.sync_private`): the hottest 64 KiB after every block of
-updates (at most 256 examples, and 1/8 of the part: exchanging only every few passes made the
-learners' summed steps overshoot and diverge on a tiny problem), all of them every 20 ms and
-before every command. No update is lost; the others' changes arrive with that delay.
-EWT XPOS, K = 2, p = 2, 16 s runs, inferences done (1-DCD: about 410k): every page shared
-473k / 519k; 1 MiB exchanged after every block 543k / 577k (sync 15% of the time); 1 MiB with
-64 KiB hot 661k / 608k (sync 4%); 4 MiB 521k / 590k. With no sharing at all (incorrect, the
-ceiling) 2x 1-DCD.
+"Wild" variant); ``"hybrid"`` takes atomic adds only on the lines where a rebuild found lost
+updates. Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
+the default: on the idle 2-core machine (EWT XPOS train, K = p = 2, 20 s runs, 1 s snapshots,
+f* = 1754.68) they reached 1% relative primal gap in 6.6–7.7 s (four runs) against 9.2 s with
+atomic adds, 13.9 s hybrid and 12.7–13.0 s for 1-DCD: an atomic add is a locked instruction,
+and a lost add is repaired at the next rebuild (drift ‖w − Σ α φ‖ ≈ 0.9 per 5 s, ‖w‖ ≈ 48).
+Private copies of w's most-touched pages, exchanged with the shared w every block of updates
+(tried in commits 8c94c90–d4600a7), raised throughput with atomic adds but made the learners
+read stale values; with plain stores they were slower to 1% (8.1–8.7 s), so they were removed.
 
 Exactness: a coordinator (this process, which mostly sleeps) rebuilds w every
 ``rebuild_every`` seconds, before every stop test and at the end: it pauses the learners
@@ -60,23 +53,18 @@ from numba import njit
 from ..errors import OptionError
 from ..parallel import multi as M
 from ..parallel.seqlock import LINE_SHIFT, load_word, mark_array, store_word
-from ..parallel.shm import PAGE, make_private
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 
 UPDATE_MODES = ("atomic", "plain", "hybrid")
-DEFAULT_UPDATE_MODE = "atomic"
+DEFAULT_UPDATE_MODE = "plain"
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
 REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
 COORDINATOR_POLL = 0.01  # seconds between the coordinator's checks
 ADD, CERTIFY, CHECK = 16, 17, 18  # schedule commands (see demidcd.parallel.multi)
-F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_SYNC_S = range(6)  # fstats columns
-PRIVATE_KIB = 1024  # KiB of w each learner keeps private (the most-touched pages)
-HOT_KIB = 64  # the most touched of them, exchanged after every block of updates
-SYNC_EVERY = 0.02  # seconds between exchanges of all private pages
-HOT_EVERY = 0.002  # ... of the hot ones during inference passes
+F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S = range(5)  # fstats columns
 EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
 # few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
 PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
@@ -167,57 +155,26 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
 
 
 def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dict,
-                     log: Callable[[str], None] | None = None) -> int:
+                     log: Callable[[str], None] | None = None, backend: str = "shm") -> int:
     """The number of learners for a DEMI-DCD run on ``threads`` processes, from
     ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners`; the CLI's default)
     or absent (1: the library keeps DEMI-DCD's single learner unless asked); stores it back in
-    ``engine`` with the auto figures under ``learner_choice``."""
+    ``engine`` with the auto figures under ``learner_choice``. Several learners share w in
+    shared memory, so another ``backend`` (Ray) runs one learner under ``auto``."""
     k = parse_learners(engine.get("learners", 1))
-    if k is None:
+    if k is not None and k > 1 and backend != "shm":
+        raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
+                          "shared memory on one machine)")
+    if k is None and backend != "shm":
+        k = 1
+        if log is not None:
+            log(f"learners auto: 1 (several learners need --backend shm, not {backend})")
+    elif k is None:
         k, engine["learner_choice"] = choose_learners(task, config, threads, log)
     if k > threads:
         raise OptionError(f"--learners {k} is more than --threads {threads}")
     engine["learners"] = k
     return k
-
-
-def private_ranges(task: Task, kib: int, seed: int = 0, sample: int = 256,
-                   seconds: float = 0.25, hot_kib: int | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The [lo, hi) entry ranges of w (whole pages, merged) that each learner keeps private:
-    the ``kib`` KiB of pages touched by most φ entries of loss-augmented structures at w = 0,
-    over a sample of up to ``sample`` examples or ``seconds`` of inference (pages touched
-    fewer than twice are left shared); and the ranges of the ``hot_kib`` KiB most touched
-    among them (default :data:`HOT_KIB`), exchanged more often."""
-    per_page = PAGE // 8
-    n_pages = -(-task.dim // per_page)
-    if kib <= 0 or task.dim == 0:
-        return np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64)
-    counts = np.zeros(n_pages, np.int64)
-    ex = np.random.default_rng(seed).permutation(task.n_examples)[:sample]
-    w, t0 = np.zeros(task.dim), time.perf_counter()
-    for s in range(0, len(ex), 16):
-        b = task.loss_augmented(w, np.sort(ex[s:s + 16]).astype(np.int64))
-        counts += np.bincount(np.asarray(b.idx, np.int64) // per_page, minlength=n_pages)
-        if time.perf_counter() - t0 > seconds:
-            break
-    top = np.argsort(-counts, kind="stable")[:max(kib * 1024 // PAGE, 1)]
-    top = top[counts[top] >= 2]
-    hot = top[:max((HOT_KIB if hot_kib is None else hot_kib) * 1024 // PAGE, 1)]
-    return _page_runs(top, per_page, task.dim), _page_runs(hot, per_page, task.dim)
-
-
-def _page_runs(pages: np.ndarray, per_page: int, dim: int) -> np.ndarray:
-    """Page numbers as merged [lo, hi) entry ranges, clipped to ``dim``."""
-    runs: list[list[int]] = []
-    for q in np.sort(pages).tolist():
-        if runs and runs[-1][1] == q:
-            runs[-1][1] = q + 1
-        else:
-            runs.append([q, q + 1])
-    out = np.array(runs, np.int64).reshape(-1, 2) * per_page
-    np.minimum(out, dim, out=out)
-    return out
 
 
 @njit(cache=True, nogil=True)
@@ -259,46 +216,20 @@ def drift(old: np.ndarray, w: np.ndarray, hot: np.ndarray) -> tuple[float, int, 
 
 
 def _learner_body(task: Task, config: SolverConfig, mode: str,
-                  private: tuple[np.ndarray, np.ndarray], sync_every: float,
                   fault_after: int = -1) -> Callable[[M.LearnerGroup, int], None]:
-    """DCD-SSVM on part k of the examples over the shared w (runs in learner process k).
-    ``private``: the entries of w this learner keeps private, all and the hot ones
-    (:func:`private_ranges`)."""
-    ranges, hot_ranges = private
+    """DCD-SSVM on part k of the examples over the shared w (runs in learner process k)."""
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
-        # w: this learner's view (private pages in ``ranges``), read by inference and updated
-        # in place; shared: the shared w itself, which commands (rebuild, certify) use. base
-        # (touched only in ``ranges``, so only those pages are ever allocated): the private
-        # pages as of the last exchange
-        shared, base = w, w
-        if len(ranges):
-            shared, base = g.arena.second_view("w"), np.zeros(w.shape[0])
-            for lo, hi in ranges:
-                make_private(w, int(lo), int(hi))
-            KK.sync_private(w, base, shared, ranges, False)
-        synced = {"all": time.perf_counter(), "hot": time.perf_counter()}
-
-        def sync(flush: bool = True, hot_only: bool = False) -> None:
-            """Exchange the private pages (all, or the hot ones) with the shared w."""
-            if len(ranges):
-                t = time.perf_counter()
-                KK.sync_private(w, base, shared, hot_ranges if hot_only else ranges, flush)
-                now = time.perf_counter()
-                synced["hot"] = now
-                if not hot_only:
-                    synced["all"] = now
-                fs[F_SYNC_S] += now - t
         hot = True if mode == "atomic" else g.arrays.get("hot")  # None: plain; hybrid: the mask
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True)
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
-        # inference reads w in place (through the private pages). A private float32 copy of all
-        # of w refreshed from the marked lines removed the slow-down from lines the other
-        # learner writes but a copy every 10 copy-costs left w stale: EWT XPOS p=2, primal at
-        # 2 s 146,164 against 8,323 in place
+        # inference reads the shared w in place. A private copy refreshed from the marked lines
+        # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
+        # learner writes (Viterbi 1.3-1.9x slower than alone, 2 processes) but a copy every
+        # 10 copy-costs left w stale: EWT XPOS p=2, primal at 2 s 146,164 against 8,323 in place
         plan = _PartPlan(act, cfg.skip, part)
         task.should_stop = g.urgent  # an ILP solver is abandoned at the final stop
         rng = np.random.default_rng([cfg.seed, k, g.restarts[k]])
@@ -306,19 +237,19 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
 
         def run(code: int) -> None:
             if code == ADD:  # this part's share of w = Σ α φ, into the zeroed w
-                KK.add_alpha_phi(shared, act.slots, act.count, act.s_ptr, act.s_len, act.s_f,
+                KK.add_alpha_phi(w, act.slots, act.count, act.s_ptr, act.s_len, act.s_f,
                                  act.p_idx, act.p_val, True)
                 fs[F_SQ], fs[F_LIN] = KK.dual_terms(act.slots, act.count, act.alpha_sum,
                                                     act.s_f)
             elif code == CERTIFY:  # the stop rule on the rebuilt w, changing nothing
-                fs[F_MAXPG] = KK.max_projected_gradient(part, shared, act.slots, act.count,
+                fs[F_MAXPG] = KK.max_projected_gradient(part, w, act.slots, act.count,
                                                         act.alpha_sum, act.s_ptr, act.s_len,
                                                         act.s_f, act.p_idx, act.p_val, cfg.C)
                 viol = 0
                 for s in range(0, len(part), max(cfg.batch, 16)):
                     u0 = task.unproven
                     try:
-                        b = task.loss_augmented(shared, part[s:s + max(cfg.batch, 16)])
+                        b = task.loss_augmented(w, part[s:s + max(cfg.batch, 16)])
                     except InferenceInterrupted:
                         viol += 1
                         break
@@ -329,27 +260,15 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             elif code == CHECK:  # Σ α φ of this part, sequentially (tests of the rebuild)
                 g.arrays["check"][k] = act.rebuilt_w()
 
-        def poll(block_done: bool = False) -> None:
+        def poll() -> None:
             blocks[0] += 1
             if k == 0 and g.restarts[0] == 0 and blocks[0] == fault_after:  # tests
                 raise RuntimeError("injected fault (multi-learner)")
-            if len(ranges):
-                now = time.perf_counter()
-                if now - synced["all"] >= sync_every:
-                    sync()
-                elif block_done or now - synced["hot"] >= HOT_EVERY:
-                    sync(hot_only=True)
-            if g.poll_command(k, run, before=sync):  # flushed before any command; w may
-                sync(flush=False)  # have been rebuilt from α: take the shared pages as they are
+            g.poll_command(k, run)
 
         if g.start_paused:
-            g.poll_command(k, run, wait=True, before=sync)
-            sync(flush=False)
+            g.poll_command(k, run, wait=True)
         r, b = cfg.inner_passes, max(cfg.batch, 1)
-        # with private pages a learner misses the others' changes to them until it syncs, at
-        # every block: a block is at most 1/8 of the part (on a tiny problem, a sync every few
-        # passes over the part made the learners' summed steps overshoot and diverge)
-        block = min(BLOCK, max(len(part) // 8, 1)) if len(ranges) else BLOCK
         epoch = int(st[M.EPOCHS])  # a restarted learner goes on counting
         while True:
             epoch += 1
@@ -358,12 +277,12 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             for _ in range(r):
                 order = rng.permutation(part)
                 skip_below, pass_pg = plan.threshold(), 0.0
-                for s in range(0, len(order), block):
-                    u = act.update(order[s:s + block], skip_below=skip_below)
+                for s in range(0, len(order), BLOCK):
+                    u = act.update(order[s:s + BLOCK], skip_below=skip_below)
                     pass_pg = max(pass_pg, u.max_pg)
                     st[M.UPDATES] += u.updates
                     st[M.STEPS] += u.nonzero_steps
-                    poll(block_done=True)
+                    poll()
                 certified = plan.certifies(pass_pg, cfg.tol)
             fs[F_UPDATE_S] += time.perf_counter() - t
             order = rng.permutation(part)
@@ -414,7 +333,6 @@ def warm_up(task: Task) -> None:
                               act.s_ptr, act.s_len, act.s_f, act.p_idx, act.p_val, 1.0)
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
     drift(w, w, act.hot)
-    KK.sync_private(w, w.copy(), w.copy(), np.zeros((1, 2), np.int64), True)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
@@ -422,15 +340,11 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     update_mode: str | None = None, cpu_log: str | None = None,
                     log: Callable[[str], None] | None = None, debug: bool = False,
                     tick: Callable[[float, np.ndarray], None] | None = None,
-                    rebuild_every: float = REBUILD_EVERY, private_kib: int | None = None,
-                    sync_every: float = SYNC_EVERY, fault_after: int = -1,
+                    rebuild_every: float = REBUILD_EVERY, fault_after: int = -1,
                     check: bool = False, **_: object) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
     inference pass over its part); the log has one record per rebuild of w.
-    ``private_kib``: KiB of w each learner keeps private (default :data:`PRIVATE_KIB`; 0: none),
-    all exchanged with the shared w every ``sync_every`` seconds, the hottest :data:`HOT_KIB`
-    after every block of updates.
     ``fault_after``: learner 1 raises after that many blocks (tests of supervision);
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
     ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
@@ -446,16 +360,11 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                           "and learns) is implemented")
     C, dim = config.C, task.dim
     warm_up(task)
-    kib = PRIVATE_KIB if private_kib is None else int(private_kib)
-    if kib < 0:
-        raise OptionError(f"--private-kib must be >= 0, got {kib}")
-    private = private_ranges(task, kib, config.seed)
-    ranges = private[0]
     cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode, private, sync_every, fault_after),
+                           _learner_body(task, config, mode, fault_after),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
                                    **({"hot": (mark_array(dim).shape, np.uint8)}
@@ -470,12 +379,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     clock: Clock | None = None
     reason, epoch = "max-epochs", 0
     check_error = None
-    n_private = int((ranges[:, 1] - ranges[:, 0]).sum())
     log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
-        f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s; "
-        f"{n_private * 8 / 1024:.0f} KiB of w private to each learner in {len(ranges)} "
-        f"range(s), exchanged every {sync_every * 1e3:g} ms (the hottest {HOT_KIB} KiB after "
-        f"every block of updates)")
+        f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s")
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
@@ -602,7 +507,6 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
                  "learner_infer_seconds": float(f[:, F_INFER_S].sum()),
                  "update_seconds": float(f[:, F_UPDATE_S].sum()),
-                 "sync_seconds": float(f[:, F_SYNC_S].sum()), "private_entries": n_private,
                  "drift_max": max(drifts, default=0.0),
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
                  "drift_log": drift_log, "rebuild_error": check_error,
@@ -611,6 +515,5 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
         f"({cnt['rebuild_seconds']:.2f} s; largest drift "
         f"‖w − Σαφ‖ {res.extra['drift_max']:.3g}, {res.extra['drift_entries']:,} entries with "
-        f"lost updates), {cnt['certifications']} certification(s), {cnt['restarts']} restarts, "
-        f"{res.extra['sync_seconds']:.2f} s exchanging private pages")
+        f"lost updates), {cnt['certifications']} certification(s), {cnt['restarts']} restarts")
     return res
