@@ -428,11 +428,21 @@ def fstar_of(runs: dict[str, Sequence[tuple[float, float]]],
 
 def time_to_gap(points: Sequence[tuple[float, float]], fstar: float, gap: float = 0.01
                 ) -> float:
-    """First time t (points are (t, primal), any order) whose relative difference is ≤ ``gap``;
-    inf if never reached."""
+    """The time (points are (t, primal), any order) at which the relative difference
+    (P − f*)/f* first reaches ``gap``, interpolated linearly in log(difference) between the
+    snapshots on either side, so a coarse snapshot grid does not quantise it (as the
+    acceptance checks' ttg.py does); inf if never reached."""
+    prev = None
     for t, p in sorted(points):
-        if p is not None and math.isfinite(p) and (p - fstar) / fstar <= gap:
-            return t
+        if p is None or not math.isfinite(p):
+            continue
+        g = (p - fstar) / fstar
+        if g <= gap:
+            if prev is None or prev[1] <= 0 or g <= 0:
+                return t
+            (t0, g0), lg = prev, math.log
+            return t0 + (t - t0) * (lg(g0) - lg(gap)) / (lg(g0) - lg(g))
+        prev = (t, g)
     return math.inf
 
 
