@@ -42,10 +42,13 @@ def test_relative_difference_and_time_to_gap_on_fixed_input():
     assert rel == pytest.approx([0.10, 0.02, 0.01, 0.005, 0.0])
     pts = list(zip([1.0, 2.0, 3.0, 4.0, 5.0], primals, strict=True))
     assert common.time_to_gap(pts, 100.0, 0.01) == 3.0  # ≤ gap counts as reached
-    assert common.time_to_gap(pts, 100.0, 0.05) == 2.0
+    # between snapshots the crossing is interpolated linearly in log(gap): 0.10 at 1 s, 0.02 at 2 s
+    assert common.time_to_gap(pts, 100.0, 0.05) == pytest.approx(1 + math.log(2) / math.log(5))
     assert common.time_to_gap(list(reversed(pts)), 100.0, 0.01) == 3.0  # order does not matter
     assert common.time_to_gap(pts[:2], 100.0, 0.01) == math.inf
-    assert common.time_to_gap([(1.0, 101.5), (2.0, 100.9)], 100.0, 0.01) == 2.0
+    assert common.time_to_gap([(1.0, 101.5), (2.0, 100.9)], 100.0, 0.01) == pytest.approx(
+        1 + math.log(1.5) / math.log(0.015 / 0.009))
+    assert common.time_to_gap([(1.0, 100.5)], 100.0, 0.01) == 1.0  # reached at the first point
     with pytest.raises(ValueError):
         common.relative_difference([1.0], 0.0)
 
@@ -77,15 +80,21 @@ def test_convergence_fstar_option_on_fixed_runs():
 
     A = convergence.analyse(runs, None, Args())
     assert A["fstar"] == 100.0 and A["fstar_from"] == "given"
-    assert A["methods"]["dcd"]["time_to_0.01"] == 3.0
-    assert A["methods"]["demi-dcd"]["time_to_0.01"] == 2.0
-    assert A["demi_vs_1dcd_time_to_1pct"] == pytest.approx(1.5)
+    # crossings interpolated in log(gap): dcd 0.05 -> 0.005 in 2-3 s, demi 0.10 -> 0.009 in 1-2 s
+    t_dcd = 2 + math.log(5) / math.log(10)
+    t_demi = 1 + math.log(10) / math.log(0.10 / 0.009)
+    assert A["methods"]["dcd"]["time_to_0.01"] == pytest.approx(t_dcd)
+    assert A["methods"]["demi-dcd"]["time_to_0.01"] == pytest.approx(t_demi)
+    assert A["demi_vs_1dcd_time_to_1pct"] == pytest.approx(t_dcd / t_demi)
     Args.fstar = 101.0  # above what a run reached: the run's own minimum is f*
     A = convergence.analyse(runs, None, Args())
     assert A["fstar"] == 100.5 and A["fstar_from"] == "dcd"
     Args.fstar = None  # without it, f* is the lowest DCD-family primal of the run
     A = convergence.analyse(runs, None, Args())
-    assert A["fstar"] == 100.5 and A["methods"]["demi-dcd"]["time_to_0.01"] == 2.0
+    assert A["fstar"] == 100.5  # demi: 109.45% -> 0.398% above it over 1-2 s
+    g0, g1 = 9.5 / 100.5, 0.4 / 100.5
+    assert A["methods"]["demi-dcd"]["time_to_0.01"] == pytest.approx(
+        1 + (math.log(g0) - math.log(0.01)) / (math.log(g0) - math.log(g1)))
 
 
 def test_time_to_metric_and_moving_average():
