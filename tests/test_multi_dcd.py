@@ -50,6 +50,10 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
     # the returned w is the rebuilt Σ α φ, summed per part sequentially in each learner
     assert r.extra["rebuild_error"] is not None and r.extra["rebuild_error"] <= 1e-9
     assert np.abs(r.w).max() > 0
+    if mode == "plain":  # the tail (few violators) switched the learners to atomic adds
+        assert r.extra["atomic_from"] is not None and r.extra["atomic_from"] <= r.seconds
+    else:
+        assert r.extra["atomic_from"] is None
     if mode == "atomic":  # no update is ever lost: only rounding separates w from Σ α φ
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
