@@ -399,9 +399,12 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             w[:] = 0.0
             if not group.command(ADD):  # a learner dying mid-add: add again without it
                 break
-        for j in group.missing():  # restarted with empty active sets (α = 0), paused
+        respawned = group.missing()
+        for j in respawned:  # restarted with empty active sets (α = 0), paused
             group.respawn(j)
             cnt["restarts"] += 1
+        if respawned and state["tail"] is not None:
+            group.command(TAIL)  # a restarted learner takes atomic adds too
         state["paused"] = True
         cnt["rebuilds"] += 1
         d, entries, w_norm = drift(old, w, hot)
