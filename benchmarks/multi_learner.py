@@ -11,9 +11,9 @@ run), the speed-ups over 1-DCD, the final test metric, and the lost updates of t
 (w entries whose rebuilt value differed: the drift measured at every rebuild).
 
 The projection to p = 4..32 is a model, not a measurement: with c the measured per-process
-slow-down at p = 2 (1-DCD's inferences per second over one learner's at K = 2 with plain
-stores, the default, minus 1: the
-cost of sharing w's hot lines and the coordinator), p learners are modelled as
+slow-down at p = 2 (1-DCD's inferences per second over one learner's at K = 2 with plain stores,
+the default, minus 1: the cost of sharing w's hot lines and the coordinator), p learners are
+modelled as
 S(p) = S(2) · [p / (1 + (p − 1) c)] / [2 / (1 + c)] (contention growing with the number of other
 writers), and lost updates of plain stores as growing ∝ p − 1; single-learner DEMI-DCD as
 flat at its measured speed-up (learner-bound, as ``benchmarks/scaling.py`` projects).

@@ -109,6 +109,7 @@ class LearnerGroup:
     def _spawn(self, j: int, paused: bool) -> None:
         self.stats[j, ERROR] = 0
         self.stats[j, CANDIDATE] = 0
+        self.stats[j, VIOLATORS] = -1  # none counted since this (re)start
         self.err[j] = 0
         self.start_paused = paused
         self.seen = load_word(self.ctrl, GEN)

@@ -76,10 +76,6 @@ class ActiveSets:
                  max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
                  w: np.ndarray | None = None, alpha_sum: np.ndarray | None = None,
                  sweeps: int = DEFAULT_SWEEPS, hot: np.ndarray | bool | None = None):
-        if hot is None or hot is False:
-            hot = np.zeros(0, np.uint8)
-        elif hot is True:
-            hot = np.ones(1, np.uint8)
         self.hot = hot
         self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
         self.sweeps = int(sweeps)
@@ -100,6 +96,20 @@ class ActiveSets:
         self.ex_pg = np.full(n, np.inf)  # max |PG| of example i at its last visit
         self._stats = np.zeros(K.STATS_FIELDS)
         self._ins = np.zeros(K.INSERT_FIELDS, np.int64)
+
+    @property
+    def hot(self) -> np.ndarray:
+        """The update mode as the kernels take it: empty (plain stores), one 1 (every add
+        atomic) or a line mask; may be changed between calls (``act.hot = True``)."""
+        return self._hot
+
+    @hot.setter
+    def hot(self, value: np.ndarray | bool | None) -> None:
+        if value is None or value is False:
+            value = np.zeros(0, np.uint8)
+        elif value is True:
+            value = np.ones(1, np.uint8)
+        self._hot = value
 
     # ------------------------------------------------------------------ growth
     def _grow_structures(self) -> None:

@@ -167,13 +167,13 @@ def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dic
     ``engine`` with the auto figures under ``learner_choice``. Several learners share w in
     shared memory, so another ``backend`` (Ray) runs one learner under ``auto``."""
     k = parse_learners(engine.get("learners", 1))
-    if k is not None and k > 1 and backend != "shm":
-        raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
-                          "shared memory on one machine)")
-    if k is None and backend != "shm":
-        k = 1
-        if log is not None:
+    if backend != "shm":
+        if k is not None and k > 1:
+            raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
+                              "shared memory on one machine)")
+        if k is None and log is not None:
             log(f"learners auto: 1 (several learners need --backend shm, not {backend})")
+        k = 1
     elif k is None:
         k, engine["learner_choice"] = choose_learners(task, config, threads, log)
     if k > threads:
@@ -263,7 +263,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                         viol += int((b.violation(act.alpha_sum, cfg.C) > cfg.tol).sum())
                 st[M.VIOLATORS] = viol
             elif code == TAIL:  # atomic adds from now on: no lost update in the tail
-                act.hot = np.ones(1, np.uint8)
+                act.hot = True
             elif code == CHECK:  # Σ α φ of this part, sequentially (tests of the rebuild)
                 g.arrays["check"][k] = act.rebuilt_w()
 
@@ -423,15 +423,15 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         return int(np.count_nonzero(hot)) if hot.shape[0] > 1 else None
 
     def tail() -> None:
-        """Plain stores: switch every learner to atomic adds once each one's last pass (or the
-        certification pass) found violators in at most :data:`TAIL_SHARE` of its part. Lost
+        """Plain stores: switch every learner to atomic adds once each one's last pass since
+        its (re)start, or the certification pass, found violators in at most
+        :data:`TAIL_SHARE` of its part (-1 until it has counted). Lost
         updates then stop; near the optimum they otherwise leave violations above ``tol``
         after every rebuild (CoNLL04, exact solver: no certified stop in 150 s)."""
         if mode != "plain" or state["tail"] is not None or group.missing():
             return
         s = group.stats
-        if all(s[j, M.EPOCHS] >= 1 and s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j])
-               for j in range(k)):
+        if all(0 <= s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j]) for j in range(k)):
             group.command(TAIL)
             state["tail"] = clock.elapsed()
             log(f"multi-learner: the tail at {state['tail']:.1f} s (violators "
