@@ -207,3 +207,44 @@ def test_ner_template_window_and_state():
     assert np.array_equal(g.transform(X).feat_idx, f.transform(X).feat_idx)
     with pytest.raises(ValueError, match="template"):
         SequenceFeaturizer(1, template="nope")
+
+
+def test_doc_context_features_of_capitalised_words():
+    from demidcd.tasks.features import _NONE, _PER_DOC, _doc_context
+
+    sents = [["Banco", "de", "España", "sube"],       # sentence-initial "Banco"
+             ["el", "banco", "de", "García", "."],
+             ["Dijo", "Pedro", "García", "que", "España", "gana"]]
+    out = list(_doc_context(sents, window=1000))
+    assert len(out) == 15 * _PER_DOC
+    row = {t: out[t * _PER_DOC:(t + 1) * _PER_DOC] for t in range(15)}
+    assert all(f == _NONE for t in (1, 3, 4, 5, 6, 8, 12, 14) for f in row[t])  # lower case
+    banco = row[0]
+    assert banco[0] == "dc:low"  # "banco" occurs in lower case
+    assert banco[1:4] == [_NONE] * 3 and banco[4:] == [_NONE] * 8  # no other "Banco"
+    garcia = row[7]  # "García" of sentence 2; the other occurrence follows "Pedro"
+    assert garcia[:4] == [_NONE, "dc:mid", "dc:after", _NONE]
+    assert garcia[4:6] == ["ca-1=pedro", "ca+1=que"] and garcia[6:] == [_NONE] * 6
+    espana = row[2]  # the other "España" is mid-sentence, before "gana"
+    assert espana[:4] == [_NONE, "dc:mid", _NONE, _NONE]
+    assert espana[4:6] == ["ca-1=que", "ca+1=gana"]
+    assert row[9] == row[10] == [_NONE] * _PER_DOC  # the only "Dijo" and "Pedro"
+    assert row[11][:4] == [_NONE, "dc:mid", _NONE, _NONE]  # the other "García" follows "de"
+    # the window: 3 tokens either side sees neither far occurrence
+    near = list(_doc_context(sents, window=3))
+    assert near[2 * _PER_DOC:3 * _PER_DOC] == [_NONE] * _PER_DOC
+
+
+def test_ner_template_doc_window_is_saved_and_old_models_keep_theirs():
+    X = ([[("dijo", "V"), ("Ana", "N"), ("Ruiz", "N")], [("Ruiz", "N"), ("vino", "V")]] * 3)
+    f = SequenceFeaturizer(1, template="ner").fit(X)
+    assert f.doc_window > 0 and "dc:after" in f.features and "ca-1=ana" in f.features
+    arrays, meta = f.state()
+    g = SequenceFeaturizer.from_state(arrays, meta)
+    assert g.doc_window == f.doc_window
+    assert np.array_equal(g.transform(X).feat_idx, f.transform(X).feat_idx)
+    old = SequenceFeaturizer.from_state(arrays, {k: v for k, v in meta.items()
+                                                 if k != "doc_window"})
+    assert old.doc_window == 0  # a model saved before the document features encodes as then
+    assert old.transform(X).feat_idx.size < f.transform(X).feat_idx.size
+    assert SequenceFeaturizer(1).doc_window == 0

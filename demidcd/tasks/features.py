@@ -31,6 +31,15 @@ words alone (no external resources): distributional clusters k0=, k1= of the wor
 Spanish (DEMI-DCD, 2 threads, 80 s, min_count 1, esp.train → esp.testb entity F1): 79.04
 without them, 79.25 with the window without clusters, 79.38 with the word's clusters.
 
+It also looks beyond the sentence (:func:`_doc_context`): for a capitalised word, the other
+occurrences of the same word within ``DOC_WINDOW`` = 1000 tokens of the text (sentences in
+their order in the file) give capitalisation evidence (dc:low, dc:mid, dc:after, dc:before) and
+their neighbours (ca-1=, ca+1=; context aggregation, Ratinov & Roth 2009). A sentence predicted
+alone gets none of them. sdm-hinge, C = 0.1, 100 epochs, esp.testb / esp.testa (the development
+set) entity F1: 79.58 / 76.32 without; windows of 100, 200, 500, 1000, 3000, 20000 tokens:
+79.99 / 76.91, 80.33 / 77.18, 80.68 / 77.97, 80.84 / 78.19, 80.51 / 77.69, 80.48 / 77.44
+(1000 kept, by esp.testa); the four flags alone 80.28 / 77.04.
+
 Everything that depends on the word alone is computed once per word *type*; the per-token work
 (concatenating the type's ids with the neighbours' ids, sorting, deduplicating) is one numba
 kernel. Feature ids come either from a dictionary built by :meth:`SequenceFeaturizer.fit`
@@ -164,6 +173,10 @@ _PER_ATTR = 12  # features per attribute column and token (see _bigrams)
 
 TEMPLATES = ("base", "ner")
 _PER_NER = 5  # features per token of the "ner" window (see _ner_window)
+DOC_WINDOW = 1000  # tokens either side that _doc_context looks at
+DOC_NEAREST = 4  # other occurrences whose neighbours _doc_context aggregates
+_PER_DOC = 4 + 2 * DOC_NEAREST
+_NONE = "\x00"  # a feature string no dictionary holds: id −1, dropped
 
 
 def word_clusters(words: list[list[str]], ks: tuple[int, ...] = (64, 256), min_seen: int = 3,
@@ -227,6 +240,60 @@ def _ner_window(tokens: list[list[str]], attrs, n_attr: int):
             yield f"w[-3]={pad[u - 3].lower()}"
             yield f"w[3]={pad[u + 3].lower()}"
             yield f"wa={sent[t].lower()}|{attrs[s][t][0] if n_attr else ''}"
+
+
+def _doc_context(tokens: list[list[str]], window: int = DOC_WINDOW):
+    """Per token, ``_PER_DOC`` features from the other occurrences of its (cased) word within
+    ``window`` tokens either side in the text (sentences in the given order): context
+    aggregation and capitalisation evidence in the style of Ratinov & Roth (2009). Only for
+    capitalised words (the others get none):
+
+        dc:low       the lower-cased word occurs nearby
+        dc:mid       the word occurs capitalised nearby, not sentence-initially
+        dc:after     a nearby occurrence follows a capitalised, non-initial word
+        dc:before    a nearby occurrence precedes a capitalised word
+        ca-1=, ca+1= the lower-cased neighbours of the DOC_NEAREST closest other occurrences
+    """
+    import bisect
+
+    flat = [w for s in tokens for w in s]
+    initial = np.zeros(len(flat) + 1, bool)
+    pos = 0
+    for s in tokens:
+        initial[pos] = True
+        pos += len(s)
+    where: dict[str, list[int]] = {}
+    for t, w in enumerate(flat):
+        where.setdefault(w, []).append(t)
+    n = len(flat)
+
+    def cap(u: int) -> bool:
+        return 0 <= u < n and flat[u][:1].isupper()
+
+    for t, w in enumerate(flat):
+        out = [_NONE] * _PER_DOC
+        if w[:1].isupper():
+            occ = where[w]
+            lo, hi = bisect.bisect_left(occ, t - window), bisect.bisect_right(occ, t + window)
+            others = [u for u in occ[lo:hi] if u != t]
+            low = where.get(w.lower())
+            if low is not None and w.lower() != w:
+                k = bisect.bisect_left(low, t - window)
+                if k < len(low) and low[k] <= t + window:
+                    out[0] = "dc:low"
+            if any(not initial[u] for u in others):
+                out[1] = "dc:mid"
+            if any(not initial[u] and cap(u - 1) and not initial[u - 1] for u in others):
+                out[2] = "dc:after"
+            if any(u + 1 < n and not initial[u + 1] and cap(u + 1) for u in others):
+                out[3] = "dc:before"
+            others.sort(key=lambda u: (abs(u - t), u))
+            for j, u in enumerate(others[:DOC_NEAREST]):
+                out[4 + 2 * j] = "ca-1=" + ("<s>" if initial[u] else flat[u - 1].lower())
+                nxt = u + 1
+                out[5 + 2 * j] = "ca+1=" + ("</s>" if nxt >= n or initial[nxt]
+                                            else flat[nxt].lower())
+        yield from out
 
 
 def _store_map(d: dict[str, str]) -> np.ndarray:
@@ -371,6 +438,7 @@ class SequenceFeaturizer:
         self.n_attributes: int | None = None  # attribute columns per token (set by fit)
         self.template = template
         self.clusters: dict[str, str] = {}  # "ner": word_clusters of the training words
+        self.doc_window = DOC_WINDOW if template == "ner" else 0  # _doc_context (0: none)
         self._index: dict[str, int] | None = None
 
     def _word_features(self, word: str) -> list[str]:
@@ -431,7 +499,12 @@ class SequenceFeaturizer:
         if self.template == "ner":
             ner = np.array([fid(f) for f in _ner_window(tokens, attrs, n_attr)],
                            np.int32).reshape(-1, _PER_NER)
-            tok_ids = np.ascontiguousarray(np.hstack([tok_ids, ner]))
+            parts = [tok_ids, ner]
+            if self.doc_window:
+                parts.append(np.array([-1 if f == _NONE else fid(f)
+                                       for f in _doc_context(tokens, self.doc_window)],
+                                      np.int32).reshape(-1, _PER_DOC))
+            tok_ids = np.ascontiguousarray(np.hstack(parts))
         feat_ptr, feat_idx = _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos,
                                        tok_ids)
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
@@ -462,6 +535,9 @@ class SequenceFeaturizer:
         if self.template == "ner":
             for f in _ner_window(words, attrs, n_attr):
                 seen.setdefault(f, len(seen))
+            for f in _doc_context(words, self.doc_window) if self.doc_window else ():
+                if f != _NONE:
+                    seen.setdefault(f, len(seen))
         for o in _OFFSETS:
             seen.setdefault(_ctx_name(o, _BOS), len(seen))
             seen.setdefault(_ctx_name(o, _EOS), len(seen))
@@ -494,6 +570,7 @@ class SequenceFeaturizer:
             "n_features": self.n_features,
             "n_attributes": self.n_attributes or 0,
             "template": self.template,
+            "doc_window": self.doc_window,
         }
         arrays: dict[str, np.ndarray] = {}
         if self.template == "ner":
@@ -512,6 +589,7 @@ class SequenceFeaturizer:
             raise ValueError(f"unsupported feature template version {meta.get('template_version')}")
         obj = cls(min_count=int(meta["min_count"]), hashing=int(meta["hashing"]),
                   template=str(meta.get("template", "base")))
+        obj.doc_window = int(meta.get("doc_window", 0))  # models saved before it: none
         if obj.template == "ner":
             obj.clusters = _load_map(arrays.get("clusters"))
         obj.n_attributes = int(meta.get("n_attributes", 0))
