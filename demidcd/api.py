@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import InputTypeError, ModelFileError, OptionError, not_fitted
 from .io.model import load_model, save_model
-from .solvers import train
+from .solvers import check_loss, get_learner, train
 from .solvers.common import SolverConfig, TrainResult, objective
 from .tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
 from .tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
@@ -82,6 +82,7 @@ def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
 
 COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
     param("C", float | None), param("algorithm", str | None), param("threads", int | None),
+    param("loss", str | None),
     param("tol", float | None), param("delta", float | None), param("max_epochs", int | None),
     param("time_limit", float | None), param("seed", int | None),
     param("inner_passes", int | None), param("max_active", int | None),
@@ -132,7 +133,8 @@ class StructuredEstimator:
     that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
     single-process). tol, delta, max_epochs, time_limit, seed,
     inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
-    primal/dual evaluations in the log): see :class:`~demidcd.solvers.common.SolverConfig`.
+    primal/dual evaluations in the log), loss (``"l2"`` or ``"l1"``, the hinge loss; the DCD
+    learners only): see :class:`~demidcd.solvers.common.SolverConfig`.
     rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged,
     batch_size, lam, projection, eta, regularizer: options of the learners that read them
     (README, "Learners"). cpu_log: CSV path for the CPU timeline. snapshot_every /
@@ -229,6 +231,7 @@ class StructuredEstimator:
         if threads < 1:
             raise OptionError(f"--threads must be >= 1, got {threads}")
         algorithm = self.algorithm or ("demi-dcd" if threads > 1 else "dcd")
+        check_loss(get_learner(str(algorithm)), self.loss)
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
                   if getattr(self, k, None) is not None}
         return str(algorithm), int(threads), engine
@@ -240,8 +243,10 @@ class StructuredEstimator:
         algorithm, threads, engine = self._learner()
         task = {k: self._task_defaults.get(k) if getattr(self, k) is None else getattr(self, k)
                 for k in self._task_params}
-        return {"algorithm": algorithm, "threads": threads, **asdict(self.solver_config()),
-                **engine, **task}
+        config = asdict(self.solver_config())
+        if "loss" not in get_learner(algorithm).options:
+            del config["loss"]  # not an option of this learner (check_loss)
+        return {"algorithm": algorithm, "threads": threads, **config, **engine, **task}
 
     # -- training -------------------------------------------------------------------------------
     def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
@@ -316,10 +321,12 @@ class StructuredEstimator:
         return float(self.metrics(X, Y)["score"])
 
     def objective(self, task) -> dict[str, float | None]:
-        """Primal (Eq. 1) of the fitted w on a bound task, and the learner's dual and gap."""
+        """Primal (Eq. 1, or the hinge loss's for ``loss="l1"``) of the fitted w on a bound
+        task, and the learner's dual and gap."""
         self._check_fitted()
         dual = self.result_.dual if getattr(self, "result_", None) is not None else None
-        ob = objective(task, self.coef_, self.solver_config().C, dual)
+        config = self.solver_config()
+        ob = objective(task, self.coef_, config.C, dual, loss=config.loss)
         return {"primal": ob.primal, "dual": ob.dual, "gap": ob.gap}
 
 

@@ -47,7 +47,8 @@ def _config_default(name: str) -> Any:
 # option dest → where its default lives, read only when --help is printed (it imports numpy)
 _DEFAULT_SOURCES: dict[str, Any] = {
     **{k: (lambda k=k: _config_default(k)) for k in (
-        "C", "tol", "delta", "seed", "inner_passes", "max_active", "batch", "skip", "sweeps")},
+        "C", "tol", "delta", "seed", "inner_passes", "max_active", "batch", "skip", "sweeps",
+        "loss")},
     "rho": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd", "rho"),
     "rho_worker": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd",
                                              "rho_worker"),
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None,
                    help="processes (default: the number of cores)")
     s.add_argument("--C", type=float, default=None, help="regularisation C of Eq. (1)")
+    s.add_argument("--loss", default=None, metavar="l1|l2",
+                   help="DCD learners (dcd, dcd-light, demi-dcd, ms-dcd): the SSVM's loss, l2 "
+                        "(squared hinge, Eq. 1) or l1 (hinge: SMO updates on the same active "
+                        "sets; one learner)")
     s.add_argument("--tol", type=float, default=None,
                    help="stopping tolerance on violations and projected gradients")
     s.add_argument("--delta", type=float, default=None, help="shrinking threshold δ, Eq. (9)")
@@ -377,7 +382,8 @@ def _why_not_converged(res, config) -> str:
     """Why a run stopped before the tolerance test passed, and what to change."""
     last = res.history[-1] if res.history else {}
     pg = last.get("max_pg")
-    state = f"largest projected gradient {pg:.3g}, --tol {config.tol:g}" if pg is not None else \
+    what = "largest KKT gap" if config.loss == "l1" else "largest projected gradient"
+    state = f"{what} {pg:.3g}, --tol {config.tol:g}" if pg is not None else \
         f"--tol {config.tol:g}"
     hint = {"max-epochs": "raise --max-epochs or --tol",
             "time-limit": "raise --time-limit or --tol",
@@ -396,7 +402,7 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 def cmd_train(args) -> int:
     from .parallel.engine import WorkerError
-    from .solvers import check_threads, get_learner
+    from .solvers import check_loss, check_threads, get_learner
 
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
                    ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
@@ -435,7 +441,7 @@ def cmd_train(args) -> int:
     # only the options given on the command line: the estimator's None means the default
     given = {k: getattr(args, k) for k in (
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
-        "batch", "skip", "sweeps", "rho", "rho_worker", "publish_interval", "mixing",
+        "batch", "skip", "sweeps", "loss", "rho", "rho_worker", "publish_interval", "mixing",
         "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
         "projection", "eta", "regularizer", "learners", "update_mode", "ray_address")}
     given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
@@ -449,10 +455,11 @@ def cmd_train(args) -> int:
     est = spec.make_estimator(args, common)
     est.data_options_ = spec.data_options(args)
     config = est.solver_config()  # bad options fail before the data is read
+    check_loss(learner, args.loss)
     if algorithm == "demi-dcd" and threads > 1:  # --learners too
         from .solvers.multi_dcd import check_learners
 
-        check_learners(args.learners, threads)
+        check_learners(args.learners, threads, config.loss)
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:
@@ -472,8 +479,9 @@ def cmd_train(args) -> int:
         source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
     log.info(f"data: {source}: {spec.describe(train)} (read in "
              f"{time.perf_counter() - t0:.1f}s)")
+    takes_loss = "loss" in learner.options
     log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, "
-             f"C {config.C:g}")
+             f"C {config.C:g}" + (f", loss {config.loss}" if takes_loss else ""))
     X, Y = spec.xy(train)
     Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
     try:
@@ -512,7 +520,8 @@ def cmd_train(args) -> int:
 
         write_summary(args.summary_json, res, algorithm=algorithm, threads=threads,
                       task=spec.name, data=source, dim=int(est.coef_.shape[0]),
-                      model=args.model, **metrics)
+                      model=args.model, **({"loss": config.loss} if takes_loss else {}),
+                      **metrics)
     return 130 if res.stop_reason == "interrupted" else 0
 
 
@@ -560,9 +569,10 @@ def cmd_evaluate_snapshots(args) -> int:
     test = spec.read(args.test, args) if args.test else train
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
+    config = est.solver_config()
     for seconds, path in snaps:
         est.coef_ = np.load(path, allow_pickle=False)
-        primal, _ = primal_objective(task, est.coef_, est.solver_config().C)
+        primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:

@@ -31,7 +31,9 @@ class Learner:
     fewest processes it runs on (:func:`train` refuses fewer); ``single_process``: it runs on
     one process whatever ``threads`` says (sequential algorithms; the log says so when more were
     asked for). ``warm``: "module:function" compiling its own kernels, called by warm-up.
-    ``options``: the engine options it reads (the CLI shows them, the others are dropped).
+    ``options``: the engine options it reads (the CLI shows them, the others are dropped), and
+    ``"loss"`` when it solves either SSVM loss of ``SolverConfig.loss`` (the DCD family;
+    :func:`check_loss` refuses ``--loss`` for the others).
     ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
     ``"argmax"`` (plain), ``"scaled"`` (loss-scaled, for w = s·v and the ramp loss),
     ``"workers"`` (the workers' w̄ dtype). ``active_sets``: compile the DCD kernels.
@@ -67,19 +69,23 @@ def register(learner: Learner) -> Learner:
     return learner
 
 
+_DCD_OBJECTIVE = "L2-loss SSVM (--loss l1: L1-loss)"
 register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algorithm 3)",
-                 single_process=True, active_sets=True))
+                 single_process=True, options=("loss",), active_sets=True,
+                 objective=_DCD_OBJECTIVE))
 register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
-                 "per inference", single_process=True, active_sets=True))
+                 "per inference", single_process=True, options=("loss",), active_sets=True,
+                 objective=_DCD_OBJECTIVE))
 register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
                  "inference workers, no barrier (--learners K: K on one shared w)",
                  min_threads=2,
                  options=("rho", "publish_interval", "learners", "update_mode",
-                          "rebuild_every", "check", "fault_after", *_ENGINE),
-                 inference=("augmented", "workers"), active_sets=True))
+                          "rebuild_every", "check", "fault_after", "loss", *_ENGINE),
+                 inference=("augmented", "workers"), active_sets=True,
+                 objective=_DCD_OBJECTIVE))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
-                 min_threads=2, options=_ENGINE, inference=("augmented", "workers"),
-                 active_sets=True))
+                 min_threads=2, options=("loss", *_ENGINE), inference=("augmented", "workers"),
+                 active_sets=True, objective=_DCD_OBJECTIVE))
 register(Learner("sp-ipm", "sp_ipm:train_sp_ipm", "structured perceptron with iterative "
                  "parameter mixing (McDonald et al. 2010)", min_threads=2,
                  options=("perceptron_epochs_per_round", "mixing", "averaged", "debug", "backend",
@@ -132,6 +138,16 @@ def check_threads(learner: Learner, threads: int) -> None:
                           "dcd for one process")
 
 
+def check_loss(learner: Learner, loss: str | None) -> None:
+    """Refuse a ``--loss`` (None: not given) for a learner that does not take it: the DCD
+    family solves either SSVM loss, every other learner has an objective of its own."""
+    if loss is not None and "loss" not in learner.options:
+        takers = ", ".join(k for k, v in LEARNERS.items() if "loss" in v.options)
+        raise OptionError(f"--loss is an option of the DCD learners ({takers}); "
+                          f"--algorithm {learner.name} has its own objective "
+                          f"({learner.objective})")
+
+
 def check_memory(task: Task, threads: int, ring_words: int) -> None:
     """Fail early when the weight vectors alone would not fit in the available memory: the
     learner's w, the shared [w, A] (two buffers) and the rings (threads > 1), and one w per
@@ -151,13 +167,14 @@ def check_memory(task: Task, threads: int, ring_words: int) -> None:
                            "available; use --hashing, a larger --min-count or fewer --threads")
 
 
-def warm_up(task: Task, algorithm: str, threads: int) -> None:
+def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
     """Compile (or load from numba's cache) every kernel the run will call, on example 0, before
     the solver's clock starts and before any worker forks (workers inherit the compiled code).
 
     On a cold cache (a fresh install) compilation takes seconds: without this it lands on the
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
     while its worker compiles the inference kernels (a 1 s CI run then made no update at all).
+    ``loss``: the DCD learners' loss, whose update kernels are compiled.
     """
     learner = get_learner(algorithm)
     ex = np.zeros(1, np.int64)
@@ -175,7 +192,8 @@ def warm_up(task: Task, algorithm: str, threads: int) -> None:
     if learner.active_sets:
         from .activeset import ActiveSets
 
-        ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w).compile_kernels(batch)
+        ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w,
+                   loss=loss).compile_kernels(batch)
     if learner.warm:
         learner.load(learner.warm)(task)
     if threads > 1:
@@ -207,6 +225,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     learner = get_learner(algorithm)
     check_threads(learner, threads)
     config.validate()
+    check_loss(learner, None if config.loss == "l2" else config.loss)
     if learner.single_process and threads > 1:
         if log is not None:
             log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")
@@ -220,7 +239,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         require_ray()
     check_memory(task, threads, engine.get("ring_words", 1 << 22))
     with compile_notice(log):
-        warm_up(task, algorithm, threads)
+        warm_up(task, algorithm, threads, config.loss)
     opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
     schedule = learner.load()
     if learner.name == "demi-dcd" and threads > 1:

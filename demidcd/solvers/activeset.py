@@ -3,6 +3,12 @@
 The learner sees only records (i, h, Δ, φ) (see :mod:`demidcd.tasks.base`); this class owns the
 pools they are copied into and binds them to the update kernels of :mod:`.kernels`. It also owns
 the learner's weight vector ``w`` so that w = Σ α φ (Eq. 3) holds by construction.
+
+It is also the one place that decides the per-example update by the loss (``loss``): the L2
+loss's coordinate sweeps (:func:`~.kernels.update_examples`) or the L1 loss's SMO
+(:func:`~.kernels.smo_examples`), with the matching violation (Eq. 11, or Δ − w·φ − ξ̂_i) and
+dual objective; the learners call :meth:`ActiveSets.insert`, :meth:`~ActiveSets.update`,
+:meth:`~ActiveSets.violation` and :meth:`~ActiveSets.dual_objective` the same way for both.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ DEFAULT_MAX_ACTIVE = 50  # EWT XPOS, 20 epochs of 1-DCD uncapped: largest |A_i| 
 
 
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
+SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KKT gap exceeds
+# this share of tol, so a later pass (which certifies gaps below tol) starts with some headroom
 POOL_WORDS_PER_EXAMPLE = 2048  # φ-pool capacity reserved up front (EWT XPOS peaks at ~900
 # live words per example; with garbage and headroom the pools then never grow during training)
 
@@ -70,19 +78,34 @@ class ActiveSets:
     kernels change a w shared by several learners (:func:`~.kernels.shared_axpy`): None, plain
     stores (one learner); ``True``, every add atomic; a line mask (``mark_array(dim)``), atomic
     adds on its nonzero lines only.
+
+    ``loss``: ``"l2"`` (Eq. 1–11) or ``"l1"``, the hinge loss: α is then the SDM's λ with
+    Σ_y λ_{i,y} ≤ C (the gold structure holds λ0 = C − A_i), :meth:`update` runs the SMO with
+    tolerance :data:`SMO_TAU_SHARE` · ``tol`` (``sweeps`` does not apply) and the violation's
+    tail A_i/(2C) becomes ξ̂_i, the example's hinge loss on its active set, kept in ``xi``
+    (may be given as a zeroed view, e.g. the A part of a published [w, A]; it is refreshed with
+    the current w before every admission test and at every visit).
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
                  max_active: int = DEFAULT_MAX_ACTIVE, track_changes: bool = False,
                  w: np.ndarray | None = None, alpha_sum: np.ndarray | None = None,
-                 sweeps: int = DEFAULT_SWEEPS, hot: np.ndarray | bool | None = None):
+                 sweeps: int = DEFAULT_SWEEPS, hot: np.ndarray | bool | None = None,
+                 loss: str = "l2", tol: float = 0.01, xi: np.ndarray | None = None):
+        if loss not in ("l1", "l2"):
+            raise ValueError(f"unknown loss {loss!r}")
         self.hot = hot
         self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
+        self.loss, self.tau = loss, SMO_TAU_SHARE * float(tol)
         self.sweeps = int(sweeps)
         self.w = np.zeros(dim) if w is None else w
         self.slots = np.full((n, max_active), -1, np.int32)
         self.count = np.zeros(n, np.int32)
         self.alpha_sum = np.zeros(n) if alpha_sum is None else alpha_sum
+        self.xi = np.zeros(n) if xi is None else xi  # L1: ξ̂_i (kernels.restricted_slack)
+        self.l1 = loss == "l1"
+        self._all = np.arange(n, dtype=np.int64)
+        self._fresh: RecordBatch | None = None  # the batch whose ξ̂ violation() just refreshed
         cap = max(1024, 4 * n)
         self.s_hash = np.zeros(cap, np.int64)
         self.s_ptr = np.zeros(cap, np.int64)
@@ -139,19 +162,42 @@ class ActiveSets:
         self.p_idx, self.p_val = new_idx, new_val
 
     # ------------------------------------------------------------------ records
+    def refresh_slack(self, examples: np.ndarray | None = None) -> None:
+        """L1 loss: recompute ξ̂_i (``xi``) with the current w for ``examples`` (default all)."""
+        ex = self._all if examples is None else examples
+        K.restricted_slack(ex, self.w, self.slots, self.count, self.s_ptr, self.s_len, self.s_f,
+                           self.p_idx, self.p_val, self.xi)
+
+    def violation(self, batch: RecordBatch) -> np.ndarray:
+        """Each record's violation under the current w and active sets: Δ − w·φ − A_i/(2C)
+        (Eq. 11) for the L2 loss, Δ − w·φ − ξ̂_i for the L1 loss (ξ̂_i refreshed first). The
+        margins w·φ are the batch's own (computed with the w it was inferred with)."""
+        if not len(batch):
+            return np.zeros(0)
+        if not self.l1:
+            return batch.violation(self.alpha_sum, self.C)
+        self.refresh_slack(batch.ex)
+        self._fresh = batch  # insert(batch) next needs no second refresh: w has not changed
+        return batch.delta - batch.margin - self.xi[batch.ex]
+
     def insert(self, batch: RecordBatch, admit: float | None = None) -> InsertStats:
-        """Admit the records of ``batch`` whose violation exceeds ``admit`` (default δ)."""
+        """Admit the records of ``batch`` whose violation (:meth:`violation`, recomputed with
+        the current w) exceeds ``admit`` (default δ)."""
         admit = self.delta if admit is None else admit
         out = self._ins
         out[:] = 0
         start = 0
         n = len(batch)
+        if self.l1 and n and batch is not self._fresh:
+            self.refresh_slack(batch.ex)
+        self._fresh = None
+        tail, scale = (self.xi, 1.0) if self.l1 else (self.alpha_sum, 1.0 / (2.0 * self.C))
         while start < n:
             K.insert_records(batch.ex, batch.hash, batch.delta, batch.ptr, batch.idx, batch.val,
                              start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
                              self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
-                             self.free_ids, self.meta, self.C, admit, self.mark, self.track,
-                             self.ex_pg, out, self.hot)
+                             self.free_ids, self.meta, tail, scale, admit, self.mark,
+                             self.track, self.ex_pg, out, self.hot)
             start = int(out[K.I_NEXT])
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
@@ -167,21 +213,31 @@ class ActiveSets:
         """One Eq. (7)–(9) pass over the active sets of the examples in ``order``, leaving out
         those whose largest |PG| at their last visit was below ``skip_below`` (see
         :class:`SweepPlan`) and sweeping each example up to ``sweeps`` times (default: the
-        ``sweeps`` given at construction)."""
+        ``sweeps`` given at construction). L1 loss: one SMO visit per example instead
+        (:func:`~.kernels.smo_examples`; ``sweeps`` does not apply, ``shrink`` drops the
+        structures with λ = 0 after the visit), and |PG| reads the example's KKT gap."""
         st = self._stats
         st[:] = 0.0
-        K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
-                          self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids, self.meta,
-                          self.C, self.delta, shrink, self.ex_pg, skip_below,
-                          self.sweeps if sweeps is None else sweeps, st, self.hot)
+        self._fresh = None
+        if self.l1:
+            K.smo_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
+                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids,
+                           self.meta, self.C, self.tau, K.SMO_MAX_STEPS, shrink, self.ex_pg,
+                           skip_below, self.xi, st, self.hot)
+        else:
+            K.update_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
+                              self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids,
+                              self.meta, self.C, self.delta, shrink, self.ex_pg, skip_below,
+                              self.sweeps if sweeps is None else sweeps, st, self.hot)
         if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
             self._grow_pool(0)
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]), int(st[K.S_SKIPPED]))
 
     def compile_kernels(self, batch: RecordBatch) -> None:
-        """Run every kernel once (insert, update, pool compaction, dual terms) so numba
-        compiles them, or loads them from its cache, now (see :func:`demidcd.solvers.warm_up`)."""
+        """Run every kernel of this loss once (insert, update, pool compaction, dual terms) so
+        numba compiles them, or loads them from its cache, now (see
+        :func:`demidcd.solvers.warm_up`)."""
         self.insert(batch, 0.0)
         self.update(np.arange(self.n, dtype=np.int64))
         self._grow_pool(0)
@@ -195,9 +251,11 @@ class ActiveSets:
 
     def dual_objective(self) -> float:
         """The dual as a lower bound of the primal: −D(α) with D of Eq. (2),
-        −D = −½‖w‖² − (1/4C) Σ_i A_i² + Σ Δ α  ≤  P(w) for every w (weak duality)."""
+        −D = −½‖w‖² − (1/4C) Σ_i A_i² + Σ Δ α  ≤  P(w) for every w (weak duality); for the L1
+        loss Σ Δ λ − ½‖w‖² (no A² term; feasible while every A_i ≤ C)."""
         sq, lin = K.dual_terms(self.slots, self.count, self.alpha_sum, self.s_f)
-        return float(-0.5 * self.w @ self.w - sq / (4.0 * self.C) + lin)
+        quad = 0.0 if self.l1 else sq / (4.0 * self.C)
+        return float(-0.5 * self.w @ self.w - quad + lin)
 
     def rebuilt_w(self) -> np.ndarray:
         """Σ α φ recomputed from the stored structures (Eq. 3)."""
@@ -208,7 +266,7 @@ class ActiveSets:
 
     def memory_bytes(self) -> int:
         arrays = (self.slots, self.count, self.alpha_sum, self.s_hash, self.s_ptr, self.s_len,
-                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark)
+                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark, self.xi)
         return int(sum(a.nbytes for a in arrays))
 
 
@@ -219,9 +277,10 @@ class SweepPlan:
     """Which examples each pass over the active sets visits.
 
     A DCD step on structure (i, y) lowers the dual by g²/(2(‖φ‖² + 1/(2C))) (Eq. 7), so
-    examples whose projected gradients are already small contribute little. The first pass and
-    every ``full_every``-th after a full one visit every example; the passes in between leave
-    out the share ``skip`` of the examples with the smallest max |PG| at their last visit
+    examples whose projected gradients are already small contribute little (for the L1 loss,
+    ``ex_pg`` holds the example's KKT gap, which bounds its SMO steps the same way). The first
+    pass and every ``full_every``-th after a full one visit every example; the passes in between
+    leave out the share ``skip`` of the examples with the smallest max |PG| at their last visit
     (``ActiveSets.ex_pg``; an example that received a violating structure since is always
     visited). Full passes keep every coordinate visited infinitely often, so DCD's convergence
     (DEMI-DCD paper, Theorem 3) is kept, and only a full pass may certify max |PG| < tol.

@@ -33,7 +33,14 @@ class SolverConfig:
     skip: share of the examples with the smallest projected gradients that a pass over the
     active sets leaves out between full passes (:class:`~demidcd.solvers.activeset.SweepPlan`).
     sweeps: sweeps over an example's active set per visit, at most
-    (:func:`~demidcd.solvers.kernels.update_examples`).
+    (:func:`~demidcd.solvers.kernels.update_examples`; the L1 loss's SMO runs to its own
+    tolerance instead).
+    loss: the SSVM the DCD learners solve: ``"l2"``, the L2-loss (squared hinge) SSVM of
+    Eq. (1), or ``"l1"``, the L1-loss (hinge) SSVM ½‖w‖² + C Σ_i ξ_i, whose per-example update
+    is the SDM's SMO on the same active sets (:class:`~demidcd.solvers.activeset.ActiveSets`).
+    For the L1 loss the violation of a structure is Δ − w·φ − ξ̂_i (ξ̂_i the example's hinge
+    loss on its active set) and the largest projected gradient is the largest per-example KKT
+    gap; the stopping rule is otherwise the same.
     """
 
     C: float = 0.1
@@ -48,6 +55,7 @@ class SolverConfig:
     eval_every: float | None = None
     skip: float = 0.75
     sweeps: int = 1
+    loss: str = "l2"
 
     @classmethod
     def from_options(cls, **given: Any) -> SolverConfig:
@@ -60,6 +68,11 @@ class SolverConfig:
             if name not in known:
                 raise OptionError(f"unknown solver option {name!r}")
             if v is None:
+                continue
+            if "str" in str(known[name].type):
+                if not isinstance(v, str):
+                    raise OptionError(f"--{name.replace('_', '-')} must be a string, got {v!r}")
+                values[name] = v
                 continue
             kind = float if "float" in str(known[name].type) else int
             try:
@@ -97,6 +110,8 @@ class SolverConfig:
             raise OptionError(f"--skip must be in [0, 1), got {self.skip}")
         if self.eval_every is not None and not self.eval_every >= 0:
             raise OptionError(f"--eval-every must be >= 0, got {self.eval_every}")
+        if self.loss not in LOSSES:
+            raise OptionError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
 
     def epochs(self, default: int) -> int:
         """The epoch limit: ``max_epochs``, or the learner's own default when None (the DCD
@@ -116,21 +131,30 @@ class Objective:
     violators: int
 
 
-def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512) -> tuple[float, int]:
-    """P(w) = ½‖w‖² + C Σ_i ξ_i², ξ_i = max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i)) (Eq. 1),
-    the inner max by loss-augmented inference (Eq. 5) over all examples. Returns (P, #ξ_i > 0)."""
+LOSSES = ("l1", "l2")  # SolverConfig.loss: the hinge and the squared hinge
+
+
+def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512,
+                     loss: str = "l2") -> tuple[float, int]:
+    """The primal, with ξ_i = max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i)) by loss-augmented
+    inference (Eq. 5) over all examples: for the L2 loss P(w) = ½‖w‖² + C Σ_i ξ_i² (Eq. 1), for
+    the L1 loss (hinge) ½‖w‖² + C Σ_i ξ_i. Returns (P, #ξ_i > 0)."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}")
     total, n_viol = 0.0, 0
     for s in range(0, task.n_examples, chunk):
         b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
         xi = np.maximum(b.delta - b.margin, 0.0)
-        total += float(xi @ xi)
+        total += float(xi @ xi) if loss == "l2" else float(xi.sum())
         n_viol += int((xi > 0).sum())
     return 0.5 * float(w @ w) + C * total, n_viol
 
 
-def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None) -> Objective:
-    """Primal (Eq. 1), optional dual lower bound (−Eq. 2) and relative duality gap."""
-    p, nv = primal_objective(task, w, C)
+def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None,
+              loss: str = "l2") -> Objective:
+    """Primal (Eq. 1, or the hinge loss's for ``loss="l1"``), optional dual lower bound and
+    relative duality gap."""
+    p, nv = primal_objective(task, w, C, loss=loss)
     gap = None if dual is None else (p - dual) / max(abs(p), 1e-300)
     return Objective(p, dual, gap, nv)
 

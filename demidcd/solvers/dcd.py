@@ -6,6 +6,11 @@ full passes they leave out the examples with the smallest projected gradients, s
 :class:`~demidcd.solvers.activeset.SweepPlan`), then one
 shuffled pass that runs loss-augmented inference (Eq. 5) per example, admits the structure when
 it violates by more than min(δ, tol) (Eq. 11), and runs UPDATEWEIGHT on that example.
+
+With ``config.loss == "l1"`` the same schedule solves the L1-loss (hinge) SSVM: the active sets
+run the SMO procedure per example instead of the coordinate sweeps (see
+:class:`~demidcd.solvers.activeset.ActiveSets`), the violation is Δ − w·φ − ξ̂_i and the largest
+projected gradient is the largest KKT gap.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     recorder = Recorder(task, config, callback, tick=tick)
     rng = np.random.default_rng(config.seed)
     act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
-                     sweeps=config.sweeps)
+                     sweeps=config.sweeps, loss=config.loss, tol=config.tol)
     plan = SweepPlan(act, config.skip)
     clock = recorder.start()
     task.should_stop = lambda: StopRequest.requested or clock.expired()
@@ -59,7 +64,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                     violators += 1
                     break
                 violators += task.unproven - unproven  # a solver's time cap proves nothing
-                violators += int((batch.violation(act.alpha_sum, config.C) > config.tol).sum())
+                violators += int((act.violation(batch) > config.tol).sum())
                 admitted += act.insert(batch, config.admit).admitted
                 st = act.update(chunk)
                 pass_pg = max(pass_pg, st.max_pg)

@@ -44,6 +44,12 @@ found no structure violating by more than tol (plus the rounding slack of a floa
 relative to Σ|w̄_k φ_k|: see :func:`~demidcd.solvers.worker.rounding_slack`) and had no
 inference stopped by a solver's time cap. The w returned is then exactly w_V, the one the
 sweeps certify.
+
+The L1 loss (``config.loss == "l1"``): the learner's active sets run the SMO procedure
+(:class:`~demidcd.solvers.activeset.ActiveSets`), it publishes [w, ξ̂] instead of [w, A]
+(ξ̂_i: example i's hinge loss on its active set, recomputed with w_V before V is published),
+and the workers' violation is Δ − w̄·φ − ξ̂_i (:attr:`~demidcd.solvers.worker.WorkerSpec.tail_C`);
+the schedule and its stopping rule are the same, with the largest KKT gap for max |PG|.
 """
 
 from __future__ import annotations
@@ -174,7 +180,8 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
             share = inference_share(L, full_pass_ema)
             converged = False
             if plan.certifies(max_pg, config.tol) and received == 0 and not L.poll():
-                version = L.publish()  # V: w is not changed again unless a violation arrives,
+                version = L.publish(fresh=True)  # V: w is not changed again unless a
+                # violation arrives (the L1 loss's ξ̂ are recomputed at w_V first),
                 since_publish = 0  # so the w returned is the
                 t = time.perf_counter()  # one the workers' clean sweeps certify
                 while not L.poll():

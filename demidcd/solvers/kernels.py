@@ -1,8 +1,10 @@
-"""The one dual coordinate descent update (Eq. 7–8) and shrink (Eq. 9), as numba kernels.
+"""The one dual coordinate descent update (Eq. 7–8) and shrink (Eq. 9), as numba kernels, and
+its L1-loss counterpart, the SMO procedure of the sequential dual method (:func:`smo_examples`).
 
 Every DCD-family learner (1-DCD, DCD-Light, DEMI-DCD's learner, MS-DCD's master) calls these
-kernels on the flat arrays of :class:`demidcd.solvers.activeset.ActiveSets`; nothing here knows
-which task produced the structures.
+kernels on the flat arrays of :class:`demidcd.solvers.activeset.ActiveSets` (which picks the
+update by the loss), and so does ``sdm-hinge``; nothing here knows which task produced the
+structures. The notation below is the L2 loss's; see :func:`smo_examples` for the L1 loss.
 
 Notation (DEMI-DCD paper): for example i and structure y with record (Δ, φ), the dual gradient is
 
@@ -225,6 +227,135 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 break
 
 
+# ------------------------------------------------------------------ the L1 loss: SMO
+SMO_MAX_STEPS = 100  # SMO pair steps per example visit, at most
+
+
+@njit(cache=True, nogil=True)
+def _dot_sorted(idx, val, a0, a1, b0, b1):
+    """φ_a·φ_b of two sparse vectors with sorted indices."""
+    s = 0.0
+    i, j = a0, b0
+    while i < a1 and j < b1:
+        if idx[i] == idx[j]:
+            s += val[i] * val[j]
+            i += 1
+            j += 1
+        elif idx[i] < idx[j]:
+            i += 1
+        else:
+            j += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
+                 free_ids, meta, C, tau, max_steps, shrink, ex_pg, skip_below, xi, stats, hot):
+    """The SMO procedure of the sequential dual method (SDM paper, Eq. 4.5–4.9) for the L1-loss
+    (hinge) SSVM, on the active set of each example in ``examples``: the L1 loss's
+    counterpart of :func:`update_examples`, over the same arrays.
+
+    The dual of ½‖w‖² + C Σ_i max(0, max_y Δ − w·φ) has λ_{i,y} ≥ 0 with Σ_y λ_{i,y} ≤ C; the
+    gold structure (φ = 0, Δ = 0) holds λ0 = C − A_i (A_i = ``alpha_sum[i]``; α here is λ).
+    With g_y = w·φ − Δ, y' = argmin g over the active set and the gold structure (g = 0), and
+    y'' = argmax g over those with λ > 0 (the gold structure when λ0 > 0), while the example's
+    KKT gap g'' − g' exceeds ``tau`` (at most ``max_steps`` times) the pair step
+    δ = min(λ'', (g'' − g')/‖φ' − φ''‖²) moves mass from y'' to y' (the whole λ'' when the
+    curvature is 0). Then, with ``shrink``, structures whose λ is 0 leave the active set.
+
+    ``ex_pg[i]``: the KKT gap at the visit's start (the L1 counterpart of the largest |PG|;
+    examples with ``ex_pg[i] < skip_below`` are skipped, see
+    :class:`~demidcd.solvers.activeset.SweepPlan`); ``xi[i]``: the example's hinge loss on its
+    active set at the visit's end, ξ̂_i = −g' = max(0, max_y Δ − w·φ) (before the shrink).
+    ``stats`` as :func:`update_examples`' (updates and non-zero steps count pair steps, the
+    largest |PG| is the largest gap at a visit's start). ``hot``: the update mode of w
+    (:func:`shared_axpy`; empty for one learner).
+    """
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        if ex_pg[i] < skip_below:
+            stats[S_SKIPPED] += 1
+            continue
+        gmin = 0.0
+        for it in range(max_steps + 1):
+            lam0 = C - alpha_sum[i]  # the gold structure's λ (its g is 0)
+            gmin, kmin = 0.0, -1
+            gmax, kmax = -np.inf, -2
+            if lam0 > 1e-12 * C:
+                gmax, kmax = 0.0, -1
+            for q in range(count[i]):
+                s = slots[i, q]
+                gq = sparse_dot(w, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s]) - s_f[s, DELTA]
+                if gq < gmin:
+                    gmin, kmin = gq, q
+                if s_f[s, ALPHA] > 0.0 and gq > gmax:
+                    gmax, kmax = gq, q
+            if it == 0:
+                first = max(gmax - gmin, 0.0)
+                ex_pg[i] = first
+                if first > stats[S_MAXPG]:
+                    stats[S_MAXPG] = first
+            if kmax == -2 or gmax - gmin <= tau or it == max_steps:
+                break
+            if kmin == -1:
+                den = s_f[slots[i, kmax], SQNORM]
+            elif kmax == -1:
+                den = s_f[slots[i, kmin], SQNORM]
+            else:
+                a, b = slots[i, kmin], slots[i, kmax]
+                den = (s_f[a, SQNORM] + s_f[b, SQNORM]
+                       - 2.0 * _dot_sorted(p_idx, p_val, s_ptr[a], s_ptr[a] + s_len[a],
+                                           s_ptr[b], s_ptr[b] + s_len[b]))
+            cap = lam0 if kmax == -1 else s_f[slots[i, kmax], ALPHA]
+            full = True
+            d = cap
+            if den > 0.0 and (gmax - gmin) / den < cap:  # else the dual falls all the way
+                d = (gmax - gmin) / den
+                full = False
+            if kmin >= 0:
+                s = slots[i, kmin]
+                s_f[s, ALPHA] += d
+                alpha_sum[i] += d
+                shared_axpy(w, d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
+            if kmax >= 0:
+                s = slots[i, kmax]
+                s_f[s, ALPHA] = 0.0 if full else s_f[s, ALPHA] - d
+                alpha_sum[i] -= d
+                shared_axpy(w, -d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
+            stats[S_UPDATES] += 1
+            stats[S_NONZERO_STEPS] += 1
+        xi[i] = -gmin
+        if shrink:
+            q = count[i] - 1
+            while q >= 0:  # S_n ← S_n \ {y : λ_{n,y} = 0}
+                s = slots[i, q]
+                if s_f[s, ALPHA] <= 0.0:
+                    _remove_slot(slots, count, i, q)
+                    _free_structure(s, s_len, free_ids, meta)
+                    stats[S_SHRUNK] += 1
+                q -= 1
+        if count[i] == 0:
+            alpha_sum[i] = 0.0  # all mass on the gold structure: drop the rounding residue
+
+
+@njit(cache=True, nogil=True)
+def restricted_slack(examples, w, slots, count, s_ptr, s_len, s_f, p_idx, p_val, xi):
+    """ξ̂_i = max(0, max_{y ∈ A_i} Δ − w·φ), the hinge loss of example i on its active set
+    under the current w, into ``xi[i]`` for each example in ``examples``. The L1 loss's
+    violation of a new structure is Δ − w·φ − ξ̂_i (the L2 loss's A_i/(2C) is ξ̂_i at the
+    optimum of the restricted problem), so a certified stop is an ε-KKT point of the whole
+    dual, as for the L2 loss."""
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        best = 0.0
+        for q in range(count[i]):
+            s = slots[i, q]
+            h = s_f[s, DELTA] - sparse_dot(w, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+            if h > best:
+                best = h
+        xi[i] = best
+
+
 @njit(cache=True, nogil=True)
 def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
     """Fold structure a into b: α_b ← α_a + α_b, (Δ_b, φ_b) ← the α-weighted mean of the two
@@ -265,19 +396,21 @@ def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
 
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
-                   alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, C,
-                   admit, mark, track, ex_pg, out, hot):
+                   alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, tail,
+                   tail_scale, admit, mark, track, ex_pg, out, hot):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
-    A record is admitted when its violation −g = Δ − w·φ − A_i/(2C), recomputed with the
-    current w, exceeds ``admit`` (Eq. 11). When example i's active set is full, a slot is freed
-    without changing the dual: a structure with α = 0 is dropped, or else the two with the
-    smallest α (a, b; cap ≥ 2) are aggregated into one column with α = α_a + α_b and
-    (Δ, φ) = (α_a(Δ_a, φ_a) + α_b(Δ_b, φ_b)) / α, which leaves w = Σ α φ, A_i and Σ α Δ, hence
-    D(α), unchanged. (Evicting a structure with α > 0, as before, moved w away from the optimum
-    and let two structures of one example evict each other for ever: CoNLL04, 200 sentences,
-    cap 50, tol 1e-3.) Every later admission then raises the dual, so the cutting-plane
-    argument for termination holds under the cap.
+    A record is admitted when its violation Δ − w·φ − ``tail[i]·tail_scale``, recomputed with
+    the current w, exceeds ``admit`` (Eq. 11): for the L2 loss the tail is A_i and the scale
+    1/(2C) (the violation is −g); for the L1 loss the tail is the example's hinge loss ξ̂_i on
+    its active set (:func:`restricted_slack`) and the scale 1. When example i's active set is
+    full, a slot is freed without changing the dual: a structure with α = 0 is dropped, or else
+    the two with the smallest α (a, b; cap ≥ 2) are aggregated into one column with α = α_a + α_b
+    and (Δ, φ) = (α_a(Δ_a, φ_a) + α_b(Δ_b, φ_b)) / α, which leaves w = Σ α φ, A_i and Σ α Δ,
+    hence D(α), unchanged (for either loss). (Evicting a structure with α > 0, as before, moved
+    w away from the optimum and let two structures of one example evict each other for ever:
+    CoNLL04, 200 sentences, cap 50, tol 1e-3.) Every later admission then raises the dual, so
+    the cutting-plane argument for termination holds under the cap.
     Stops early when the structure-id or φ pool is full; ``out[I_NEXT]`` is then the first record
     not processed, ``out[I_NEED]`` the pool words it needs, and the caller grows the pools and
     calls again. An example that receives a
@@ -288,7 +421,6 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
     ``hot``: the update mode (:func:`shared_axpy`) with which, at a cap of 1 (nothing to
     aggregate with), the evicted α·φ leaves w.
     """
-    inv2c = 1.0 / (2.0 * C)
     cap_s = s_f.shape[0]
     cap_p = p_idx.shape[0]
     max_per = slots.shape[1]
@@ -307,7 +439,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             ex_pg[i] = np.inf
             continue
         rs, re = r_ptr[r], r_ptr[r + 1]
-        viol = r_delta[r] - sparse_dot(w, r_idx, r_val, rs, re) - alpha_sum[i] * inv2c
+        viol = r_delta[r] - sparse_dot(w, r_idx, r_val, rs, re) - tail[i] * tail_scale
         if viol <= admit:
             out[I_REJECTED] += 1
             continue

@@ -40,15 +40,17 @@ class SharedLearner:
         self.task, self.config, self.threads, self.callback = task, config, threads, callback
         self.log = log or (lambda s: None)
         n, dim = task.n_examples, task.dim
-        spec = WorkerSpec(mode, config.C, config.admit, config.tol, config.seed, chunk)
+        spec = WorkerSpec(mode, config.C, config.admit, config.tol, config.seed, chunk,
+                          loss=config.loss)
         self.transport = make_transport(backend, task, threads - 1, spec, log=self.log,
                                         debug=debug, learner_share=learner_share,
                                         ring_words=ring_words, ray_address=ray_address)
         self.tick = tick
-        self.wa = np.zeros(dim + n)  # [w, A], published as one vector
+        self.wa = np.zeros(dim + n)  # [w, A], published as one vector (L1 loss: [w, ξ̂])
+        tail = {"xi": self.wa[dim:]} if config.loss == "l1" else {"alpha_sum": self.wa[dim:]}
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
-                              track_changes=True, w=self.wa[:dim], alpha_sum=self.wa[dim:],
-                              sweeps=config.sweeps)
+                              track_changes=True, w=self.wa[:dim], sweeps=config.sweeps,
+                              loss=config.loss, tol=config.tol, **tail)
         self.cnt = {"updates": 0, "learner_inferences": 0, "admitted": 0, "duplicates": 0,
                     "rejected": 0, "evicted": 0, "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "infer": 0.0,
@@ -86,10 +88,16 @@ class SharedLearner:
         tot = self.transport.totals()
         return tot["infer_seconds"] / tot["inferences"] if tot["inferences"] else 0.0
 
-    def publish(self) -> int:
+    def publish(self, fresh: bool = False) -> int:
         """Publish [w, A] as the next version of w̄ (returned): the lines of w that some
-        admitted φ touches (the only ones that can be non-zero) and all of A."""
+        admitted φ touches (the only ones that can be non-zero) and all of A. For the L1 loss
+        the workers' violation test reads ξ̂ (:meth:`ActiveSets.violation`) where the L2 loss
+        has A; ``fresh`` recomputes every ξ̂_i with w first, so that sweeps at this version test
+        exactly what the stopping rule needs (otherwise each ξ̂_i is from its example's last
+        visit or admission)."""
         t = time.perf_counter()
+        if fresh and self.act.l1:
+            self.act.refresh_slack()
         version = self.transport.publish(self.wa, self.act.mark, self.act.dim)
         self.cnt["publishes"] += 1
         self._drained_since_publish = self._rejected_since_publish = 0
@@ -130,8 +138,7 @@ class SharedLearner:
         finally:
             self.seconds["infer"] += time.perf_counter() - t
         self.cnt["learner_inferences"] += len(examples)
-        violators = int((batch.violation(self.act.alpha_sum, self.config.C)
-                         > self.config.tol).sum()) if len(batch) else 0
+        violators = int((self.act.violation(batch) > self.config.tol).sum())
         self._insert(batch)
         if update:
             self.update(examples)

@@ -6,8 +6,9 @@ on their shards with that same w, pushing structures that satisfy Eq. (11); the 
 the barrier (draining the rings). Then the master runs up to ``inner_passes`` DCD passes
 (Eq. 7–9, the shared kernel; :class:`~demidcd.solvers.activeset.SweepPlan` decides which
 examples a pass visits) over all active sets, stopping early once max |PG| < tol, while
-the slaves wait. It solves the same L2-loss SSVM as 1-DCD and DEMI-DCD and stops when a sweep
-finds no structure violating by more than tol and max |PG| < tol.
+the slaves wait. It solves the same SSVM as 1-DCD and DEMI-DCD (the L2 loss, or the L1 loss
+with ``config.loss == "l1"``: SMO updates, [w, ξ̂] published, see :mod:`.demi_dcd`) and stops
+when a sweep finds no structure violating by more than tol and max |PG| < tol.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
     try:
         L.start()
         for epoch in range(1, config.epochs(1 << 62) + 1):
-            L.publish()
+            L.publish(fresh=True)  # the L1 loss: the slaves test against ξ̂ at this w
             t = time.perf_counter()
             gen = workers.command()
             unproven, own_violators, stopped = task.unproven, 0, False

@@ -8,7 +8,8 @@ by cost): their α, active sets A_i and A_i-sums are private, and each runs DCD-
 Eq. (7)–(9) update (:func:`~.kernels.update_examples`) over its active sets, then a pass of
 loss-augmented inference (Eq. 5) on its examples, admission (Eq. 11) and UPDATEWEIGHT — all
 reading and writing one float64 w in shared memory in place, without locks. Every process
-both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented.
+both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented. The L2 loss
+only: ``--loss l1`` runs DEMI-DCD's single learner (:func:`resolve_learners`).
 
 Updates to w: ``update_mode="atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
 (:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
@@ -111,9 +112,15 @@ def parse_learners(value: str | int | None) -> int | None:
     return k
 
 
-def check_learners(value: str | int | None, threads: int) -> None:
+L1_ONE_LEARNER = ("--loss l1 runs one learner (--learners 1 or auto): several learners "
+                  "solve the L2 loss only")
+
+
+def check_learners(value: str | int | None, threads: int, loss: str = "l2") -> None:
     """Fail early (before data is read) on a ``--learners`` no schedule runs."""
     k = parse_learners(value)
+    if loss == "l1" and k is not None and k > 1:
+        raise OptionError(f"--learners {k}: {L1_ONE_LEARNER}")
     if k is not None and k > threads:
         raise OptionError(f"--learners {k} is more than --threads {threads}")
     if k is not None and 1 < k < threads:
@@ -165,8 +172,17 @@ def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dic
     ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners`; the CLI's default)
     or absent (1: the library keeps DEMI-DCD's single learner unless asked); stores it back in
     ``engine`` with the auto figures under ``learner_choice``. Several learners share w in
-    shared memory, so another ``backend`` (Ray) runs one learner under ``auto``."""
+    shared memory, so another ``backend`` (Ray) runs one learner under ``auto``. The L1 loss
+    runs one learner (``auto`` gives 1; K > 1 is an OptionError): this schedule's rebuild,
+    dual and certification are the L2 loss's."""
     k = parse_learners(engine.get("learners", 1))
+    if config.loss == "l1":
+        if k is not None and k > 1:
+            raise OptionError(f"--learners {k}: {L1_ONE_LEARNER}")
+        if k is None and log is not None:
+            log("learners auto: 1 (several learners solve the L2 loss only, not --loss l1)")
+        engine["learners"] = 1
+        return 1
     if backend != "shm":
         if k is not None and k > 1:
             raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
@@ -357,6 +373,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
     ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
     config.validate()
+    if config.loss != "l2":
+        raise OptionError(f"--learners {threads}: {L1_ONE_LEARNER}")
     log = log or (lambda s: None)
     k = threads if learners is None else int(learners)
     mode = update_mode or DEFAULT_UPDATE_MODE

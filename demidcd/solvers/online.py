@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import RecordBatch, Task
-from .common import Callback, OuterLoop, SolverConfig, TrainResult
+from .common import Callback, OuterLoop, SolverConfig, TrainResult, primal_objective
 from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqnorms
 from .recorder import Recorder, Tick
 
@@ -60,12 +60,9 @@ def compile_kernels(task: Task) -> None:
 
 
 def hinge_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512) -> dict:
-    """The L1-loss SSVM primal ½‖w‖² + C Σ_i max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i))."""
-    total = 0.0
-    for s in range(0, task.n_examples, chunk):
-        b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
-        total += float(np.maximum(b.delta - b.margin, 0.0).sum())
-    return {"primal": 0.5 * float(w @ w) + C * total}
+    """The L1-loss SSVM primal ½‖w‖² + C Σ_i max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i))
+    (:func:`~.common.primal_objective` with ``loss="l1"``)."""
+    return {"primal": primal_objective(task, w, C, chunk, loss="l1")[0]}
 
 
 def _epoch_record(epoch: int, steps: int, mistakes: int, total: int, inferences: int,

@@ -39,9 +39,10 @@ Objective = Callable[[np.ndarray], dict[str, float | None]]
 class Recorder:
     """Epoch records, ``eval_every`` objectives, callback, CPU monitor and result of one run.
 
-    ``objective_fn`` overrides the default evaluation (the L2-loss SSVM primal of Eq. 1, with the
-    dual the learner passes to :meth:`epoch`); learners of another objective (hinge loss, ramp
-    loss) pass theirs, the perceptron family none (``eval_every`` then logs nothing).
+    ``objective_fn`` overrides the default evaluation (the SSVM primal of ``config.loss``: Eq. 1
+    or the hinge loss's, with the dual the learner passes to :meth:`epoch`); learners of another
+    objective (the SDMs) pass theirs, the perceptron family none (``eval_every`` then logs
+    nothing).
     """
 
     def __init__(self, task: Task, config: SolverConfig, callback: Callback | None = None,
@@ -94,7 +95,7 @@ class Recorder:
                 and self.elapsed() - self._last_eval >= cfg.eval_every):
             if self.objective_fn is True:
                 dual = dual() if callable(dual) else dual
-                ob = objective(self.task, w, cfg.C, dual)
+                ob = objective(self.task, w, cfg.C, dual, loss=cfg.loss)
                 rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
             else:
                 rec.update(self.objective_fn(w))

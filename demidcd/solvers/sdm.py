@@ -14,7 +14,8 @@ loss-augmented ŷ_n to its working set S_n and runs SMO on S_n: with g_y = w·φ
 δ = min(λ_y'', (g_y'' − g_y')/‖φ(y') − φ(y'')‖²) moves mass from y'' to y' (Eq. 4.9). Structures
 whose λ reaches 0 leave S_n. The working sets live in the DCD learners' flat
 :class:`~.activeset.ActiveSets` (α there is λ here; its eviction of the smallest λ when S_n is
-full moves that mass back to the gold structure, so λ stays feasible).
+full moves that mass back to the gold structure, so λ stays feasible), and the SMO kernel is
+:func:`~.kernels.smo_examples`, which the DCD learners' L1 loss (``--loss l1``) runs too.
 
 Ramp loss (Algorithm 1): each outer iteration first runs loss-diminished inference
 ȳ_n = argmax_y w·Φ(x_n, y) − Δ(y_n, y) on every example, sets A = {n : ℓ_C > 0} and
@@ -31,107 +32,23 @@ from ..tasks.base import Task
 from .activeset import ActiveSets
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .kernels import (
-    ALPHA,
-    DELTA,
     M_PGARB,
     M_PUSED,
-    SQNORM,
-    _free_structure,
-    _remove_slot,
-    axpy,
-    sparse_dot,
+    S_MAXPG,
+    S_SHRUNK,
+    S_UPDATES,
+    SMO_MAX_STEPS,
+    STATS_FIELDS,
+    _dot_sorted,
+    smo_examples,
 )
 from .linear import concat
 from .recorder import Recorder, Tick
 
 UNBOUNDED_C = 1e300  # ActiveSets' L2 term A_i/(2C) vanishes: admission tests Δ − w·φ only
-MAX_SMO_STEPS = 100  # SMO pair steps per visit, at most
+MAX_SMO_STEPS = SMO_MAX_STEPS  # SMO pair steps per visit, at most
 DEFAULT_EPOCHS = 100  # outer iterations (the hinge loss: epochs)
-ST_STEPS, ST_SHRUNK, ST_KKT = 0, 1, 2
-
-
-@njit(cache=True, nogil=True)
-def _dot_sorted(idx, val, a0, a1, b0, b1):
-    """φ_a·φ_b of two sparse vectors with sorted indices."""
-    s = 0.0
-    i, j = a0, b0
-    while i < a1 and j < b1:
-        if idx[i] == idx[j]:
-            s += val[i] * val[j]
-            i += 1
-            j += 1
-        elif idx[i] < idx[j]:
-            i += 1
-        else:
-            j += 1
-    return s
-
-
-@njit(cache=True, nogil=True)
-def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                 free_ids, meta, c, tau, max_steps, stats):
-    """The SMO procedure on the working set of each example in ``examples`` (see the module
-    docstring); ``stats``: pair steps, structures removed, largest KKT gap g'' − g' met at a
-    visit's start."""
-    g = np.empty(slots.shape[1])
-    for e in range(examples.shape[0]):
-        i = examples[e]
-        for it in range(max_steps + 1):
-            m = count[i]
-            lam0 = c - alpha_sum[i]  # the gold structure's λ (its g is 0)
-            gmin, kmin = 0.0, -1
-            gmax, kmax = -np.inf, -2
-            if lam0 > 1e-12 * c:
-                gmax, kmax = 0.0, -1
-            for q in range(m):
-                s = slots[i, q]
-                gq = sparse_dot(w, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s]) - s_f[s, DELTA]
-                g[q] = gq
-                if gq < gmin:
-                    gmin, kmin = gq, q
-                if s_f[s, ALPHA] > 0.0 and gq > gmax:
-                    gmax, kmax = gq, q
-            if it == 0 and gmax - gmin > stats[ST_KKT]:
-                stats[ST_KKT] = gmax - gmin
-            if kmax == -2 or gmax - gmin <= tau or it == max_steps:
-                break
-            if kmin == -1:
-                den = s_f[slots[i, kmax], SQNORM]
-            elif kmax == -1:
-                den = s_f[slots[i, kmin], SQNORM]
-            else:
-                a, b = slots[i, kmin], slots[i, kmax]
-                den = (s_f[a, SQNORM] + s_f[b, SQNORM]
-                       - 2.0 * _dot_sorted(p_idx, p_val, s_ptr[a], s_ptr[a] + s_len[a],
-                                           s_ptr[b], s_ptr[b] + s_len[b]))
-            if not den > 0.0:
-                break
-            cap = lam0 if kmax == -1 else s_f[slots[i, kmax], ALPHA]
-            d = (gmax - gmin) / den
-            full = d >= cap
-            if full:
-                d = cap
-            if kmin >= 0:
-                s = slots[i, kmin]
-                s_f[s, ALPHA] += d
-                alpha_sum[i] += d
-                axpy(w, d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
-            if kmax >= 0:
-                s = slots[i, kmax]
-                s_f[s, ALPHA] = 0.0 if full else s_f[s, ALPHA] - d
-                alpha_sum[i] -= d
-                axpy(w, -d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
-            stats[ST_STEPS] += 1
-        q = count[i] - 1
-        while q >= 0:  # S_n ← S_n \ {y : λ_{n,y} = 0}
-            s = slots[i, q]
-            if s_f[s, ALPHA] <= 0.0:
-                _remove_slot(slots, count, i, q)
-                _free_structure(s, s_len, free_ids, meta)
-                stats[ST_SHRUNK] += 1
-            q -= 1
-        if count[i] == 0:
-            alpha_sum[i] = 0.0  # all mass on the gold structure: drop the rounding residue
+ST_STEPS, ST_SHRUNK, ST_KKT = S_UPDATES, S_SHRUNK, S_MAXPG  # columns of SDM.stats
 
 
 @njit(cache=True, nogil=True)
@@ -166,9 +83,7 @@ def compile_kernels(task: Task) -> None:
     sdm = SDM(task, SolverConfig(max_active=4))
     b = task.loss_augmented(sdm.w, np.zeros(1, np.int64))
     sdm.act.insert(b, 0.0)
-    a = sdm.act
-    smo_examples(np.zeros(1, np.int64), sdm.w, a.slots, a.count, a.alpha_sum, a.s_ptr, a.s_len,
-                 a.s_f, a.p_idx, a.p_val, a.free_ids, a.meta, 1.0, 0.01, 2, sdm.stats)
+    sdm.smo(np.zeros(1, np.int64), 2)
     concave_vector(sdm.v, 1.0, b.delta, b.margin, b.ptr, b.idx, b.val)
     _dot_sorted(b.idx, b.val, 0, len(b.idx), 0, len(b.idx))
 
@@ -183,7 +98,7 @@ class SDM:
         self.w = np.zeros(dim)
         self.v = np.zeros(dim)  # the concave linearisation (ramp loss)
         self.act = ActiveSets(n, dim, UNBOUNDED_C, 0.0, config.max_active, w=self.w)
-        self.stats = np.zeros(3)
+        self.stats = np.zeros(STATS_FIELDS)
         self.rng = np.random.default_rng(config.seed)
         self.inferences = 0
         self.admitted = 0
@@ -201,6 +116,14 @@ class SDM:
         self.w -= self.v
         return int(na)
 
+    def smo(self, examples: np.ndarray, max_steps: int = MAX_SMO_STEPS) -> None:
+        """The SMO procedure on each example's working set (λ0 = C − Σλ; tolerance tol)."""
+        act = self.act
+        smo_examples(examples, self.w, act.slots, act.count, act.alpha_sum, act.s_ptr,
+                     act.s_len, act.s_f, act.p_idx, act.p_val, act.free_ids, act.meta, self.C,
+                     self.config.tol, max_steps, True, act.ex_pg, -1.0, act.xi, self.stats,
+                     act.hot)
+
     def epoch(self, clock, poll=None) -> tuple[int, int]:
         """One SDM pass (lines 12–15): per chunk of ``config.batch`` examples, loss-augmented
         inference, admission into S_n (Δ − w·φ > 0) and SMO on each; returns (violators beyond
@@ -214,9 +137,7 @@ class SDM:
             self.inferences += ex.shape[0]
             violators += int(((b.delta - b.margin) > cfg.tol).sum())
             self.admitted += act.insert(b, 0.0).admitted
-            smo_examples(ex, self.w, act.slots, act.count, act.alpha_sum, act.s_ptr, act.s_len,
-                         act.s_f, act.p_idx, act.p_val, act.free_ids, act.meta, self.C,
-                         cfg.tol, MAX_SMO_STEPS, self.stats)
+            self.smo(ex)
             if act.meta[M_PGARB] > max(1 << 20, act.meta[M_PUSED] // 2):
                 act._grow_pool(0)
             done += ex.shape[0]

@@ -9,9 +9,10 @@ weights are a replica it keeps up to date itself) and returns records to push. A
 chunk: loss-augmented inference (Eq. 5) on a chunk with one consistent published w̄ (the transport's
 :class:`WbarReader` chooses how: in place, a private copy, a local replica fed by deltas), then the
 admission test (push a record when its violation Δ − w̄·φ − Ā_i/(2C) exceeds ``admit`` plus the
-float rounding slack, Eq. 11) and the clean-sweep bookkeeping: a sweep is *clean* when every chunk
-read the same version, no record violated by more than ``tol`` + slack and no solver stopped at a
-time cap (``task.unproven``); the worker then reports that version as ``CLEAN_VERSION`` (DEMI-DCD's
+float rounding slack, Eq. 11; for the L1 loss Δ − w̄·φ − ξ̂_i, see :attr:`WorkerSpec.tail_C`)
+and the clean-sweep bookkeeping: a sweep is *clean* when every chunk read the same version, no
+record violated by more than ``tol`` + slack and no solver stopped at a time cap
+(``task.unproven``); the worker then reports that version as ``CLEAN_VERSION`` (DEMI-DCD's
 stop certificate) and the violators as ``SWEEP_VIOL`` (MS-DCD's).
 
 What the algorithm needs of a transport is a :class:`WorkerEndpoint`: a stop test, a generation
@@ -59,7 +60,9 @@ class WorkerSpec:
     ``admit``: push a structure when its violation exceeds it (Eq. 11); ``tol``: the clean-sweep
     threshold; ``chunk``: examples per consistent read of w̄ at most; ``outputs``: a job's
     per-worker outputs, name → (shape, dtype); ``inputs``: a replica job's shared input arrays,
-    name → (shape, dtype), written by the learner before each command (shared memory only)."""
+    name → (shape, dtype), written by the learner before each command (shared memory only).
+    ``loss``: the learner's SSVM loss, which sets what the tail Ā of w̄ = [w̄, Ā] holds
+    (:attr:`tail_C`)."""
 
     mode: str
     C: float
@@ -70,12 +73,24 @@ class WorkerSpec:
     job: Job | ReplicaJob | None = None
     outputs: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
     inputs: dict[str, tuple[tuple[int, ...], Any]] = field(default_factory=dict)
+    loss: str = "l2"
 
     def __post_init__(self) -> None:
         if self.mode not in ("demi", "barrier", "job", "replica") or \
                 (self.mode in ("job", "replica")) != (self.job is not None):
             raise ValueError(f"bad worker mode {self.mode!r}")
+        if self.loss not in ("l1", "l2"):
+            raise ValueError(f"bad loss {self.loss!r}")
         self.chunk = max(1, int(self.chunk))
+
+    @property
+    def tail_C(self) -> float:
+        """The C of the violation's tail term Ā_i/(2C) (:func:`violation_and_slack`): ``C``
+        for the L2 loss, whose learner publishes A_i; 0.5 for the L1 loss, whose learner
+        publishes ξ̂_i, the example's hinge loss on its active set, so that the violation is
+        Δ − w̄·φ − ξ̂_i (the L1 loss's A_i/(2C) term vanishes; ξ̂_i takes its place, see
+        :meth:`~demidcd.solvers.activeset.ActiveSets.violation`)."""
+        return self.C if self.loss == "l2" else 0.5
 
     def wbar_dtype(self, task: Task) -> type:
         """Workers search with w̄ in the task's inference dtype (float32 for Viterbi); SP-IPM's
@@ -177,7 +192,7 @@ def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarRead
     # fault injection for the test suite and the soak script: raise after N chunks
     fault_after = int(os.environ.get("DEMIDCD_FAULT_WORKER_RAISE", "-1"))
     chunks = 0
-    tol, admit, C = spec.tol, spec.admit, spec.C
+    tol, admit, C = spec.tol, spec.admit, spec.tail_C
     while not stopped():
         if spec.mode != "demi":
             g = ep.generation()
