@@ -195,3 +195,15 @@ def test_entity_relation_with_an_ilp_solver_trains_with_demi_dcd_l1(shm_guard) -
     p, p_ref = (hinge_objective(exact, w, 0.1)["primal"] for w in (res.w, ref.w))
     assert abs(p - p_ref) / p_ref <= 1e-3, (p, p_ref)
     assert res.dual <= p + 1e-9 and ref.dual <= p_ref + 1e-9
+
+
+def test_chunk_scored_tasks_default_to_the_hinge_loss():
+    from demidcd.api import ChunkTagger, NamedEntityTagger, SequenceTagger
+
+    assert ChunkTagger().solver_config().loss == "l1"
+    assert NamedEntityTagger(threads=2).solver_config().loss == "l1"  # DEMI-DCD
+    assert ChunkTagger(loss="l2").solver_config().loss == "l2"
+    assert SequenceTagger(threads=2).solver_config().loss == "l2"
+    # a learner with an objective of its own gets no loss at all
+    assert "loss" not in ChunkTagger(algorithm="perceptron").hyper_parameters()
+    assert ChunkTagger(algorithm="ms-dcd", threads=2).hyper_parameters()["loss"] == "l1"

@@ -112,8 +112,9 @@ def parse_learners(value: str | int | None) -> int | None:
     return k
 
 
-L1_ONE_LEARNER = ("--loss l1 runs one learner (--learners 1 or auto): several learners "
-                  "solve the L2 loss only")
+L1_ONE_LEARNER = ("--loss l1 (given, or the task's default) runs one learner "
+                  "(--learners 1 or auto): several learners solve the L2 loss only "
+                  "(--loss l2)")
 
 
 def check_learners(value: str | int | None, threads: int, loss: str = "l2") -> None:
