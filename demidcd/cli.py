@@ -459,7 +459,7 @@ def cmd_train(args) -> int:
     if algorithm == "demi-dcd" and threads > 1:  # --learners too
         from .solvers.multi_dcd import check_learners
 
-        check_learners(args.learners, threads, config.loss)
+        check_learners(args.learners, threads)
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:

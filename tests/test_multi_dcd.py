@@ -58,6 +58,18 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
 
+@pytest.mark.parametrize("mode", ["plain", "hybrid"])
+def test_time_limit_turns_to_atomic_adds_before_the_final_rebuild(task, mode, shm_guard):
+    # a stop on the time limit returns w = Σ α φ: the last max(1 s, 5%) runs with atomic adds,
+    # so no lost update separates the returned w from the one trained on (FINAL_TAIL)
+    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-3, max_epochs=None, time_limit=2.5)
+    r = train(task, "demi-dcd", cfg, threads=2, learners=2, update_mode=mode)
+    assert r.stop_reason == "time-limit"
+    assert r.extra["atomic_from"] is not None and 1.3 <= r.extra["atomic_from"] <= 2.0
+    at, drift, entries = r.extra["drift_log"][-1]
+    assert at >= r.extra["atomic_from"] and entries == 0
+
+
 def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
     recs = []
     r, _ = run(task, 2, update_mode="plain", rebuild_every=0.02,

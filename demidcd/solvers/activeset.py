@@ -234,6 +234,21 @@ class ActiveSets:
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]), int(st[K.S_SKIPPED]))
 
+    def max_pg(self, order: np.ndarray) -> float:
+        """The stop rule's measure on the examples in ``order`` under the current w, changing
+        no α: the largest |PG| (Eq. 8) for the L2 loss, the largest KKT gap g'' − g' (SMO
+        with no step; ξ̂ is refreshed on the way) for the L1 loss."""
+        if self.l1:
+            st = np.zeros_like(self._stats)
+            K.smo_examples(order, self.w, self.slots, self.count, self.alpha_sum, self.s_ptr,
+                           self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids,
+                           self.meta, self.C, self.tau, 0, False, self.ex_pg, -1.0, self.xi,
+                           st, self.hot)
+            return float(st[K.S_MAXPG])
+        return float(K.max_projected_gradient(order, self.w, self.slots, self.count,
+                                              self.alpha_sum, self.s_ptr, self.s_len,
+                                              self.s_f, self.p_idx, self.p_val, self.C))
+
     def compile_kernels(self, batch: RecordBatch) -> None:
         """Run every kernel of this loss once (insert, update, pool compaction, dual terms) so
         numba compiles them, or loads them from its cache, now (see
