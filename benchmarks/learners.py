@@ -22,6 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
@@ -50,8 +52,8 @@ ALL = ("dcd", "demi-dcd", "perceptron", "mira", "pegasos", "adagrad", "sdm-hinge
 SEQUENTIAL = ("dcd", "dcd-light", "perceptron", "mira", "sdm-hinge", "sdm-ramp")
 
 
-def run(alg: str, args, work: Path) -> dict:
-    d = work / alg
+def run(alg: str, args, work: Path, rep: int = 0) -> dict:
+    d = work / (alg if rep == 0 else f"{alg}-{rep}")
     rmtree(d)
     d.mkdir(parents=True)
     threads = 1 if alg in SEQUENTIAL else args.threads
@@ -61,12 +63,12 @@ def run(alg: str, args, work: Path) -> dict:
     cmd = ["train", "--algorithm", alg, "--threads", str(threads), "--train", args.train, *opts,
            "--time-limit", str(args.budget), "--snapshot-every", str(args.snapshot_every),
            "--snapshot-dir", str(d / "snap"), "--model", str(d / "model.npz"),
-           "--summary-json", str(d / "summary.json"), "--seed", str(args.seed)]
+           "--summary-json", str(d / "summary.json"), "--seed", str(args.seed + rep)]
     if alg == "demi-dcd" and args.learners:
         cmd += ["--learners", args.learners]
     say(f"{alg}: training {args.budget:g}s on {threads} process(es)", args.quiet)
     _, wall = run_cli(cmd, d / "train.log", timeout=args.budget * 3 + 600)
-    kept, total = thin_snapshots(d / "snap", 1.0, 0.15)
+    kept, total = thin_snapshots(d / "snap", args.min_step, 0.15)
     say(f"{alg}: evaluating {kept} of {total} snapshots", args.quiet)
     run_cli(["evaluate-snapshots", str(d / "snap"), "--train", args.train, "--test", args.test,
              *opts, "--out", str(d / "snapshots.csv"), "--quiet"], d / "evaluate.log")
@@ -108,6 +110,30 @@ def peers(args, work: Path) -> dict:
     return out
 
 
+def median_seconds(times: list[float | None]) -> float | None:
+    """Median of first-crossing times, a run that never crossed counting as infinitely slow
+    (None when the median run did not cross)."""
+    t = sorted(np.inf if x is None else x for x in times)
+    m = float(np.median(t))
+    return None if not np.isfinite(m) else m
+
+
+def merge(reps: list[dict], crf: dict) -> dict:
+    """One learner's repeated runs: per-run crossing times, their medians for the table, and
+    the first run's curve for the plot."""
+    for r in reps:
+        r["time_to_crfsuite"] = {a: time_to_metric(r["curve"], c["test_metric"])
+                                 if r["curve"] else None for a, c in crf.items()}
+    if len(reps) == 1:
+        return reps[0]
+    finals = [r["final_metric"] for r in reps if r["final_metric"] is not None]
+    return {**reps[0], "repeats": reps,
+            "final_metric": float(np.median(finals)) if finals else None,
+            "time_to_target": median_seconds([r["time_to_target"] for r in reps]),
+            "time_to_crfsuite": {a: median_seconds([r["time_to_crfsuite"][a] for r in reps])
+                                 for a in crf}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", choices=tuple(CORPORA), default="ewt",
@@ -127,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ap-iterations", type=int, default=50)
     ap.add_argument("--crf-iterations", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per learner, interleaved (seeds seed, seed+1, ...): the table "
+                         "gives median times and final metrics, the JSON every run")
+    ap.add_argument("--min-step", type=float, default=1.0,
+                    help="seconds between scored snapshots before they thin out log-spaced")
     ap.add_argument("--work", default="/tmp/demidcd-learners")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--quiet", action="store_true")
@@ -142,10 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     say(machine_line(info), args.quiet)
     crf = {} if args.no_crfsuite else peers(args, work)
-    runs = [run(a, args, work) for a in args.algorithms.split(",")]
-    for r in runs:
-        r["time_to_crfsuite"] = {a: time_to_metric(r["curve"], c["test_metric"])
-                                 if r["curve"] else None for a, c in crf.items()}
+    algs = args.algorithms.split(",")
+    reps = [[run(a, args, work, i) for a in algs] for i in range(args.repeats)]  # interleaved
+    runs = [merge([rep[j] for rep in reps], crf) for j in range(len(algs))]
     out = {"machine": info, "args": vars(args), "crfsuite": crf, "runs": runs}
     head = ["learner", "processes", f"final test {args.metric}", f"time to {100 * args.target:.2f}"]
     head += [f"time to CRFsuite {a} ({100 * c['test_metric']:.2f})" for a, c in crf.items()]
