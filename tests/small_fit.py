@@ -1,9 +1,13 @@
-"""The small synthetic tagging problem the multi-process tests train on (the ``small`` fixture
-of conftest.py), and :func:`fit`, which trains on it and measures the primal."""
+"""The small problems the tests train on: the synthetic tagging problem of the multi-process
+tests (the ``small`` fixture of conftest.py), :func:`fit`, which trains on it and measures the
+primal, and :func:`conll04_task`, a few CoNLL04 entity-relation sentences."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from demidcd.api import SequenceTagger
 from demidcd.solvers.common import primal_objective
@@ -28,3 +32,20 @@ def fit(small: Corpus, **kw: Any) -> tuple[SequenceTagger, float]:
     est = SequenceTagger(**kw).fit(X, Y)
     p, _ = primal_objective(est.training_task(X, Y), est.coef_, C)
     return est, p
+
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def conll04_task(n: int, solver: str):
+    """An entity-relation task on the first ``n`` CoNLL04 sentences (of the first 200) with 2–4
+    entities, inferred by ``solver``; skips the test where ../shared/data/conll04 is absent."""
+    from demidcd.io.conll04 import read_conll04
+    from demidcd.tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
+
+    path = DATA / "conll04" / "conll04.corp"
+    if not path.is_file():
+        pytest.skip("../shared/data/conll04 not available")
+    s = [x for x in read_conll04(path)[:200] if 2 <= x.n_entities <= 4][:n]
+    f = EntityRelationFeaturizer().fit(s)
+    return EntityRelationTask(f.transform(s), True, solver)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from small_fit import conll04_task
 from toy_task import ToyTask
 
 from demidcd.errors import OptionError
@@ -21,7 +21,6 @@ from demidcd.solvers.online import hinge_objective
 from demidcd.solvers.recorder import summary
 
 C = 1.0
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def _cfg(**kw) -> SolverConfig:
@@ -178,18 +177,6 @@ def test_cli_trains_with_loss_l1_and_rejects_l3(tmp_path) -> None:
 
 
 # ----------------------------------------------------------------------------- (e) expensive
-def _er(n: int, solver: str):
-    from demidcd.io.conll04 import read_conll04
-    from demidcd.tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
-
-    path = DATA / "conll04" / "conll04.corp"
-    if not path.is_file():
-        pytest.skip("../shared/data/conll04 not available")
-    s = [x for x in read_conll04(path)[:200] if 2 <= x.n_entities <= 4][:n]
-    f = EntityRelationFeaturizer().fit(s)
-    return EntityRelationTask(f.transform(s), True, solver)
-
-
 def test_entity_relation_with_an_ilp_solver_trains_with_demi_dcd_l1(shm_guard) -> None:
     """Expensive inference (an ILP solver per example): DEMI-DCD with the L1 loss converges to
     the optimum 1-DCD L1 reaches with the exact solver (the same ILP, so the same SSVM)."""
@@ -197,10 +184,10 @@ def test_entity_relation_with_an_ilp_solver_trains_with_demi_dcd_l1(shm_guard) -
 
     solver = "highs" if importlib.util.find_spec("highspy") is not None else "cbc"
     cfg = dict(C=0.1, loss="l1")
-    exact = _er(6, "exact")
+    exact = conll04_task(6, "exact")
     ref = train(exact, "dcd", _cfg(**cfg), threads=1)
     assert ref.stop_reason == "converged"
-    res = train(_er(6, solver), "demi-dcd", _cfg(**cfg), threads=2, learners="auto")
+    res = train(conll04_task(6, solver), "demi-dcd", _cfg(**cfg), threads=2, learners="auto")
     assert res.stop_reason == "converged"
     p, p_ref = (hinge_objective(exact, w, 0.1)["primal"] for w in (res.w, ref.w))
     assert abs(p - p_ref) / p_ref <= 1e-3, (p, p_ref)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from small_fit import conll04_task
 
 from demidcd.api import SequenceTagger
 from demidcd.errors import OptionError
@@ -22,7 +23,6 @@ from demidcd.tasks.base import INDEX_DTYPE, RecordBatch
 from demidcd.tasks.features import SequenceFeaturizer
 from demidcd.tasks.sequence import SequenceTask
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 NEW = ("perceptron", "mira", "pegasos", "adagrad", "sdm-hinge", "sdm-ramp")
 
 
@@ -299,21 +299,9 @@ def test_ramp_loss_beats_hinge_with_noisy_labels() -> None:
 
 
 # ----------------------------------------------------------------------------- entity-relation
-def _er(n: int, solver: str):
-    from demidcd.io.conll04 import read_conll04
-    from demidcd.tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
-
-    path = DATA / "conll04" / "conll04.corp"
-    if not path.is_file():
-        pytest.skip("../shared/data/conll04 not available")
-    s = [x for x in read_conll04(path)[:200] if 2 <= x.n_entities <= 4][:n]
-    f = EntityRelationFeaturizer().fit(s)
-    return EntityRelationTask(f.transform(s), True, solver)
-
-
 @pytest.mark.parametrize("algorithm", NEW)
 def test_every_learner_trains_entity_relation_exact(algorithm: str) -> None:
-    task = _er(40, "exact")
+    task = conll04_task(40, "exact")
     res = train(task, algorithm, _cfg(max_epochs=5, eval_every=None), threads=1)
     ex = np.arange(task.n_examples)
     zero = task.metric(task.gold(ex), task.decode(np.zeros(task.dim), ex))["score"]
@@ -341,10 +329,10 @@ def test_parallel_batches_need_shared_memory(algorithm: str) -> None:
 def test_learners_with_cbc_inference(algorithm: str) -> None:
     """Expensive inference (CBC through PuLP) on a handful of sentences, mini-batches split
     over a worker for Pegasos."""
-    task = _er(6, "cbc")
+    task = conll04_task(6, "cbc")
     res = train(task, algorithm, _cfg(max_epochs=4, eval_every=None, C=1.0),
                 threads=2 if algorithm == "pegasos" else 1, batch_size=3)
-    exact = _er(6, "exact")  # the same sentences, scored with the fast exact solver
+    exact = conll04_task(6, "exact")  # the same sentences, scored with the fast exact solver
     ex = np.arange(exact.n_examples)
     zero = exact.metric(exact.gold(ex), exact.decode(np.zeros(exact.dim), ex))["score"]
     assert exact.metric(exact.gold(ex), exact.decode(res.w, ex))["score"] > zero + 0.2
