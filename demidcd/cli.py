@@ -621,9 +621,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    if not debug:
+        sys.unraisablehook = _quiet_interrupt
     try:
         return _main(argv, debug)
     finally:  # in-process callers (tests, notebooks) get their handlers back
+        sys.unraisablehook = hook
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
@@ -645,8 +649,8 @@ def _main(argv: list[str], debug: bool) -> int:
         from .solvers.common import StopRequest
 
         StopRequest.requested = StopRequest.active = False
-        signal.signal(signal.SIGINT, StopRequest.handler)
-        signal.signal(signal.SIGTERM, StopRequest.handler)
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
         return COMMANDS[args.command](args)
     except DemidcdError as e:
         if debug:
@@ -677,6 +681,31 @@ def _early_exit(signum: int, frame: object) -> None:
     sys.stderr.write("demidcd: interrupted\n")
     sys.stderr.flush()
     os._exit(130)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM once modules are loaded: :meth:`StopRequest.handler` (a flag while
+    training, else KeyboardInterrupt), except inside numba or llvmlite outside training (compiling
+    or loading the kernels, before any worker or shared memory exists): there a
+    KeyboardInterrupt unwinding through LLVM crashed the process (cold cache, Ctrl-C at 1.5 s:
+    SIGSEGV; at 5 s: "double free detected"), so leave at once as while modules load."""
+    from .solvers.common import StopRequest
+
+    if not StopRequest.active:
+        f = frame
+        while f is not None:
+            if str(f.f_globals.get("__name__", "")).startswith(("numba", "llvmlite")):
+                _early_exit(signum, frame)
+            f = f.f_back
+    StopRequest.handler(signum, frame)
+
+
+def _quiet_interrupt(u: Any) -> None:
+    """A Ctrl-C raised inside a callback Python cannot propagate from (llvmlite's object-cache
+    callback while numba compiles) is printed as "Exception ignored ... Traceback"; the stop
+    flag it set ends the run at its next check, so say nothing. Anything else: the default."""
+    if not isinstance(u.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(u)
 
 
 def _stop_requested() -> bool:

@@ -334,6 +334,24 @@ def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_
     assert meta["finished"] is False and meta["stop_reason"] == "worker-failed"
 
 
+@pytest.mark.parametrize("delay", [1.5, 4.0])
+def test_ctrl_c_while_numba_compiles_exits_130(tmp_path, delay):
+    """A cold numba cache (a fresh install): Ctrl-C while the kernels compile exits 130 with
+    one line. Before, the KeyboardInterrupt unwound through LLVM: SIGSEGV, "double free
+    detected", or "Exception ignored ... Traceback"."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cold")}
+    p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "1",
+                          "--max-epochs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    if p.returncode == 0:
+        pytest.skip("the run ended before the signal")
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip().splitlines() == ["demidcd: interrupted"], err
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.3, 0.6])
 def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
     """While modules load (numpy, numba: the first second) Ctrl-C exits 130 with at most one
