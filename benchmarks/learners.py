@@ -9,6 +9,7 @@ stdout (final metric, time to reach ``--target``).
 
     python benchmarks/learners.py --corpus ewt --budget 60         # EWT XPOS, accuracy
     python benchmarks/learners.py --corpus conll2000 --budget 40   # CoNLL-2000, chunk F1
+    python benchmarks/learners.py --corpus conll2002 --algorithms demi-dcd --budget 240  # NER
 
 CRFsuite's averaged perceptron (``ap``) and L-BFGS train on the same observation features in
 the same run (``--no-crfsuite`` skips them); the table gives each learner's time to reach
@@ -90,6 +91,11 @@ CORPORA = {  # --corpus presets: data, options, the metric's target
                   "test": str(DATA / "conll2000" / "test.txt"), "format": "columns",
                   "column": None, "task": "chunking", "feature_columns": "2", "target": 0.9333,
                   "metric": "chunk-f1", "name": "learners_conll2000"},
+    "conll2002": {"train": str(DATA / "conll2002" / "esp.train"),  # Spanish NER, esp.testb
+                  "test": str(DATA / "conll2002" / "esp.testb"), "format": "columns",
+                  "column": None, "task": "ner", "feature_columns": "2", "target": 0.80,
+                  "metric": "chunk-f1", "name": "learners_conll2002", "template": "ner",
+                  "min_count": 1},
 }
 
 
@@ -101,6 +107,8 @@ def peers(args, work: Path) -> dict:
     for alg, iters in (("ap", args.ap_iterations), ("lbfgs", args.crf_iterations)):
         r = crfsuite_peer(args.train, args.test, fmt=args.format, column=col, algorithm=alg,
                           iterations=iters, feature_columns=fc, metric=args.metric,
+                          template=getattr(args, "template", "base"),
+                          min_count=getattr(args, "min_count", None),
                           work=work, note=lambda m: say(m, args.quiet),
                           done=lambda m: say(m, args.quiet))
         if r is None:

@@ -228,7 +228,8 @@ def update_examples(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
 
 
 # ------------------------------------------------------------------ the L1 loss: SMO
-SMO_MAX_STEPS = 100  # SMO pair steps per example visit, at most
+SMO_MAX_STEPS = 100  # the SDM learners' SMO pair steps per example visit, at most (the DCD
+# learners' L1 visits take ``sweeps`` · |A_i|: see ActiveSets.update)
 
 
 @njit(cache=True, nogil=True)
@@ -250,7 +251,8 @@ def _dot_sorted(idx, val, a0, a1, b0, b1):
 
 @njit(cache=True, nogil=True)
 def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_val,
-                 free_ids, meta, C, tau, max_steps, shrink, ex_pg, skip_below, xi, stats, hot):
+                 free_ids, meta, C, tau, max_steps, per_structure, shrink, ex_pg, skip_below, xi,
+                 stats, hot):
     """The SMO procedure of the sequential dual method (SDM paper, Eq. 4.5–4.9) for the L1-loss
     (hinge) SSVM, on the active set of each example in ``examples``: the L1 loss's
     counterpart of :func:`update_examples`, over the same arrays.
@@ -259,7 +261,9 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
     gold structure (φ = 0, Δ = 0) holds λ0 = C − A_i (A_i = ``alpha_sum[i]``; α here is λ).
     With g_y = w·φ − Δ, y' = argmin g over the active set and the gold structure (g = 0), and
     y'' = argmax g over those with λ > 0 (the gold structure when λ0 > 0), while the example's
-    KKT gap g'' − g' exceeds ``tau`` (at most ``max_steps`` times) the pair step
+    KKT gap g'' − g' exceeds ``tau`` (at most ``max_steps`` times, or ``max_steps`` · |A_i| times
+    with ``per_structure``: as many steps per sweep as the visit's start has structures) the
+    pair step
     δ = min(λ'', (g'' − g')/‖φ' − φ''‖²) moves mass from y'' to y' (the whole λ'' when the
     curvature is 0). Then, with ``shrink``, structures whose λ is 0 leave the active set.
 
@@ -277,7 +281,8 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
             stats[S_SKIPPED] += 1
             continue
         gmin = 0.0
-        for it in range(max_steps + 1):
+        steps = max_steps * max(count[i], 1) if per_structure else max_steps
+        for it in range(steps + 1):
             lam0 = C - alpha_sum[i]  # the gold structure's λ (its g is 0)
             gmin, kmin = 0.0, -1
             gmax, kmax = -np.inf, -2
@@ -295,7 +300,7 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 ex_pg[i] = first
                 if first > stats[S_MAXPG]:
                     stats[S_MAXPG] = first
-            if kmax == -2 or gmax - gmin <= tau or it == max_steps:
+            if kmax == -2 or gmax - gmin <= tau or it == steps:
                 break
             if kmin == -1:
                 den = s_f[slots[i, kmax], SQNORM]

@@ -121,7 +121,7 @@ class SDM:
         act = self.act
         smo_examples(examples, self.w, act.slots, act.count, act.alpha_sum, act.s_ptr,
                      act.s_len, act.s_f, act.p_idx, act.p_val, act.free_ids, act.meta, self.C,
-                     self.config.tol, max_steps, True, act.ex_pg, -1.0, act.xi, self.stats,
+                     self.config.tol, max_steps, False, True, act.ex_pg, -1.0, act.xi, self.stats,
                      act.hot)
 
     def epoch(self, clock, poll=None) -> tuple[int, int]:
