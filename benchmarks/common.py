@@ -454,6 +454,17 @@ def time_to_metric(points: Sequence[tuple[float, float]], target: float) -> floa
     return math.inf
 
 
+def time_to_stay(points: Sequence[tuple[float, float]], target: float) -> float:
+    """First time t (points are (t, metric)) from which every later metric is ≥ ``target``;
+    inf if the last one is below it."""
+    out = math.inf
+    for t, m in sorted(points, reverse=True):
+        if m is None or not math.isfinite(m) or m < target:
+            break
+        out = t
+    return out
+
+
 def ratio(a: float, b: float) -> float:
     """a / b with inf/nan handled (time ratios: how many times slower b is than a → b / a)."""
     if not (math.isfinite(a) and math.isfinite(b)):

@@ -45,6 +45,7 @@ from common import (  # noqa: E402
     say,
     thin_snapshots,
     time_to_metric,
+    time_to_stay,
     write_json,
 )
 
@@ -69,7 +70,7 @@ def run(alg: str, args, work: Path, rep: int = 0) -> dict:
         cmd += ["--learners", args.learners]
     say(f"{alg}: training {args.budget:g}s on {threads} process(es)", args.quiet)
     _, wall = run_cli(cmd, d / "train.log", timeout=args.budget * 3 + 600)
-    kept, total = thin_snapshots(d / "snap", args.min_step, 0.15)
+    kept, total = thin_snapshots(d / "snap", args.min_step, args.rel_step)
     say(f"{alg}: evaluating {kept} of {total} snapshots", args.quiet)
     run_cli(["evaluate-snapshots", str(d / "snap"), "--train", args.train, "--test", args.test,
              *opts, "--out", str(d / "snapshots.csv"), "--quiet"], d / "evaluate.log")
@@ -79,7 +80,8 @@ def run(alg: str, args, work: Path, rep: int = 0) -> dict:
             "command": "demidcd " + " ".join(cmd).replace(str(work), "WORK"),
             "summary": read_summary(d / "summary.json"), "curve": curve,
             "final_metric": curve[-1][1] if curve else None,
-            "time_to_target": time_to_metric(curve, args.target) if curve else None}
+            "time_to_target": time_to_metric(curve, args.target) if curve else None,
+            "time_to_stay": time_to_stay(curve, args.target) if curve else None}
 
 
 CORPORA = {  # --corpus presets: data, options, the metric's target
@@ -138,6 +140,7 @@ def merge(reps: list[dict], crf: dict) -> dict:
     return {**reps[0], "repeats": reps,
             "final_metric": float(np.median(finals)) if finals else None,
             "time_to_target": median_seconds([r["time_to_target"] for r in reps]),
+            "time_to_stay": median_seconds([r["time_to_stay"] for r in reps]),
             "time_to_crfsuite": {a: median_seconds([r["time_to_crfsuite"][a] for r in reps])
                                  for a in crf}}
 
@@ -166,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                          "gives median times and final metrics, the JSON every run")
     ap.add_argument("--min-step", type=float, default=1.0,
                     help="seconds between scored snapshots before they thin out log-spaced")
+    ap.add_argument("--rel-step", type=float, default=0.15,
+                    help="scored snapshots at least this share of their time apart (0: every "
+                         "snapshot after --min-step spacing)")
     ap.add_argument("--work", default="/tmp/demidcd-learners")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--quiet", action="store_true")
@@ -185,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     reps = [[run(a, args, work, i) for a in algs] for i in range(args.repeats)]  # interleaved
     runs = [merge([rep[j] for rep in reps], crf) for j in range(len(algs))]
     out = {"machine": info, "args": vars(args), "crfsuite": crf, "runs": runs}
-    head = ["learner", "processes", f"final test {args.metric}", f"time to {100 * args.target:.2f}"]
+    head = ["learner", "processes", f"final test {args.metric}", f"time to {100 * args.target:.2f}",
+            "stays from"]
     head += [f"time to CRFsuite {a} ({100 * c['test_metric']:.2f})" for a, c in crf.items()]
     rows = [(r["algorithm"], r["threads"],
              "—" if r["final_metric"] is None else f"{100 * r['final_metric']:.2f}",
-             fmt_s(r["time_to_target"]), *(fmt_s(r["time_to_crfsuite"][a]) for a in crf))
+             fmt_s(r["time_to_target"]), fmt_s(r["time_to_stay"]),
+             *(fmt_s(r["time_to_crfsuite"][a]) for a in crf))
             for r in runs]
     rows += [(f"CRFsuite {a} ({c['iterations_run']} it.)", 1, f"{100 * c['test_metric']:.2f}",
-              "", *(fmt_s(c["train_wall_seconds"]) if b == a else "" for b in crf))
+              "", "", *(fmt_s(c["train_wall_seconds"]) if b == a else "" for b in crf))
              for a, c in crf.items()]
     table = markdown_table(head, rows)
     out["table_markdown"] = table

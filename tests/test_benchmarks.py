@@ -101,6 +101,9 @@ def test_time_to_metric_and_moving_average():
     pts = [(1.0, 0.90), (2.0, 0.93), (4.0, 0.95)]
     assert common.time_to_metric(pts, 0.93) == 2.0
     assert common.time_to_metric(pts, 0.96) == math.inf
+    dip = [(1.0, 0.95), (2.0, 0.90), (3.0, 0.94), (4.0, 0.95)]
+    assert common.time_to_metric(dip, 0.93) == 1.0 and common.time_to_stay(dip, 0.93) == 3.0
+    assert common.time_to_stay(dip + [(5.0, 0.92)], 0.93) == math.inf
     t = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
     v = [100.0, 200.0, 200.0, 200.0, 0.0, 0.0]
     ma = common.moving_average(t, v, 2.0)
