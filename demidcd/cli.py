@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "passes (0 = always full passes)")
     s.add_argument("--sweeps", type=int, default=None,
                    help="DCD learners: sweeps over an example's active set per visit (--loss "
-                        "l1: SMO pair steps per visit), at most")
+                        "l1: SWEEPS x |A_i| SMO pair steps per visit), at most")
     s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
     s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
                    help="DEMI-DCD: publish w at least this often when it changed")

@@ -33,8 +33,8 @@ class SolverConfig:
     skip: share of the examples with the smallest projected gradients that a pass over the
     active sets leaves out between full passes (:class:`~demidcd.solvers.activeset.SweepPlan`).
     sweeps: sweeps over an example's active set per visit, at most
-    (:func:`~demidcd.solvers.kernels.update_examples`); for the L1 loss, SMO pair steps per
-    visit, at most (:meth:`~demidcd.solvers.activeset.ActiveSets.update`).
+    (:func:`~demidcd.solvers.kernels.update_examples`); for the L1 loss, at most sweeps · |A_i|
+    SMO pair steps per visit (:meth:`~demidcd.solvers.activeset.ActiveSets.update`).
     loss: the SSVM the DCD learners solve: ``"l2"``, the L2-loss (squared hinge) SSVM of
     Eq. (1), or ``"l1"``, the L1-loss (hinge) SSVM ½‖w‖² + C Σ_i ξ_i, whose per-example update
     is the SDM's SMO on the same active sets (:class:`~demidcd.solvers.activeset.ActiveSets`).
