@@ -1,0 +1,223 @@
+"""The one option table: every option of ``demidcd train`` (and the data options of the other
+commands) is declared here once, with its type, default, help, tier and owner.
+
+Generated from it: the argparse options of the CLI (``--help`` shows the ``basic`` tier,
+``--help-all`` every option, each with the default from here), the estimators' keyword
+arguments and their defaults, the defaults of :class:`~demidcd.solvers.common.SolverConfig`,
+and ``demidcd learners NAME`` (the options a learner owns). A new option is one row here plus
+the code that reads it.
+
+``owners``: who reads the option: ``()`` every learner (solver options) or every task (data
+options), else learner names (``dcd``, ``demi-dcd``, …) or task names (``chunking``, …).
+``default``: the value the CLI and the library both use. ``None`` with a ``rule``: the default
+depends on something else (the learner, the task, the data), and ``rule`` says how.
+``cli_default``: only where the CLI cannot use the library's default, with the reason in
+``rule`` (``threads``: a script must not take every core unasked; a command-line run should).
+This module imports nothing of the package: every layer may read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+BASIC, ADVANCED = "basic", "advanced"
+DATA, LEARNER, OUTPUT = "data", "learner", "output"
+TRAIN = ("train",)
+DATA_COMMANDS = ("train", "evaluate", "predict", "evaluate-snapshots")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``name`` (the keyword argument), ``flag`` (the CLI spelling), ``type``
+    (int, float, str, bool: a switch), ``default`` (see the module docstring), ``help`` (one
+    line, without the default), ``tier`` (``basic``: ``--help``; ``advanced``: ``--help-all``),
+    ``group`` (data, learner, output), ``owners``, ``choices``, ``metavar``, ``commands``
+    (the subcommands that take it), ``rule`` (the default's rule or the reason the CLI differs),
+    ``param`` (False: a CLI-only option, not an estimator keyword)."""
+
+    name: str
+    flag: str
+    type: Callable[[str], Any] | type
+    default: Any
+    help: str
+    tier: str = ADVANCED
+    group: str = LEARNER
+    owners: tuple[str, ...] = ()
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    commands: tuple[str, ...] = TRAIN
+    rule: str = ""
+    cli_default: Any = None
+    param: bool = True
+
+    def default_text(self, cli: bool = True) -> str:
+        """The default as ``--help`` shows it."""
+        value = self.cli_default if cli and self.cli_default is not None else self.default
+        if value is None:
+            return self.rule or "none"
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return f"{text}; {self.rule}" if self.rule and self.cli_default is None else text
+
+
+DCD = ("dcd", "dcd-light", "demi-dcd", "ms-dcd")
+SP_IPM = ("sp-ipm",)
+SEQUENCE_TASKS = ("sequence", "chunking", "ner")
+
+
+def _o(*a: Any, **k: Any) -> Option:
+    return Option(*a, **k)
+
+
+OPTIONS: tuple[Option, ...] = (
+    # -- data ----------------------------------------------------------------------------
+    _o("task", "--task", str, "sequence", "what to learn", BASIC, DATA,
+       choices=("sequence", "chunking", "ner", "entity-relation", "dependency"),
+       commands=DATA_COMMANDS, rule="evaluate / predict: the model's", param=False),
+    _o("format", "--format", str, "auto", "input format", BASIC, DATA,
+       choices=("conllu", "columns", "conllx", "auto"), commands=DATA_COMMANDS,
+       rule="auto: .conllu files are conllu, others columns (dependency: conllx)",
+       param=False),
+    _o("column", "--column", str, None, "label column: upos|xpos for CoNLL-U, a 1-based number "
+       "for columns files", BASIC, DATA, commands=DATA_COMMANDS,
+       rule="upos for CoNLL-U, the last column of a columns file; evaluate / predict: the "
+            "model's", param=False),
+    _o("feature_columns", "--feature-columns", str, None, "other input columns (1-based, e.g. 2 "
+       "= the POS of CoNLL-2000) that feed the features", BASIC, DATA, SEQUENCE_TASKS,
+       metavar="N[,N...]", commands=DATA_COMMANDS, rule="none; evaluate / predict: the model's",
+       param=False),
+    _o("encoding", "--encoding", str, "utf-8", "text encoding of the input (predict writes in "
+       "it)", BASIC, DATA, commands=DATA_COMMANDS, param=False),
+    _o("max_sentence_length", "--max-sentence-length", int, None, "longest sentence accepted",
+       ADVANCED, DATA, metavar="N", commands=DATA_COMMANDS,
+       rule="the task's (see --help-all of the task)", param=False),
+    _o("label_scheme", "--label-scheme", str, "auto", "how labels mark chunks", ADVANCED, DATA,
+       ("chunking", "ner"), choices=("auto", "iob1", "iob2", "bio", "bioes", "iobes",
+                                     "conlleval"), commands=DATA_COMMANDS,
+       rule="auto: BIOES when S- tags occur, else conlleval's IOB rules"),
+    _o("min_count", "--min-count", int, None, "feature dictionary cut-off: features seen on fewer "
+       "training tokens are dropped", ADVANCED, DATA, SEQUENCE_TASKS + ("entity-relation",),
+       rule="2 for sequence and chunking, 1 for ner and entity-relation"),
+    _o("hashing", "--hashing", int, None, "hash features into DIM weights instead of a "
+       "dictionary", ADVANCED, DATA, metavar="DIM",
+       rule="a dictionary (dependency: 2^23 hashed arc features)"),
+    _o("decoder", "--decoder", str, "eisner", "dependency decoder: eisner (projective trees) or "
+       "cle (Chu-Liu-Edmonds, any tree)", ADVANCED, DATA, ("dependency",),
+       choices=("eisner", "cle"), commands=DATA_COMMANDS, rule="evaluate / predict: the "
+       "model's"),
+    _o("pos_column", "--pos-column", str, "upos", "dependency: the POS column (the other one, "
+       "when filled, feeds a second set of POS features)", ADVANCED, DATA, ("dependency",),
+       choices=("upos", "xpos"), commands=DATA_COMMANDS, rule="evaluate / predict: the "
+       "model's"),
+    _o("ilp_solver", "--ilp-solver", str, "exact", "entity-relation inference: exact "
+       "branch-and-bound, CBC (bundled with PuLP) or HiGHS", ADVANCED, DATA,
+       ("entity-relation",), choices=("exact", "cbc", "highs"), commands=DATA_COMMANDS),
+    _o("ilp_time_limit", "--ilp-time-limit", float, 2.0, "cbc/highs: cap per ILP solve in "
+       "seconds (0 = none); at the cap the best feasible structure is used, unproven",
+       ADVANCED, DATA, ("entity-relation",), metavar="SECONDS", commands=DATA_COMMANDS),
+    _o("relation_loss_weight", "--relation-loss-weight", float, 1.0, "entity-relation: weight "
+       "of relation errors in the loss", ADVANCED, DATA, ("entity-relation",)),
+    # -- learner -------------------------------------------------------------------------
+    _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
+       BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
+    _o("threads", "--threads", int, 1, "processes", BASIC, cli_default="all cores",
+       rule="the library uses 1 so that a script never takes every core unasked; the command "
+            "line uses all cores"),
+    _o("C", "--C", float, 0.1, "regularisation C of Eq. (1)", BASIC),
+    _o("time_limit", "--time-limit", float, None, "wall-clock seconds of training, worker "
+       "start-up included", BASIC, metavar="SECONDS", rule="none: until converged"),
+    _o("loss", "--loss", str, None, "the SSVM's loss: l2 (squared hinge, Eq. 1) or l1 (hinge)",
+       owners=DCD, choices=("l1", "l2"), rule="l1 for chunking and ner, l2 otherwise"),
+    _o("tol", "--tol", float, 0.01, "stopping tolerance on violations and projected "
+       "gradients"),
+    _o("delta", "--delta", float, 0.01, "shrinking threshold δ of Eq. (9)", owners=DCD),
+    _o("max_epochs", "--max-epochs", int, None, "outer iterations at most",
+       rule="DCD learners: until converged; sp-ipm 100 rounds; perceptron, mira 30; pegasos, "
+            "adagrad, sdm-* 100"),
+    _o("seed", "--seed", int, 0, "shuffling, sharding and splits"),
+    _o("inner_passes", "--inner-passes", int, 5, "r of DCD-SSVM: passes over the active sets "
+       "per inference pass (MS-DCD: master passes; sdm-ramp: SDM epochs per CCCP step)",
+       owners=DCD + ("sdm-ramp",)),
+    _o("max_active", "--max-active-per-example", int, 50, "bound on an example's active set "
+       "|A_i|", owners=DCD + ("sdm-hinge", "sdm-ramp")),
+    _o("batch", "--batch", int, 16, "examples per inference call of 1-DCD and the SDMs (1 = "
+       "strictly sequential)", owners=("dcd", "dcd-light", "sdm-hinge", "sdm-ramp")),
+    _o("skip", "--skip", float, 0.75, "share of the examples with the smallest projected "
+       "gradients that a pass over the active sets leaves out between full passes",
+       owners=DCD, metavar="SHARE"),
+    _o("sweeps", "--sweeps", int, 1, "sweeps over an example's active set per visit, at most "
+       "(--loss l1: SWEEPS x |A_i| SMO pair steps)", owners=DCD),
+    _o("learners", "--learners", str, "auto", "learner processes updating one shared w: K = "
+       "--threads (every process infers and learns), 1 (one learner, --threads - 1 inference "
+       "workers) or auto (measured: --threads when one learner could not keep up)",
+       owners=("demi-dcd",), metavar="K|auto"),
+    _o("backend", "--backend", str, "shm", "how the learner reaches its workers: shm (processes "
+       "on this machine) or ray (a Ray cluster; pip install 'demidcd[ray]')",
+       owners=("demi-dcd", "ms-dcd", "sp-ipm", "pegasos", "adagrad"), choices=("shm", "ray")),
+    _o("ray_address", "--ray-address", str, None, "--backend ray: the cluster to join "
+       "(HEAD_IP:6379)", owners=("demi-dcd", "ms-dcd", "sp-ipm", "pegasos", "adagrad"),
+       metavar="ADDR", rule="start a local Ray instance for this run"),
+    _o("perceptron_epochs_per_round", "--perceptron-epochs", int, 10, "perceptron epochs per "
+       "mixing round", owners=SP_IPM),
+    _o("mixing", "--mixing", str, "uniform", "parameter mixing weights", owners=SP_IPM,
+       choices=("uniform", "mistakes")),
+    _o("averaged", "--averaged", bool, None, "output averaged weights",
+       owners=SP_IPM + ("perceptron", "mira", "pegasos"),
+       rule="on for perceptron, mira and pegasos, off for sp-ipm"),
+    _o("batch_size", "--batch-size", int, 16, "examples per mini-batch step",
+       owners=("pegasos", "adagrad"), metavar="K"),
+    _o("lam", "--lambda", float, None, "regularisation λ", owners=("pegasos",),
+       rule="1/(C n): the same objective as the L1-loss SSVM"),
+    _o("projection", "--projection", bool, False, "project w onto the ball ||w|| <= "
+       "1/sqrt(λ)", owners=("pegasos",)),
+    _o("eta", "--eta", float, 0.1, "learning rate η", owners=("adagrad",)),
+    _o("regularizer", "--regularizer", str, "l2", "regulariser", owners=("adagrad",),
+       choices=("l1", "l2")),
+    # -- output --------------------------------------------------------------------------
+    _o("model", "--model", str, None, "model file to write (.npz)", BASIC, OUTPUT,
+       metavar="OUT", param=False),
+    _o("log_json", "--log-json", str, None, "write the log records as JSON lines", group=OUTPUT,
+       metavar="FILE", param=False),
+    _o("summary_json", "--summary-json", str, None, "write the run summary as JSON (stop "
+       "reason, time, counters, CPU, dev/test metrics)", group=OUTPUT, metavar="FILE",
+       param=False),
+    _o("cpu_log", "--cpu-log", str, None, "CPU-use timeline as CSV", group=OUTPUT,
+       metavar="FILE"),
+    _o("eval_every", "--eval-every", float, None, "log primal, dual and gap at most every "
+       "SECONDS", group=OUTPUT, metavar="SECONDS", rule="never"),
+    _o("snapshot_every", "--snapshot-every", float, None, "save w every SECONDS of training "
+       "(see evaluate-snapshots)", group=OUTPUT, metavar="SECONDS", rule="never"),
+    _o("snapshot_dir", "--snapshot-dir", str, None, "where snapshots go", group=OUTPUT,
+       metavar="DIR", rule="MODEL without .npz + .snapshots"),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def option(name: str) -> Option:
+    """The option called ``name`` (its keyword-argument name)."""
+    return BY_NAME[name]
+
+
+def default(name: str) -> Any:
+    """The library's default of option ``name``."""
+    return BY_NAME[name].default
+
+
+def options_for(owner: str | None = None, command: str = "train",
+                tier: str | None = None) -> Iterator[Option]:
+    """The options ``command`` takes, those of ``owner`` only (a learner or task name; None:
+    all), and of ``tier`` only (None: both)."""
+    for o in OPTIONS:
+        if command not in o.commands or (tier is not None and o.tier != tier):
+            continue
+        if owner is not None and o.owners and owner not in o.owners:
+            continue
+        yield o
+
+
+def estimator_params() -> tuple[Option, ...]:
+    """The options that are estimator keyword arguments, in table order."""
+    return tuple(o for o in OPTIONS if o.param)
+
