@@ -85,15 +85,15 @@ def boundary(k: int) -> str:
 # Wapiti's regex dialect
 # ---------------------------------------------------------------------------------------------
 @cache
-def _char_class(letter: str) -> str:
-    """A :mod:`re` class for Wapiti's ``\\l``, ``\\u``, ``\\p`` (and the complements).
+def _class_body(letter: str) -> str:
+    """The inside of a :mod:`re` class for Wapiti's ``\\l``, ``\\u`` or ``\\p``.
 
     The members are found by scanning U+0000–U+1FFFF: no code point above is lower-case,
     upper-case, punctuation or symbol."""
     import unicodedata
 
     pred = {"l": str.islower, "u": str.isupper,
-            "p": lambda c: unicodedata.category(c)[0] in "PS"}[letter.lower()]
+            "p": lambda c: unicodedata.category(c)[0] in "PS"}[letter]
     ranges: list[list[int]] = []
     for cp in range(0x20000):
         if pred(chr(cp)):
@@ -101,14 +101,19 @@ def _char_class(letter: str) -> str:
                 ranges[-1][1] = cp
             else:
                 ranges.append([cp, cp])
-    body = "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
-    return f"[{'^' if letter.isupper() else ''}{body}]"
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+def _char_class(letter: str) -> str:
+    """``\\l``, ``\\u``, ``\\p`` as a :mod:`re` class; the upper-case letter: the complement."""
+    return f"[{'^' if letter.isupper() else ''}{_class_body(letter.lower())}]"
 
 
 _RE_CLASSES = {"d": r"\d", "D": r"\D", "s": r"\s", "S": r"\S",
                "a": r"[^\W\d_]", "A": r"[\W\d_]", "w": r"[^\W_]", "W": r"[\W_]"}
 
 
+@cache
 def compile_regex(rx: str) -> re.Pattern:
     """Wapiti's regex ``rx`` as an equivalent :mod:`re` pattern (use ``.search``); raises
     ValueError naming what is wrong."""
@@ -743,6 +748,11 @@ class _SpacesFeaturizer:
         self._need_fit()
         return self.spaces[0].size
 
+    @property
+    def features(self) -> list[str] | None:
+        """The U feature strings by id (dictionary mode; None when hashing)."""
+        return self.spaces[0].features
+
     def _need_fit(self) -> None:
         if not self._fitted:
             raise RuntimeError(f"{type(self).__name__} is not fitted")
@@ -860,6 +870,11 @@ class TemplateFeaturizer(_SpacesFeaturizer):
     @property
     def transitions(self) -> bool:
         return self.template.transitions
+
+    @property
+    def bfeatures(self) -> list[str] | None:
+        """The B feature strings by id (dictionary mode; None when hashing)."""
+        return self.spaces[1].features
 
     def _fit_source(self, tokens: list[list]) -> None:
         self.n_columns = None  # set by the first _expand
