@@ -658,21 +658,19 @@ class _FeatureSpace:
     def lookup(self, strings: list[str], seen: dict[str, int] | None) -> np.ndarray:
         """int32 ids of ``strings``: provisional ids added to ``seen`` (fit), crc32 mod D
         (hashing) or the dictionary's (−1 when unknown)."""
+        n = len(strings)
         if seen is not None:
-            sd = seen.setdefault
-            ids = [sd(s, len(seen)) for s in strings]
+            for x in dict.fromkeys(strings):
+                if x not in seen:
+                    seen[x] = len(seen)
+            get = seen.__getitem__
         elif self.hashing:
             mod, crc = self.hashing, zlib.crc32
-            memo: dict[str, int] = {}
-            ids = []
-            for s in strings:
-                h = memo.get(s)
-                if h is None:
-                    h = memo[s] = crc(s.encode("utf-8")) % mod
-                ids.append(h)
+            get = {x: crc(x.encode("utf-8")) % mod for x in dict.fromkeys(strings)}.__getitem__
         else:
-            ids = list(map(self.index.get, strings, itertools.repeat(-1, len(strings))))
-        return np.array(ids, np.int32) if ids else np.zeros(0, np.int32)
+            return np.fromiter(map(self.index.get, strings, itertools.repeat(-1, n)), np.int32,
+                               count=n)
+        return np.fromiter(map(get, strings), np.int32, count=n)
 
     def finalize(self, seen: dict[str, int], feat_idx: np.ndarray, min_count: int) -> np.ndarray:
         """Keep the provisional features firing on ≥ min_count tokens (``feat_idx``: the
@@ -1011,34 +1009,47 @@ class DictFeaturizer(_SpacesFeaturizer):
     def _expand(self, tokens, lookups):
         sent_ptr = _sent_ptr(tokens)
         names: list[str] = []
-        vals: list[float] = []
-        ends = np.empty(int(sent_ptr[-1]) + 1, np.int64)
-        ends[0] = 0
-        t = 1
+        na = names.append
+        num_at: list[int] = []  # positions in names of the values other than 1 …
+        num_val: list[float] = []  # … and those values
+        ends = [0]
         for s in tokens:
             for tok in s:
-                if type(tok) is dict:
+                if tok.__class__ is dict:
                     for k, v in tok.items():  # the common cases inline, the rest in _flatten_into
-                        tv = type(v)
-                        if tv is str and type(k) is str:
-                            names.append(k + ":" + v)
-                            vals.append(1.0)
-                        elif tv is bool and type(k) is str:
+                        c = v.__class__
+                        if c is str and k.__class__ is str:
+                            na(k + ":" + v)
+                        elif c is bool and k.__class__ is str:
                             if v:
-                                names.append(k)
-                                vals.append(1.0)
-                        elif (tv is float or tv is int) and type(k) is str and math.isfinite(v):
+                                na(k)
+                        elif (c is float or c is int) and k.__class__ is str and math.isfinite(v):
                             if v:
-                                names.append(k)
-                                vals.append(float(v))
+                                if v != 1:
+                                    num_at.append(len(names))
+                                    num_val.append(v)
+                                na(k)
                         else:
-                            _flatten_into({k: v}, "", names, vals)
+                            self._slow({k: v}, names, num_at, num_val)
                 else:
-                    _flatten_into(tok, "", names, vals)
-                ends[t] = len(names)
-                t += 1
+                    self._slow(tok, names, num_at, num_val)
+                ends.append(len(names))
+        vals = np.ones(len(names), np.float64)
+        vals[np.array(num_at, np.int64)] = np.array(num_val, np.float64)
         ids = lookups[0](names)
-        return sent_ptr, [(ends, ids, np.array(vals, np.float64))], True
+        return sent_ptr, [(np.array(ends, np.int64), ids, vals)], True
+
+    @staticmethod
+    def _slow(x, names: list[str], num_at: list[int], num_val: list[float]) -> None:
+        """:func:`_flatten_into` for what the inline cases of :meth:`_expand` do not cover."""
+        nm: list[str] = []
+        vl: list[float] = []
+        _flatten_into(x, "", nm, vl)
+        for n, v in zip(nm, vl, strict=True):
+            if v != 1.0:
+                num_at.append(len(names))
+                num_val.append(v)
+            names.append(n)
 
     @property
     def transitions(self) -> bool:
