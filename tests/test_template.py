@@ -474,7 +474,8 @@ def test_template_hashing_ids():
 def test_state_round_trip_without_pickle():
     sents = [[("The", "DT"), ("dog", "NN")], [("U.S.", "NNP"), ("42", "CD")]]
     for f in (TemplateFeaturizer(TPL, min_count=1).fit(sents),
-              TemplateFeaturizer(TPL, hashing=128, bhashing=16).fit(sents)):
+              TemplateFeaturizer(TPL, hashing=128, bhashing=16).fit(sents),
+              TemplateFeaturizer(Template(CHUNK), min_count=1).fit(sents)):  # no B features
         arrays, meta = f.state()
         meta = json.loads(json.dumps(meta))
         buf = io.BytesIO()
@@ -483,7 +484,7 @@ def test_state_round_trip_without_pickle():
         with np.load(buf, allow_pickle=False) as z:
             loaded = {k: z[k] for k in z.files}
         g = TemplateFeaturizer.from_state(loaded, meta)
-        assert g.template.text == TPL.text and g.n_features == f.n_features
+        assert g.template.text == f.template.text and g.n_features == f.n_features
         assert g.n_bfeatures == f.n_bfeatures and g.n_columns == 2
         a, b = f.transform(sents), g.transform(sents)
         assert np.array_equal(a.feat_idx, b.feat_idx) and np.array_equal(a.bfeat_idx, b.bfeat_idx)

@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Self
 
 import numba as nb
 import numpy as np
@@ -168,6 +169,8 @@ class MacroFn:
         return self.cmd == "x" and not self.fold
 
     def __call__(self, v: str) -> str:
+        if self.cmd == "x" and not self.fold:
+            return v
         r = self._cache.get(v)
         if r is None:
             if self.cmd == "x":
@@ -222,8 +225,8 @@ class TemplateLine:
         return [m for m in self.items if isinstance(m, Macro)]
 
 
-_ARGS = re.compile(r"\[\s*([+-]?\d+)\s*,\s*(\d+)\s*")
-_COMMENT = re.compile(r"(^|\s)#")
+_ARGS = re.compile(r"\[\s*([+-]?\d+)\s*,\s*(\d+)\s*")  # [row,col of a macro
+_REGEX_START = re.compile(r',\s*"')  # ,"regex"] of %t and %m
 
 
 def _parse_line(text: str) -> tuple[str, tuple[str | Macro, ...]]:
@@ -258,7 +261,7 @@ def _parse_line(text: str) -> tuple[str, tuple[str | Macro, ...]]:
         j = m.end()
         regex = None
         if cmd in "tTmM":
-            q = re.compile(r',\s*"').match(text, j)
+            q = _REGEX_START.match(text, j)
             if not q:
                 raise ValueError(f"%{cmd} needs a regex: expected {form}")
             j = q.end()
@@ -635,6 +638,8 @@ def _unpack_strings(blob: np.ndarray, ends: np.ndarray, n: int) -> list[str]:
     if ends.shape != (n,) or (n and (ends[-1] != len(raw) or np.any(np.diff(ends) < 0)
                                      or ends[0] < 0)):
         raise ValueError("malformed feature strings")
+    if not n:
+        return []
     starts = np.concatenate([[0], ends[:-1]]).tolist()
     return [raw[a:b].decode("utf-8") for a, b in zip(starts, ends.tolist(), strict=True)]
 
@@ -792,7 +797,8 @@ class _SpacesFeaturizer:
                                                                  enc.bfeat_val, remaps[1])
         return enc
 
-    def fit(self, tokens: list[list]):
+    def fit(self, tokens: list[list]) -> Self:
+        """:meth:`fit_transform` without the encoding."""
         self.fit_transform(tokens)
         return self
 
@@ -886,7 +892,6 @@ class TemplateFeaturizer(_SpacesFeaturizer):
                                  f"{self.n_columns}")
             self.template.check_columns(n)
             self.n_columns = n
-        self._plain = bool(flat) and isinstance(flat[0], str)
         sent_ptr = _sent_ptr(tokens)
         n_tok = int(sent_ptr[-1])
         tpl = self.template
@@ -916,7 +921,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
 
         def column(c: int) -> tuple[np.ndarray, list[str]]:
             if c not in columns:
-                col = flat if self._plain else [t[c] for t in flat]
+                col = flat if flat and isinstance(flat[0], str) else [t[c] for t in flat]
                 vocab = dict.fromkeys(col)  # distinct values in order of first occurrence
                 index = dict(zip(vocab, range(len(vocab)), strict=True))
                 tt = np.fromiter(map(index.__getitem__, col), np.int64, count=n_tok)
