@@ -423,11 +423,9 @@ _sents = st.lists(st.lists(st.tuples(_words, _tags), min_size=0, max_size=6), ma
 
 
 @settings(max_examples=60, deadline=None)
-@given(_sents, st.sampled_from([1, 2, 3]), st.booleans())
-def test_template_ids_equal_brute_force(sents, min_count, fast):
+@given(_sents, st.sampled_from([1, 2, 3]))
+def test_template_ids_equal_brute_force(sents, min_count):
     f = TemplateFeaturizer(TPL, min_count=min_count)
-    if fast:
-        f.direct_max_tokens = 0
     enc = f.fit_transform(sents)
     (uf, urows), (bf, brows) = _brute(sents, min_count)
     assert f.features == uf and f.bfeatures == bf
@@ -440,33 +438,41 @@ def test_template_ids_equal_brute_force(sents, min_count, fast):
                                                                           enc.bfeat_idx)
 
 
-def test_fast_and_string_paths_agree_on_unseen_data():
+def test_plain_string_tokens_featurizer():
+    tpl = Template('U:%x[-1,0]|%X[0,0]\nU:%m[0,0,"..$"]\n*:%t[1,0,"^\\u"]\n')
+    sents = [["The", "dog", "barks"], ["Dog", "the"], []]
+    enc = TemplateFeaturizer(tpl, min_count=1).fit_transform(sents)
+    (uf, urows), (bf, brows) = _brute(sents, 1, tpl)
+    assert "U:_B-1|the" in uf and "*:false" in bf
+    assert _rows(enc.feat_ptr, enc.feat_idx) == urows
+    assert _rows(enc.bfeat_ptr, enc.bfeat_idx) == brows and not enc.transitions
+
+
+def test_unseen_features_are_dropped():
     train = [[("The", "DT"), ("dog", "NN")], [("U.S.", "NNP"), ("42", "CD"), (",", ",")]]
     test = [[("The", "DT"), ("cat", "NN"), ("42", "CD")], [("dog", "NN")]]
     f = TemplateFeaturizer(TPL, min_count=1).fit(train)
-    slow = f.transform(test)
-    f.direct_max_tokens = 0
-    fast = f.transform(test)
-    for a in ("feat_ptr", "feat_idx", "bfeat_ptr", "bfeat_idx"):
-        assert np.array_equal(getattr(slow, a), getattr(fast, a)), a
-    (uf, _), _ = _brute(train, 1)
-    ix = {s: j for j, s in enumerate(uf)}
-    want = [sorted({ix[s] for s in u if s in ix}) for s in TPL.expand(test) for u, _ in s]
-    assert _rows(fast.feat_ptr, fast.feat_idx) == want
+    enc = f.transform(test)
+    (uf, _), (bf, _) = _brute(train, 1)
+    for k, (feats, ptr, idx) in enumerate([(uf, enc.feat_ptr, enc.feat_idx),
+                                           (bf, enc.bfeat_ptr, enc.bfeat_idx)]):
+        ix = {s: j for j, s in enumerate(feats)}
+        want = [sorted({ix[s] for s in tok[k] if s in ix}) for s in TPL.expand(test) for tok in s]
+        assert _rows(ptr, idx) == want
+    assert f.features.index("U:w0=The") in enc.feat_idx[:enc.feat_ptr[1]]
+    assert "U:w0=cat" not in f.features
 
 
 def test_template_hashing_ids():
     sents = [[("The", "DT"), ("dog", "NN")]]
     f = TemplateFeaturizer(TPL, hashing=1000, bhashing=50).fit(sents)
     assert f.n_features == 1000 and f.n_bfeatures == 50
-    for fast in (False, True):
-        f.direct_max_tokens = 0 if fast else 10**6
-        enc = f.transform(sents)
-        exp = [tok for s in TPL.expand(sents) for tok in s]
-        assert _rows(enc.feat_ptr, enc.feat_idx) == [
-            sorted({zlib.crc32(x.encode()) % 1000 for x in u}) for u, _ in exp]
-        assert _rows(enc.bfeat_ptr, enc.bfeat_idx) == [
-            sorted({zlib.crc32(x.encode()) % 50 for x in b}) for _, b in exp]
+    enc = f.transform(sents)
+    exp = [tok for s in TPL.expand(sents) for tok in s]
+    assert _rows(enc.feat_ptr, enc.feat_idx) == [
+        sorted({zlib.crc32(x.encode()) % 1000 for x in u}) for u, _ in exp]
+    assert _rows(enc.bfeat_ptr, enc.bfeat_idx) == [
+        sorted({zlib.crc32(x.encode()) % 50 for x in b}) for _, b in exp]
     with pytest.raises(ValueError):
         TemplateFeaturizer(TPL, hashing=0, bhashing=10)
 
@@ -504,7 +510,7 @@ def test_not_fitted():
 
 
 @pytest.mark.slow
-def test_conll2000_paths_agree():
+def test_conll2000_ids_equal_brute_force():
     path = DATA / "conll2000" / "train.txt"
     if not path.exists():
         pytest.skip(f"{path} absent")
@@ -521,7 +527,6 @@ def test_conll2000_paths_agree():
                 continue
             s.append(tuple(p[:-1]))
     f = TemplateFeaturizer("chunking", min_count=2)
-    f.direct_max_tokens = 0
     enc = f.fit_transform(sents)
     (uf, urows), (bf, brows) = _brute(sents, 2, f.template)
     assert f.features == uf and f.bfeatures == bf

@@ -42,12 +42,13 @@ dropped (they add nothing to any score), repeated names in a token add up.
 ids by decreasing count, ties in string order) or ``hashing`` (crc32 of the UTF-8 string mod D).
 U and B features are two id spaces. Unseen features are dropped at transform time.
 
-**Speed.** Expanding string by string costs one join and one lookup per (token, line). For big
-inputs :class:`TemplateFeaturizer` instead maps each column's distinct values through each macro
+**Speed.** :meth:`Template.expand` gives the feature strings themselves, one join per (token,
+line); :class:`TemplateFeaturizer` instead maps each column's distinct values through each macro
 once (``%t``/``%m``/``%X`` are functions of the value), gathers the per-token value ids of each
 (macro, row) with a numba kernel, collapses a line's value-id tuple to one integer key, and builds
 and looks up a string only for the line's *distinct* keys; a numba kernel then sorts and
-deduplicates each token's ids. Small inputs (one sentence to tag) take the string path.
+deduplicates each token's ids. (Also for one sentence, this beat looking up the strings of
+:meth:`Template.expand`: CoNLL-2000 test, one sentence a call, 638 against 518 sentences/s.)
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ from .features import DEFAULT_MIN_COUNT
 TEMPLATE_STATE_VERSION = 1
 MAX_OFFSET = 100  # |r| of %x[r,c] (CRF++ allows 8)
 SHIPPED_TEMPLATES = ("chunking", "pos", "ner")
-DIRECT_MAX_TOKENS = 2000  # inputs up to this many tokens take the string-by-string path
 
 
 def boundary(k: int) -> str:
@@ -863,7 +863,6 @@ class TemplateFeaturizer(_SpacesFeaturizer):
             raise ValueError("bhashing needs hashing (and hashing bhashing)")
         self.spaces[1] = _FeatureSpace(self.bhashing)
         self.n_columns: int | None = None  # columns per token (set by fit)
-        self.direct_max_tokens = DIRECT_MAX_TOKENS
 
     @property
     def n_bfeatures(self) -> int:
@@ -896,16 +895,9 @@ class TemplateFeaturizer(_SpacesFeaturizer):
         n_tok = int(sent_ptr[-1])
         tpl = self.template
         parts = []
-        direct = n_tok <= self.direct_max_tokens
-        if direct:
-            expanded = tpl.expand(tokens)
         for k, lines in enumerate((tpl.unigram_lines, tpl.bigram_lines)):
             L = len(lines)
-            if direct:
-                strings = [f for s in expanded for tok in s for f in tok[k]]
-                ids = lookups[k](strings)
-            else:
-                ids = self._line_ids(flat, sent_ptr, lines, lookups[k]).ravel()
+            ids = self._line_ids(flat, sent_ptr, lines, lookups[k]).ravel()
             parts.append((np.arange(0, n_tok * L + 1, max(L, 1), dtype=np.int64)
                           if L else np.zeros(n_tok + 1, np.int64), ids, None))
         return sent_ptr, parts, tpl.transitions
