@@ -780,6 +780,7 @@ class _SpacesFeaturizer:
 
     def fit_transform(self, tokens: list[list]) -> TemplateEncoding:
         """Build the dictionaries (see the module docstring) and encode ``tokens``."""
+        self._fitted = False  # until the new dictionaries are complete
         self._fit_source(tokens)
         if self.hashing:
             self._fitted = True
