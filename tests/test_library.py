@@ -303,3 +303,25 @@ def test_load_dependency_and_conll04_on_the_real_corpora():
     X, y = load_conll04(corp)
     assert len(X) == 5516 and sum(len(labels) for labels, _ in y) == 14177
     assert sum(len(r) for _, r in y) == 2048
+
+
+# ============================================================ 17. 1-DCD's stop with any r
+@pytest.mark.parametrize("inner_passes", [4, 10])
+def test_dcd_with_an_even_number_of_inner_passes_stops_converged(small, inner_passes):
+    """The sweep plan's full passes alternate with skipping ones near convergence, so with an
+    even r the last inner pass of an epoch was never a full one and 1-DCD never certified
+    (max-epochs); the inference pass, which visits every example, certifies as well. It stops
+    at the optimum r = 5 reaches."""
+    from demidcd.solvers.common import primal_objective
+
+    X, Y = small
+    primal = {}
+    for r in (5, inner_passes):
+        est = SequenceTagger(algorithm="dcd", threads=1, inner_passes=r, max_epochs=300,
+                             min_count=1, time_limit=60).fit(X, Y)
+        assert est.result_.stop_reason == "converged", (r, est.result_.epochs)
+        assert est.result_.history[-1]["max_pg"] < 0.01
+        primal[r], _ = primal_objective(est.training_task(X, Y), est.coef_, 0.1)
+        gap = est.objective(est.training_task(X, Y))["gap"]
+        assert 0 <= gap < 1e-3, (r, gap)
+    assert primal[inner_passes] == pytest.approx(primal[5], rel=1e-3)
