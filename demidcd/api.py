@@ -1,13 +1,19 @@
 """Library API: scikit-learn estimators for structured outputs. Construct with
 hyper-parameters, ``fit``, ``predict``, ``score``, ``save`` / ``load``; fitted attributes end
-in ``_``.
+in ``_``. :mod:`demidcd.datasets` reads corpus files into the ``X, Y`` they take.
 
->>> tagger = SequenceTagger(C=0.1, algorithm="dcd").fit(X, Y)   # X: token lists, Y: tag lists
+>>> from demidcd.datasets import load_tagged
+>>> X, Y = load_tagged("en_ewt-ud-train.conllu", column="xpos")  # token lists, tag lists
+>>> tagger = SequenceTagger(C=0.1, algorithm="dcd").fit(X, Y)
 >>> tagger.predict([["The", "cat", "sat"]])
 
 The estimators follow scikit-learn's conventions without importing it (it takes seconds):
 ``get_params`` / ``set_params`` over the constructor's keyword arguments, which are stored
-unchanged (a misspelt one is a TypeError) and validated in ``fit``; ``__sklearn_tags__``;
+unchanged (a misspelt one is a TypeError) and validated in ``fit`` (a bad value raises
+:class:`~demidcd.errors.OptionError`, a ValueError naming the parameter: ``C must be a finite
+number > 0, got -1.0``); ``save`` keeps them as given and ``load`` gives them back so (but
+``callback`` and ``log``, which come back as None), with ``result_`` the saved summary of the
+training run (:func:`saved_result`); ``__sklearn_tags__``;
 ``predict`` before ``fit`` raises :class:`~demidcd.errors.NotFittedError` (also scikit-learn's
 when it is installed). So ``clone``, ``GridSearchCV``, ``cross_val_score`` and ``Pipeline``
 work with the ``[sklearn]`` extra installed. Every solver option defaults to None, meaning
@@ -121,6 +127,72 @@ def estimator_init(*task_params: inspect.Parameter) -> Callable[..., None]:
     __init__.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()
                                 if p.annotation is not p.empty}
     return __init__
+
+
+_NOT_SAVED = object()
+
+
+def _encode_value(v: Any) -> Any:
+    """One constructor argument as JSON: None, bool, int, str and finite floats as they are
+    (numpy scalars as Python ones, paths as strings), a non-finite float as ``{"float":
+    "inf"}``; anything else (a callable) is not saved."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if np.isfinite(v) else {"float": repr(v)}
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    return _NOT_SAVED
+
+
+def encode_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments a model file keeps (``callback``, ``log`` and other values
+    that are not numbers, strings, booleans or None are left out: ``load`` gives None)."""
+    out = {}
+    for k, v in params.items():
+        enc = _encode_value(v)
+        if enc is not _NOT_SAVED:
+            out[k] = enc
+    return out
+
+
+def decode_parameters(path: str, saved: Any) -> dict[str, Any] | None:
+    """The inverse of :func:`encode_parameters`; None when the file has none (older models);
+    a malformed entry is a :class:`ModelFileError`."""
+    if saved is None:
+        return None
+    bad = ModelFileError(path, "corrupt model metadata (bad 'parameters')")
+    if not isinstance(saved, dict):
+        raise bad
+    out: dict[str, Any] = {}
+    for k, v in saved.items():
+        if isinstance(v, dict):
+            if set(v) != {"float"} or v["float"] not in ("inf", "-inf", "nan"):
+                raise bad
+            v = float(v["float"])
+        elif not (v is None or isinstance(v, bool | int | float | str)):
+            raise bad
+        out[k] = v
+    return out
+
+
+def saved_result(path: str, w: np.ndarray, meta: dict) -> TrainResult:
+    """``result_`` of a loaded model: the saved summary of its training as a
+    :class:`~demidcd.solvers.common.TrainResult` (``finished``, ``stop_reason``, ``epochs``,
+    ``seconds`` and ``dual``; None where the file does not say, as older models do not for
+    ``seconds`` and ``dual``), with an empty ``history`` and ``extra``."""
+    epochs, seconds, dual = meta.get("epochs"), meta.get("seconds"), meta.get("dual")
+    if not (epochs is None or (isinstance(epochs, int) and not isinstance(epochs, bool)
+                               and epochs >= 0)) or any(
+            not (x is None or (isinstance(x, int | float) and not isinstance(x, bool)))
+            for x in (seconds, dual)):
+        raise ModelFileError(path, "corrupt model metadata (bad training summary)")
+    return TrainResult(w=w, finished=bool(meta.get("finished", True)),
+                       stop_reason=str(meta.get("stop_reason", "unknown")), epochs=epochs,
+                       seconds=None if seconds is None else float(seconds),
+                       dual=None if dual is None else float(dual))
 
 
 class StructuredEstimator:
@@ -306,16 +378,40 @@ class StructuredEstimator:
         return result
 
     def _meta(self) -> dict[str, Any]:
-        """Metadata every model file carries: task, hyper-parameters, how training ended and
-        the data options the CLI remembers (``data_options_``, e.g. the label column)."""
+        """Metadata every model file carries: task, the constructor arguments as given
+        (``parameters``, :func:`encode_parameters`) and resolved (``hyper_parameters``), how
+        training ended (stop reason, epochs, seconds, dual) and the data options the CLI
+        remembers (``data_options_``, e.g. the label column)."""
         self._check_fitted()
         res = getattr(self, "result_", None)
         return {"task": self.task_name, "dim": int(self.coef_.shape[0]),
+                "parameters": encode_parameters(self.get_params(deep=False)),
                 "hyper_parameters": self.hyper_parameters(),
                 "data_options": dict(getattr(self, "data_options_", {}) or {}),
                 "finished": bool(res.finished) if res else True,
                 "stop_reason": res.stop_reason if res else "unknown",
-                "epochs": res.epochs if res else None}
+                "epochs": res.epochs if res else None,
+                "seconds": float(res.seconds) if res else None,
+                "dual": None if res is None or res.dual is None else float(res.dual)}
+
+    def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
+        """Finish a ``load``: the constructor arguments as they were given (models written
+        before they were saved keep the resolved ones the loader passed), ``coef_ = w``,
+        ``meta_`` and ``result_``, the saved summary of the training run
+        (:func:`saved_result`)."""
+        given = decode_parameters(str(path), meta.get("parameters"))
+        if given is not None:
+            hp = meta.get("hyper_parameters") or {}
+            for name in self._get_param_names():
+                value = given.get(name)
+                # None meant the default of the version that trained: where a task option
+                # (e.g. the dependency parser's hashing) now defaults otherwise, keep its value
+                if value is None and name in self._task_params and name in hp and \
+                        hp[name] != self._task_defaults.get(name):
+                    value = hp[name]
+                setattr(self, name, value)
+        self.coef_, self.meta_ = w, meta
+        self.result_ = saved_result(str(path), w, meta)
 
     def feature_summary(self) -> str:
         """One line on the size of w, for the training log."""
@@ -476,9 +572,7 @@ class SequenceTagger(StructuredEstimator):
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
         if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_)):
             raise ModelFileError(str(path), "weight vector does not match features and labels")
-        obj.coef_ = w
-        obj.result_ = None
-        obj.meta_ = meta
+        obj._loaded(path, w, meta)
         return obj
 
 
@@ -534,11 +628,21 @@ class NamedEntityTagger(ChunkTagger):
 class EntityRelationExtractor(StructuredEstimator):
     """Joint entity and relation labelling (CoNLL04 style) with 0-1 ILP inference.
 
-    X is a list of :class:`~demidcd.io.conll04.ERSentence` (entity tokens given; gold labels
-    inside them for fit/score). Extra hyper-parameters: ``solver`` (``exact`` branch-and-bound,
-    ``cbc`` (bundled with PuLP), ``highs``), ``ilp_time_limit`` (seconds per cbc/highs solve;
-    None = the default, 2; 0 = no cap), ``relation_loss_weight`` (λ of Δ), ``min_count``.
-    Fitted: ``coef_``, ``featurizer_``, ``result_``.
+    X is a list of :class:`~demidcd.io.conll04.ERSentence` (words, POS and which tokens are
+    entities); Y, as :meth:`predict` returns it, one ``(entity labels, {(a, b): relation})``
+    per sentence (entities numbered in token order, relations without ``NoRel``):
+
+    >>> from demidcd.datasets import load_conll04
+    >>> X, Y = load_conll04("train.corp")
+    >>> er = EntityRelationExtractor(time_limit=60).fit(X, Y)
+    >>> er.score(X_test, Y_test)
+
+    ``fit(X)`` and ``score(X)`` without Y take the gold labels that sentences read from a file
+    carry (``ERSentence.ent_label`` and ``relations``); a given Y replaces them. Extra
+    hyper-parameters: ``solver`` (``exact`` branch-and-bound, ``cbc`` (bundled with PuLP),
+    ``highs``), ``ilp_time_limit`` (seconds per cbc/highs solve; None = the default, 2; 0 = no
+    cap), ``relation_loss_weight`` (λ of Δ), ``min_count``. Fitted: ``coef_``,
+    ``featurizer_``, ``result_``.
     """
 
     task_name = "entity-relation"
@@ -594,11 +698,60 @@ class EntityRelationExtractor(StructuredEstimator):
                                      "(see demidcd.io.conll04.read_conll04)")
         return X
 
+    @staticmethod
+    def _with_labels(X: Any, Y: Any, name: str = "Y") -> Any:
+        """X with the gold labels of Y, ``(entity labels, {(a, b): relation})`` per sentence as
+        :meth:`predict` returns them (X itself when Y is None)."""
+        import dataclasses
+
+        from .io.conll04 import ENTITY_LABELS, RELATION_LABELS
+
+        if Y is None:
+            return X
+        if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
+            raise InputTypeError(f"{name} must be a list of (entity labels, relations) pairs, "
+                                 f"got {type(Y).__name__}")
+        if len(Y) != len(X):
+            raise OptionError(f"X has {len(X)} sentences but {name} has {len(Y)}")
+        out = []
+        for k, (s, y) in enumerate(zip(X, Y, strict=True)):
+            try:
+                labels, relations = y
+                labels, relations = list(labels), dict(relations)
+            except (TypeError, ValueError):
+                raise InputTypeError(f"{name}[{k}] must be a pair (entity labels, {{(a, b): "
+                                     "relation}), as predict returns") from None
+            n = s.n_entities
+            if len(labels) != n:
+                raise OptionError(f"sentence {k} has {n} entities but {name}[{k}] has "
+                                  f"{len(labels)} labels")
+            if bad := [t for t in labels if t not in ENTITY_LABELS]:
+                raise OptionError(f"{name}[{k}]: unknown entity label {bad[0]!r} (use "
+                                  f"{', '.join(ENTITY_LABELS)})")
+            for key, rel in relations.items():
+                if not (isinstance(key, tuple) and len(key) == 2
+                        and all(isinstance(a, int | np.integer) and 0 <= a < n for a in key)
+                        and key[0] != key[1]):
+                    raise OptionError(f"{name}[{k}]: relation key {key!r} is not a pair (a, b) "
+                                      f"of two entities in 0..{n - 1}")
+                if rel not in RELATION_LABELS:
+                    raise OptionError(f"{name}[{k}]: unknown relation {rel!r} (use "
+                                      f"{', '.join(RELATION_LABELS)})")
+            tags = list(s.tags)
+            for t, lab in zip(s.ent_tok, labels, strict=True):
+                tags[t] = lab
+            out.append(dataclasses.replace(
+                s, tags=tags, ent_label=labels,
+                relations={(int(a), int(b)): r for (a, b), r in relations.items()
+                           if r != RELATION_LABELS[0]}))
+        return out
+
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
-        """Learn w from annotated sentences X (Y is unused: the labels are inside X)."""
+        """Learn w from sentences X with gold labels Y (None: those inside X); an optional
+        dev set X_dev, Y_dev is scored in the log."""
         from .tasks.entity_relation import EntityRelationFeaturizer
 
-        X = self._check(X)
+        X = self._with_labels(self._check(X), Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self.solver_config(), self._learner()  # bad options fail before any work
@@ -612,7 +765,8 @@ class EntityRelationExtractor(StructuredEstimator):
         task = self._task(X, True)
         dev_eval = None
         if X_dev:
-            dtask = self._task(self._check(X_dev, "X_dev"), True)
+            dtask = self._task(self._with_labels(self._check(X_dev, "X_dev"), Y_dev, "Y_dev"),
+                               True)
             ex = np.arange(dtask.n_examples)
             gold = dtask.gold(ex)
 
@@ -634,10 +788,10 @@ class EntityRelationExtractor(StructuredEstimator):
                 for y, s in zip(task.decode(self.coef_, np.arange(len(X))), X, strict=True)]
 
     def metrics(self, X, Y: Any = None) -> dict[str, float]:
-        """Micro P/R/F1 for entities and relations ("no relation" excluded); ``score`` is
-        their mean (Y is unused: the labels are inside X)."""
+        """Micro P/R/F1 for entities and relations ("no relation" excluded) of
+        :meth:`predict` against Y (None: the labels inside X); ``score`` is their mean."""
         self._check_fitted()
-        task = self._task(self._check(X), True)
+        task = self._task(self._with_labels(self._check(X), Y), True)
         ex = np.arange(task.n_examples)
         return task.metric(task.gold(ex), task.decode(self.coef_, ex))
 
@@ -648,9 +802,10 @@ class EntityRelationExtractor(StructuredEstimator):
                 f"labels = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
 
     def training_task(self, X, Y: Any = None):
-        """The bound task for X with this model's features (for objectives)."""
+        """The bound task for X, Y (None: the labels inside X) with this model's features (for
+        objectives)."""
         self._check_fitted("featurizer_")
-        return self._task(self._check(X), True)
+        return self._task(self._with_labels(self._check(X), Y), True)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         import json
@@ -681,7 +836,7 @@ class EntityRelationExtractor(StructuredEstimator):
         f = obj.featurizer_
         if w.shape[0] != EntityRelationTask.dimension(f.n_entity_features, f.n_pair_features):
             raise ModelFileError(str(path), "weight vector does not match the features")
-        obj.coef_, obj.result_, obj.meta_ = w, None, meta
+        obj._loaded(path, w, meta)
         return obj
 
 

@@ -656,7 +656,7 @@ def _main(argv: list[str], debug: bool) -> int:
     except DemidcdError as e:
         if debug:
             raise
-        print(f"demidcd: error: {e}", file=sys.stderr)
+        print(f"demidcd: error: {e.cli_text()}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         if debug:

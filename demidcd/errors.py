@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 
 class DemidcdError(Exception):
     """A clean, user-facing error (bad input file, bad option, bad model file)."""
 
     exit_code = 2
+
+    def cli_text(self) -> str:
+        """The message as the command line prints it (see :class:`OptionError`)."""
+        return str(self)
 
 
 class InputError(DemidcdError):
@@ -25,8 +31,34 @@ class ModelFileError(DemidcdError):
         super().__init__(f"{path}: {message}")
 
 
-class OptionError(DemidcdError):
-    """A bad command-line option or estimator argument."""
+FLAG_PARAMETERS: dict[str, str] = {
+    "max-active-per-example": "max_active", "lambda": "lam",
+    "perceptron-epochs": "perceptron_epochs_per_round", "ilp-solver": "solver"}
+"""Command-line flags (without ``--``) whose Python parameter is not the flag with ``-`` → ``_``."""
+
+_FLAG = re.compile(r"(?<![\w'\"-])--([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)")
+
+
+def parameter_name(flag: str) -> str:
+    """The estimator or reader parameter of a command-line flag: ``--max-epochs`` →
+    ``max_epochs``, ``--lambda`` → ``lam`` (:data:`FLAG_PARAMETERS`)."""
+    name = flag[2:] if flag.startswith("--") else flag
+    return FLAG_PARAMETERS.get(name, name.replace("-", "_"))
+
+
+class OptionError(DemidcdError, ValueError):
+    """A bad option or argument value: a ``ValueError``.
+
+    Raised with the message in command-line terms (``"--C must be a finite number > 0, got
+    -1.0"``), the one vocabulary of the raise sites. ``str()`` speaks the library's: every flag
+    outside quotes becomes its parameter name (``"C must be a finite number > 0, got -1.0"``,
+    :func:`parameter_name`); :meth:`cli_text`, which the CLI prints, keeps the flags."""
+
+    def __str__(self) -> str:
+        return _FLAG.sub(lambda m: parameter_name(m.group(1)), self.cli_text())
+
+    def cli_text(self) -> str:
+        return super().__str__()
 
 
 class InputTypeError(DemidcdError, TypeError):

@@ -22,18 +22,17 @@ from demidcd.api import SequenceTagger
 
 
 def load_data(args):
+    """((X, Y) of the training data, (X, Y) of the test data or None)."""
     if args.train:
-        from demidcd.io.tagged import read_tagged
+        from demidcd.datasets import load_tagged
 
-        fmt = "conllu" if args.train.endswith(".conllu") else "columns"
         col = args.column if args.column in (None, "upos", "xpos") else int(args.column)
-        train = read_tagged(args.train, fmt=fmt, column=col)
-        test = read_tagged(args.test, fmt=fmt, column=col) if args.test else None
-        return train, test
+        train = load_tagged(args.train, column=col)
+        return train, (load_tagged(args.test, column=col) if args.test else None)
     from demidcd.synthetic import generate_splits
 
     train, _, test = generate_splits(seed=0, n_sentences=args.sentences)
-    return train, test
+    return (train.tokens, train.tags), (test.tokens, test.tags)
 
 
 def read_cpu_log(path: str) -> tuple[list[float], dict[str, list[float]]]:
@@ -96,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                                            "cpu.csv")
     tagger = SequenceTagger(C=0.1, algorithm="demi-dcd", threads=args.threads,
                             time_limit=args.time_limit, cpu_log=cpu_log)
-    tagger.fit(train.tokens, train.tags)
+    tagger.fit(*train)
     res = tagger.result_
     print(f"stopped: {res.stop_reason} after {res.seconds:.1f}s; "
           f"{res.extra.get('cpu_line', '')}")
     if test is not None:
-        print(f"test accuracy: {100 * tagger.score(test.tokens, test.tags):.2f}%")
+        print(f"test accuracy: {100 * tagger.score(*test):.2f}%")
     seconds, cols = read_cpu_log(cpu_log)
     print(f"CPU timeline: {len(seconds)} samples in {cpu_log}")
     try:

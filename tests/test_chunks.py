@@ -220,7 +220,7 @@ def test_a_new_task_is_one_registration(tmp_path):
     try:
         args = build_parser().parse_args(["train", "--task", "toy-task"])
         assert get_task(args.task).name == "toy-task"
-        with pytest.raises(OptionError, match="needs --train"):
+        with pytest.raises(OptionError, match="needs train FILE"):
             get_task("toy-task").default_data(args)
     finally:
         del TASKS["toy-task"]

@@ -201,11 +201,11 @@ def test_more_sweeps_per_visit_close_the_gap_no_slower_per_pass():
 
 def test_invalid_config_rejected():
     from demidcd.errors import OptionError
-    with pytest.raises(OptionError, match="--C"):
+    with pytest.raises(OptionError, match="^C must be"):
         SolverConfig(C=0).validate()
-    with pytest.raises(OptionError, match="--skip"):
+    with pytest.raises(OptionError, match="^skip must be"):
         SolverConfig(skip=1.0).validate()
-    with pytest.raises(OptionError, match="--sweeps"):
+    with pytest.raises(OptionError, match="^sweeps must be"):
         SolverConfig(sweeps=0).validate()
 
 

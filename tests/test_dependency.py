@@ -379,7 +379,8 @@ def test_every_learner_trains_the_parser(algorithm, threads, shm_guard, tmp_path
     est.save(tmp_path / "m.npz")
     back = DependencyParser.load(tmp_path / "m.npz")
     assert back.predict(X) == est.predict(X)
-    assert back.decoder == "eisner" and back.hashing == 1 << 14 and back.second_pos_ is False
+    assert back.get_params() == est.get_params()  # as given: decoder None means eisner
+    assert back._decoder() == "eisner" and back.hashing == 1 << 14 and back.second_pos_ is False
     with pytest.raises(OptionError, match="one POS column"):
         back.predict([[(w, p, p) for w, p in s] for s in X])
 

@@ -135,15 +135,15 @@ def test_two_l1_learners_reach_the_1dcd_l1_optimum(toy, dcd_l1, mode, shm_guard)
 def test_loss_option_is_validated_and_only_for_the_dcd_learners(toy) -> None:
     assert SolverConfig.from_options(loss="l1").loss == "l1"
     assert SolverConfig.from_options(loss=None).loss == "l2"
-    with pytest.raises(OptionError, match="--loss must be one of l1, l2, got 'l3'"):
+    with pytest.raises(OptionError, match="^loss must be one of l1, l2, got 'l3'"):
         SolverConfig.from_options(loss="l3").validate()
-    with pytest.raises(OptionError, match="--loss must be a string"):
+    with pytest.raises(OptionError, match="^loss must be a string"):
         SolverConfig.from_options(loss=1)
-    with pytest.raises(OptionError, match="--loss is an option of the DCD learners"):
+    with pytest.raises(OptionError, match="^loss is an option of the DCD learners"):
         train(toy, "pegasos", _cfg(loss="l1", max_epochs=1), threads=1)
     from demidcd.api import SequenceTagger
 
-    with pytest.raises(OptionError, match="--loss is an option"):
+    with pytest.raises(OptionError, match="^loss is an option"):
         SequenceTagger(algorithm="sdm-hinge", loss="l1").fit([["a"]], [["X"]])
 
 

@@ -1054,7 +1054,7 @@ class DependencyParser(StructuredEstimator):
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
         if w.shape[0] != obj.hashing:
             raise ModelFileError(str(path), "weight vector does not match the feature hashing")
-        obj.coef_, obj.result_, obj.meta_ = w, None, meta
+        obj._loaded(path, w, meta)
         return obj
 
 
