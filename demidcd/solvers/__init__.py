@@ -222,10 +222,15 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
     :class:`Learner` lists its ``options``), the others are dropped.
     """
+    from ..parallel.shm import sweep_stale
+
     learner = get_learner(algorithm)
     check_threads(learner, threads)
     config.validate()
     check_loss(learner, None if config.loss == "l2" else config.loss)
+    # what a killed run left in /dev/shm when its janitor was killed too: every run sweeps
+    # it, whatever its thread count (a one-process run creates no segment of its own)
+    sweep_stale()
     if learner.single_process and threads > 1:
         if log is not None:
             log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")
