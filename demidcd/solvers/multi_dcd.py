@@ -76,7 +76,7 @@ FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(
 # 92.80); atomic adds for the last second let the learners repair α on the rebuilt w
 TAIL_SHARE = 0.01  # plain stores turn to atomic adds once every learner's last pass found
 # violators in at most this share of its part (the tail, where lost updates block the stop)
-F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S = range(5)  # fstats columns
+F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_PASS_PG = range(6)  # fstats columns
 EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
 # few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
 PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
@@ -281,6 +281,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                 raise RuntimeError("injected fault (multi-learner)")
             g.poll_command(k, run)
 
+        fs[F_PASS_PG] = np.inf  # no pass yet: nothing is certified
         if g.start_paused:
             g.poll_command(k, run, wait=True)
         r, b = cfg.inner_passes, max(cfg.batch, 1)
@@ -299,6 +300,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                     st[M.STEPS] += u.nonzero_steps
                     poll()
                 certified = plan.certifies(pass_pg, cfg.tol)
+                fs[F_PASS_PG] = pass_pg  # the log's max_pg: this part's, last pass
             fs[F_UPDATE_S] += time.perf_counter() - t
             order = rng.permutation(part)
             violators, pass_pg, t_inf = 0, 0.0, 0.0
@@ -330,6 +332,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             fs[F_INFER_S] += t_inf
             if r == 0:
                 certified = pass_pg < cfg.tol
+                fs[F_PASS_PG] = pass_pg
             st[M.ACTIVE] = act.size
             st[M.VIOLATORS] = violators
             st[M.CANDIDATE] = epoch if violators == 0 and certified else 0
@@ -470,6 +473,12 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         pg = float(group.fstats[live, F_MAXPG].max())
         return viol == 0 and pg < config.tol and not group.missing(), pg, viol
 
+    def largest_pg() -> float:
+        """max |PG| (the L1 loss: the largest KKT gap) over the learners' parts, each from its
+        last pass over its active sets (+inf for a learner that has not finished one)."""
+        live = [j for j in range(k) if group.procs[j] is not None]
+        return float(group.fstats[live, F_PASS_PG].max()) if live else np.inf
+
     def record(figs: dict, **extra) -> None:
         nonlocal epoch
         epoch += 1
@@ -477,7 +486,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         rec = {"epoch": epoch, "seconds": round(clock.elapsed(), 4),
                "updates": int(s[:, M.UPDATES].sum()), "total_updates": int(s[:, M.UPDATES].sum()),
                "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
-               "learner_epochs": int(s[:, M.EPOCHS].min()), **figs, **extra}
+               "learner_epochs": int(s[:, M.EPOCHS].min()), "max_pg": largest_pg(), **figs,
+               **extra}
         if config.eval_every is not None and clock.elapsed() - last_eval[0] >= config.eval_every:
             ob = objective(task, w, C, figs["dual"], loss=config.loss)
             rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
