@@ -47,8 +47,9 @@ the wall time of training, spawning included); the workers are forked behind a c
 :class:`StartGate` and wait on it, using no CPU, until the last one is forked. Forked workers
 that started at once took the cores from the learner that was still forking the others: 64
 processes on 2 cores took 14–21 s to fork, with the first workers inferring (734k inferences)
-before the clock started; behind the gate, forking 64 takes ~2 s. Once the time limit runs out
-no more workers are forked and those forked are told to stop.
+before the clock started; behind the gate, 63 forks took 2.5–3.2 s (2-core machine under a load
+of 6 from other jobs). Once the time limit runs out no more workers are forked and those forked
+are told to stop.
 :meth:`WorkerPool.close` joins with a timeout, then terminates and kills, then unlinks every
 segment; it runs in ``finally`` on every exit path, and a second Ctrl-C only makes it hurry.
 """
@@ -290,9 +291,11 @@ class WorkerPool(Transport):
         except ValueError:  # not the main thread
             old = None
         try:
-            self.monitor.stop()  # its last memory reading while the workers still run
+            with timed_step(self.log, "reading the memory of the processes (PSS)"):
+                self.monitor.stop()  # its last memory reading while the workers still run
             store_word(self.ctrl, STOP, 1)
-            end_processes(self.procs, timeout, hurry)
+            with timed_step(self.log, f"stopping {self.n_workers} workers"):
+                end_processes(self.procs, timeout, hurry)
         finally:
             self.arena.close()
             if self._affinity is not None:

@@ -298,16 +298,22 @@ class CpuMonitor:
             self._t_stop = time.monotonic() - self._t0
 
     def memory_now(self) -> None:
-        """Read the PSS of every monitored process and its counted descendants now."""
+        """Read the PSS of every monitored process and its descendants now (those not
+        monitored themselves, as :meth:`sample` counts them; gone ones count nothing)."""
         with self._lock:
             monitored = self._monitored_pids()
             ppids = _ppid_map()
-            live: list[psutil.Process] = []
-            for r in self._procs.values():
-                cum, t = r.cum, r.t  # a memory reading leaves the CPU figures alone
-                live += self._reading(r, monitored, ppids)
-                r.cum, r.t = cum, t
-        self._memory(live, pss=True)
+            roots = [r.proc for r in self._procs.values() if r.proc is not None and not r.gone]
+        procs, stack = list(roots), [c for p in roots for c in ppids.get(p.pid, ())
+                                     if c not in monitored]
+        while stack:
+            c = stack.pop()
+            try:
+                procs.append(psutil.Process(c))
+            except (psutil.Error, OSError):
+                continue
+            stack.extend(g for g in ppids.get(c, ()) if g not in monitored)
+        self._memory(procs, pss=True)
 
     def __enter__(self) -> CpuMonitor:
         return self.start()

@@ -225,10 +225,12 @@ class LearnerGroup:
         except ValueError:  # not the main thread
             old = None
         try:
-            self.monitor.stop()  # its last memory reading while the learners still run
+            with timed_step(self.log, "reading the memory of the processes (PSS)"):
+                self.monitor.stop()  # its last memory reading while the learners still run
             store_word(self.ctrl, URGENT, 1)
             store_word(self.ctrl, STOP, 1)
-            end_processes(self.procs, timeout, hurry)
+            with timed_step(self.log, f"stopping {self.k} learners"):
+                end_processes(self.procs, timeout, hurry)
         finally:
             self.arena.close()
             if old is not None:
