@@ -30,7 +30,8 @@ primal difference 10.5 s pinned vs 11.1 s unpinned. With more processes than cor
 (oversubscription) the learner keeps the first core to itself and the workers share the others
 at nice +10, so the learner is never starved: its time limit, its signal handling and its
 updates go on at full speed (with 63 workers sharing its core it once took 126 s to honour a
-5 s limit). :meth:`WorkerPool.close` restores the learner thread's affinity.
+5 s limit). :meth:`WorkerPool.close` first gives the learner's thread and the workers every
+core back.
 Memory ordering: every control word one process writes and another reads (the stop flag, the
 command generation, a worker's sweep count, clean version and done generation) is written with
 :func:`~.seqlock.store_word` (release) and read with :func:`~.seqlock.load_word` (acquire),
@@ -291,6 +292,7 @@ class WorkerPool(Transport):
         except ValueError:  # not the main thread
             old = None
         try:
+            self._unpin()  # training is over: the last steps may use every core
             with timed_step(self.log, "reading the memory of the processes (PSS)"):
                 self.monitor.stop()  # its last memory reading while the workers still run
             store_word(self.ctrl, STOP, 1)
@@ -298,11 +300,24 @@ class WorkerPool(Transport):
                 end_processes(self.procs, timeout, hurry)
         finally:
             self.arena.close()
-            if self._affinity is not None:
-                os.sched_setaffinity(0, self._affinity)
-                self._affinity = None
+            self._unpin()
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+
+    def _unpin(self) -> None:
+        """Give the learner's thread and the live workers every core this process had: after
+        training, so that the last memory reading and the workers' exit do not queue on one
+        core each (63 workers at nice +10 on one core of a loaded machine)."""
+        if self._affinity is None:
+            return
+        cores, self._affinity = self._affinity, None
+        os.sched_setaffinity(0, cores)
+        for p in self.procs:
+            if p is not None and p.pid is not None:
+                try:
+                    os.sched_setaffinity(p.pid, cores)
+                except OSError:  # exited meanwhile
+                    pass
 
     # ------------------------------------------------------------------ learner side
     def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
