@@ -47,6 +47,7 @@ from .engine import WORKER_NICE, StartGate, WorkerError, balanced_shards, end_pr
 from .monitor import CpuMonitor, timed_step
 from .seqlock import load_word, store_word
 from .shm import SharedArena, sweep_stale
+from .transport import start_figures
 
 # ctrl words
 STOP, GEN, CMD, URGENT = 0, 1, 2, 3
@@ -136,11 +137,10 @@ class LearnerGroup:
         return self
 
     def start_figures(self, t0: float) -> dict[str, float | None]:
-        """As :meth:`~.transport.Transport.start_figures`, for the learners."""
-        began = self.fstats[:, F_STARTED]
-        began = began[began > 0.0]
-        return {"spawn_began": self.spawn_began - t0, "spawn_seconds": self.spawn_seconds,
-                "workers_began": float(began.min()) - t0 if len(began) else None}
+        """How starting the learners went, on the coordinator's clock
+        (:func:`~.transport.start_figures`)."""
+        return start_figures(t0, self.spawn_began, self.spawn_seconds,
+                             self.fstats[:, F_STARTED].copy())
 
     def _spawn(self, j: int, paused: bool) -> None:
         self.stats[j, ERROR] = 0

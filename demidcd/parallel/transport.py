@@ -39,7 +39,7 @@ from ..solvers.worker import (
 from ..tasks.base import RecordBatch, Task
 
 __all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "BACKENDS",
-           "balanced_shards"]
+           "balanced_shards", "start_figures"]
 
 BACKENDS = ("shm", "ray")
 
@@ -83,6 +83,20 @@ def concat_batches(parts: list[RecordBatch]) -> RecordBatch:
                                                              zip(parts, nnz, strict=True)]),
                        np.concatenate([b.idx for b in parts]),
                        np.concatenate([b.val for b in parts]))
+
+
+def start_figures(t0: float, spawn_began: float, spawn_seconds: float,
+                  worker_starts: np.ndarray) -> dict[str, float | None]:
+    """How starting the workers went, on the learner's clock started at ``t0``
+    (``time.perf_counter()``): ``spawn_began`` (seconds from t0 to the first fork; ≥ 0:
+    starting the workers was on the clock; None when unknown), ``spawn_seconds`` and
+    ``workers_began`` (seconds from t0 to the first worker beginning work, from the workers'
+    own ``perf_counter`` readings, ``worker_starts``: 0 = not begun, nan = not known on this
+    machine's clock; None when no worker began)."""
+    began = worker_starts[np.isfinite(worker_starts) & (worker_starts > 0.0)]
+    return {"spawn_began": spawn_began - t0 if math.isfinite(spawn_began) else None,
+            "spawn_seconds": spawn_seconds,
+            "workers_began": float(began.min()) - t0 if len(began) else None}
 
 
 class Transport(ABC):
@@ -176,15 +190,8 @@ class Transport(ABC):
         return np.full(self.n_workers, np.nan)
 
     def start_figures(self, t0: float) -> dict[str, float | None]:
-        """How the start went, on the learner's clock started at ``t0`` (perf_counter):
-        ``spawn_began`` (seconds from t0 to the first worker's start; ≥ 0: starting the
-        workers was on the clock), ``spawn_seconds`` and ``workers_began`` (seconds from t0
-        to the first worker beginning work; None when unknown)."""
-        began = self.worker_starts()
-        began = began[np.isfinite(began) & (began > 0.0)]
-        return {"spawn_began": self.spawn_began - t0 if math.isfinite(self.spawn_began)
-                else None, "spawn_seconds": self.spawn_seconds,
-                "workers_began": float(began.min()) - t0 if len(began) else None}
+        """How the start went, on the learner's clock (:func:`start_figures`)."""
+        return start_figures(t0, self.spawn_began, self.spawn_seconds, self.worker_starts())
 
     def occupancy(self) -> float:
         """How full the fullest record channel is (0–1)."""
