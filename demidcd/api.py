@@ -477,7 +477,8 @@ class SequenceTagger(StructuredEstimator):
         min_count = self._default_min_count if self.min_count is None else self.min_count
         hashing = 0 if self.hashing is None else self.hashing
         try:
-            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template)
+            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template,
+                                            log=self.log)
         except (TypeError, ValueError) as e:
             raise OptionError(f"--min-count/--hashing: {e}") from None
         for attr in ("coef_", "result_"):  # a new fit forgets the old model

@@ -403,7 +403,7 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 def cmd_train(args) -> int:
     from .parallel.engine import WorkerError
-    from .solvers import check_loss, check_threads, get_learner
+    from .solvers import check_loss, check_threads, get_learner, oversubscription
 
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
                    ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
@@ -418,13 +418,9 @@ def cmd_train(args) -> int:
     sequential_note = learner.single_process and threads > 1 and args.threads is not None
     if learner.single_process:
         threads = 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-    if threads > cores and not args.quiet:
-        print(f"demidcd: warning: --threads {threads} is more than the {cores} cores this "
-              f"process may use: the learner keeps one core to itself and the {threads - 1} "
-              "inference workers share the others at a lower priority, so the run is no "
-              "faster than with one process per core", file=sys.stderr)
+    note = oversubscription(algorithm, threads, args.learners, args.backend, args.ray_address)
+    if note and not args.quiet:  # the layout the run will have (--learners auto included)
+        print(f"demidcd: warning: {note}", file=sys.stderr)
     if args.ray_address and args.backend != "ray":
         raise OptionError("--ray-address needs --backend ray")
     if args.backend == "ray":

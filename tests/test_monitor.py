@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import time
 
 import multiprocess as mp
@@ -145,3 +146,53 @@ def test_solver_subprocesses_count_in_their_parents_share():
     assert max(v["parent"] for _, _, v in mon.samples) < 100
     for _, total, vals in mon.samples:
         assert total == pytest.approx(sum(vals.values()))
+
+
+def test_peak_memory_is_pss_summed_over_the_processes(small, shm_guard):
+    """A run with a learner and two workers reports its peak as the PSS summed over the
+    processes: below the machine's memory and below the resident sizes summed (the pages the
+    forked workers share with the learner counted once, not once per process), above the
+    learner's own private memory (every page only it maps is in the sum); the log line says
+    which measure it is."""
+    import psutil
+
+    from demidcd.api import SequenceTagger
+
+    X, Y = small
+    est = SequenceTagger(C=0.1, algorithm="demi-dcd", threads=3, learners=1, time_limit=1.5,
+                         tol=1e-12, min_count=1).fit(X, Y)
+    ex = est.result_.extra
+    own = psutil.Process().memory_full_info().uss  # now that the workers are gone
+    assert 0 < ex["peak_pss"] < psutil.virtual_memory().total
+    assert ex["peak_pss"] < ex["peak_rss"], (ex["peak_pss"], ex["peak_rss"])
+    assert ex["peak_pss"] > 0.8 * own, (ex["peak_pss"], own)
+    assert re.fullmatch(r"peak memory: [\d,]+ MiB \(PSS, all processes\)", ex["memory_line"])
+    assert int(ex["memory_line"].split()[2].replace(",", "")) == round(ex["peak_pss"] / 2**20)
+
+
+@pytest.mark.parametrize("budget", [1.0, 1e-9])
+def test_pss_readings_are_spaced_by_their_cost(monkeypatch, budget):
+    """PSS readings take at most PSS_BUDGET of the time: with a whole core (budget 1) one
+    process is read at nearly every sample, with almost none (1e-9) only when the monitor
+    stops; the resident sizes are read at every sample."""
+    from demidcd.parallel import monitor as M
+
+    monkeypatch.setattr(M, "PSS_BUDGET", budget)
+    mon = CpuMonitor({"me": os.getpid()}, interval=0.05)
+    reads: list[bool] = []
+    real = mon._memory
+
+    def spy(procs, pss):
+        reads.append(pss)
+        real(procs, pss)
+
+    mon._memory = spy
+    mon.start()
+    time.sleep(0.5)
+    mon.stop()
+    assert len(reads) >= 4 and reads[-1], reads  # the last: when it stops
+    if budget == 1.0:
+        assert sum(reads[:-1]) >= len(reads[:-1]) // 2, reads
+    else:
+        assert not any(reads[:-1]), reads
+    assert mon.peak_pss > 0 and mon.peak_rss >= mon.peak_pss

@@ -217,3 +217,14 @@ def test_several_learners_need_shared_memory(task):
     engine = {"learners": "auto"}
     assert resolve_learners(task, cfg, 2, engine, backend="ray") == 1
     assert engine["learners"] == 1 and "learner_choice" not in engine
+
+
+def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard):
+    """Every record of a multi-learner run carries max_pg, the largest over the learners'
+    parts (not 0.0 while the run is far from converged)."""
+    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=2.5)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.5)
+    assert res.stop_reason == "time-limit" and len(res.history) >= 2
+    pgs = [rec["max_pg"] for rec in res.history]
+    assert all(pg > cfg.tol for pg in pgs), pgs
+    assert any(np.isfinite(pg) for pg in pgs), pgs  # once every learner finished a pass

@@ -520,3 +520,25 @@ def test_parent_and_janitor_killed_then_sweep_stale_removes_the_segments(tmp_pat
     removed = sweep_stale()
     assert sorted(s for s in removed if f"-{p.pid}-" in s) == sorted(segs)
     assert list_segments(pid=p.pid) == []
+
+
+def test_a_one_process_run_sweeps_the_segments_of_dead_runs(corpus: Path) -> None:
+    """Segments left by a run whose parent and janitor were both killed (named
+    ``demidcd-<dead pid>-<n>-<key>``) are swept by the next run, whatever its --threads: a
+    one-process run creates no segment of its own but sweeps too."""
+    from demidcd.parallel.shm import SHM_DIR
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that has exited
+    assert not psutil.pid_exists(gone.pid)
+    made = [Path(SHM_DIR) / f"demidcd-{gone.pid}-0-w", Path(SHM_DIR) / f"demidcd-{gone.pid}-1-ctrl"]
+    for f in made:
+        f.write_bytes(b"\0" * 4096)
+    try:
+        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1",
+                "--max-epochs", "1", "--min-count", "1", "--quiet")
+        assert r.returncode == 0, r.stderr
+        assert [f.name for f in made if f.exists()] == []
+    finally:
+        for f in made:
+            f.unlink(missing_ok=True)

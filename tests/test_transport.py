@@ -83,7 +83,7 @@ class FakeTransport(Transport):
         self.sweep[j] = self._new_sweep(j)
         return True
 
-    def start(self):
+    def start(self, expired=None):
         self.started = True
         return self
 

@@ -30,7 +30,8 @@ primal difference 10.5 s pinned vs 11.1 s unpinned. With more processes than cor
 (oversubscription) the learner keeps the first core to itself and the workers share the others
 at nice +10, so the learner is never starved: its time limit, its signal handling and its
 updates go on at full speed (with 63 workers sharing its core it once took 126 s to honour a
-5 s limit). :meth:`WorkerPool.close` restores the learner thread's affinity.
+5 s limit). :meth:`WorkerPool.close` first gives the learner's thread and the workers every
+core back.
 Memory ordering: every control word one process writes and another reads (the stop flag, the
 command generation, a worker's sweep count, clean version and done generation) is written with
 :func:`~.seqlock.store_word` (release) and read with :func:`~.seqlock.load_word` (acquire),
@@ -42,6 +43,14 @@ the same shard and ring (a ring's head only moves after a whole record is writte
 producer never leaves a torn record); an exception is reported, with its traceback under
 ``--debug``; a worker that raises again after ``max_restarts`` restarts stops training with a
 one-line error. Workers exit by themselves when the stop flag is set or their parent dies.
+Start-up (:meth:`WorkerPool.start`): the learner's clock is already running (the time limit is
+the wall time of training, spawning included); the workers are forked behind a closed
+:class:`StartGate` and wait on it, using no CPU, until the last one is forked. Forked workers
+that started at once took the cores from the learner that was still forking the others: 64
+processes on 2 cores took 14–21 s to fork, with the first workers inferring (734k inferences)
+before the clock started; behind the gate, 63 forks took 2.5–3.2 s (2-core machine under a load
+of 6 from other jobs). Once the time limit runs out no more workers are forked and those forked
+are told to stop.
 :meth:`WorkerPool.close` joins with a timeout, then terminates and kills, then unlinks every
 segment; it runs in ``finally`` on every exit path, and a second Ctrl-C only makes it hurry.
 """
@@ -63,6 +72,9 @@ from ..solvers.worker import (
     COPY_RATIO,
     DONE_GEN,
     ERROR,
+    FST_INFER_SECONDS,
+    FST_STARTED,
+    N_FSTATS,
     N_STATS,
     WASTED,
     WbarReader,
@@ -73,20 +85,76 @@ from ..solvers.worker import (
     violation_and_slack,
 )
 from ..tasks.base import RecordBatch, Task
-from .monitor import CpuMonitor
+from .monitor import CpuMonitor, timed_step
 from .ring import RecordRing
 from .seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
 from .shm import SharedArena, sweep_stale
 from .transport import Transport, WorkerError, balanced_shards, concat_batches
 
-__all__ = ["WorkerPool", "WorkerError", "balanced_shards", "rounding_slack", "CHUNK_SECONDS",
-           "COPY_RATIO"]
+__all__ = ["WorkerPool", "WorkerError", "StartGate", "balanced_shards", "rounding_slack",
+           "CHUNK_SECONDS", "COPY_RATIO"]
 
 # ctrl words
 STOP, GENERATION = 0, 1
 ERR_BYTES = 8192
 DRAIN_RECORDS = 1 << 14  # records per drain, all rings together (WorkerPool.drain)
 WORKER_NICE = 10  # oversubscribed (more processes than cores): workers yield to the learner
+
+
+def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
+    """Wait up to ``timeout`` s for the processes (told to stop) to exit by themselves, then
+    SIGTERM every one left at once and wait up to 0.5 s, then SIGKILL the rest; ``hurry[0]``
+    (a second Ctrl-C) skips to SIGKILL. All at once, not one by one: with 63 workers on a
+    loaded core, a SIGTERM and a 0.5 s join per late worker, one after another, made a 5 s
+    run take 6.6 s more to close."""
+    live = [p for p in procs if p is not None]
+    for signal_them, wait in ((None, timeout), ("terminate", 0.5), ("kill", 1.0)):
+        if signal_them is not None:
+            if signal_them == "terminate" and hurry[0]:
+                continue
+            for p in live:
+                getattr(p, signal_them)()
+        deadline = time.perf_counter() + wait
+        while True:
+            live = [p for p in live if p.is_alive()]  # is_alive reaps the exited
+            if not live or time.perf_counter() >= deadline or \
+                    (signal_them is None and hurry[0]):
+                break
+            time.sleep(0.01)
+        if not live:
+            return
+
+
+class StartGate:
+    """Holds forked processes until :meth:`open`: a pipe whose write end only the parent keeps
+    (each child closes its inherited copy first), so a child's :meth:`wait` blocks in ``read``
+    without using CPU and returns at end-of-file: when the parent opens the gate, or dies. A
+    process forked after :meth:`open` passes at once."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+
+    def wait(self) -> None:
+        """In a forked child: block until the gate opens (or the parent is gone)."""
+        if self.w is None:
+            return
+        os.close(self.w)  # this child's copy: the parent's alone keeps the pipe open
+        try:
+            while True:
+                try:
+                    if not os.read(self.r, 1):
+                        break
+                except InterruptedError:
+                    continue
+        finally:
+            os.close(self.r)
+
+    def open(self) -> None:
+        """In the parent: let every waiting child go (idempotent)."""
+        if self.w is not None:
+            os.close(self.w)
+            os.close(self.r)
+            self.r = self.w = None
 
 
 class WorkerPool(Transport):
@@ -110,7 +178,7 @@ class WorkerPool(Transport):
                           for j in range(n_workers)]
             self.ctrl = self.arena.create("ctrl", (8,), np.int64)
             self.stats = self.arena.create("stats", (n_workers, N_STATS), np.int64)
-            self.fstats = self.arena.create("fstats", (n_workers, 2), np.float64)
+            self.fstats = self.arena.create("fstats", (n_workers, N_FSTATS), np.float64)
             self.err = self.arena.create("err", (n_workers, ERR_BYTES), np.uint8)
             self.outputs = {k: self.arena.create(f"out-{k}", (n_workers, *shape), dt)
                             for k, (shape, dt) in spec.outputs.items()}
@@ -139,18 +207,34 @@ class WorkerPool(Transport):
         self.cores = cpus if len(cpus) >= 2 and n_workers >= 1 else []  # [] = no pinning
         self.oversubscribed = n_workers + 1 > max(len(cpus), 1)
         self._affinity: set[int] | None = None
+        self._gate: StartGate | None = None
         import multiprocess as mp
 
         self._ctx = mp.get_context("fork")
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> WorkerPool:
+    def start(self, expired: Callable[[], bool] | None = None) -> WorkerPool:
+        """Fork the workers behind a :class:`StartGate`, then let them all go; ``expired``
+        (the learner's clock, already running): once true no more workers are forked and the
+        forked ones are told to stop."""
         self.log(f"learner pid {os.getpid()}")
         if self.cores:
             self._affinity = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {self.cores[0]})
-        for j in range(self.n_workers):
-            self._spawn(j)
+        self.spawn_began = time.perf_counter()
+        self._gate = StartGate()
+        try:
+            with timed_step(self.log, f"spawning {self.n_workers} workers"):
+                for j in range(self.n_workers):
+                    if expired is not None and expired():
+                        self.request_stop()
+                        self.log(f"the time limit ran out while spawning workers: {j} of "
+                                 f"{self.n_workers} started, told to stop")
+                        break
+                    self._spawn(j)
+        finally:
+            self._gate.open()
+            self.spawn_seconds = time.perf_counter() - self.spawn_began
         self.monitor.start()
         return self
 
@@ -166,7 +250,7 @@ class WorkerPool(Transport):
                               name=f"demidcd-worker-{j + 1}")
         p.start()
         self.procs[j] = p
-        self.monitor.add(f"worker {j + 1}", p.pid)
+        self.monitor.add(f"worker {j + 1}", p.pid, fresh=True)
         self.log(f"worker {j + 1} pid {p.pid} (shard of {len(self.shards[j]):,} examples, "
                  f"{int(self.task.costs()[self.shards[j]].sum()):,} cost units)")
 
@@ -208,27 +292,32 @@ class WorkerPool(Transport):
         except ValueError:  # not the main thread
             old = None
         try:
+            self._unpin()  # training is over: the last steps may use every core
+            with timed_step(self.log, "reading the memory of the processes (PSS)"):
+                self.monitor.stop()  # its last memory reading while the workers still run
             store_word(self.ctrl, STOP, 1)
-            self.monitor.stop()
-            deadline = time.perf_counter() + timeout
-            for p in self.procs:
-                if p is None:
-                    continue
-                while p.is_alive() and time.perf_counter() < deadline and not hurry[0]:
-                    p.join(0.02)
-                if p.is_alive() and not hurry[0]:  # a second Ctrl-C: straight to SIGKILL
-                    p.terminate()
-                    p.join(0.5)
-                if p.is_alive():
-                    p.kill()
-                    p.join(1.0)
+            with timed_step(self.log, f"stopping {self.n_workers} workers"):
+                end_processes(self.procs, timeout, hurry)
         finally:
             self.arena.close()
-            if self._affinity is not None:
-                os.sched_setaffinity(0, self._affinity)
-                self._affinity = None
+            self._unpin()
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+
+    def _unpin(self) -> None:
+        """Give the learner's thread and the live workers every core this process had: after
+        training, so that the last memory reading and the workers' exit do not queue on one
+        core each (63 workers at nice +10 on one core of a loaded machine)."""
+        if self._affinity is None:
+            return
+        cores, self._affinity = self._affinity, None
+        os.sched_setaffinity(0, cores)
+        for p in self.procs:
+            if p is not None and p.pid is not None:
+                try:
+                    os.sched_setaffinity(p.pid, cores)
+                except OSError:  # exited meanwhile
+                    pass
 
     # ------------------------------------------------------------------ learner side
     def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
@@ -260,7 +349,10 @@ class WorkerPool(Transport):
                         np.int64)
 
     def infer_seconds(self) -> float:
-        return float(self.fstats[:, 0].sum())
+        return float(self.fstats[:, FST_INFER_SECONDS].sum())
+
+    def worker_starts(self) -> np.ndarray:
+        return self.fstats[:, FST_STARTED].copy()
 
     def occupancy(self) -> float:
         return max((r.occupancy() for r in self.rings), default=0.0)
@@ -298,6 +390,12 @@ class WorkerPool(Transport):
                 os.sched_setaffinity(0, self.worker_cores(j))
             if self.oversubscribed:
                 os.nice(WORKER_NICE)  # the learner keeps priority on a shared core
+            if self._gate is not None:
+                self._gate.wait()  # until every worker is forked
+            if self.stop_requested():
+                os._exit(0)
+            if self.fstats[j, FST_STARTED] == 0.0:  # the first start (not a restart)
+                self.fstats[j, FST_STARTED] = time.perf_counter()
             rng = np.random.default_rng([self.spec.seed, j, self.restarts[j]])
             reader = _WbarReader(self.wbar, self.spec.chunk, self.copy_ratio)
             run_worker(self.task, self.spec, self.shards[j], reader, _ShmEndpoint(self, j), rng)

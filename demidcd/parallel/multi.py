@@ -24,6 +24,13 @@ its traceback under ``--debug``) is found by the coordinator, which decides what
 restarts of one learner training stops with a one-line error. Learners exit by themselves when
 ``STOP`` is set or their parent dies. :meth:`LearnerGroup.close` joins with a timeout, then
 terminates and kills, then unlinks every segment; it runs in ``finally`` on every exit path.
+
+Start-up (:meth:`LearnerGroup.start`) is the transport's (:mod:`.engine`): the coordinator's
+clock is already running, the learners are forked behind a :class:`~.engine.StartGate` and
+begin together once the last is forked; once the time limit runs out no more are forked
+(:attr:`LearnerGroup.incomplete`) and those forked are told to stop. With more learners than
+cores they run at a lower priority than the coordinator (nice +10), which keeps the time
+limit, the rebuilds and the commands on time.
 """
 
 from __future__ import annotations
@@ -36,10 +43,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .engine import WorkerError, balanced_shards
-from .monitor import CpuMonitor
+from .engine import WORKER_NICE, StartGate, WorkerError, balanced_shards, end_processes
+from .monitor import CpuMonitor, timed_step
 from .seqlock import load_word, store_word
 from .shm import SharedArena, sweep_stale
+from .transport import start_figures
 
 # ctrl words
 STOP, GEN, CMD, URGENT = 0, 1, 2, 3
@@ -48,6 +56,7 @@ PAUSE, RESUME = 1, 2
 # per-learner int64 stats columns (a row of 16 words, its own cache lines)
 ACK, ERROR, EPOCHS, CANDIDATE, UPDATES, INFER, ADMITTED, VIOLATORS, STEPS, ACTIVE = range(10)
 ROW = 16
+F_STARTED = ROW - 1  # fstats column: time.perf_counter() at which the learner began work
 ERR_BYTES = 8192
 POLL = 0.0005  # seconds between polls of a waiting learner or coordinator
 
@@ -89,8 +98,13 @@ class LearnerGroup:
         self.parent_pid = os.getpid()
         self.monitor = CpuMonitor({"coordinator": os.getpid()}, interval=monitor_interval)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        # one core per learner when they fit (the coordinator mostly sleeps and floats)
+        # one core per learner when they fit (the coordinator mostly sleeps and floats);
+        # otherwise the learners yield to the coordinator (its clock, rebuilds, commands)
         self.cores = cpus if len(cpus) >= self.k > 1 else []
+        self.oversubscribed = self.k > max(len(cpus), 1)
+        self._gate: StartGate | None = None
+        self.incomplete = False  # the time limit ran out before every learner was forked
+        self.spawn_began, self.spawn_seconds = float("nan"), 0.0
         self._closed = False
         self.seen = 0  # in a learner: the last command generation it ran
         self.start_paused = False
@@ -99,12 +113,34 @@ class LearnerGroup:
         self._ctx = mp.get_context("fork")
 
     # ------------------------------------------------------------------ coordinator side
-    def start(self) -> LearnerGroup:
+    def start(self, expired: Callable[[], bool] | None = None) -> LearnerGroup:
+        """Fork the learners behind a :class:`~.engine.StartGate`, then let them all go;
+        ``expired`` (the coordinator's clock, already running): once true no more are
+        forked (:attr:`incomplete`) and the forked ones are told to stop."""
         self.log(f"coordinator pid {os.getpid()}")
-        for j in range(self.k):
-            self._spawn(j, paused=False)
+        self.spawn_began = time.perf_counter()
+        self._gate = StartGate()
+        try:
+            with timed_step(self.log, f"spawning {self.k} learners"):
+                for j in range(self.k):
+                    if expired is not None and expired():
+                        self.incomplete = True
+                        store_word(self.ctrl, STOP, 1)
+                        self.log(f"the time limit ran out while spawning learners: {j} of "
+                                 f"{self.k} started, told to stop")
+                        break
+                    self._spawn(j, paused=False)
+        finally:
+            self._gate.open()
+            self.spawn_seconds = time.perf_counter() - self.spawn_began
         self.monitor.start()
         return self
+
+    def start_figures(self, t0: float) -> dict[str, float | None]:
+        """How starting the learners went, on the coordinator's clock
+        (:func:`~.transport.start_figures`)."""
+        return start_figures(t0, self.spawn_began, self.spawn_seconds,
+                             self.fstats[:, F_STARTED].copy())
 
     def _spawn(self, j: int, paused: bool) -> None:
         self.stats[j, ERROR] = 0
@@ -118,7 +154,7 @@ class LearnerGroup:
                               name=f"demidcd-learner-{j + 1}")
         p.start()
         self.procs[j] = p
-        self.monitor.add(f"learner {j + 1}", p.pid)
+        self.monitor.add(f"learner {j + 1}", p.pid, fresh=True)
         self.log(f"worker {j + 1} pid {p.pid} (learner {j + 1}: infers and learns on a part of "
                  f"{len(self.parts[j]):,} examples)")
 
@@ -189,21 +225,12 @@ class LearnerGroup:
         except ValueError:  # not the main thread
             old = None
         try:
+            with timed_step(self.log, "reading the memory of the processes (PSS)"):
+                self.monitor.stop()  # its last memory reading while the learners still run
             store_word(self.ctrl, URGENT, 1)
             store_word(self.ctrl, STOP, 1)
-            self.monitor.stop()
-            deadline = time.perf_counter() + timeout
-            for p in self.procs:
-                if p is None:
-                    continue
-                while p.is_alive() and time.perf_counter() < deadline and not hurry[0]:
-                    p.join(0.02)
-                if p.is_alive():
-                    p.terminate()
-                    p.join(0.5)
-                if p.is_alive():
-                    p.kill()
-                    p.join(1.0)
+            with timed_step(self.log, f"stopping {self.k} learners"):
+                end_processes(self.procs, timeout, hurry)
         finally:
             self.arena.close()
             if old is not None:
@@ -257,6 +284,14 @@ class LearnerGroup:
             self.monitor = None  # the parent's sampling thread does not exist here
             if self.cores:
                 os.sched_setaffinity(0, {self.cores[j % len(self.cores)]})
+            if self.oversubscribed:
+                os.nice(WORKER_NICE)
+            if self._gate is not None:
+                self._gate.wait()  # until every learner is forked
+            if self.stopped():
+                raise Stopped
+            if self.fstats[j, F_STARTED] == 0.0:  # the first start (not a restart)
+                self.fstats[j, F_STARTED] = time.perf_counter()
             self.body(self, j)
         except Stopped:
             pass

@@ -43,6 +43,7 @@ from ..solvers.worker import (
     BACKOFF,
     CLEAN_VERSION,
     DONE_GEN,
+    N_FSTATS,
     N_STATS,
     WbarReader,
     WorkerEndpoint,
@@ -150,7 +151,7 @@ class RayTransport(Transport):
         self._version, self._gen, self._gen_version = 0, 0, 0
         self.stats = np.zeros((n_workers, N_STATS), np.int64)
         self.stats[:, CLEAN_VERSION] = -1
-        self.fstats = np.zeros((n_workers, 2))
+        self.fstats = np.zeros((n_workers, N_FSTATS))
         self.outputs = {k: np.zeros((n_workers, *shape), dt)
                         for k, (shape, dt) in spec.outputs.items()}
         self.actors: list[Any] = [None] * n_workers
@@ -169,8 +170,11 @@ class RayTransport(Transport):
         self.publish_seconds: list[float] = []
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> RayTransport:
+    def start(self, expired: Callable[[], bool] | None = None) -> RayTransport:
+        """Start Ray (or join it) and the actors; they all start (an actor's start cannot be
+        cut short), and the learner's first poll of ``expired`` stops them."""
         self.log(f"learner pid {os.getpid()}")
+        self.spawn_began = time.perf_counter()
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")  # calls to a killed actor
         ray = self._ray = require_ray()
         warmup(self.dtype)
@@ -219,6 +223,7 @@ class RayTransport(Transport):
         for j, info in enumerate(infos):
             self._started(j, info)
         self.log(f"{self.n_workers} inference actors on {where}")
+        self.spawn_seconds = time.perf_counter() - self.spawn_began
         self.monitor.start()
         return self
 

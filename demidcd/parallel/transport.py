@@ -18,6 +18,7 @@ object store, records in batches of numpy arrays). :func:`make_transport` picks 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,7 @@ from ..solvers.worker import (
 from ..tasks.base import RecordBatch, Task
 
 __all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "BACKENDS",
-           "balanced_shards"]
+           "balanced_shards", "start_figures"]
 
 BACKENDS = ("shm", "ray")
 
@@ -84,6 +85,20 @@ def concat_batches(parts: list[RecordBatch]) -> RecordBatch:
                        np.concatenate([b.val for b in parts]))
 
 
+def start_figures(t0: float, spawn_began: float, spawn_seconds: float,
+                  worker_starts: np.ndarray) -> dict[str, float | None]:
+    """How starting the workers went, on the learner's clock started at ``t0``
+    (``time.perf_counter()``): ``spawn_began`` (seconds from t0 to the first fork; ≥ 0:
+    starting the workers was on the clock; None when unknown), ``spawn_seconds`` and
+    ``workers_began`` (seconds from t0 to the first worker beginning work, from the workers'
+    own ``perf_counter`` readings, ``worker_starts``: 0 = not begun, nan = not known on this
+    machine's clock; None when no worker began)."""
+    began = worker_starts[np.isfinite(worker_starts) & (worker_starts > 0.0)]
+    return {"spawn_began": spawn_began - t0 if math.isfinite(spawn_began) else None,
+            "spawn_seconds": spawn_seconds,
+            "workers_began": float(began.min()) - t0 if len(began) else None}
+
+
 class Transport(ABC):
     """p − 1 inference workers behind one interface (see the module docstring).
 
@@ -96,11 +111,15 @@ class Transport(ABC):
     shards: list[np.ndarray]
     learner_shard: np.ndarray
     monitor: Any
+    spawn_began = math.nan  # time.perf_counter() when start() began starting workers
+    spawn_seconds = 0.0  # how long starting them took
 
     # -- lifecycle
     @abstractmethod
-    def start(self) -> Transport:
-        """Start the workers (logs ``worker K pid N`` for each)."""
+    def start(self, expired: Callable[[], bool] | None = None) -> Transport:
+        """Start the workers (logs ``worker K pid N`` for each). The learner's clock is
+        already running: ``expired()`` true means the time limit ran out while starting
+        them; a transport then starts no more and tells the started ones to stop."""
 
     @abstractmethod
     def close(self) -> None:
@@ -153,6 +172,10 @@ class Transport(ABC):
     def request_stop(self) -> None:
         """Ask every worker to stop (they finish or abandon their current inference)."""
 
+    def stop_requested(self) -> bool:
+        """A stop was asked for (e.g. the time limit ran out while the workers started)."""
+        return False
+
     # -- counters
     @abstractmethod
     def _column(self, col: int) -> np.ndarray:
@@ -160,6 +183,15 @@ class Transport(ABC):
 
     def infer_seconds(self) -> float:
         return 0.0
+
+    def worker_starts(self) -> np.ndarray:
+        """Per worker, the ``time.perf_counter()`` at which it began work (0: not yet, nan:
+        not known on this machine's clock)."""
+        return np.full(self.n_workers, np.nan)
+
+    def start_figures(self, t0: float) -> dict[str, float | None]:
+        """How the start went, on the learner's clock (:func:`start_figures`)."""
+        return start_figures(t0, self.spawn_began, self.spawn_seconds, self.worker_starts())
 
     def occupancy(self) -> float:
         """How full the fullest record channel is (0–1)."""

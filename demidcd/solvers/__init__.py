@@ -148,6 +148,39 @@ def check_loss(learner: Learner, loss: str | None) -> None:
                           f"({learner.objective})")
 
 
+def oversubscription(algorithm: str, threads: int, learners: str | int | None = None,
+                     backend: str = "shm", ray_address: str | None = None) -> str | None:
+    """The warning for a run on more processes than the cores this process may use (None
+    when they fit, or when the workers run on a Ray cluster), describing the layout the run
+    will have: the learner keeps a core and the inference workers share the others at a lower
+    priority (:mod:`demidcd.parallel.engine`), which is also what DEMI-DCD's
+    ``learners="auto"`` chooses then (:func:`.multi_dcd.auto_fits_cores`); or, with as many
+    learners as threads asked for, the learners sharing the cores (:mod:`.multi_dcd`)."""
+    from ..parallel.monitor import usable_cores
+
+    cores = usable_cores()
+    if threads <= cores or get_learner(algorithm).single_process or \
+            (backend == "ray" and ray_address):
+        return None
+    head = f"--threads {threads} is more than the {cores} core{'s' * (cores > 1)} this " \
+           "process may use"
+    if algorithm == "demi-dcd" and backend == "shm":
+        from .multi_dcd import parse_learners
+
+        if parse_learners(learners) == threads:
+            return (f"{head}: the {threads} learners (--learners {threads}) share "
+                    f"{'them' if cores > 1 else 'it'} at a lower priority than their "
+                    f"coordinator, so the run is no faster than with --threads {cores} "
+                    f"(--learners auto runs one learner and {threads - 1} inference workers "
+                    "here)")
+    if cores == 1:
+        return (f"{head}: the learner and the {threads - 1} inference workers share it, the "
+                "workers at a lower priority, so the run is no faster than with one process")
+    return (f"{head}: the learner keeps one core to itself and the {threads - 1} inference "
+            f"workers share the other {cores - 1} at a lower priority, so the run is no faster "
+            f"than with --threads {cores}")
+
+
 def check_memory(task: Task, threads: int, ring_words: int) -> None:
     """Fail early when the weight vectors alone would not fit in the available memory: the
     learner's w, the shared [w, A] (two buffers) and the rings (threads > 1), and one w per
@@ -222,10 +255,15 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
     :class:`Learner` lists its ``options``), the others are dropped.
     """
+    from ..parallel.shm import sweep_stale
+
     learner = get_learner(algorithm)
     check_threads(learner, threads)
     config.validate()
     check_loss(learner, None if config.loss == "l2" else config.loss)
+    # what a killed run left in /dev/shm when its janitor was killed too: every run sweeps
+    # it, whatever its thread count (a one-process run creates no segment of its own)
+    sweep_stale()
     if learner.single_process and threads > 1:
         if log is not None:
             log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")

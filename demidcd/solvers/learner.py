@@ -67,11 +67,12 @@ class SharedLearner:
 
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
-        self.transport.start()
-        self.clock = self.recorder.start()
-        clock = self.clock
+        """Start the clock, then the workers: the time limit is the wall time of training,
+        starting the workers included."""
+        self.clock = clock = self.recorder.start()
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
         self.task.should_stop = lambda: StopRequest.requested or clock.expired()
+        self.transport.start(expired=clock.expired)
 
     def poll(self) -> bool:
         """Snapshot when due, supervise the workers; True once the run must stop."""
@@ -182,6 +183,7 @@ class SharedLearner:
         seconds = self.clock.elapsed() if self.clock else 0.0
         tot = self.transport.totals()
         traffic = self.transport.traffic()
+        started = self.transport.start_figures(self.clock.t0) if self.clock else {}
         self.transport.close()
         self.task.__dict__.pop("should_stop", None)  # back to the class default
         sec = self.seconds
@@ -189,7 +191,8 @@ class SharedLearner:
             self.act.w.copy(), reason, epoch, self.act.dual_objective(), cpu_log=cpu_log,
             seconds=seconds, publish_seconds=sec["publish"], update_seconds=sec["update"],
             insert_seconds=sec["insert"], wait_seconds=sec["wait"],
-            learner_infer_seconds=sec["infer"], transport=traffic, **tot, **self.cnt)
+            learner_infer_seconds=sec["infer"], transport=traffic, **tot, **self.cnt,
+            **started)
         c = self.cnt
         self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
                  f", {c['publishes']:,} publishes costing "

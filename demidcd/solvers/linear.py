@@ -361,9 +361,11 @@ class BatchInference:
     def monitor(self):
         return None if self.pool is None else self.pool.monitor
 
-    def start(self) -> None:
+    def start(self, expired: Callable[[], bool] | None = None) -> None:
+        """Start the workers (``expired``: the learner's clock, see
+        :meth:`~demidcd.parallel.transport.Transport.start`)."""
         if self.pool is not None:
-            self.pool.start()
+            self.pool.start(expired=expired)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -378,7 +380,7 @@ class BatchInference:
         part (see :attr:`worker_share`) and the workers equal parts of the rest."""
         examples = np.ascontiguousarray(examples, np.int64)
         pool = self.pool
-        if pool is None:
+        if pool is None or pool.stop_requested():  # none, or stopped while they started
             self.own_inferences += len(examples)
             return self._infer(self.task, examples)
         if len(examples) > self._max_batch:

@@ -57,6 +57,7 @@ from numba import njit
 
 from ..errors import OptionError
 from ..parallel import multi as M
+from ..parallel.monitor import usable_cores
 from ..parallel.seqlock import LINE_SHIFT, load_word, mark_array, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
@@ -76,7 +77,7 @@ FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(
 # 92.80); atomic adds for the last second let the learners repair α on the rebuilt w
 TAIL_SHARE = 0.01  # plain stores turn to atomic adds once every learner's last pass found
 # violators in at most this share of its part (the tail, where lost updates block the stop)
-F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S = range(5)  # fstats columns
+F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_PASS_PG = range(6)  # fstats columns
 EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
 # few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
 PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
@@ -168,13 +169,23 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     return k, figures
 
 
+def auto_fits_cores(threads: int) -> bool:
+    """Whether ``--learners auto`` may choose ``threads`` learners: only when each has a core
+    of its own. With more processes than cores the learners would take turns on the cores, and
+    every rebuild of w waits for the slowest to reach its next poll (64 learners on 2 cores:
+    the first ran before the last was forked); one learner keeps a core to itself instead and
+    the inference workers share the others at a lower priority (:mod:`demidcd.parallel.engine`)."""
+    return threads <= usable_cores()
+
+
 def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dict,
                      log: Callable[[str], None] | None = None, backend: str = "shm") -> int:
     """The number of learners for a DEMI-DCD run on ``threads`` processes, from
-    ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners`; the CLI's default)
-    or absent (1: the library keeps DEMI-DCD's single learner unless asked); stores it back in
-    ``engine`` with the auto figures under ``learner_choice``. Several learners share w in
-    shared memory, so another ``backend`` (Ray) runs one learner under ``auto``."""
+    ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners` when
+    :func:`auto_fits_cores`, else 1; the CLI's default) or absent (1: the library keeps
+    DEMI-DCD's single learner unless asked); stores it back in ``engine`` with the auto
+    figures under ``learner_choice``. Several learners share w in shared memory, so another
+    ``backend`` (Ray) runs one learner under ``auto``."""
     k = parse_learners(engine.get("learners", 1))
     if backend != "shm":
         if k is not None and k > 1:
@@ -183,6 +194,13 @@ def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dic
         if k is None and log is not None:
             log(f"learners auto: 1 (several learners need --backend shm, not {backend})")
         k = 1
+    elif k is None and not auto_fits_cores(threads):
+        k, cores = 1, usable_cores()
+        engine["learner_choice"] = {"learners": 1, "cores": cores}
+        if log is not None:
+            log(f"learners auto: 1 (--threads {threads} is more than the {cores} cores: "
+                "several learners only when each has a core of its own; one learner and "
+                f"{threads - 1} inference workers)")
     elif k is None:
         k, engine["learner_choice"] = choose_learners(task, config, threads, log)
     if k > threads:
@@ -281,6 +299,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                 raise RuntimeError("injected fault (multi-learner)")
             g.poll_command(k, run)
 
+        fs[F_PASS_PG] = np.inf  # no pass yet: nothing is certified
         if g.start_paused:
             g.poll_command(k, run, wait=True)
         r, b = cfg.inner_passes, max(cfg.batch, 1)
@@ -299,6 +318,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                     st[M.STEPS] += u.nonzero_steps
                     poll()
                 certified = plan.certifies(pass_pg, cfg.tol)
+                fs[F_PASS_PG] = pass_pg  # the log's max_pg: this part's, last pass
             fs[F_UPDATE_S] += time.perf_counter() - t
             order = rng.permutation(part)
             violators, pass_pg, t_inf = 0, 0.0, 0.0
@@ -330,6 +350,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             fs[F_INFER_S] += t_inf
             if r == 0:
                 certified = pass_pg < cfg.tol
+                fs[F_PASS_PG] = pass_pg
             st[M.ACTIVE] = act.size
             st[M.VIOLATORS] = violators
             st[M.CANDIDATE] = epoch if violators == 0 and certified else 0
@@ -470,6 +491,12 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         pg = float(group.fstats[live, F_MAXPG].max())
         return viol == 0 and pg < config.tol and not group.missing(), pg, viol
 
+    def largest_pg() -> float:
+        """max |PG| (the L1 loss: the largest KKT gap) over the learners' parts, each from its
+        last pass over its active sets (+inf for a learner that has not finished one)."""
+        live = [j for j in range(k) if group.procs[j] is not None]
+        return float(group.fstats[live, F_PASS_PG].max()) if live else np.inf
+
     def record(figs: dict, **extra) -> None:
         nonlocal epoch
         epoch += 1
@@ -477,7 +504,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         rec = {"epoch": epoch, "seconds": round(clock.elapsed(), 4),
                "updates": int(s[:, M.UPDATES].sum()), "total_updates": int(s[:, M.UPDATES].sum()),
                "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
-               "learner_epochs": int(s[:, M.EPOCHS].min()), **figs, **extra}
+               "learner_epochs": int(s[:, M.EPOCHS].min()), "max_pg": largest_pg(), **figs,
+               **extra}
         if config.eval_every is not None and clock.elapsed() - last_eval[0] >= config.eval_every:
             ob = objective(task, w, C, figs["dual"], loss=config.loss)
             rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
@@ -488,14 +516,14 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
 
     last_eval = [0.0]
     try:
-        group.start()
-        clock = Clock(config.time_limit, tick)
+        clock = Clock(config.time_limit, tick)  # starting the learners is on the clock
         task.should_stop = lambda: StopRequest.requested or clock.expired()
+        group.start(expired=clock.expired)
         last_rebuild, cert_epochs = 0.0, [0] * k
         max_epochs = config.max_epochs
         limit = config.time_limit
         final_tail = None if not limit else limit - max(FINAL_TAIL[0], FINAL_TAIL[1] * limit)
-        while True:
+        while not group.incomplete:  # (incomplete: no learner began, w = Σ α φ = 0)
             time.sleep(COORDINATOR_POLL)
             if group.dead():  # rebuild w from the live learners' α, restart the dead
                 record(rebuild())
@@ -532,16 +560,19 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 last_rebuild = clock.elapsed()
                 interval = min(2.0 * interval, rebuild_every)
                 resume()
-        if reason != "converged":
+        if group.incomplete:
+            reason = stop_reason(False, clock) or "time-limit"
+        elif reason != "converged":
             store_word(group.ctrl, M.URGENT, 1)  # abandon expensive inferences
             record(rebuild())
-        if check:
+        if check and not group.incomplete:
             group.command(CHECK)
             check_error = float(np.abs(group.arrays["check"].sum(0) - w).max())
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
         seconds = clock.elapsed() if clock else 0.0
+        started = group.start_figures(clock.t0) if clock else {}
         w_out = w.copy()
         s, f = group.stats.copy(), group.fstats.copy()
         try:
@@ -556,6 +587,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     drifts = [d for _, d, _ in drift_log]
     res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k),
                  "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
+                 "peak_pss": mon.peak_pss, **started,
                  "learners": k, "update_mode": mode, "updates": int(s[:, M.UPDATES].sum()),
                  "nonzero_steps": int(s[:, M.STEPS].sum()),
                  "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),

@@ -170,8 +170,7 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
     epoch, updates = 0, 0
     run = OuterLoop(task)
     with closing(bi), run:  # bi closes after the loop ends
-        bi.start()
-        run.start(rec.start())
+        bi.start(run.start(rec.start()).expired)  # starting the workers is on the clock
         for epoch in range(1, config.epochs(DEFAULT_EPOCHS) + 1):
             if on_epoch is not None:
                 on_epoch(epoch)

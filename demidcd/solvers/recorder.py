@@ -120,7 +120,8 @@ class Recorder:
             if cpu_log:
                 mon.write_csv(cpu_log)
             res.extra.update(cpu_average=mon.average(), cpu_line=mon.summary_line(self.threads),
-                             memory_line=mon.memory_line(), peak_rss=mon.peak_rss)
+                             memory_line=mon.memory_line(), peak_rss=mon.peak_rss,
+                             peak_pss=mon.peak_pss)
         res.extra.update(extra)
         return res
 

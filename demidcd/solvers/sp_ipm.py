@@ -96,9 +96,13 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                         objective_fn=None, tick=tick)
     reason, rnd, updates, t_map, t_mix = "max-epochs", 0, 0, 0.0, 0.0
     try:
-        pool.start()
-        clock = recorder.start()
+        clock = recorder.start()  # starting the workers is on the clock
+        pool.start(expired=clock.expired)
         for rnd in range(1, config.epochs(100) + 1):
+            if pool.stop_requested():  # the limit ran out while the mappers were started
+                rnd -= 1
+                reason = stop_reason(False, clock) or "time-limit"
+                break
             pool.publish(wa)
             t = time.perf_counter()
             gen = pool.command()
@@ -137,12 +141,13 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
         reason = "interrupted"
     finally:
         inferences = pool.totals()["inferences"]
+        started = pool.start_figures(recorder.clock.t0) if recorder.clock else {}
         pool.close()
     # the average of the mixed vectors actually summed (none: the initial w = 0)
     w = w_sum / mixes if averaged and mixes else wa[:dim].copy()
     res = recorder.finish(w, reason, rnd, cpu_log=cpu_log, updates=updates,
                           inferences=inferences, map_seconds=t_map, mix_seconds=t_mix,
-                          rounds_mixed=mixes)
+                          rounds_mixed=mixes, **started)
     if log:
         log(f"SP-IPM: {rnd} rounds x {E} epochs, {updates:,} perceptron updates, "
             f"{inferences:,} inferences; map {t_map:.2f}s, mix {t_mix:.2f}s")

@@ -17,7 +17,8 @@ stop certificate) and the violators as ``SWEEP_VIOL`` (MS-DCD's).
 
 What the algorithm needs of a transport is a :class:`WorkerEndpoint`: a stop test, a generation
 counter, ``push`` for records, ``job_output``, its index ``j``, ``inputs`` (replica jobs), an int64
-counter row ``st`` (columns below) and a float64 row ``fst`` (seconds of inference). The
+counter row ``st`` (columns below) and a float64 row ``fst`` (seconds of inference; the
+``time.perf_counter()`` at which the worker began, after the transport's start gate). The
 shared-memory transport backs them with shared arrays and rings, the Ray transport with an actor's
 local arrays and outbox; both run :func:`run_worker` unchanged.
 """
@@ -39,6 +40,7 @@ from ..tasks.base import InferenceInterrupted, RecordBatch, Task
 # per-worker int64 counter columns
 (INFER, PUSHED, SWEEPS, CLEAN_VERSION, WASTED, BACKOFF, DONE_GEN, ERROR, SWEEP_VIOL,
  N_STATS) = range(10)
+FST_INFER_SECONDS, FST_STARTED, N_FSTATS = 0, 1, 2  # per-worker float64 columns
 CHUNK_SECONDS = 0.05  # a worker's chunk holds at most this much measured inference
 COPY_RATIO = 20.0  # ...and reads w̄ through a private copy when the chunk costs > 20 copies
 
@@ -102,7 +104,7 @@ class WorkerEndpoint:
     """A worker's view of its transport (see the module docstring)."""
 
     st: np.ndarray  # int64[N_STATS]
-    fst: np.ndarray  # float64[2]
+    fst: np.ndarray  # float64[N_FSTATS]
     j: int  # this worker's index
     inputs: dict[str, np.ndarray]  # the run's shared inputs (replica jobs; read only)
 
@@ -263,7 +265,7 @@ def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarRead
                 if not ep.push(pending):
                     return
                 st[PUSHED] += len(pending)
-        ep.fst[0] += t_inf
+        ep.fst[FST_INFER_SECONDS] += t_inf
         if done:
             st[SWEEP_VIOL] = viol_count
             store_word(st, CLEAN_VERSION, v0 if clean and v0 >= 0 else -1)

@@ -57,10 +57,13 @@ kernel 1.2x faster than with string-order ids (medians of 6 interleaved pairs).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
+
+from ..parallel.monitor import timed_step
 
 # Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
 # 33,191 features for min_count 1 / 2 / 3 / 5; an averaged structured perceptron (10 epochs)
@@ -422,10 +425,12 @@ class SequenceFeaturizer:
     ``min_count``: a feature gets an id when it fires on at least that many training tokens.
     ``hashing > 0``: no dictionary; id = crc32(feature) mod ``hashing`` and F = ``hashing``.
     ``template``: ``base``, or ``ner`` (+ clusters and the :func:`_ner_window` features).
+    ``log``: progress lines for the steps that take a second or more (clustering, building
+    the dictionary, encoding; :func:`~demidcd.parallel.monitor.timed_step`).
     """
 
     def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0,
-                 template: str = "base"):
+                 template: str = "base", log: Callable[[str], None] | None = None):
         if template not in TEMPLATES:
             raise ValueError(f"unknown feature template {template!r}")
         if int(min_count) < 1:
@@ -440,6 +445,7 @@ class SequenceFeaturizer:
         self.clusters: dict[str, str] = {}  # "ner": word_clusters of the training words
         self.doc_window = DOC_WINDOW if template == "ner" else 0  # _doc_context (0: none)
         self._index: dict[str, int] | None = None
+        self.log = log
 
     def _word_features(self, word: str) -> list[str]:
         feats = word_features(word)
@@ -516,10 +522,20 @@ class SequenceFeaturizer:
         Tokens are words, or tuples ``(word, attr_0, …)`` with extra input columns."""
         words, attrs, n_attr = split_attributes(tokens)
         self.n_attributes = None
-        self.clusters = word_clusters(words) if self.template == "ner" else {}
+        self.clusters = {}
+        if self.template == "ner":
+            with timed_step(self.log, f"word clusters of {len(words):,} sentences (k-means)"):
+                self.clusters = word_clusters(words)
         if self.hashing:
             self.n_attributes = n_attr
             return self
+        with timed_step(self.log, f"building features of {len(words):,} sentences"):
+            self._fit_dictionary(tokens, words, attrs, n_attr)
+        return self
+
+    def _fit_dictionary(self, tokens: list[list], words: list[list[str]], attrs,
+                        n_attr: int) -> None:
+        """The dictionary of :meth:`fit` (features firing on ≥ min_count tokens)."""
         # Every feature that fires on the training data, with a provisional id.
         _, _, types = _types(words)
         seen: dict[str, int] = {}
@@ -549,13 +565,13 @@ class SequenceFeaturizer:
         kept = [names[j] for j in sorted(keep, key=lambda j: (-counts[j], names[j]))]
         self.features = kept
         self._index = {f: j for j, f in enumerate(kept)}
-        return self
 
     def transform(self, tokens: list[list[str]]) -> EncodedSequences:
         """Encode sentences; features unknown to the dictionary are dropped."""
         if not self.fitted:
             raise RuntimeError("SequenceFeaturizer is not fitted")
-        return self._encode(tokens, self._index)
+        with timed_step(self.log, f"encoding {len(tokens):,} sentences"):
+            return self._encode(tokens, self._index)
 
     def fit_transform(self, tokens: list[list[str]]) -> EncodedSequences:
         return self.fit(tokens).transform(tokens)
