@@ -269,7 +269,7 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
 
 def demidcd_cmd() -> list[str]:
     """The ``demidcd`` command of this interpreter (works without the console script)."""
-    return [sys.executable, "-m", "demidcd.cli"]
+    return [sys.executable, "-m", "demidcd"]
 
 
 def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: float = 3600

@@ -96,8 +96,8 @@ def work_at(records: list[dict], t: float, algorithm: str) -> dict | None:
 
 def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -> dict:
     """Per-component costs on one core (this process pinned)."""
-    from demidcd.parallel.ring import RecordRing
-    from demidcd.parallel.shm import SharedArena
+    from demidcd.primitives.ring import RecordRing
+    from demidcd.primitives.shm import SharedArena
     from demidcd.solvers.activeset import ActiveSets
 
     old = pin_one_core()

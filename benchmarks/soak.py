@@ -57,7 +57,7 @@ from common import RESULTS, demidcd_cmd, machine_info, machine_line, write_json 
 
 from demidcd.errors import DemidcdError  # noqa: E402
 from demidcd.io.model import load_model  # noqa: E402
-from demidcd.parallel.shm import SHM_DIR, list_segments  # noqa: E402
+from demidcd.primitives.shm import SHM_DIR, list_segments  # noqa: E402
 
 ALGORITHMS = ("demi-dcd", "ms-dcd", "sp-ipm", "dcd")
 FAULTS = ("none", "sigkill-worker", "sigint-parent", "sigterm-parent", "sigkill-parent")

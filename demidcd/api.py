@@ -335,7 +335,7 @@ class StructuredEstimator:
     def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
         """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log.
         A :class:`~demidcd.parallel.engine.WorkerError` leaves the partial model fitted."""
-        from .parallel.engine import WorkerError
+        from .errors import WorkerError
 
         config = self.solver_config()
         algorithm, threads, engine = self._learner()

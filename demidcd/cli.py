@@ -402,7 +402,7 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 
 def cmd_train(args) -> int:
-    from .parallel.engine import WorkerError
+    from .errors import WorkerError
     from .solvers import check_loss, check_threads, get_learner, oversubscription
 
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
@@ -708,13 +708,3 @@ def _quiet_interrupt(u: Any) -> None:
 def _stop_requested() -> bool:
     mod = sys.modules.get("demidcd.solvers.common")
     return bool(mod is not None and mod.StopRequest.requested)
-
-
-def _entry() -> Any:
-    from .__main__ import run
-
-    run()
-
-
-if __name__ == "__main__":
-    _entry()

@@ -91,3 +91,14 @@ def not_fitted(message: str) -> NotFittedError:
                 pass
         _SK_NOT_FITTED.append(cls)
     return _SK_NOT_FITTED[0](message)
+
+
+class WorkerError(DemidcdError):
+    """An inference worker or learner process failed past its restarts (the message is one
+    line; ``details`` has the traceback)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details

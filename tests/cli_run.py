@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CLI = [sys.executable, "-m", "demidcd.cli"]
+CLI = [sys.executable, "-m", "demidcd"]
 
 
 def run(*args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess:

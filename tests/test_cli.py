@@ -14,7 +14,7 @@ from demidcd.synthetic import generate
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "demidcd.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "demidcd", *args], capture_output=True,
                           text=True, timeout=300)
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy_task import ToyTask
 
-from demidcd.parallel.seqlock import LINE_SHIFT, mark_array
+from demidcd.primitives.seqlock import LINE_SHIFT, mark_array
 from demidcd.solvers import kernels as K
 from demidcd.solvers.activeset import FULL_EVERY, ActiveSets, SweepPlan
 from demidcd.solvers.common import SolverConfig, objective, primal_objective
@@ -232,7 +232,7 @@ def test_sparse_kernels_match_numpy(n, start, d, seed):
 def test_marked_lines_cover_every_change_of_w(seed):
     """With tracking on, the lines marked at admission cover every entry of w that inserts,
     evictions, updates and shrinking make non-zero, and only lines of offered φ: copying the
-    marked lines publishes w exactly (demidcd.parallel.seqlock.publish_lines)."""
+    marked lines publishes w exactly (demidcd.primitives.seqlock.publish_lines)."""
     task = ToyTask(seed=seed, m=6)
     recs = task.all_structures()
     rng = np.random.default_rng(seed)

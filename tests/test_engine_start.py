@@ -14,11 +14,11 @@ from cli_run import run as cli
 
 from demidcd.api import SequenceTagger
 from demidcd.parallel.engine import WorkerPool
-from demidcd.parallel.monitor import usable_cores
+from demidcd.parallel.worker import FST_STARTED, INFER, WorkerSpec
+from demidcd.primitives.monitor import usable_cores
 from demidcd.solvers import oversubscription, train
 from demidcd.solvers.common import SolverConfig
 from demidcd.solvers.multi_dcd import resolve_learners
-from demidcd.solvers.worker import FST_STARTED, INFER, WorkerSpec
 
 
 @pytest.fixture(scope="module")

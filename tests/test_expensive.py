@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from toy_task import SlowToyTask, ToyTask
 
-from demidcd.parallel.shm import list_segments
+from demidcd.primitives.shm import list_segments
 from demidcd.solvers import train
 from demidcd.solvers.common import SolverConfig, StopRequest
 

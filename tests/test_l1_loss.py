@@ -149,7 +149,7 @@ def test_loss_option_is_validated_and_only_for_the_dcd_learners(toy) -> None:
 
 # ----------------------------------------------------------------------------- (d) CLI
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "demidcd.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "demidcd", *args], capture_output=True,
                           text=True, timeout=300)
 
 

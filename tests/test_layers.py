@@ -87,7 +87,6 @@ def test_no_upward_import(graph):
     assert not up, "upward imports:\n" + "\n".join(sorted(up))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 34: the layers are being untangled")
 def test_no_module_cycle(graph):
     # a package's __init__ importing its own children is not a cycle
     g = {m: {t for t in ts if not m.startswith(t + ".") and not t.startswith(m + ".")}

@@ -317,7 +317,7 @@ def test_parallel_batches_need_shared_memory(algorithm: str) -> None:
         train(task, algorithm, _cfg(max_epochs=1, eval_every=None), threads=2,
               backend=lambda *a, **k: pytest.fail("a transport was built"))
     from demidcd.parallel.ray import RayTransport
-    from demidcd.solvers.worker import WorkerSpec
+    from demidcd.parallel.worker import WorkerSpec
 
     spec = WorkerSpec("replica", 1.0, job=lambda *a: (RecordBatch.empty(), 0),
                       inputs={"batch": ((4,), np.int64)})

@@ -10,7 +10,7 @@ import time
 import multiprocess as mp
 import pytest
 
-from demidcd.parallel.monitor import CpuMonitor
+from demidcd.primitives.monitor import CpuMonitor
 
 CTX = mp.get_context("fork")
 

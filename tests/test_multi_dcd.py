@@ -11,7 +11,7 @@ from small_fit import fit
 
 from demidcd.api import SequenceTagger
 from demidcd.errors import OptionError
-from demidcd.parallel.seqlock import mark_array
+from demidcd.primitives.seqlock import mark_array
 from demidcd.solvers import kernels as K
 from demidcd.solvers import train
 from demidcd.solvers.common import SolverConfig, primal_objective
@@ -167,7 +167,7 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
 
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd.cli", "train", "--threads", "2",
+        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
                               "--algorithm", "demi-dcd", "--learners", "2", "--update-mode",
                               "plain", "--time-limit", "30", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)

@@ -36,7 +36,7 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
     logf, model = tmp_path / "log.txt", tmp_path / "m.npz"
     env = {**os.environ, "PYTHONPATH": ROOT}
     with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd.cli", "train", "--threads", "2",
+        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
                               "--backend", "ray", "--time-limit", "120", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT,
                              env=env, cwd=ROOT, start_new_session=True)

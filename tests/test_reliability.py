@@ -31,7 +31,7 @@ from cli_run import CLI, run, train_model
 from demidcd.api import EntityRelationExtractor, SequenceTagger
 from demidcd.io.conll04 import read_conll04
 from demidcd.io.model import load_model
-from demidcd.parallel.shm import list_segments
+from demidcd.primitives.shm import list_segments
 
 
 def _tok(i: int | str, word: str = "w", upos: str = "NOUN") -> str:
@@ -448,7 +448,7 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_no_shared_memory(tmp_path: P
 
 def test_fault_helpers_detect_a_leak() -> None:
     """The leak checks above can fail: a live process and a live segment are reported."""
-    from demidcd.parallel.shm import SharedArena
+    from demidcd.primitives.shm import SharedArena
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     proc = psutil.Process(sleeper.pid)
@@ -465,7 +465,7 @@ def test_fault_helpers_detect_a_leak() -> None:
 
 
 def _janitor(pid: int) -> psutil.Process:
-    """The shared-memory janitor of the run with parent ``pid`` (demidcd.parallel.shm)."""
+    """The shared-memory janitor of the run with parent ``pid`` (demidcd.primitives.shm)."""
     for k in _family(pid):
         try:
             cmd = k.cmdline()
@@ -502,7 +502,7 @@ def test_parent_and_janitor_killed_then_sweep_stale_removes_the_segments(tmp_pat
     """With the parent SIGKILLed the janitor unlinks the segments (the test above with the
     parent: test_sigkill_of_the_parent_...); with the janitor killed first nothing can, and the
     next run's sweep_stale (WorkerPool calls it at start) removes them."""
-    from demidcd.parallel.shm import sweep_stale
+    from demidcd.primitives.shm import sweep_stale
 
     p, model, log, family, _ = _started(tmp_path)
     try:
@@ -526,7 +526,7 @@ def test_a_one_process_run_sweeps_the_segments_of_dead_runs(corpus: Path) -> Non
     """Segments left by a run whose parent and janitor were both killed (named
     ``demidcd-<dead pid>-<n>-<key>``) are swept by the next run, whatever its --threads: a
     one-process run creates no segment of its own but sweeps too."""
-    from demidcd.parallel.shm import SHM_DIR
+    from demidcd.primitives.shm import SHM_DIR
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that has exited

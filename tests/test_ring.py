@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from demidcd.parallel.ring import CAP, HEAD, TAIL, RecordRing, record_words, warmup
-from demidcd.parallel.shm import SharedArena, list_segments
+from demidcd.primitives.ring import CAP, HEAD, TAIL, RecordRing, record_words, warmup
+from demidcd.primitives.shm import SharedArena, list_segments
 from demidcd.tasks.base import RecordBatch
 
 CTX = mp.get_context("fork")

@@ -9,7 +9,7 @@ import multiprocess as mp
 import numpy as np
 import pytest
 
-from demidcd.parallel.seqlock import (
+from demidcd.primitives.seqlock import (
     BEGUN,
     DONE,
     LINE_SHIFT,
@@ -18,7 +18,7 @@ from demidcd.parallel.seqlock import (
     mark_array,
     warmup,
 )
-from demidcd.parallel.shm import SharedArena
+from demidcd.primitives.shm import SharedArena
 
 CTX = mp.get_context("fork")
 

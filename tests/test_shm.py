@@ -14,7 +14,7 @@ import multiprocess as mp
 import numpy as np
 import pytest
 
-from demidcd.parallel.shm import SHM_DIR, SharedArena, list_segments, sweep_stale
+from demidcd.primitives.shm import SHM_DIR, SharedArena, list_segments, sweep_stale
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs Linux /dev/shm")
@@ -90,10 +90,10 @@ def test_fork_and_spawn_children_print_no_warnings_and_leave_nothing():
     """Whole scenario in a fresh interpreter so all stderr (janitor included) is captured."""
     r = _run("""
         import os, sys, numpy as np, multiprocess as mp
-        from demidcd.parallel.shm import SharedArena, list_segments
+        from demidcd.primitives.shm import SharedArena, list_segments
 
         def child(spec):
-            from demidcd.parallel.shm import SharedArena  # spawn: dill pickles by value
+            from demidcd.primitives.shm import SharedArena  # spawn: dill pickles by value
             d = SharedArena.attach(spec)
             d["v"][0] += 1
 
@@ -129,7 +129,7 @@ def test_fork_and_spawn_children_print_no_warnings_and_leave_nothing():
 def test_atexit_unlinks_without_close():
     r = _run("""
         import os, numpy as np
-        from demidcd.parallel.shm import SharedArena
+        from demidcd.primitives.shm import SharedArena
         a = SharedArena(prefix="demidcdtest", track=False)
         a.create("w", 100, np.float64)
         print(os.getpid())
@@ -144,7 +144,7 @@ def test_sigkill_then_sweep(track):
     p = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import os, sys, time, numpy as np
-            from demidcd.parallel.shm import SharedArena
+            from demidcd.primitives.shm import SharedArena
             a = SharedArena(prefix="{prefix}", track={track})
             a.create("w", 1000, np.float64)
             a.create("ring", 1000, np.int64)

@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 from toy_task import ToyTask
 
-from demidcd.parallel.monitor import CpuMonitor
 from demidcd.parallel.transport import Transport, balanced_shards, concat_batches
-from demidcd.solvers import train
-from demidcd.solvers.common import SolverConfig, primal_objective
-from demidcd.solvers.worker import (
+from demidcd.parallel.worker import (
     CLEAN_VERSION,
     DONE_GEN,
     INFER,
@@ -23,6 +20,9 @@ from demidcd.solvers.worker import (
     SWEEPS,
     violation_and_slack,
 )
+from demidcd.primitives.monitor import CpuMonitor
+from demidcd.solvers import train
+from demidcd.solvers.common import SolverConfig, primal_objective
 from demidcd.tasks.base import RecordBatch
 
 CHUNK = 4
@@ -208,7 +208,7 @@ def test_backend_ray_without_ray_is_a_one_line_error(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), root])}
-    p = subprocess.run([sys.executable, "-m", "demidcd.cli", "train", "--threads", "2",
+    p = subprocess.run([sys.executable, "-m", "demidcd", "train", "--threads", "2",
                         "--backend", "ray", "--time-limit", "1"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert p.returncode == 2

@@ -312,7 +312,7 @@ def test_C_inf_is_rejected_like_nan(corpus, cli):
 def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_guard):
     """In the library too: fit raises the WorkerError, the estimator keeps the partial model,
     and save() marks it unfinished."""
-    from demidcd.parallel.engine import WorkerError
+    from demidcd.errors import WorkerError
 
     c = generate(n_sentences=150, n_tags=5, vocab_size=300, seed=3)
     env_before = os.environ.get("DEMIDCD_FAULT_WORKER_RAISE")

@@ -18,7 +18,7 @@ inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedAre
 * one SPSC :class:`~.ring.RecordRing` per worker carrying records (i, h, Δ, φ, m) to the learner.
 * ``ctrl`` (stop flag, command generation for barrier schedules) and per-worker ``stats``.
 
-Each worker runs :func:`demidcd.solvers.worker.run_worker` (modes ``"demi"``, ``"barrier"``,
+Each worker runs :func:`demidcd.parallel.worker.run_worker` (modes ``"demi"``, ``"barrier"``,
 ``"job"``, ``"replica"``) over a :class:`_ShmEndpoint` (the stop flag, the command generation,
 its ring, its row of ``stats``; a job's outputs go to shared arrays ``outputs[name][j]``, a
 replica job reads the shared arrays ``inputs[name]`` the learner writes before a command).
@@ -65,7 +65,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..solvers.worker import (
+from ..errors import WorkerError
+from ..primitives.monitor import CpuMonitor, timed_step
+from ..primitives.ring import RecordRing
+from ..primitives.seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
+from ..primitives.shm import SharedArena, sweep_stale
+from ..tasks.base import RecordBatch, Task
+from .transport import Transport, balanced_shards, concat_batches
+from .worker import (
     BACKOFF,
     CHUNK_SECONDS,
     CLEAN_VERSION,
@@ -84,12 +91,6 @@ from ..solvers.worker import (
     run_worker,
     violation_and_slack,
 )
-from ..tasks.base import RecordBatch, Task
-from .monitor import CpuMonitor, timed_step
-from .ring import RecordRing
-from .seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
-from .shm import SharedArena, sweep_stale
-from .transport import Transport, WorkerError, balanced_shards, concat_batches
 
 __all__ = ["WorkerPool", "WorkerError", "StartGate", "balanced_shards", "rounding_slack",
            "CHUNK_SECONDS", "COPY_RATIO"]

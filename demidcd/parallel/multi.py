@@ -43,10 +43,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .engine import WORKER_NICE, StartGate, WorkerError, balanced_shards, end_processes
-from .monitor import CpuMonitor, timed_step
-from .seqlock import load_word, store_word
-from .shm import SharedArena, sweep_stale
+from ..errors import WorkerError
+from ..primitives.monitor import CpuMonitor, timed_step
+from ..primitives.seqlock import load_word, store_word
+from ..primitives.shm import SharedArena, sweep_stale
+from .engine import WORKER_NICE, StartGate, balanced_shards, end_processes
 from .transport import start_figures
 
 # ctrl words

@@ -1,5 +1,5 @@
 """The Ray transport: inference workers as Ray actors on any node of a cluster, the learner in
-this (driver) process; the same :func:`~demidcd.solvers.worker.run_worker` as shared memory.
+this (driver) process; the same :func:`~demidcd.parallel.worker.run_worker` as shared memory.
 
 * **Start-up.** Without an address a local Ray instance is started (and shut down fully on
   close, leaving no Ray process); with ``address`` the run joins that cluster and only
@@ -38,8 +38,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..errors import DemidcdError, OptionError
-from ..solvers.worker import (
+from ..errors import DemidcdError, OptionError, WorkerError
+from ..primitives.monitor import CpuMonitor
+from ..primitives.seqlock import LINE_SHIFT
+from ..tasks.base import RecordBatch, Task
+from .transport import Transport, balanced_shards, concat_batches
+from .worker import (
     BACKOFF,
     CLEAN_VERSION,
     DONE_GEN,
@@ -51,10 +55,6 @@ from ..solvers.worker import (
     run_worker,
     violation_and_slack,
 )
-from ..tasks.base import RecordBatch, Task
-from .monitor import CpuMonitor
-from .seqlock import LINE_SHIFT
-from .transport import Transport, WorkerError, balanced_shards, concat_batches
 
 __all__ = ["RayTransport", "require_ray", "FETCH_WAIT"]
 

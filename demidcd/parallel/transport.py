@@ -8,7 +8,7 @@ worker for MS-DCD's barrier, one job for SP-IPM's mappers: :meth:`Transport.comm
 :meth:`Transport.done`, :meth:`Transport.results`), reads per-worker counters (sweeps completed,
 clean-since-version, sweep violations, totals), supervises the workers (:meth:`Transport.check`:
 a dead worker is restarted on its shard), and stops and closes. The workers run
-:func:`demidcd.solvers.worker.run_worker` under every transport.
+:func:`demidcd.parallel.worker.run_worker` under every transport.
 
 Two transports implement it: shared memory on one machine (:mod:`demidcd.parallel.engine`,
 forked processes, a double-buffered w̄ read in place, one SPSC ring per worker) and a Ray
@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DemidcdError, OptionError
-from ..solvers.worker import (
+from ..errors import OptionError, WorkerError
+from ..tasks.base import RecordBatch, Task
+from .worker import (
     BACKOFF,
     CLEAN_VERSION,
     INFER,
@@ -36,22 +37,11 @@ from ..solvers.worker import (
     WASTED,
     WorkerSpec,
 )
-from ..tasks.base import RecordBatch, Task
 
-__all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "BACKENDS",
+__all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "TRANSPORTS",
            "balanced_shards", "start_figures"]
 
-BACKENDS = ("shm", "ray")
 
-
-class WorkerError(DemidcdError):
-    """An inference worker failed (the message is one line; ``details`` has the traceback)."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
 
 
 def balanced_shards(costs: np.ndarray, k: int, seed: int = 0) -> list[np.ndarray]:
@@ -104,7 +94,7 @@ class Transport(ABC):
 
     Attributes every transport sets: ``n_workers``; ``shards`` (worker j's examples);
     ``learner_shard`` (the learner's own part when built with ``learner_share``, MS-DCD's
-    master); ``monitor`` (a :class:`~demidcd.parallel.monitor.CpuMonitor` of the learner and
+    master); ``monitor`` (a :class:`~demidcd.primitives.monitor.CpuMonitor` of the learner and
     the workers it can see)."""
 
     n_workers: int
@@ -141,7 +131,7 @@ class Transport(ABC):
     def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:
         """Make float64 ``wa`` = [w, A] the next version of w̄ and return that version.
         ``marks`` (one byte per line of 8 entries of ``wa[:tail]``, see
-        :func:`~demidcd.parallel.seqlock.mark_array`): ``wa[:tail]`` is zero off the marked
+        :func:`~demidcd.primitives.seqlock.mark_array`): ``wa[:tail]`` is zero off the marked
         lines now and in every earlier version, so only those lines (and ``wa[tail:]``) need
         to travel."""
 
@@ -179,7 +169,7 @@ class Transport(ABC):
     # -- counters
     @abstractmethod
     def _column(self, col: int) -> np.ndarray:
-        """Per-worker counter ``col`` (see :mod:`demidcd.solvers.worker`), acquire-read."""
+        """Per-worker counter ``col`` (see :mod:`demidcd.parallel.worker`), acquire-read."""
 
     def infer_seconds(self) -> float:
         return 0.0
@@ -222,28 +212,29 @@ class Transport(ABC):
         return int(self._column(SWEEP_VIOL).sum())
 
 
+TRANSPORTS: dict[str, str] = {"shm": "demidcd.parallel.engine:WorkerPool",
+                              "ray": "demidcd.parallel.ray:RayTransport"}
+"""The transports by name, as "module:class" strings resolved on first use, so that this
+interface imports none of its implementations (they import it)."""
+
+
 def make_transport(backend: str | Callable[..., Transport], task: Task, n_workers: int,
                    spec: WorkerSpec, *,
                    log: Callable[[str], None] | None = None, debug: bool = False,
                    learner_share: bool = False, ring_words: int = 1 << 22,
                    ray_address: str | None = None, max_restarts: int = 3) -> Transport:
-    """The transport ``backend`` ("shm" or "ray") for ``n_workers`` workers running ``spec``.
-    A callable ``backend(task, n_workers, spec, log=, debug=, learner_share=)`` builds any
-    other :class:`Transport` (the test suite's in-process fake)."""
+    """The transport ``backend`` (a name of :data:`TRANSPORTS`) for ``n_workers`` workers
+    running ``spec``. A callable ``backend(task, n_workers, spec, log=, debug=,
+    learner_share=)`` builds any other :class:`Transport`."""
     if callable(backend):
         return backend(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share)
-    if backend == "shm":
-        from .engine import WorkerPool
+    if backend not in TRANSPORTS:
+        raise OptionError(f"unknown --backend {backend!r}; choose one of "
+                          f"{', '.join(TRANSPORTS)}")
+    import importlib
 
-        return WorkerPool(task, n_workers, spec, log=log, debug=debug,
-                          learner_share=learner_share, ring_words=ring_words,
-                          max_restarts=max_restarts)
-    if backend == "ray":
-        from .ray import RayTransport, require_ray
-
-        require_ray()
-        return RayTransport(task, n_workers, spec, log=log, debug=debug,
-                            learner_share=learner_share, ring_words=ring_words,
-                            address=ray_address, max_restarts=max_restarts)
-    raise OptionError(f"unknown --backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-
+    module, _, name = TRANSPORTS[backend].partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    extra = {"address": ray_address} if backend == "ray" else {}
+    return cls(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share,
+               ring_words=ring_words, max_restarts=max_restarts, **extra)

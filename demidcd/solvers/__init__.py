@@ -156,7 +156,7 @@ def oversubscription(algorithm: str, threads: int, learners: str | int | None = 
     priority (:mod:`demidcd.parallel.engine`), which is also what DEMI-DCD's
     ``learners="auto"`` chooses then (:func:`.multi_dcd.auto_fits_cores`); or, with as many
     learners as threads asked for, the learners sharing the cores (:mod:`.multi_dcd`)."""
-    from ..parallel.monitor import usable_cores
+    from ..primitives.monitor import usable_cores
 
     cores = usable_cores()
     if threads <= cores or get_learner(algorithm).single_process or \
@@ -230,9 +230,9 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
     if learner.warm:
         learner.load(learner.warm)(task)
     if threads > 1:
-        from ..parallel.ring import warmup as ring_warmup
-        from ..parallel.seqlock import warmup as seqlock_warmup
-        from .worker import rounding_slack
+        from ..parallel.worker import rounding_slack
+        from ..primitives.ring import warmup as ring_warmup
+        from ..primitives.seqlock import warmup as seqlock_warmup
 
         ring_warmup()
         seqlock_warmup()
@@ -255,7 +255,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
     :class:`Learner` lists its ``options``), the others are dropped.
     """
-    from ..parallel.shm import sweep_stale
+    from ..primitives.shm import sweep_stale
 
     learner = get_learner(algorithm)
     check_threads(learner, threads)
@@ -289,7 +289,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
     if threads == 1:
         return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
                         **opts)
-    from ..parallel.engine import WorkerError
+    from ..errors import WorkerError
 
     seen = _LastIterate(task, callback)
     try:

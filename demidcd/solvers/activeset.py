@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..parallel.seqlock import mark_array
+from ..primitives.seqlock import mark_array
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 

@@ -41,14 +41,14 @@ drains the rings into the active sets (new structures enter with α = 0) and, wh
 expensive, checks examples itself with w_V. It resumes updating when a violating structure
 arrives, and stops when every worker has finished a full sweep that started at version ≥ V and
 found no structure violating by more than tol (plus the rounding slack of a float32 w̄,
-relative to Σ|w̄_k φ_k|: see :func:`~demidcd.solvers.worker.rounding_slack`) and had no
+relative to Σ|w̄_k φ_k|: see :func:`~demidcd.parallel.worker.rounding_slack`) and had no
 inference stopped by a solver's time cap. The w returned is then exactly w_V, the one the
 sweeps certify.
 
 The L1 loss (``config.loss == "l1"``): the learner's active sets run the SMO procedure
 (:class:`~demidcd.solvers.activeset.ActiveSets`), it publishes [w, ξ̂] instead of [w, A]
 (ξ̂_i: example i's hinge loss on its active set, recomputed with w_V before V is published),
-and the workers' violation is Δ − w̄·φ − ξ̂_i (:attr:`~demidcd.solvers.worker.WorkerSpec.tail_C`);
+and the workers' violation is Δ − w̄·φ − ξ̂_i (:attr:`~demidcd.parallel.worker.WorkerSpec.tail_C`);
 the schedule and its stopping rule are the same, with the largest KKT gap for max |PG|.
 """
 

@@ -29,7 +29,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-from ..parallel.seqlock import LINE_SHIFT
+from ..primitives.seqlock import LINE_SHIFT
 
 ALPHA, DELTA, SQNORM = 0, 1, 2
 # meta[k]: 0 next unused structure id, 1 φ-pool words used, 2 φ-pool words garbage,
@@ -37,7 +37,7 @@ ALPHA, DELTA, SQNORM = 0, 1, 2
 # touched lines: with tracking on, insert_records stores mark[j >> LINE_SHIFT] = 1 for every entry
 # j of an admitted φ (a line is 8 entries, one cache line). w = Σ α φ changes only on entries of
 # stored φ, so a publish that copies every marked line reproduces w exactly (see
-# demidcd.parallel.seqlock), and the update kernel, the hot loop, stores nothing but w: marking
+# demidcd.primitives.seqlock), and the update kernel, the hot loop, stores nothing but w: marking
 # each changed line there cost 9-15% of its time (EWT XPOS frozen active sets, AMD EPYC)
 M_NEXT, M_PUSED, M_PGARB, M_NFREE = 0, 1, 2, 3
 META_FIELDS = 4

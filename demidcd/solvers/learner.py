@@ -16,11 +16,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..parallel.transport import make_transport
+from ..parallel.worker import WorkerSpec
 from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult
 from .recorder import Recorder
-from .worker import WorkerSpec
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first

@@ -297,7 +297,7 @@ class BatchInference:
     and must be deterministic. Use: ``records = bi.infer_batch(examples)``, then
     ``bi.step(records)`` (applies the step here and broadcasts it to the replicas).
     With ``threads == 1`` no worker starts and both calls run here. The workers run a
-    ``"replica"`` job (:data:`~demidcd.solvers.worker.ReplicaJob`) on the shared-memory
+    ``"replica"`` job (:data:`~demidcd.parallel.worker.ReplicaJob`) on the shared-memory
     transport: the batch, the slices and the broadcast step are its shared ``inputs``, and its
     records come back through the worker's ring.
     """
@@ -322,7 +322,7 @@ class BatchInference:
             raise OptionError("pegasos and adagrad infer their mini-batches on replicated "
                               "weights in shared memory: use --backend shm (or --threads 1)")
         from ..parallel.transport import make_transport
-        from .worker import WorkerSpec
+        from ..parallel.worker import WorkerSpec
 
         k = self.threads - 1
         cap = BROADCAST_WORDS

@@ -57,8 +57,8 @@ from numba import njit
 
 from ..errors import OptionError
 from ..parallel import multi as M
-from ..parallel.monitor import usable_cores
-from ..parallel.seqlock import LINE_SHIFT, load_word, mark_array, store_word
+from ..primitives.monitor import usable_cores
+from ..primitives.seqlock import LINE_SHIFT, load_word, mark_array, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan

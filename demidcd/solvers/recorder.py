@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..parallel.monitor import CpuMonitor
+from ..primitives.monitor import CpuMonitor
 from ..tasks.base import Task
 from .common import Callback, Clock, SolverConfig, TrainResult, objective
 

@@ -18,10 +18,10 @@ import numpy as np
 
 from ..errors import OptionError
 from ..parallel.transport import make_transport
+from ..parallel.worker import WorkerSpec
 from ..tasks.base import InferenceInterrupted, Task
 from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .recorder import Recorder
-from .worker import WorkerSpec
 
 
 def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
@@ -51,7 +51,7 @@ def perceptron_epochs(task: Task, w: np.ndarray, order: np.ndarray, epochs: int,
 
 def mapper(task: Task, w: np.ndarray, shard: np.ndarray, stop: Callable[[], bool],
            epochs: int) -> tuple[dict[str, object], int, int]:
-    """One SP-IPM mapper round (a worker job, see :data:`~demidcd.solvers.worker.Job`):
+    """One SP-IPM mapper round (a worker job, see :data:`~demidcd.parallel.worker.Job`):
     ``epochs`` perceptron epochs over ``shard`` from the mixed ``w`` (a private copy), also
     after a stop (the learner then mixes a partial round)."""
     live = np.zeros(2, np.int64)

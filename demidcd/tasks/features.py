@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from ..parallel.monitor import timed_step
+from ..primitives.monitor import timed_step
 
 # Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
 # 33,191 features for min_count 1 / 2 / 3 / 5; an averaged structured perceptron (10 epochs)
@@ -426,7 +426,7 @@ class SequenceFeaturizer:
     ``hashing > 0``: no dictionary; id = crc32(feature) mod ``hashing`` and F = ``hashing``.
     ``template``: ``base``, or ``ner`` (+ clusters and the :func:`_ner_window` features).
     ``log``: progress lines for the steps that take a second or more (clustering, building
-    the dictionary, encoding; :func:`~demidcd.parallel.monitor.timed_step`).
+    the dictionary, encoding; :func:`~demidcd.primitives.monitor.timed_step`).
     """
 
     def __init__(self, min_count: int = DEFAULT_MIN_COUNT, hashing: int = 0,

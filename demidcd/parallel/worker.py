@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..parallel.seqlock import load_word, store_word
+from ..primitives.seqlock import load_word, store_word
 from ..tasks.base import InferenceInterrupted, RecordBatch, Task
 
 # per-worker int64 counter columns

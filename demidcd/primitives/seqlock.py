@@ -169,7 +169,7 @@ class SharedWeights:
     @staticmethod
     def allocate(arena: Any, dim: int, key: str = "wbar", max_defer: float = 0.5,
                  dtype: type = np.float64) -> SharedWeights:
-        """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.parallel.shm.SharedArena`),
+        """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.primitives.shm.SharedArena`),
         stored as ``dtype`` (float64, or float32: publishes round the writer's float64 w)."""
         arena.create(key, (2, int(dim)), dtype)
         arena.create(key + "_hdr", (HDR_WORDS,), np.int64)

@@ -28,7 +28,7 @@ generously: e.g. capacity ≥ 4 × (largest batch a worker pushes at once) words
 a 50-tag chain has nnz ≲ 60 000 → ~90 000 words = 720 kB).
 
 Ordering: the producer writes payload words in one compiled call and then stores head through a
-separate compiled call that begins with a ``fence seq_cst`` (:func:`~demidcd.parallel.seqlock.
+separate compiled call that begins with a ``fence seq_cst`` (:func:`~demidcd.primitives.seqlock.
 fence`: compiler + hardware barrier); the consumer loads head through a call that ends with a
 fence, reads the payload, and stores tail after a fence. So neither the compiler nor the CPU can
 let the consumer see head before the payload it covers, nor let the producer overwrite words the
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch
+from .records import INDEX_DTYPE, VALUE_DTYPE, RecordBatch
 from .seqlock import fence
 
 __all__ = ["RecordRing", "record_words", "warmup", "HEAD", "TAIL", "CAP", "CTRL_WORDS"]
