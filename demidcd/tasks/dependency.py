@@ -450,21 +450,18 @@ def _head_label_keys(h, right, a, word, pos, cpos, D, L, out, c):
 
 
 @nb.njit(cache=True, nogil=True)
-def _pair_label_keys(h, d, a, word, pos, cpos, D, L, out, c):
-    """Bases of the label templates of the pair h → d: dd (direction·distance), hp·dp·dd,
-    hw·dp·dir, hp·dw·dir, hw·dw (and hc·dc·dd); returns the new c."""
+def _pair_label_keys(h, d, a, pos, cpos, D, L, out, c):
+    """Bases of the label templates of the pair h → d: dd (direction·distance), hp·dp·dd (and
+    hc·dc·dd); returns the new c. Unlexicalised: a few thousand keys whose blocks stay in
+    cache. With the lexical pair templates hw·dp·dir, hp·dw·dir, hw·dw as well, loss-augmented
+    inference on 1,000 EWT dev sentences took 2.0x the unlabelled parser's time instead of
+    1.3x, and EWT test after 120 s of training had UAS 86.22 / LAS 81.92 instead of 86.88 /
+    82.64 (shared machine, similar CPU share). Conjoining the dependent-side templates with the
+    direction and adding dw5·dp, dp−1·dp·dp+1 and hw·hp·dir gave 86.71 / 82.18."""
     dd = _U(_dir_dist(h, d))
-    r = _U(2 if h < d else 1)
-    hw = word[a + h]
-    hp = pos[a + h]
-    dw = word[a + d]
-    dp = pos[a + d]
     out[c] = _label_base(_comb(_t(80), dd), D, L)
-    out[c + 1] = _label_base(_comb(_comb(_comb(_t(81), hp), dp), dd), D, L)
-    out[c + 2] = _label_base(_comb(_comb(_comb(_t(82), hw), dp), r), D, L)
-    out[c + 3] = _label_base(_comb(_comb(_comb(_t(83), hp), dw), r), D, L)
-    out[c + 4] = _label_base(_comb(_comb(_t(84), hw), dw), D, L)
-    c += 5
+    out[c + 1] = _label_base(_comb(_comb(_comb(_t(81), pos[a + h]), pos[a + d]), dd), D, L)
+    c += 2
     if cpos.shape[0] > 0:
         out[c] = _label_base(_comb(_comb(_comb(_t(85), cpos[a + h]), cpos[a + d]), dd), D, L)
         c += 1
@@ -476,7 +473,7 @@ def _label_keys(h, d, a, N, word, pos, cpos, D, L, out):
     """All label-template bases of arc h → d (G(h, d) below); returns their number."""
     c = _dep_label_keys(d, a, N, word, pos, cpos, D, L, out, 0)
     c = _head_label_keys(h, 1 if h < d else 0, a, word, pos, cpos, D, L, out, c)
-    return _pair_label_keys(h, d, a, word, pos, cpos, D, L, out, c)
+    return _pair_label_keys(h, d, a, pos, cpos, D, L, out, c)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -542,7 +539,7 @@ def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf
             right = 1 if h < d else 0
             for q in range(L):
                 acc[q] = LD[d * L + q] + LH[(2 * h + right) * L + q]
-            c = _pair_label_keys(h, d, a, word, pos, cpos, D, L, kbuf, 0)
+            c = _pair_label_keys(h, d, a, pos, cpos, D, L, kbuf, 0)
             for q in range(c):
                 _add_block(w, kbuf[q], L, acc)
             need = 1 if h == 0 else 2
@@ -565,10 +562,13 @@ def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf
 # decoders (numba): S is a flat N×N arc-score matrix S[h·N + d]; heads[0] = −1; one root child
 # ---------------------------------------------------------------------------------------------
 @nb.njit(cache=True, nogil=True)
-def _workspace(maxN):
-    """Scratch for :func:`eisner_ws` / :func:`cle_ws` on sentences of up to maxN positions:
-    (float64[4N²], int32[4N² + 12N + 16], bool[4N])."""
-    return (np.empty(4 * maxN * maxN), np.empty(4 * maxN * maxN + 12 * maxN + 16, np.int32),
+def _workspace(maxN, decoder):
+    """Scratch for :func:`eisner_ws` (float64[4N²], int32[3N² + 9N + 9]) or :func:`cle_ws`
+    (float64[4N²], int32[4N² + 10N + 1], bool[4N]) on sentences of up to maxN positions."""
+    NN = maxN * maxN
+    if decoder == _EISNER:
+        return np.empty(4 * NN), np.empty(3 * NN + 9 * maxN + 9, np.int32), np.empty(0, np.bool_)
+    return (np.empty(4 * NN), np.empty(4 * NN + 10 * maxN + 1, np.int32),
             np.empty(4 * maxN, np.bool_))
 
 
@@ -822,14 +822,14 @@ def cle_ws(S, N, heads, wf, wi, wb):
 @nb.njit(cache=True, nogil=True)
 def eisner(S, N, heads):
     """:func:`eisner_ws` with its own scratch (for tests and one-off calls)."""
-    wf, wi, _ = _workspace(N)
+    wf, wi, _ = _workspace(N, _EISNER)
     return eisner_ws(S, N, heads, wf, wi)
 
 
 @nb.njit(cache=True, nogil=True)
 def chu_liu_edmonds(S, N, heads):
     """:func:`cle_ws` with its own scratch (for tests and one-off calls)."""
-    wf, wi, wb = _workspace(N)
+    wf, wi, wb = _workspace(N, _CLE)
     return cle_ws(S, N, heads, wf, wi, wb)
 
 
@@ -871,7 +871,7 @@ def parse_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, lab_ar
     kbuf = np.empty(_MAX_LABEL_KEYS, np.int64)
     fbuf = np.empty(_max_features(maxN), np.int64)
     stamp = np.full(max(n_pos, 1), -1, np.int64)
-    wf, wi, wb = _workspace(maxN)
+    wf, wi, wb = _workspace(maxN, decoder)
     mark = np.int64(0)
     for e in range(n_ex):
         i = examples[e]
@@ -1381,7 +1381,13 @@ class DependencyParser(StructuredEstimator):
     ``result_``. :meth:`score` is UAS (punctuation included); :meth:`metrics` adds UAS without
     punctuation and LAS with and without.
 
-    XXMEASURED
+    Measured on EWT (train 12,544 sentences → test 2,077, UPOS + XPOS, DEMI-DCD, 2 threads,
+    ``--time-limit 120``, Eisner, shared machine): UAS 86.88, LAS 82.64 (87.84 / 83.02 without
+    punctuation; 83.11 on universal DEPREL, the CoNLL 2018 evaluator's LAS), every sentence with
+    one root word labelled ``root``. The unlabelled parser before labels and the root
+    constraint had UAS 87.45 in the same 120 s (with more CPU: 61% of 200% against 42%, and 2.7x
+    the inferences), wrote 2 sentences with two roots and 368 words whose DEPREL contradicted
+    the HEAD (gold labels passed through).
     """
 
     task_name = "dependency"
