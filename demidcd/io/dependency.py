@@ -1,18 +1,22 @@
-"""Reader and writer for dependency treebanks: the HEAD column of CoNLL-U and CoNLL-X files.
+"""Reader and writer for dependency treebanks: HEAD and DEPREL of CoNLL-U and CoNLL-X files.
 
 Both formats have ten tab-separated fields per token line,
 
     ID FORM LEMMA UPOS|CPOSTAG XPOS|POSTAG FEATS HEAD DEPREL DEPS|PHEAD MISC|PDEPREL
 
 so the POS columns and HEAD sit at the same places: ``pos_column="upos"`` reads field 4
-(CoNLL-X CPOSTAG), ``"xpos"`` field 5 (CoNLL-X POSTAG), HEAD is field 7. Comment lines (``#``)
-are kept for the writer; in CoNLL-U, multiword-token lines (``1-2``) and empty nodes (``5.1``)
-are skipped when reading and written back unchanged. Token ids must run 1, 2, … in each sentence
-and gold heads must lie in 0..n and form a tree. Every problem raises
-:class:`~demidcd.errors.InputError` naming the file and the 1-based line.
+(CoNLL-X CPOSTAG), ``"xpos"`` field 5 (CoNLL-X POSTAG), HEAD is field 7 and DEPREL field 8
+(``_`` allowed: no label). Comment lines (``#``) are kept for the writer; in CoNLL-U,
+multiword-token lines (``1-2``) and empty nodes (``5.1``) are skipped when reading. Token ids
+must run 1, 2, … in each sentence and gold heads must lie in 0..n and form a tree. Every problem
+raises :class:`~demidcd.errors.InputError` naming the file and the 1-based line.
 
-:func:`write_dependency` writes the original lines with only the HEAD field replaced,
-atomically (temporary file in the target directory, then ``os.replace``).
+:func:`write_dependency` writes the original lines with the predicted HEAD and DEPREL and
+``_`` in DEPS (CoNLL-X: PHEAD and PDEPREL), so no gold annotation passes through; it drops the
+empty nodes (they belong to the enhanced graph, which is not predicted) and keeps comments and
+multiword-token lines. Without predicted labels DEPREL is ``root`` on the word with head 0 and
+``_`` elsewhere. The file is written atomically (temporary file in the target directory, then
+``os.replace``).
 """
 
 from __future__ import annotations
@@ -32,13 +36,16 @@ __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "P
 DEP_FORMATS = ("conllu", "conllx")
 POS_COLUMNS = {"upos": 3, "xpos": 4}  # 0-based field index (CoNLL-X: CPOSTAG, POSTAG)
 _HEAD = 6
+_DEPREL = 7
 
 
 @dataclass
 class DepCorpus:
     """Sentences of words and POS tags with (optional) gold heads.
 
-    ``heads[s][k]`` is the head of word k+1 (0 = the root); empty lists when read unlabeled.
+    ``heads[s][k]`` is the head of word k+1 (0 = the root) and ``deprels[s][k]`` its DEPREL
+    (``_`` when the file has none); empty lists when read unlabeled (None: in-memory corpus
+    without labels).
     ``other_pos``: the other POS column (XPOS when ``pos`` is UPOS and vice versa; CoNLL-X
     POSTAG / CPOSTAG) when it has a tag for every word of the file, else None.
     ``raw[s]`` holds the sentence's original lines split into fields (comments as one field),
@@ -53,6 +60,7 @@ class DepCorpus:
     fmt: str
     raw: list[list[list[str]]] | None
     other_pos: list[list[str]] | None = None
+    deprels: list[list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.words)
@@ -67,6 +75,15 @@ class DepCorpus:
         """True when every sentence carries gold heads."""
         return len(self.heads) == len(self.words) and all(
             len(h) == len(w) for h, w in zip(self.heads, self.words, strict=True))
+
+    @property
+    def has_deprels(self) -> bool:
+        """True when gold DEPRELs were read and some word not attached to the root has one
+        other than ``_`` (a file with only ``root`` and ``_``, as written for an unlabelled
+        parser, has none)."""
+        return self.labeled and self.deprels is not None and any(
+            r != "_" and h != 0 for hs, rs in zip(self.heads, self.deprels, strict=True)
+            for h, r in zip(hs, rs, strict=True))
 
 
 def _check_options(fmt: str, pos_column: str) -> int:
@@ -100,8 +117,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                     max_sentence_length: int = 5000) -> DepCorpus:
     """Read a CoNLL-U (``fmt="conllu"``) or CoNLL-X (``"conllx"``) treebank.
 
-    ``labeled=False`` does not read HEAD (it may be ``_``); otherwise HEAD must be an integer in
-    0..n for every word of an n-word sentence.
+    ``labeled=False`` reads neither HEAD nor DEPREL (they may be ``_``); otherwise HEAD must be
+    an integer in 0..n for every word of an n-word sentence and DEPREL non-empty (``_`` allowed).
     """
     path = os.fspath(path)
     pi = _check_options(fmt, pos_column)
@@ -111,6 +128,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     words_all: list[list[str]] = []
     pos_all: list[list[str]] = []
     heads_all: list[list[int]] = []
+    rels_all: list[list[str]] = []
     lines: list[int] = []
     raw: list[list[list[str]]] = []
     words: list[str] = []
@@ -120,6 +138,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     other_ok = True
     oi = 7 - pi  # the other POS field (3 <-> 4)
     heads: list[int] = []
+    rels: list[str] = []
     hline: list[int] = []
     rl: list[list[str]] = []
     first = 0
@@ -141,6 +160,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
         pos_all.append(tags)
         other_all.append(other)
         heads_all.append(heads if labeled else [])
+        rels_all.append(rels if labeled else [])
         lines.append(first)
         raw.append(rl)
 
@@ -153,7 +173,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             if not line or line.isspace():
                 if words:
                     close()
-                    words, tags, other, heads, hline, rl = [], [], [], [], [], []
+                    words, tags, other, heads, rels, hline, rl = [], [], [], [], [], [], []
                 continue
             if line[0] == "#":
                 rl.append([line])
@@ -189,7 +209,11 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                                                    "integer >= 0")
                 if int(h) == expect:
                     raise InputError(path, lineno, f"word {expect} is its own head")
+                r = f[_DEPREL]
+                if not r or r.isspace():
+                    raise InputError(path, lineno, "empty DEPREL (column 8); write _ for none")
                 heads.append(int(h))
+                rels.append(r)
                 hline.append(lineno)
             if not words:
                 first = lineno
@@ -210,30 +234,45 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     if not words_all:
         raise InputError(path, None, "no sentences found (empty file?)")
     return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw,
-                     other_all if other_ok else None)
+                     other_all if other_ok else None, rels_all)
 
 
 def corpus_from_lists(words: list[list[str]], pos: list[list[str]],
-                      heads: list[list[int]] | None = None) -> DepCorpus:
+                      heads: list[list[int]] | None = None,
+                      deprels: list[list[str]] | None = None) -> DepCorpus:
     """An in-memory corpus (no original lines: the writer emits ``_`` in unknown fields)."""
-    if len(pos) != len(words) or (heads is not None and len(heads) != len(words)):
-        raise ValueError("words, pos and heads must have one entry per sentence")
+    if len(pos) != len(words) or (heads is not None and len(heads) != len(words)) or (
+            deprels is not None and (heads is None or len(deprels) != len(words))):
+        raise ValueError("words, pos, heads and deprels must have one entry per sentence "
+                         "(deprels only with heads)")
     for s, (w, p) in enumerate(zip(words, pos, strict=True)):
-        if not w or len(p) != len(w) or (heads is not None and len(heads[s]) != len(w)):
-            raise ValueError(f"sentence {s}: empty, or words/pos/heads of different lengths")
+        if not w or len(p) != len(w) or (heads is not None and len(heads[s]) != len(w)) or (
+                deprels is not None and len(deprels[s]) != len(w)):
+            raise ValueError(f"sentence {s}: empty, or words/pos/heads/deprels of different "
+                             "lengths")
     hs = [list(map(int, h)) for h in heads] if heads is not None else [[] for _ in words]
+    rs = [list(map(str, r)) for r in deprels] if deprels is not None else None
     return DepCorpus([list(w) for w in words], [list(p) for p in pos], hs, "",
-                     list(range(1, len(words) + 1)), "conllu", None)
+                     list(range(1, len(words) + 1)), "conllu", None, None, rs)
 
 
-def _lines(corpus: DepCorpus, predicted: list[list[int]]):
+def _deprel(heads: list[int], rels: list[str] | None, k: int) -> str:
+    """DEPREL of word k+1: the predicted one, else ``root`` for head 0 and ``_``."""
+    if rels is not None:
+        return str(rels[k])
+    return "root" if int(heads[k]) == 0 else "_"
+
+
+def _lines(corpus: DepCorpus, predicted: list[list[int]], deprels: list[list[str]] | None):
     for s, (words, pred) in enumerate(zip(corpus.words, predicted, strict=True)):
-        if len(pred) != len(words):
+        rels = deprels[s] if deprels is not None else None
+        if len(pred) != len(words) or (rels is not None and len(rels) != len(words)):
             raise ValueError(f"sentence {s}: {len(pred)} heads for {len(words)} words")
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
             for k, (w, p) in enumerate(zip(words, corpus.pos[s], strict=True)):
-                f = [str(k + 1), w, "_", p, "_", "_", str(int(pred[k])), "_", "_", "_"]
+                f = [str(k + 1), w, "_", p, "_", "_", str(int(pred[k])),
+                     _deprel(pred, rels, k), "_", "_"]
                 yield "\t".join(f)
         else:
             k = 0
@@ -241,20 +280,29 @@ def _lines(corpus: DepCorpus, predicted: list[list[int]]):
                 if len(f) == 10 and f[0].isdigit() and f[0].isascii():
                     g = list(f)
                     g[_HEAD] = str(int(pred[k]))
+                    g[_DEPREL] = _deprel(pred, rels, k)
+                    g[8] = "_"  # DEPS (CoNLL-X PHEAD)
+                    if corpus.fmt == "conllx":
+                        g[9] = "_"  # PDEPREL
                     k += 1
                     yield "\t".join(g)
+                elif len(f) == 10 and "." in f[0]:
+                    continue  # an empty node of the enhanced graph
                 else:
                     yield "\t".join(f)
         yield ""
 
 
 def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
-                     predicted: list[list[int]], encoding: str = "utf-8") -> None:
-    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), atomically."""
+                     predicted: list[list[int]], deprels: list[list[str]] | None = None,
+                     encoding: str = "utf-8") -> None:
+    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), DEPREL by
+    ``deprels`` (None: ``root`` for head 0, else ``_``) and DEPS by ``_``, atomically."""
     path = os.fspath(path)
-    if len(predicted) != len(corpus.words):
+    if len(predicted) != len(corpus.words) or (deprels is not None and
+                                               len(deprels) != len(corpus.words)):
         raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.words)}")
-    data = ("\n".join(_lines(corpus, predicted)) + "\n").encode(encoding)
+    data = ("\n".join(_lines(corpus, predicted, deprels)) + "\n").encode(encoding)
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     directory = os.path.dirname(os.path.abspath(path))

@@ -42,7 +42,7 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
             pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
             return replace(data, words=pick(data.words), pos=pick(data.pos),
                            heads=pick(data.heads), lines=pick(data.lines), raw=pick(data.raw),
-                           other_pos=pick(data.other_pos))
+                           other_pos=pick(data.other_pos), deprels=pick(data.deprels))
 
         return dpart(order[:cut]), dpart(order[cut:])
     if not isinstance(data, TaggedCorpus):
