@@ -88,35 +88,30 @@ def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Colu
 
 def load_dependency(path: str | os.PathLike[str], format: str = "auto", pos_column: str = "upos",
                     second_pos: bool | None = None, encoding: str = "utf-8",
-                    max_sentence_length: int = 5000, labeled: bool = True,
-                    deprel: bool = False) -> tuple[Any, ...]:
-    """``(X, heads)`` of a CoNLL-U or CoNLL-X treebank for
-    :class:`~demidcd.tasks.dependency.DependencyParser`.
+                    max_sentence_length: int = 1000, labeled: bool = True) -> tuple[Any, Any]:
+    """``(X, y)`` of a CoNLL-U or CoNLL-X treebank for
+    :class:`~demidcd.estimators.dependency.DependencyParser`.
 
     X's tokens are ``(word, POS)`` with the POS of ``pos_column`` (``"upos"``: CoNLL-U UPOS /
     CoNLL-X CPOSTAG, ``"xpos"``: XPOS / POSTAG), or ``(word, POS, other POS)`` when the other
     POS column is filled throughout the file (``second_pos=None``, as ``demidcd train``), always
-    (``True``: an error when it is not filled) or never (``False``). ``heads[s][k]`` is the head
-    of word k+1 (0 = the root); ``labeled=False`` reads no heads and returns ``heads = None``.
+    (``True``: an error when it is not filled) or never (``False``). ``y[s][k]`` is the
+    ``(head, DEPREL)`` pair of word k+1 (head 0 = the root), or the head alone when the file
+    has no DEPRELs (all ``_``); ``labeled=False`` reads no trees and returns ``y = None``.
     ``format``: ``"conllu"``, ``"conllx"`` or ``"auto"`` (``.conllu`` names are CoNLL-U, others
-    CoNLL-X). ``deprel=True`` returns ``(X, heads, deprels)``, the DEPREL column (field 8) of
-    each word as written in the file (the parser does not learn them).
+    CoNLL-X).
 
-    >>> X, heads = load_dependency("en_ewt-ud-train.conllu")
-    >>> X[0][:2], heads[0][:2]
-    ([('Al', 'PROPN', 'NNP'), ('-', 'PUNCT', 'HYPH')], [0, 3])
+    >>> X, y = load_dependency("en_ewt-ud-train.conllu")
+    >>> X[0][:2], y[0][:2]
+    ([('Al', 'PROPN', 'NNP'), ('-', 'PUNCT', 'HYPH')], [(0, 'root'), (3, 'punct')])
     """
     data = _read("dependency", path, labeled, format=format, pos_column=pos_column,
                  second_pos=second_pos, encoding=encoding,
                  max_sentence_length=max_sentence_length)
     from .tasks import get_task
 
-    X, heads = get_task("dependency").xy(data)
-    heads = heads if labeled else None
-    if not deprel:
-        return X, heads
-    deprels = [[f[7] for f in lines if len(f) == 10 and f[0].isdigit()] for lines in data.raw]
-    return X, heads, deprels
+    X, y = get_task("dependency").xy(data)
+    return X, (y if labeled else None)
 
 
 def conll04_labels(X: Sequence[Any]) -> list[tuple[list[str], dict[tuple[int, int], str]]]:

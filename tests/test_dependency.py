@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demidcd.errors import InputError, ModelFileError, OptionError
+from demidcd.estimators import DependencyParser
 from demidcd.io.dependency import corpus_from_lists, read_dependency, write_dependency
 from demidcd.tasks.dependency import (
     LABEL_LOSS,
-    DependencyParser,
     DependencyTask,
     chu_liu_edmonds,
     eisner,

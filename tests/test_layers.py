@@ -75,7 +75,6 @@ def test_every_module_has_a_layer(graph):
     assert not missing, f"modules outside the declared layers: {missing}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 34: the layers are being untangled")
 def test_no_upward_import(graph):
     up = []
     for m, targets in graph.items():

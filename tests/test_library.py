@@ -22,9 +22,9 @@ from demidcd.api import (
 from demidcd.cli import main
 from demidcd.datasets import conll04_labels, load_conll04, load_dependency, load_tagged
 from demidcd.errors import InputError, InputTypeError, OptionError
+from demidcd.estimators import DependencyParser
 from demidcd.io.model import load_model, save_model
 from demidcd.solvers.common import TrainResult
-from demidcd.tasks.dependency import DependencyParser
 
 COLUMNS = ("-DOCSTART- -X- O\n\n"
            "He PRP B-NP\nreckons VBZ B-VP\nthe DT B-NP\ndeficit NN I-NP\n\n"
@@ -112,12 +112,10 @@ def test_load_dependency(tmp_path):
     X, heads = load_dependency(p)  # both POS columns filled: (word, UPOS, XPOS)
     assert X[0] == [("The", "DET", "DT"), ("cat", "NOUN", "NN"), ("sat", "VERB", "VBD"),
                     (".", "PUNCT", ".")]
-    assert heads == [[2, 3, 0, 3], [2, 0]]
+    assert heads == [[(2, "det"), (3, "nsubj"), (0, "root"), (3, "punct")],
+                     [(2, "nsubj"), (0, "root")]]
     X1, _ = load_dependency(p, pos_column="xpos", second_pos=False)
     assert X1[1] == [("Dogs", "NNS"), ("bark", "VBP")]
-    X2, h2, rels = load_dependency(p, deprel=True)
-    assert (X2, h2) == (X, heads) and rels == [["det", "nsubj", "root", "punct"],
-                                               ["nsubj", "root"]]
     assert load_dependency(p, labeled=False)[1] is None
     conllx = _write(tmp_path, "d.conll", CONLLU.replace("3-4\tsat.\t_\t_\t_\t_\t_\t_\t_\t_\n",
                                                         ""))
@@ -296,10 +294,10 @@ def test_load_dependency_and_conll04_on_the_real_corpora():
     ewt, corp = DATA / "ud_english_ewt/en_ewt-ud-dev.conllu", DATA / "conll04/conll04.corp"
     if not (ewt.is_file() and corp.is_file()):
         pytest.skip("../shared/data not available")
-    X, heads, rels = load_dependency(ewt, deprel=True)
-    assert len(X) == 2001 and sum(map(len, heads)) == 25147 and len(X[0][0]) == 3
-    assert all(h.count(0) >= 1 for h in heads)
-    assert all(r[h.index(0)] == "root" for r, h in zip(rels, heads, strict=True))
+    X, y = load_dependency(ewt)
+    assert len(X) == 2001 and sum(map(len, y)) == 25147 and len(X[0][0]) == 3
+    assert all([h for h, _ in t].count(0) == 1 for t in y)  # UD: one root word per tree
+    assert all(r == "root" for t in y for h, r in t if h == 0)
     X, y = load_conll04(corp)
     assert len(X) == 5516 and sum(len(labels) for labels, _ in y) == 14177
     assert sum(len(r) for _, r in y) == 2048

@@ -23,10 +23,10 @@ from cli_run import run, train_model
 from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
 from demidcd.cli import build_parser, main
 from demidcd.errors import DemidcdError, InputTypeError, NotFittedError, OptionError
+from demidcd.estimators import DependencyParser
 from demidcd.io.model import atomic_write, load_model
 from demidcd.solvers.common import SolverConfig
 from demidcd.synthetic import generate
-from demidcd.tasks.dependency import DependencyParser
 
 ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtractor,
               DependencyParser)

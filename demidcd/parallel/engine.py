@@ -66,11 +66,12 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import WorkerError
-from ..primitives.monitor import CpuMonitor, timed_step
+from ..primitives.monitor import CpuMonitor
 from ..primitives.ring import RecordRing
 from ..primitives.seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
 from ..primitives.shm import SharedArena, sweep_stale
 from ..tasks.base import RecordBatch, Task
+from .supervisor import ProcessGroup, StartGate
 from .transport import Transport, balanced_shards, concat_batches
 from .worker import (
     BACKOFF,
@@ -102,65 +103,11 @@ DRAIN_RECORDS = 1 << 14  # records per drain, all rings together (WorkerPool.dra
 WORKER_NICE = 10  # oversubscribed (more processes than cores): workers yield to the learner
 
 
-def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
-    """Wait up to ``timeout`` s for the processes (told to stop) to exit by themselves, then
-    SIGTERM every one left at once and wait up to 0.5 s, then SIGKILL the rest; ``hurry[0]``
-    (a second Ctrl-C) skips to SIGKILL. All at once, not one by one: with 63 workers on a
-    loaded core, a SIGTERM and a 0.5 s join per late worker, one after another, made a 5 s
-    run take 6.6 s more to close."""
-    live = [p for p in procs if p is not None]
-    for signal_them, wait in ((None, timeout), ("terminate", 0.5), ("kill", 1.0)):
-        if signal_them is not None:
-            if signal_them == "terminate" and hurry[0]:
-                continue
-            for p in live:
-                getattr(p, signal_them)()
-        deadline = time.perf_counter() + wait
-        while True:
-            live = [p for p in live if p.is_alive()]  # is_alive reaps the exited
-            if not live or time.perf_counter() >= deadline or \
-                    (signal_them is None and hurry[0]):
-                break
-            time.sleep(0.01)
-        if not live:
-            return
-
-
-class StartGate:
-    """Holds forked processes until :meth:`open`: a pipe whose write end only the parent keeps
-    (each child closes its inherited copy first), so a child's :meth:`wait` blocks in ``read``
-    without using CPU and returns at end-of-file: when the parent opens the gate, or dies. A
-    process forked after :meth:`open` passes at once."""
-
-    def __init__(self) -> None:
-        self.r, self.w = os.pipe()
-
-    def wait(self) -> None:
-        """In a forked child: block until the gate opens (or the parent is gone)."""
-        if self.w is None:
-            return
-        os.close(self.w)  # this child's copy: the parent's alone keeps the pipe open
-        try:
-            while True:
-                try:
-                    if not os.read(self.r, 1):
-                        break
-                except InterruptedError:
-                    continue
-        finally:
-            os.close(self.r)
-
-    def open(self) -> None:
-        """In the parent: let every waiting child go (idempotent)."""
-        if self.w is not None:
-            os.close(self.w)
-            os.close(self.r)
-            self.r = self.w = None
-
-
-class WorkerPool(Transport):
+class WorkerPool(ProcessGroup, Transport):
     """The shared-memory transport: p − 1 forked workers over a shared [w, A] and one ring per
     worker (see the module docstring)."""
+
+    error_column = ERROR
 
     def __init__(self, task: Task, n_workers: int, spec: WorkerSpec,
                  ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
@@ -222,21 +169,7 @@ class WorkerPool(Transport):
         if self.cores:
             self._affinity = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {self.cores[0]})
-        self.spawn_began = time.perf_counter()
-        self._gate = StartGate()
-        try:
-            with timed_step(self.log, f"spawning {self.n_workers} workers"):
-                for j in range(self.n_workers):
-                    if expired is not None and expired():
-                        self.request_stop()
-                        self.log(f"the time limit ran out while spawning workers: {j} of "
-                                 f"{self.n_workers} started, told to stop")
-                        break
-                    self._spawn(j)
-        finally:
-            self._gate.open()
-            self.spawn_seconds = time.perf_counter() - self.spawn_began
-        self.monitor.start()
+        self._fork_all(self.n_workers, expired, self._spawn, self.request_stop)
         return self
 
     def worker_cores(self, j: int) -> set[int]:
@@ -264,46 +197,16 @@ class WorkerPool(Transport):
         for j, p in enumerate(self.procs):
             if p is None or p.is_alive():
                 continue
-            code = p.exitcode
-            detail = bytes(self.err[j]).rstrip(b"\0").decode(errors="replace")
-            if self.stats[j, ERROR]:
-                last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
-                what = f"raised {last}"
-            else:
-                what = f"died ({'signal ' + str(-code) if code and code < 0 else f'exit {code}'})"
-            if self.debug and detail:
-                self.log(f"worker {j + 1} traceback:\n{detail}")
-            if self.restarts[j] >= self.max_restarts:
-                raise WorkerError(f"worker {j + 1} (pid {p.pid}) {what}; gave up after "
-                                  f"{self.restarts[j]} restarts", detail)
+            what = self._failure(j)
             self.restarts[j] += 1
             self.err[j] = 0
             self.log(f"worker {j + 1} (pid {p.pid}) {what}; restarting it on the same shard")
             self._spawn(j)
 
     def close(self, timeout: float = 2.0) -> None:
-        """Stop every worker (join, then terminate, then kill) and unlink all shared memory."""
-        if self._closed:
-            return
-        self._closed = True
-        hurry = [False]
-        old = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, lambda *_: hurry.__setitem__(0, True))
-        except ValueError:  # not the main thread
-            old = None
-        try:
-            self._unpin()  # training is over: the last steps may use every core
-            with timed_step(self.log, "reading the memory of the processes (PSS)"):
-                self.monitor.stop()  # its last memory reading while the workers still run
-            store_word(self.ctrl, STOP, 1)
-            with timed_step(self.log, f"stopping {self.n_workers} workers"):
-                end_processes(self.procs, timeout, hurry)
-        finally:
-            self.arena.close()
-            self._unpin()
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
+        """Stop every worker (join, then terminate, then kill) and unlink all shared memory;
+        training is over, so the last steps may use every core (:meth:`_unpin`)."""
+        self._stop_all(timeout, lambda: store_word(self.ctrl, STOP, 1), release=self._unpin)
 
     def _unpin(self) -> None:
         """Give the learner's thread and the live workers every core this process had: after

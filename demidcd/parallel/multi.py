@@ -44,10 +44,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import WorkerError
-from ..primitives.monitor import CpuMonitor, timed_step
+from ..primitives.monitor import CpuMonitor
 from ..primitives.seqlock import load_word, store_word
 from ..primitives.shm import SharedArena, sweep_stale
-from .engine import WORKER_NICE, StartGate, balanced_shards, end_processes
+from .engine import WORKER_NICE, balanced_shards
+from .supervisor import ProcessGroup, StartGate
 from .transport import start_figures
 
 # ctrl words
@@ -66,7 +67,10 @@ class Stopped(Exception):
     """Raised in a learner when STOP is set or its parent died: the learner exits."""
 
 
-class LearnerGroup:
+class LearnerGroup(ProcessGroup):
+    noun = "learner"
+    error_column = ERROR
+
     """K learner processes, each owning ``parts[k]``, around a shared ``w`` (float64[dim]).
 
     ``arrays``: further shared arrays ``{key: (shape, dtype)}`` for the schedule.
@@ -115,26 +119,16 @@ class LearnerGroup:
 
     # ------------------------------------------------------------------ coordinator side
     def start(self, expired: Callable[[], bool] | None = None) -> LearnerGroup:
-        """Fork the learners behind a :class:`~.engine.StartGate`, then let them all go;
+        """Fork the learners behind a :class:`~.supervisor.StartGate`, then let them all go;
         ``expired`` (the coordinator's clock, already running): once true no more are
         forked (:attr:`incomplete`) and the forked ones are told to stop."""
         self.log(f"coordinator pid {os.getpid()}")
-        self.spawn_began = time.perf_counter()
-        self._gate = StartGate()
-        try:
-            with timed_step(self.log, f"spawning {self.k} learners"):
-                for j in range(self.k):
-                    if expired is not None and expired():
-                        self.incomplete = True
-                        store_word(self.ctrl, STOP, 1)
-                        self.log(f"the time limit ran out while spawning learners: {j} of "
-                                 f"{self.k} started, told to stop")
-                        break
-                    self._spawn(j, paused=False)
-        finally:
-            self._gate.open()
-            self.spawn_seconds = time.perf_counter() - self.spawn_began
-        self.monitor.start()
+
+        def told_to_stop() -> None:
+            self.incomplete = True
+            store_word(self.ctrl, STOP, 1)
+
+        self._fork_all(self.k, expired, lambda j: self._spawn(j, paused=False), told_to_stop)
         return self
 
     def start_figures(self, t0: float) -> dict[str, float | None]:
@@ -161,23 +155,13 @@ class LearnerGroup:
 
     def dead(self) -> list[int]:
         """Learners that died since they were (re)started; reports each (a traceback under
-        ``--debug``) and raises :class:`~.engine.WorkerError` once one died too often."""
+        ``--debug``) and raises :class:`~demidcd.errors.WorkerError` once one died too
+        often."""
         out = []
         for j, p in enumerate(self.procs):
             if p is None or p.is_alive():
                 continue
-            code = p.exitcode
-            detail = bytes(self.err[j]).rstrip(b"\0").decode(errors="replace")
-            if self.stats[j, ERROR]:
-                last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
-                what = f"raised {last}"
-            else:
-                what = f"died ({'signal ' + str(-code) if code and code < 0 else f'exit {code}'})"
-            if self.debug and detail:
-                self.log(f"learner {j + 1} traceback:\n{detail}")
-            if self.restarts[j] >= self.max_restarts:
-                raise WorkerError(f"learner {j + 1} (pid {p.pid}) {what}; gave up after "
-                                  f"{self.restarts[j]} restarts", detail)
+            what = self._failure(j)
             self.log(f"learner {j + 1} (pid {p.pid}) {what}; its α is lost: w is rebuilt "
                      "from the other learners' and it restarts on the same part")
             self.monitor.remove(f"learner {j + 1}")
@@ -216,26 +200,12 @@ class LearnerGroup:
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop every learner (join, then terminate, then kill) and unlink all shared memory."""
-        if self._closed:
-            return
-        self._closed = True
-        hurry = [False]
-        old = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, lambda *_: hurry.__setitem__(0, True))
-        except ValueError:  # not the main thread
-            old = None
-        try:
-            with timed_step(self.log, "reading the memory of the processes (PSS)"):
-                self.monitor.stop()  # its last memory reading while the learners still run
+
+        def tell_stop() -> None:
             store_word(self.ctrl, URGENT, 1)
             store_word(self.ctrl, STOP, 1)
-            with timed_step(self.log, f"stopping {self.k} learners"):
-                end_processes(self.procs, timeout, hurry)
-        finally:
-            self.arena.close()
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
+
+        self._stop_all(timeout, tell_stop)
 
     def __enter__(self) -> LearnerGroup:
         return self.start()

@@ -16,7 +16,7 @@ class ChunkingSpec(SequenceSpec):
 
     name = "chunking"
     help = "chunking (BIO/IOB1/IOB2/BIOES), scored by chunk F1 as conlleval"
-    estimator = "demidcd.api:ChunkTagger"
+    estimator = "demidcd.estimators.sequence:ChunkTagger"
     options = SequenceSpec.options + (
         Option(("--label-scheme",),
                dict(choices=SCHEMES, default=None,
@@ -42,7 +42,7 @@ class NERSpec(ChunkingSpec):
 
     name = "ner"
     help = "named entities (BIO/IOB1/IOB2/BIOES), scored by entity F1 as conlleval"
-    estimator = "demidcd.api:NamedEntityTagger"
+    estimator = "demidcd.estimators.sequence:NamedEntityTagger"
 
 
 CHUNKING = ChunkingSpec()

@@ -614,7 +614,7 @@ class EntityRelationSpec(TaskSpec):
 
     name = "entity-relation"
     help = "joint entity and relation extraction (CoNLL04), 0-1 ILP inference"
-    estimator = "demidcd.api:EntityRelationExtractor"
+    estimator = "demidcd.estimators.entity_relation:EntityRelationExtractor"
     options = (
         Option(("--ilp-solver",),
                dict(choices=("exact", "cbc", "highs"), default=None,

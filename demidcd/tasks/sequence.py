@@ -635,7 +635,7 @@ class SequenceSpec(TaskSpec):
 
     name = "sequence"
     help = "sequence labelling (POS tagging), scored by token accuracy"
-    estimator = "demidcd.api:SequenceTagger"
+    estimator = "demidcd.estimators.sequence:SequenceTagger"
     options = (
         Option(("--feature-columns",),
                dict(default=None, metavar="N[,N...]",

@@ -1,0 +1,433 @@
+"""The estimators' common base: scikit-learn conventions (constructor keywords stored as given,
+``get_params``/``set_params``, ``fit``/``predict``/``score``, ``save``/``load``) over the learners
+of :mod:`demidcd.solvers`, for every task.
+
+>>> from demidcd.datasets import load_tagged
+>>> X, Y = load_tagged("en_ewt-ud-train.conllu", column="xpos")  # token lists, tag lists
+>>> tagger = SequenceTagger(C=0.1, algorithm="dcd").fit(X, Y)
+>>> tagger.predict([["The", "cat", "sat"]])
+
+The estimators follow scikit-learn's conventions without importing it (it takes seconds):
+``get_params`` / ``set_params`` over the constructor's keyword arguments, which are stored
+unchanged (a misspelt one is a TypeError) and validated in ``fit`` (a bad value raises
+:class:`~demidcd.errors.OptionError`, a ValueError naming the parameter: ``C must be a finite
+number > 0, got -1.0``); ``save`` keeps them as given and ``load`` gives them back so (but
+``callback`` and ``log``, which come back as None), with ``result_`` the saved summary of the
+training run (:func:`saved_result`); ``__sklearn_tags__``;
+``predict`` before ``fit`` raises :class:`~demidcd.errors.NotFittedError` (also scikit-learn's
+when it is installed). So ``clone``, ``GridSearchCV``, ``cross_val_score`` and ``Pipeline``
+work with the ``[sklearn]`` extra installed. Every solver option defaults to None, meaning
+the default in :class:`~demidcd.solvers.common.SolverConfig` (or the learner's own, for the
+engine options).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, fields
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
+from ..solvers import check_loss, get_learner, train
+from ..solvers.common import SolverConfig, TrainResult, objective
+
+SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
+"""Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
+ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
+                  "mixing", "averaged", "batch_size", "lam", "projection", "eta",
+                  "regularizer", "learners", "update_mode")
+"""Constructor arguments passed to the learners that read them when set (defaults in the
+learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
+
+
+def check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
+    """X as a sequence of token sequences; a string where a list is expected is an error."""
+    if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
+        raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
+                             f"{type(X).__name__}")
+    for k, s in enumerate(X):
+        if isinstance(s, str | bytes):
+            raise InputTypeError(f"{name}[{k}] is a string, not a list of tokens: split it "
+                                 f"first, e.g. {str(s)[:20]!r}.split()")
+        if not hasattr(s, "__len__") or not all(
+                isinstance(t, str) or (isinstance(t, tuple) and t and
+                                       all(isinstance(a, str) for a in t)) for t in s):
+            raise InputTypeError(f"{name}[{k}] must be a list of tokens (strings, or tuples "
+                                 "(word, attribute, ...) of strings)")
+    return X
+
+
+def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
+    """Y as tag sequences of the same lengths as the sentences of X."""
+    if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
+        raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
+    for k, t in enumerate(Y):
+        if isinstance(t, str | bytes) or not all(isinstance(x, str) for x in t):
+            raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+    if len(X) != len(Y):
+        raise OptionError(f"X has {len(X)} sentences but {name} has {len(Y)}")
+    for k, (s, t) in enumerate(zip(X, Y, strict=True)):
+        if len(s) != len(t):
+            raise OptionError(f"sentence {k} has {len(s)} tokens but {len(t)} tags")
+    return Y
+
+
+def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    """A keyword-only constructor argument for :func:`estimator_init`."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
+    param("C", float | None), param("algorithm", str | None), param("threads", int | None),
+    param("loss", str | None),
+    param("tol", float | None), param("delta", float | None), param("max_epochs", int | None),
+    param("time_limit", float | None), param("seed", int | None),
+    param("inner_passes", int | None), param("max_active", int | None),
+    param("batch", int | None), param("skip", float | None), param("sweeps", int | None),
+    param("eval_every", float | None), param("rho", int | None),
+    param("rho_worker", int | None), param("publish_interval", float | None),
+    param("learners", int | str | None), param("update_mode", str | None),
+    param("perceptron_epochs_per_round", int | None), param("mixing", str | None),
+    param("averaged", bool | None), param("batch_size", int | None), param("lam", float | None),
+    param("projection", bool | None), param("eta", float | None),
+    param("regularizer", str | None), param("backend", str | None),
+    param("ray_address", str | None), param("cpu_log", str | None),
+    param("snapshot_every", float | None), param("snapshot_dir", str | None),
+    param("callback", Callable[[dict, np.ndarray], None] | None),
+    param("log", Callable[[str], None] | None), param("debug", bool, False))
+"""Constructor arguments of every estimator (see :class:`StructuredEstimator`), after the
+task's own."""
+
+
+def estimator_init(*task_params: inspect.Parameter) -> Callable[..., None]:
+    """An estimator ``__init__`` taking ``task_params`` and :data:`COMMON_PARAMS`, keyword-only,
+    and storing each unchanged. Its ``__signature__`` lists them, so ``get_params``, ``clone``
+    and ``help`` see them as if written out; a positional or unknown argument is a TypeError."""
+    self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    sig = inspect.Signature([self_, *task_params, *COMMON_PARAMS])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{type(self).__name__}.__init__() {e}") from None
+        bound.apply_defaults()
+        self._store(bound.arguments)
+
+    __init__.__signature__ = sig
+    __init__.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()
+                                if p.annotation is not p.empty}
+    return __init__
+
+
+_NOT_SAVED = object()
+
+
+def _encode_value(v: Any) -> Any:
+    """One constructor argument as JSON: None, bool, int, str and finite floats as they are
+    (numpy scalars as Python ones, paths as strings), a non-finite float as ``{"float":
+    "inf"}``; anything else (a callable) is not saved."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if np.isfinite(v) else {"float": repr(v)}
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    return _NOT_SAVED
+
+
+def encode_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments a model file keeps (``callback``, ``log`` and other values
+    that are not numbers, strings, booleans or None are left out: ``load`` gives None)."""
+    out = {}
+    for k, v in params.items():
+        enc = _encode_value(v)
+        if enc is not _NOT_SAVED:
+            out[k] = enc
+    return out
+
+
+def decode_parameters(path: str, saved: Any) -> dict[str, Any] | None:
+    """The inverse of :func:`encode_parameters`; None when the file has none (older models);
+    a malformed entry is a :class:`ModelFileError`."""
+    if saved is None:
+        return None
+    bad = ModelFileError(path, "corrupt model metadata (bad 'parameters')")
+    if not isinstance(saved, dict):
+        raise bad
+    out: dict[str, Any] = {}
+    for k, v in saved.items():
+        if isinstance(v, dict):
+            if set(v) != {"float"} or v["float"] not in ("inf", "-inf", "nan"):
+                raise bad
+            v = float(v["float"])
+        elif not (v is None or isinstance(v, bool | int | float | str)):
+            raise bad
+        out[k] = v
+    return out
+
+
+def saved_result(path: str, w: np.ndarray, meta: dict) -> TrainResult:
+    """``result_`` of a loaded model: the saved summary of its training as a
+    :class:`~demidcd.solvers.common.TrainResult` (``finished``, ``stop_reason``, ``epochs``,
+    ``seconds`` and ``dual``; None where the file does not say, as older models do not for
+    ``seconds`` and ``dual``), with an empty ``history`` and ``extra``."""
+    epochs, seconds, dual = meta.get("epochs"), meta.get("seconds"), meta.get("dual")
+    if not (epochs is None or (isinstance(epochs, int) and not isinstance(epochs, bool)
+                               and epochs >= 0)) or any(
+            not (x is None or (isinstance(x, int | float) and not isinstance(x, bool)))
+            for x in (seconds, dual)):
+        raise ModelFileError(path, "corrupt model metadata (bad training summary)")
+    return TrainResult(w=w, finished=bool(meta.get("finished", True)),
+                       stop_reason=str(meta.get("stop_reason", "unknown")), epochs=epochs,
+                       seconds=None if seconds is None else float(seconds),
+                       dual=None if dual is None else float(dual))
+
+
+class StructuredEstimator:
+    """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
+    the default.
+
+    C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
+    ``demi-dcd``, ``ms-dcd``, ``sp-ipm``, ``perceptron``, ``mira``, ``pegasos``, ``adagrad``,
+    ``sdm-hinge``, ``sdm-ramp``; None: ``demi-dcd`` when threads > 1, else ``dcd``; a learner
+    that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
+    single-process). tol, delta, max_epochs, time_limit, seed,
+    inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
+    primal/dual evaluations in the log), loss (``"l2"`` or ``"l1"``, the hinge loss; the DCD
+    learners only): see :class:`~demidcd.solvers.common.SolverConfig`.
+    rho, rho_worker, publish_interval, perceptron_epochs_per_round, mixing, averaged,
+    batch_size, lam, projection, eta, regularizer: options of the learners that read them
+    (README, "Learners"). cpu_log: CSV path for the CPU timeline. snapshot_every /
+    snapshot_dir: save w every so many seconds. callback(record, w): per outer iteration.
+    log(line): progress lines (e.g. ``print``). debug: worker tracebacks. backend: ``"shm"``
+    (None: forked workers on this machine) or ``"ray"``, the workers as Ray actors (``pip
+    install 'demidcd[ray]'``) on the cluster at ``ray_address`` ("HOST:PORT"; None: a local
+    Ray instance for the run). Where training ran is not saved with the model.
+    """
+
+    task_name = "task"
+    score_name = "score"  # what :meth:`score` measures, for logs and reports
+    _task_params: tuple[str, ...] = ()  # hyper-parameters of the subclass, saved in the model
+    _task_defaults: dict[str, Any] = {}  # ... and what their None means
+    _requires_y = True
+    _default_loss = "l2"  # what loss=None means for the DCD learners (SolverConfig.loss)
+
+    # -- scikit-learn's estimator protocol ------------------------------------------------------
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        """The constructor's keyword arguments, sorted (as ``BaseEstimator``)."""
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind == p.KEYWORD_ONLY)
+
+    def _store(self, values: dict[str, Any]) -> None:
+        for name in self._get_param_names():
+            setattr(self, name, values[name])
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor arguments as stored (``deep``: also ``name__sub`` of nested
+        estimators)."""
+        out: dict[str, Any] = {}
+        for k in self._get_param_names():
+            v = getattr(self, k)
+            if deep and hasattr(v, "get_params") and not isinstance(v, type):
+                out.update((f"{k}__{kk}", vv) for kk, vv in v.get_params().items())
+            out[k] = v
+        return out
+
+    def set_params(self, **params: Any) -> StructuredEstimator:
+        """Set constructor arguments (validated at the next ``fit``); returns self."""
+        valid = self._get_param_names()
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(f"Invalid parameter {name!r} for estimator "
+                                 f"{type(self).__name__}. Valid parameters are: {valid!r}.")
+            if sub:
+                getattr(self, name).set_params(**{sub: value})
+            else:
+                setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        sig = inspect.signature(type(self).__init__).parameters
+        changed = []
+        for k in self._get_param_names():
+            v = getattr(self, k, None)
+            default = sig[k].default
+            if v is not default and not (type(v) is type(default) and v == default):
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self):  # noqa: ANN204 - sklearn.utils.Tags, imported lazily
+        """scikit-learn tags: neither classifier nor regressor (so cross-validation uses plain
+        K-fold splits), inputs are sequences of tokens, not 2-D arrays."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=self._requires_y),
+                    input_tags=InputTags(two_d_array=False, string=True), requires_fit=True,
+                    non_deterministic=isinstance(self.threads, int) and self.threads > 1)
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "coef_")
+
+    def _check_fitted(self, attribute: str = "coef_") -> None:
+        if not hasattr(self, attribute):
+            raise not_fitted(f"this {type(self).__name__} is not fitted yet: call fit (or "
+                             "load a model) first")
+
+    # -- options --------------------------------------------------------------------------------
+    def solver_config(self) -> SolverConfig:
+        """The validated :class:`SolverConfig`: the options that are set, defaults for the
+        rest."""
+        opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
+        if opts.get("loss") is None and "loss" in get_learner(self._algorithm()).options:
+            opts["loss"] = self._default_loss
+        config = SolverConfig.from_options(**opts)
+        config.validate()
+        return config
+
+    def _algorithm(self) -> str:
+        """The learner's name: ``algorithm``, else DEMI-DCD on several threads, 1-DCD on one."""
+        threads = self.threads
+        several = isinstance(threads, int | np.integer) and not isinstance(threads, bool) \
+            and threads > 1
+        return str(self.algorithm or ("demi-dcd" if several else "dcd"))
+
+    def _learner(self) -> tuple[str, int, dict[str, Any]]:
+        """(algorithm, threads, the engine options that are set)."""
+        threads = 1 if self.threads is None else self.threads
+        if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
+            raise OptionError(f"--threads must be an integer, got {threads!r}")
+        if threads < 1:
+            raise OptionError(f"--threads must be >= 1, got {threads}")
+        algorithm = self._algorithm()
+        check_loss(get_learner(algorithm), self.loss)
+        engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
+                  if getattr(self, k, None) is not None}
+        return str(algorithm), int(threads), engine
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The options the model was trained with, every one resolved: algorithm, threads,
+        all fields of :class:`SolverConfig`, the engine options that were set and the task's
+        own (``_task_params``)."""
+        algorithm, threads, engine = self._learner()
+        task = {k: self._task_defaults.get(k) if getattr(self, k) is None else getattr(self, k)
+                for k in self._task_params}
+        config = asdict(self.solver_config())
+        if "loss" not in get_learner(algorithm).options:
+            del config["loss"]  # not an option of this learner (check_loss)
+        return {"algorithm": algorithm, "threads": threads, **config, **engine, **task}
+
+    # -- training -------------------------------------------------------------------------------
+    def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
+        """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log.
+        A :class:`~demidcd.parallel.engine.WorkerError` leaves the partial model fitted."""
+        from ..errors import WorkerError
+
+        config = self.solver_config()
+        algorithm, threads, engine = self._learner()
+        snap = None
+        if self.snapshot_dir is not None:
+            from ..io.snapshots import Snapshotter
+
+            snap = Snapshotter(self.snapshot_dir, self.snapshot_every or 5.0)
+            self.coef_, self.result_ = np.zeros(task.dim), None
+            self.save(os.path.join(self.snapshot_dir, "base.npz"))
+
+        def cb(rec: dict, w: np.ndarray) -> None:
+            if snap is not None:
+                snap.maybe(rec["seconds"], w)
+            if dev_eval is not None:
+                rec["dev"] = dev_eval(w)["score"]
+                rec["dev_metric"] = self.score_name
+            if self.callback is not None:
+                self.callback(rec, w)
+
+        try:
+            result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
+                           log=self.log, debug=bool(self.debug),
+                           tick=snap.maybe if snap else None, backend=self.backend,
+                           ray_address=self.ray_address, **engine)
+        except WorkerError as e:  # keep the partial model (unfinished) for save()
+            partial = getattr(e, "partial", None)
+            if partial is not None:
+                self.coef_, self.result_ = partial.w, partial
+            raise
+        finally:
+            if snap is not None:
+                snap.close()
+        if snap is not None:
+            snap = Snapshotter(self.snapshot_dir, 1.0)
+            snap.maybe(result.seconds, result.w, force=True)
+            snap.close()
+        self.coef_ = result.w
+        self.result_ = result
+        return result
+
+    def _meta(self) -> dict[str, Any]:
+        """Metadata every model file carries: task, the constructor arguments as given
+        (``parameters``, :func:`encode_parameters`) and resolved (``hyper_parameters``), how
+        training ended (stop reason, epochs, seconds, dual) and the data options the CLI
+        remembers (``data_options_``, e.g. the label column)."""
+        self._check_fitted()
+        res = getattr(self, "result_", None)
+        return {"task": self.task_name, "dim": int(self.coef_.shape[0]),
+                "parameters": encode_parameters(self.get_params(deep=False)),
+                "hyper_parameters": self.hyper_parameters(),
+                "data_options": dict(getattr(self, "data_options_", {}) or {}),
+                "finished": bool(res.finished) if res else True,
+                "stop_reason": res.stop_reason if res else "unknown",
+                "epochs": res.epochs if res else None,
+                "seconds": float(res.seconds) if res else None,
+                "dual": None if res is None or res.dual is None else float(res.dual)}
+
+    def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
+        """Finish a ``load``: the constructor arguments as they were given (models written
+        before they were saved keep the resolved ones the loader passed), ``coef_ = w``,
+        ``meta_`` and ``result_``, the saved summary of the training run
+        (:func:`saved_result`)."""
+        given = decode_parameters(str(path), meta.get("parameters"))
+        if given is not None:
+            hp = meta.get("hyper_parameters") or {}
+            for name in self._get_param_names():
+                value = given.get(name)
+                # None meant the default of the version that trained: where a task option
+                # (e.g. the dependency parser's hashing) now defaults otherwise, keep its value
+                if value is None and name in self._task_params and name in hp and \
+                        hp[name] != self._task_defaults.get(name):
+                    value = hp[name]
+                setattr(self, name, value)
+        self.coef_, self.meta_ = w, meta
+        self.result_ = saved_result(str(path), w, meta)
+
+    def feature_summary(self) -> str:
+        """One line on the size of w, for the training log."""
+        dim = self.coef_.shape[0]
+        return f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)"
+
+    def metrics(self, X: Any, Y: Any = None) -> dict[str, Any]:
+        """Evaluation metrics of :meth:`predict` on X against Y; ``score`` is the headline."""
+        raise NotImplementedError
+
+    def score(self, X: Any, Y: Any = None) -> float:
+        """The headline metric (:attr:`score_name`) of :meth:`predict` on X against Y."""
+        self._check_fitted()
+        return float(self.metrics(X, Y)["score"])
+
+    def objective(self, task) -> dict[str, float | None]:
+        """Primal (Eq. 1, or the hinge loss's for ``loss="l1"``) of the fitted w on a bound
+        task, and the learner's dual and gap."""
+        self._check_fitted()
+        dual = self.result_.dual if getattr(self, "result_", None) is not None else None
+        config = self.solver_config()
+        ob = objective(task, self.coef_, config.C, dual, loss=config.loss)
+        return {"primal": ob.primal, "dual": ob.dual, "gap": ob.gap}

@@ -1,0 +1,244 @@
+"""The dependency parser estimator (first-order, arc-factored, labelled; single root): the
+task's maths, kernels and data flow are in :mod:`demidcd.tasks.dependency`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelFileError, OptionError
+from ..io.model import load_model, save_model
+from ..tasks.dependency import (
+    DECODERS,
+    DEFAULT_HASHING,
+    LABELLED_TEMPLATE_VERSION,
+    TEMPLATE_VERSION,
+    DependencyTask,
+    Heads,
+    Sentence,
+    encode_trees,
+    label_set,
+    split_sentences,
+    split_trees,
+)
+from .base import StructuredEstimator, check_sentences, estimator_init, param
+
+
+class DependencyParser(StructuredEstimator):
+    """First-order arc-factored labelled dependency parser trained as a structural SVM (L2 loss,
+    Eq. 1); every tree has exactly one word attached to the root (UD's rule).
+
+    X is a list of sentences, each a list of (word, POS) pairs or (word, POS, second POS)
+    triples (e.g. UPOS and XPOS: the second POS feeds a second set of POS templates); Y a list
+    of trees, each a list of (head, DEPREL) pairs of words 1..n (0 = root), or of heads alone
+    for an unlabelled parser. Arc scores s(h, d, l) = w·f(h, d) + w·g(h, d, l) (the label
+    conjoined with a small set of templates, see the module docstring), decoded with
+    s(h, d) = max_l s(h, d, l) and the argmax label remembered per arc; Δ = 1 per wrong head
+    + 0.5 per right head with a wrong label. :meth:`predict` returns trees in the form Y was
+    given to :meth:`fit` ((head, DEPREL) pairs; the root word's DEPREL is the label seen on
+    root words in training, ``root`` in UD).
+
+    Extra hyper-parameters: ``decoder`` (``eisner``: projective, ``cle``: non-projective
+    Chu-Liu-Edmonds; used in training and prediction) and ``hashing`` (D, the number of hashed
+    features = len(w)). Fitted: ``coef_``, ``second_pos_``, ``labels_`` (sorted DEPRELs, None
+    when unlabelled), ``label_arcs_`` (per label 1: root arcs, 2: others, 3: both),
+    ``result_``. :meth:`score` is UAS (punctuation included); :meth:`metrics` adds UAS without
+    punctuation and LAS with and without.
+
+    Measured on EWT (train 12,544 sentences → test 2,077, UPOS + XPOS, DEMI-DCD, 2 threads,
+    ``--time-limit 120``, Eisner, shared machine): UAS 86.88, LAS 82.64 (87.84 / 83.02 without
+    punctuation; 83.11 on universal DEPREL, the CoNLL 2018 evaluator's LAS), every sentence with
+    one root word labelled ``root``. The unlabelled parser before labels and the root
+    constraint had UAS 87.45 in the same 120 s (with more CPU: 61% of 200% against 42%, and 2.7x
+    the inferences), wrote 2 sentences with two roots and 368 words whose DEPREL contradicted
+    the HEAD (gold labels passed through).
+    """
+
+    task_name = "dependency"
+    score_name = "UAS"
+    _task_params = ("decoder", "hashing")
+    _task_defaults = {"decoder": "eisner", "hashing": DEFAULT_HASHING}
+
+    __init__ = estimator_init(param("decoder", str | None), param("hashing", int | None))
+
+    def _decoder(self) -> str:
+        return self.decoder or "eisner"
+
+    def _hashing(self) -> int:
+        return DEFAULT_HASHING if self.hashing is None else self.hashing
+
+    def _check(self) -> None:
+        if self._decoder() not in DECODERS:
+            raise OptionError(f"unknown --decoder {self.decoder!r}; use eisner or cle")
+        h = self._hashing()
+        if isinstance(h, bool) or not isinstance(h, int | np.integer) or not 16 <= h < 2**31 \
+                or h % 16:
+            raise OptionError(f"--hashing must be a multiple of 16 in [16, 2**31) for the "
+                              f"dependency task, got {self.hashing!r}")
+
+    def _labels(self) -> list[str] | None:
+        return getattr(self, "labels_", None)
+
+    def _task(self, X: list[Sentence], Y: list[Heads] | None) -> DependencyTask:
+        words, tags, coarse = split_sentences(X)
+        fitted = getattr(self, "second_pos_", None)
+        if fitted is not None and fitted != (coarse is not None):
+            raise OptionError("the model was trained with " + ("two POS columns (word, POS, "
+                              "second POS)" if fitted else "one POS column (word, POS)") +
+                              " per token; give the data the same way")
+        if Y is not None and len(Y) != len(X):
+            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        heads, rels = split_trees(Y) if Y is not None else (None, None)
+        labels = self._labels()
+        ids = None
+        if labels is not None and heads is not None:
+            index = {r: k for k, r in enumerate(labels)}
+            ids = [[index.get(r, -1) for r in rs] for rs in rels] if rels is not None else \
+                [[-1] * len(hs) for hs in heads]
+        try:
+            enc = encode_trees(words, tags, heads, coarse, ids)
+            return DependencyTask(enc, int(self._hashing()), self._decoder(),
+                                  getattr(self, "label_arcs_", None))
+        except ValueError as e:
+            raise OptionError(str(e)) from None
+
+    def fit(self, X: list[Sentence], Y: list[Heads], X_dev: list[Sentence] | None = None,
+            Y_dev: list[Heads] | None = None) -> DependencyParser:
+        """Learn w from sentences X with gold trees Y (optional dev set for the log)."""
+        self._check()
+        check_sentences(X)
+        if not X:
+            raise OptionError("cannot fit on an empty data set")
+        self.solver_config(), self._learner()  # bad options fail before any work
+        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+            self.__dict__.pop(attr, None)
+        self.second_pos_ = self.labels_ = self.label_arcs_ = None
+        if len(Y) != len(X):
+            raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
+        heads, rels = split_trees(Y)
+        if rels is not None:
+            self.labels_, self.label_arcs_ = label_set(heads, rels)
+        task = self._task(X, Y)
+        self.second_pos_ = task.enc.cpos.shape[0] > 0
+        dev_eval = None
+        if X_dev is not None and Y_dev is not None:
+            dtask = self._task(X_dev, Y_dev)
+            ex = np.arange(dtask.n_examples)
+            gold = dtask.gold(ex)
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return dtask.metric(gold, dtask.decode(w, ex), ex)
+
+        self._train(task, dev_eval)
+        return self
+
+    def predict(self, X: list[Sentence]) -> list[Heads]:
+        """The argmax tree of each sentence: (head, DEPREL) pairs of words 1..n (0 = root), or
+        heads alone for a parser fitted on heads alone."""
+        self._check_fitted()
+        self._check()
+        if not check_sentences(X):
+            return []
+        task = self._task(X, None)
+        labels = self._labels()
+        trees = task.decode(self.coef_, np.arange(len(X)))
+        if labels is None:
+            return [t[0].tolist() for t in trees]
+        return [[(int(h), labels[k]) for h, k in t.T] for t in trees]
+
+    def metrics(self, X: list[Sentence], Y: list[Heads]) -> dict[str, float]:
+        """UAS with punctuation (``score``, ``uas``) and without (``uas_no_punct``); LAS
+        (``las``, ``las_no_punct``) when the parser and Y have labels."""
+        self._check_fitted()
+        self._check()
+        check_sentences(X)
+        task = self._task(X, Y)
+        ex = np.arange(task.n_examples)
+        m = task.metric(task.gold(ex), task.decode(self.coef_, ex))
+        if Y and split_trees(Y)[1] is None:
+            m.pop("las", None)
+            m.pop("las_no_punct", None)
+        return m
+
+    def score(self, X: list[Sentence], Y: list[Heads]) -> float:
+        """UAS (punctuation included) of :meth:`predict` against Y."""
+        return float(self.metrics(X, Y)["score"])
+
+    def unknown_labels(self, Y: list[Heads]) -> dict[str, int]:
+        """DEPRELs of Y the parser never saw in training, with their counts."""
+        labels = set(self._labels() or ())
+        rels = split_trees(Y)[1] if labels else None
+        out: dict[str, int] = {}
+        for rs in rels or ():
+            for r in rs:
+                if r not in labels:
+                    out[r] = out.get(r, 0) + 1
+        return out
+
+    def training_task(self, X: list[Sentence], Y: list[Heads]) -> DependencyTask:
+        """The bound task for X, Y (for objectives)."""
+        return self._task(X, Y)
+
+    def feature_summary(self) -> str:
+        dim = self.coef_.shape[0]
+        labels = self._labels()
+        what = f"{len(labels)} DEPRELs" if labels is not None else "unlabelled"
+        return (f"hashed arc features (McDonald et al. 2005 templates) into {dim:,} weights "
+                f"({dim * 8 / 2**20:.1f} MiB float64), {what}, decoder {self._decoder()}")
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model atomically (npz + JSON metadata, no pickle)."""
+        labels = self._labels()
+        fm: dict[str, Any] = {"kind": "DependencyFeatures",
+                              "template_version": TEMPLATE_VERSION if labels is None else
+                              LABELLED_TEMPLATE_VERSION,
+                              "hashing": int(self._hashing()), "second_pos": bool(self.second_pos_)}
+        if labels is not None:
+            fm["labels"] = list(labels)
+            fm["label_arcs"] = [int(a) for a in self.label_arcs_]
+        save_model(path, self.coef_, {}, {**self._meta(), "featurizer": fm})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> DependencyParser:
+        """Read a model written by :meth:`save` (``allow_pickle=False``); a model of template
+        version 1 (before labels) loads as an unlabelled parser."""
+        w, _, meta = load_model(path, task=cls.task_name)
+        try:
+            fm = meta["featurizer"]
+            if fm.get("kind") != "DependencyFeatures":
+                raise ValueError("not a dependency featurizer")
+            version = fm.get("template_version")
+            if version not in (TEMPLATE_VERSION, LABELLED_TEMPLATE_VERSION):
+                raise ValueError(f"unsupported feature template version {version}")
+            hp = dict(meta.get("hyper_parameters", {}))
+            hp["hashing"] = fm["hashing"]
+            obj = cls(**hp)
+            obj._check()
+            obj.second_pos_ = fm["second_pos"]
+            if not isinstance(obj.second_pos_, bool):
+                raise ValueError("second_pos is not a boolean")
+            obj.labels_ = obj.label_arcs_ = None
+            if version == LABELLED_TEMPLATE_VERSION:
+                labels, arcs = fm["labels"], fm["label_arcs"]
+                if not (isinstance(labels, list) and isinstance(arcs, list) and labels
+                        and len(labels) == len(arcs) and len(set(labels)) == len(labels)
+                        and all(isinstance(r, str) and r for r in labels)
+                        and all(a in (1, 2, 3) for a in arcs)
+                        and any(a & 1 for a in arcs) and any(a & 2 for a in arcs)
+                        and len(labels) <= obj.hashing):
+                    raise ValueError("bad labels / label_arcs")
+                obj.labels_, obj.label_arcs_ = labels, arcs
+            obj.data_options_ = dict(meta.get("data_options") or {})
+        except (KeyError, TypeError, ValueError, AttributeError, OptionError) as e:
+            raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
+        if w.shape[0] != obj.hashing:
+            raise ModelFileError(str(path), "weight vector does not match the feature hashing")
+        obj._loaded(path, w, meta)
+        return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# the task's registry entry (CLI)
+# ---------------------------------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""Sequence labelling estimators: part-of-speech style tagging, chunking and named entities
+(first-order chain, Viterbi)."""
+
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelFileError, OptionError
+from ..io.model import load_model, save_model
+from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+from ..tasks.sequence import SequenceTask
+from .base import StructuredEstimator, check_sentences, check_tags, estimator_init, param
+
+
+class SequenceTagger(StructuredEstimator):
+    """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
+
+    X is a list of sentences, Y a list of tag lists. A token is a word, or a tuple
+    ``(word, attr_0, …)`` whose extra input columns (e.g. POS) feed the attribute window of the
+    feature template (:mod:`demidcd.tasks.features`). Extra hyper-parameters: ``min_count``
+    (feature dictionary cut-off, None: :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`) and
+    ``hashing`` (> 0: hashed features, no dictionary; None: 0); the others are those of
+    :class:`StructuredEstimator`. Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
+    ``n_features_``, ``result_``. :meth:`score` is token accuracy.
+    """
+
+    task_name = "sequence"
+    score_name = "accuracy"
+    _template = "base"  # feature template of demidcd.tasks.features
+    _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means
+
+    __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None))
+
+    # -- encoding ---------------------------------------------------------------------------
+    def _task(self, X: list[list], Y: list[list[str]] | None) -> SequenceTask:
+        enc = self.featurizer_.transform(X)
+        y = None
+        if Y is not None:
+            index = {t: k for k, t in enumerate(self.classes_)}
+            y = np.fromiter((index.get(t, -1) for s in Y for t in s), np.int32,
+                            count=enc.n_tokens)
+        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features)
+
+    def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
+            Y_dev: list[list[str]] | None = None) -> SequenceTagger:
+        """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
+        X = check_sentences(X)
+        Y = check_tags(X, Y)
+        if not X:
+            raise OptionError("cannot fit on an empty data set")
+        self.solver_config(), self._learner()  # bad options fail before any work
+        min_count = self._default_min_count if self.min_count is None else self.min_count
+        hashing = 0 if self.hashing is None else self.hashing
+        try:
+            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template,
+                                            log=self.log)
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"--min-count/--hashing: {e}") from None
+        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+            self.__dict__.pop(attr, None)
+        self.classes_ = sorted({t for s in Y for t in s})
+        self.featurizer_ = featurizer.fit(X)
+        self.n_features_ = self.featurizer_.n_features
+        task = self._task(X, Y)
+        dev_eval = None
+        if X_dev is not None and Y_dev is not None:
+            X_dev = check_sentences(X_dev, "X_dev")
+            Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
+            dtask = self._task(X_dev, None)
+            gold = [list(s) for s in Y_dev]
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return self._metrics(gold, self._decode(dtask, w))
+
+        self._train(task, dev_eval)
+        return self
+
+    def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
+        tags, ptr = task.decode_flat(w, np.arange(task.n_examples))
+        names = np.asarray(self.classes_, dtype=object)[tags].tolist()
+        return [names[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
+
+    def predict(self, X: list[list]) -> list[list[str]]:
+        """Viterbi decoding of each sentence; tags as strings."""
+        self._check_fitted()
+        X = check_sentences(X)
+        if not X:
+            return []
+        return self._decode(self._task(X, None), self.coef_)
+
+    def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        total = sum(len(s) for s in Y)
+        right = sum(p == g for ps, gs in zip(pred, Y, strict=True)
+                    for p, g in zip(ps, gs, strict=True))
+        acc = right / max(total, 1)
+        return {"score": acc, "accuracy": acc, "tokens": total}
+
+    def metrics(self, X: list[list], Y: list[list[str]]) -> dict[str, Any]:
+        """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
+        (tags unseen in training count wrong)."""
+        self._check_fitted()
+        Y = check_tags(check_sentences(X), Y)
+        return self._metrics(Y, self.predict(X))
+
+    def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
+        """Gold labels of Y that the model does not know, with their token counts."""
+        known = set(self.classes_)
+        out: dict[str, int] = {}
+        for s in Y:
+            for t in s:
+                if t not in known:
+                    out[t] = out.get(t, 0) + 1
+        return out
+
+    def feature_summary(self) -> str:
+        n_tags = len(self.classes_)
+        dim = self.coef_.shape[0]
+        return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions = "
+                f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+
+    def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
+        """The bound task for X, Y with this model's features and tags (for objectives)."""
+        self._check_fitted("featurizer_")
+        X = check_sentences(X)
+        return self._task(X, check_tags(X, Y))
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model atomically (npz + JSON metadata, no pickle)."""
+        self._check_fitted()
+        arrays, fmeta = self.featurizer_.state()
+        meta = {**self._meta(), "labels": list(self.classes_), "featurizer": fmeta}
+        save_model(path, self.coef_, arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SequenceTagger:
+        """Read a model written by :meth:`save` (``allow_pickle=False``)."""
+        w, arrays, meta = load_model(path, task=cls.task_name)
+        try:
+            hp = meta.get("hyper_parameters", {})
+            obj = cls(min_count=meta["featurizer"]["min_count"],
+                      hashing=meta["featurizer"]["hashing"], **hp)
+            obj.featurizer_ = SequenceFeaturizer.from_state(arrays, meta["featurizer"])
+            obj.classes_ = [str(t) for t in meta["labels"]]
+            obj.n_features_ = obj.featurizer_.n_features
+            obj.data_options_ = dict(meta.get("data_options") or {})
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
+        if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_)):
+            raise ModelFileError(str(path), "weight vector does not match features and labels")
+        obj._loaded(path, w, meta)
+        return obj
+
+
+class ChunkTagger(SequenceTagger):
+    """A :class:`SequenceTagger` for chunking, scored by chunks as ``conlleval`` scores them.
+
+    Labels are BIO / IOB1 / IOB2 / BIOES chunk tags (``B-NP``, ``I-PER``, ``O`` …);
+    ``label_scheme`` (``auto``, ``iob1``, ``iob2``/``bio``, ``bioes``/``iobes``) says how to read
+    them (:mod:`demidcd.tasks.chunks`). :meth:`score` is chunk F1 and :meth:`metrics` gives
+    precision, recall and F1 overall and per type, and token accuracy.
+
+    The DCD learners solve the hinge-loss (L1) SSVM by default here (``loss=None``): measured
+    with 1-DCD, C = 0.1, CoNLL-2000 test chunk F1 93.83 against 93.53 (the L2 loss peaks at 93.67
+    over C), CoNLL-2002 Spanish esp.testa / esp.testb entity F1 78.19 / 80.85 against
+    76.97 / 80.29. ``loss="l2"`` gives the L2 loss (and several DEMI-DCD learners).
+    """
+
+    task_name = "chunking"
+    score_name = "chunk F1"
+    _default_loss = "l1"
+    _task_params = ("label_scheme",)
+    _task_defaults = {"label_scheme": "auto"}
+
+    __init__ = estimator_init(param("label_scheme", str | None),
+                              param("min_count", int | None), param("hashing", int | None))
+
+    def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
+            Y_dev: list[list[str]] | None = None) -> ChunkTagger:
+        from ..tasks.chunks import resolve_scheme
+
+        Y = check_tags(check_sentences(X), Y)
+        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")  # fail early
+        return super().fit(X, Y, X_dev, Y_dev)
+
+    def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        from ..tasks.chunks import chunk_scores
+
+        return chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
+
+
+class NamedEntityTagger(ChunkTagger):
+    """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
+
+    Its features are the ``ner`` template of :mod:`demidcd.tasks.features` (word clusters and a
+    wider window) and ``min_count`` defaults to 1 (on CoNLL-2002 Spanish, 80 s runs: entity F1
+    78.48 with 2, 79.04 with 1)."""
+
+    task_name = "ner"
+    _template = "ner"
+    _default_min_count = 1
