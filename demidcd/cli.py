@@ -227,11 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
         q.add_argument("--model", required=True, help="model file written by train")
-        q.add_argument("--data", required=True, metavar="FILE", help="input data")
+        q.add_argument("--data", required=True, metavar="FILE",
+                       help="input data (- : standard input; --format auto then tells CoNLL-U "
+                            "from columns by the content)")
         _data_options(q, name)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE",
-                           help="output file (the input's format and encoding)")
+                           help="output file (the input's format and encoding; - or "
+                                "/dev/stdout: standard output, status lines then go to "
+                                "stderr)")
         _common(q)
 
     e = sub.add_parser("evaluate-snapshots",
@@ -402,9 +406,13 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 
 def cmd_train(args) -> int:
+    from .io.model import stdio_fd
     from .parallel.engine import WorkerError
     from .solvers import check_loss, check_threads, get_learner
 
+    if args.model is not None and stdio_fd(args.model) == 1:
+        raise OptionError(f"--model {args.model}: standard output carries the log; give the "
+                          "model a file name")
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
                    ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
     if args.snapshot_dir is not None:
@@ -545,13 +553,24 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def _status_stream(out: str):
+    """Where status lines go when ``out`` is written: stderr when ``out`` is standard output
+    (``-``, ``/dev/stdout``), so that a pipe carries only the data; else stdout."""
+    from .io.model import stdio_fd
+
+    return sys.stderr if stdio_fd(out) == 1 else sys.stdout
+
+
 def cmd_predict(args) -> int:
+    from .io.model import shown_name
+
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
     data = spec.read(args.data, args, labeled=False)
     spec.write(args.out, data, est.predict(spec.xy(data)[0]), args)
     if not args.quiet:
-        print(f"wrote {args.out} ({len(data):,} sentences)")
+        print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
+              file=_status_stream(args.out), flush=True)
     return 0
 
 
@@ -577,7 +596,8 @@ def cmd_evaluate_snapshots(args) -> int:
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:
-            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%", flush=True)
+            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%",
+                  file=_status_stream(args.out), flush=True)
     atomic_write(args.out, lambda f: f.write("\n".join(rows) + "\n"), mode="w")
     return 0
 
@@ -663,6 +683,9 @@ def _main(argv: list[str], debug: bool) -> int:
             raise
         print("demidcd: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a process killed by it
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if _stop_requested() and not debug:  # a signal that surfaced inside a kernel call
             print("demidcd: interrupted", file=sys.stderr)
@@ -675,6 +698,16 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _early_exit(signum: int, frame: object) -> None:

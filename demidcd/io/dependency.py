@@ -20,12 +20,11 @@ from __future__ import annotations
 import gc
 import gzip
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from demidcd.errors import InputError, OptionError
-from demidcd.io.tagged import _read_text
+from demidcd.io.model import atomic_write
+from demidcd.io.tagged import _read_text, source_name
 
 __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
 
@@ -108,6 +107,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
+    path = source_name(path)  # "-" (standard input) is named <stdin>
     words_all: list[list[str]] = []
     pos_all: list[list[str]] = []
     heads_all: list[list[int]] = []
@@ -250,27 +250,12 @@ def _lines(corpus: DepCorpus, predicted: list[list[int]]):
 
 def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
                      predicted: list[list[int]], encoding: str = "utf-8") -> None:
-    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), atomically."""
+    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), atomically
+    (:func:`~demidcd.io.model.atomic_write`: ``-`` is standard output)."""
     path = os.fspath(path)
     if len(predicted) != len(corpus.words):
         raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.words)}")
     data = ("\n".join(_lines(corpus, predicted)) + "\n").encode(encoding)
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + Path(path).name + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, lambda f: f.write(data))

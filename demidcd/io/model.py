@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -42,6 +43,31 @@ def _umask() -> int:
     return mask
 
 
+STDIO = "-"  # the file name for standard input (--data) and standard output (--out)
+
+
+def stdio_fd(path: str | os.PathLike[str]) -> int | None:
+    """The descriptor ``path`` names when it is one of this process's open files rather than a
+    file name: ``-`` and ``/dev/stdout`` (1), ``/dev/stderr`` (2), ``/dev/fd/N`` and
+    ``/proc/self/fd/N`` (N); else None. Such a path is written straight through to the
+    descriptor: resolving it (``/proc/PID/fd/pipe:[…]`` for a pipe) names no file."""
+    p = os.fspath(path)
+    fixed = {STDIO: 1, "/dev/stdout": 1, "/dev/stderr": 2}
+    if p in fixed:
+        return fixed[p]
+    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        rest = p[len(prefix):]
+        if p.startswith(prefix) and rest.isdigit() and rest.isascii():
+            return int(rest)
+    return None
+
+
+def shown_name(path: str | os.PathLike[str]) -> str:
+    """How messages name ``path``: ``-`` as standard output or input is shown as such."""
+    p = os.fspath(path)
+    return "standard output" if p == STDIO else p
+
+
 def _target(path: str | os.PathLike[str]) -> Path:
     """Where writing ``path`` lands: a symlink (chain) is followed to its target."""
     return Path(os.path.realpath(os.fspath(path)))
@@ -49,12 +75,20 @@ def _target(path: str | os.PathLike[str]) -> Path:
 
 def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
     """Fail now, with a one-line :class:`DemidcdError`, if ``path`` could not be written later:
-    its directory is missing or not writable, or it names a directory. Devices and fifos are
-    accepted (:func:`atomic_write` writes straight through to them). Call before any long work.
+    its directory is missing or not writable, or it names a directory. Devices, fifos and
+    ``-`` (standard output, :func:`stdio_fd`) are accepted (:func:`atomic_write` writes straight
+    through to them). Call before any long work.
     """
     shown = os.fspath(path)
     if not shown:
         raise DemidcdError(f"{option}: empty file name")
+    fd = stdio_fd(shown)
+    if fd is not None:
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise DemidcdError(f"{option} {shown}: descriptor {fd} is not open") from None
+        return
     target = _target(path)
     if target.is_dir() or shown.endswith(os.sep):
         raise DemidcdError(f"{option} {shown}: is a directory, not a file name")
@@ -75,8 +109,12 @@ def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
     except OSError as e:
         raise DemidcdError(f"{option} {shown}: cannot write in {directory} "
                            f"({e.strerror or e})") from None
-    if target.exists() and not os.access(target, os.W_OK):
-        raise DemidcdError(f"{option} {shown}: file is not writable")
+    if target.exists():
+        try:  # opened for writing without truncating it: the reason if it cannot be
+            os.close(os.open(target, os.O_WRONLY))
+        except OSError as e:
+            raise DemidcdError(f"{option} {shown}: file is not writable "
+                               f"({e.strerror or e})") from None
 
 
 def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
@@ -84,11 +122,18 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
     so that an interrupted write never leaves a truncated file under the final name.
 
     A symlink is followed: its target is replaced and the link stays. A device or fifo (e.g.
-    ``/dev/stdout``, ``/dev/null``) is written straight through, as ``open`` would. The file
-    gets the permissions ``open`` would give it (0666 less the umask), or keeps those of the
-    file it replaces. Errors are one-line :class:`DemidcdError`.
+    ``/dev/null``, a named pipe) is written straight through, as ``open`` would, and so is
+    ``-``, ``/dev/stdout`` or ``/dev/fd/N`` (:func:`stdio_fd`): to the descriptor itself,
+    whatever it is (pipe, terminal, or a regular file the shell opened). The file gets the
+    permissions ``open`` would give it (0666 less the umask), or keeps those of the file it
+    replaces. Errors are one-line :class:`DemidcdError`; a pipe whose reader has gone raises
+    :class:`BrokenPipeError`.
     """
     shown = os.fspath(path)
+    fd = stdio_fd(shown)
+    if fd is not None:
+        _write_fd(shown, fd, write, mode)
+        return
     target = _target(path)
     if target.is_dir():
         raise DemidcdError(f"{shown}: is a directory, not a file name")
@@ -97,6 +142,8 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
             with open(target, mode) as f:
                 write(f)
                 f.flush()
+        except BrokenPipeError:
+            raise
         except OSError as e:
             raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
         return
@@ -123,6 +170,29 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
         if isinstance(e, OSError):
             raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
         raise
+
+
+def _write_fd(shown: str, fd: int, write, mode: str) -> None:
+    """``write(fileobj)`` on a duplicate of descriptor ``fd`` (Python's own buffered
+    ``sys.stdout`` / ``sys.stderr`` flushed first, so lines keep their order)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (OSError, ValueError):  # no real descriptor (captured in tests), or closed
+            pass
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        raise DemidcdError(f"{shown_name(shown)}: descriptor {fd} is not open") from None
+    try:
+        with os.fdopen(dup, mode) as f:
+            write(f)
+            f.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise DemidcdError(f"{shown_name(shown)}: cannot write ({e.strerror or e})") from None
 
 
 def _json_safe(x: Any) -> Any:

@@ -16,6 +16,7 @@ import gc
 import gzip
 import os
 import re
+import sys
 import zlib
 from dataclasses import dataclass
 
@@ -111,29 +112,85 @@ def _label_index(fmt: str, column: str | int | None) -> int | None:
     raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
+STDIN = "-"  # --data -: standard input
+STDIN_NAME = "<stdin>"  # how messages name it
+
+
+def source_name(path: str | os.PathLike[str]) -> str:
+    """``path`` as messages and the corpus name it (``-`` is ``<stdin>``)."""
+    p = os.fspath(path)
+    return STDIN_NAME if p == STDIN else p
+
+
+def sniff_format(text: str) -> str:
+    """The format of text read without a file name (standard input): ``"conllu"`` when its
+    first line that is not blank is a comment or has 10 tab-separated fields starting with a
+    token id, else ``"columns"``."""
+    for line in text.split("\n", 200)[:200]:
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            return "conllu"
+        f = line.rstrip("\r").split("\t")
+        return "conllu" if len(f) == 10 and f[0][:1].isdigit() else "columns"
+    return "columns"
+
+
+_STDIN_DATA: list[bytes] = []  # standard input, read once (it cannot be read twice)
+
+
+def _stdin_bytes() -> bytes:
+    """Everything on standard input (gzip-decompressed when it is gzip), read on first use."""
+    if not _STDIN_DATA:
+        if sys.stdin is None:
+            raise InputError(STDIN_NAME, None, "standard input is not open")
+        data = sys.stdin.buffer.read()
+        if data[:2] == b"\x1f\x8b":  # gzip magic
+            data = gzip.decompress(data)
+        _STDIN_DATA.append(data)
+    return _STDIN_DATA[0]
+
+
+def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
+    """``fmt``, or for ``"auto"`` the format of ``path``: by its name (:func:`guess_format`), or
+    for ``-`` (standard input) by its content (:func:`sniff_format`)."""
+    if fmt not in (None, "auto"):
+        return fmt
+    if os.fspath(path) != STDIN:
+        return guess_format(path)
+    try:
+        return sniff_format(_stdin_bytes()[:65536].decode("latin-1"))
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return "columns"  # the reader reports the problem
+
+
 def _read_text(path: str, encoding: str) -> str:
-    """Whole file as text; decoding errors name the line where the bad bytes are."""
+    """Whole file (``-``: standard input) as text; decoding errors name the line where the bad
+    bytes are."""
     try:
         codecs.lookup(encoding)
     except LookupError:
         raise OptionError(f"unknown encoding {encoding!r}") from None
+    name = source_name(path)
     try:
-        if path.endswith(".gz"):
+        if path == STDIN:
+            data = _stdin_bytes()
+        elif path.endswith(".gz"):
             with gzip.open(path, "rb") as f:
                 data = f.read()
         else:
             with open(path, "rb") as f:
                 data = f.read()
     except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
+        raise InputError(name, None, "no such file") from None
     except IsADirectoryError:
-        raise InputError(path, None, "is a directory, not a file") from None
+        raise InputError(name, None, "is a directory, not a file") from None
     except PermissionError:
-        raise InputError(path, None, "permission denied") from None
+        raise InputError(name, None, "permission denied") from None
     except (gzip.BadGzipFile, EOFError, zlib.error):
-        raise InputError(path, None, "not a valid gzip file (truncated or corrupt)") from None
+        raise InputError(name, None, "not a valid gzip file (truncated or corrupt)") from None
     except OSError as e:
-        raise InputError(path, None, f"cannot read file ({e.strerror or e})") from None
+        raise InputError(name, None, f"cannot read file ({e.strerror or e})") from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as e:
@@ -141,11 +198,11 @@ def _read_text(path: str, encoding: str) -> str:
         msg = f"not valid {encoding} text; pass --encoding (e.g. latin-1)"
         if codecs.lookup(encoding).name == "utf-8":
             msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
-        raise InputError(path, line, msg) from None
+        raise InputError(name, line, msg) from None
     except LookupError:  # a bytes-to-bytes codec such as base64 or rot13
         raise OptionError(f"{encoding!r} is not a text encoding") from None
     except UnicodeError:  # codecs (idna, punycode) that give no position
-        raise InputError(path, None, f"not valid {encoding} text") from None
+        raise InputError(name, None, f"not valid {encoding} text") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     return text
@@ -167,8 +224,10 @@ def read_tagged(
     1-based column 3..10; comments, multiword lines (``1-2``) and empty nodes (``5.1``) are
     skipped. ``fmt="columns"``: whitespace columns, word in column 1, ``column`` the 1-based label
     column (``None`` = last); ``-DOCSTART-`` lines end the current sentence and are skipped.
-    ``fmt="auto"`` picks by file name (:func:`guess_format`). With ``labeled=False`` labels are
-    not read (``tags`` holds empty lists) and a columns file may have a single column.
+    ``fmt="auto"`` picks by file name (:func:`guess_format`), or for ``path="-"`` (standard
+    input, named ``<stdin>`` in messages) by content (:func:`sniff_format`). With
+    ``labeled=False`` labels are not read (``tags`` holds empty lists) and a columns file may
+    have a single column.
     ``keep_raw=False`` drops the original lines (saves memory; the writer then emits the
     minimal format). ``max_sentence_length`` guards against files without sentence breaks; the
     default 5000 admits every sentence of the standard corpora (CoNLL-2002 esp.train has one of
@@ -177,12 +236,12 @@ def read_tagged(
     one of them.
     """
     path = os.fspath(path)
-    if fmt == "auto":
-        fmt = guess_format(path)
+    fmt = resolve_format(path, fmt)
     li = _label_index(fmt, column)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
+    path = source_name(path)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
     try:

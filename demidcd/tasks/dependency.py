@@ -1066,7 +1066,7 @@ def _dep_format(path: str, args: Any) -> str:
     if fmt == "auto":
         name = str(path).lower()
         name = name[:-3] if name.endswith(".gz") else name
-        return "conllu" if name.endswith(".conllu") else "conllx"
+        return "conllu" if name.endswith(".conllu") or name == "-" else "conllx"
     if fmt not in DEP_FORMATS:
         raise OptionError(f"--task dependency reads --format conllu or conllx, not {fmt}")
     return fmt

@@ -645,10 +645,10 @@ class SequenceSpec(TaskSpec):
     )
 
     def _format(self, path: str, args) -> str:
-        from ..io.tagged import guess_format
+        """``--format``; auto: by the file name, or for ``-`` (standard input) by content."""
+        from ..io.tagged import resolve_format
 
-        fmt = getattr(args, "format", "auto")
-        return guess_format(path) if fmt in (None, "auto") else fmt
+        return resolve_format(path, getattr(args, "format", "auto"))
 
     def read(self, path: str, args, labeled: bool = True):
         from ..io.tagged import read_tagged

@@ -1,0 +1,113 @@
+"""Issue 33: what a new user and the real scorers found. Predicting into a pipe and ``-``, long
+sentences refused early and signals honoured during decoding, early warnings about the data, one
+training per model file, a model kept when its file cannot be written, a model evaluated on a
+file of another format or encoding, and output-directory errors that say why."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_run import CLI, run, train_model
+
+from demidcd.cli import main
+from demidcd.io import tagged
+from demidcd.io.tagged import read_tagged
+
+
+@pytest.fixture
+def cli(capsys):
+    """``cli(*args) -> (status, stdout, stderr)``: the command line in this process (fast)."""
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return call
+
+
+@pytest.fixture(scope="module")
+def model(corpus: Path) -> Path:
+    return train_model(corpus, max_epochs=2)
+
+
+def _shell(cmd: str, **kw) -> subprocess.CompletedProcess:
+    """``cmd`` in bash, with ``DEMIDCD`` the command line of this tree."""
+    demidcd = " ".join(CLI)
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd.replace("DEMIDCD", demidcd)],
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+# ================================================================== item 3: pipes and '-'
+def test_predict_into_a_pipe_and_dash(tmp_path, corpus, model):
+    test = corpus / "test.txt"
+    ref = tmp_path / "ref.txt"
+    r = run("predict", "--model", str(model), "--data", str(test), "--out", str(ref))
+    assert r.returncode == 0, r.stderr
+    n_ref = sum(1 for ln in ref.read_text().splitlines() if ln.strip())
+    for out in ("/dev/stdout", "-"):
+        r = _shell(f"DEMIDCD predict --model {model} --data {test} --out {out} | grep -c .")
+        assert r.returncode == 0, r.stderr
+        assert int(r.stdout) == n_ref, (out, r.stdout, r.stderr)
+        assert "wrote standard output" in r.stderr or "wrote /dev/stdout" in r.stderr
+    # the pipe carries only the data: byte for byte the file predict writes
+    r = _shell(f"DEMIDCD predict --model {model} --data - --out - <{test}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ref.read_text() and "wrote" in r.stderr
+    assert not (Path.cwd() / "-").exists()
+
+
+def test_dev_stdout_redirected_to_a_file_is_written_in_place(tmp_path, corpus, model):
+    """No temporary file and rename: the shell's file gets the data (appended with >>)."""
+    out = tmp_path / "o.txt"
+    out.write_text("first line\n")
+    r = _shell(f"DEMIDCD predict --model {model} --data {corpus / 'test.txt'} "
+               f"--out /dev/stdout >>{out}")
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert text.startswith("first line\n") and text.count("\n") > 100
+    assert "wrote" not in text and "wrote" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]
+
+
+def test_a_closed_pipe_ends_predict_quietly(tmp_path, corpus, model):
+    big = tmp_path / "big.txt"  # more than a pipe's 64 KiB buffer
+    big.write_text((corpus / "test.txt").read_text() * 20)
+    r = _shell(f"DEMIDCD predict --model {model} --data {big} --out - "
+               "| head -1; echo status ${PIPESTATUS[0]}")
+    assert r.stdout.count("\n") == 2 and "status 141" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr and "error" not in r.stderr, r.stderr
+
+
+def test_data_dash_reads_stdin_and_tells_the_format(monkeypatch, tmp_path):
+    conllu = "# sent_id = 1\n1\tHe\the\tPRON\tPRP\t_\t2\tnsubj\t_\t_\n" \
+             "2\truns\trun\tVERB\tVBZ\t_\t0\troot\t_\t_\n\n"
+    for text, fmt, tags in ((conllu, "conllu", [["PRP", "VBZ"]]),
+                            ("He PRP\nruns VBZ\n\n", "columns", [["PRP", "VBZ"]])):
+        monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        c = read_tagged("-", fmt="auto", column="xpos" if fmt == "conllu" else None)
+        assert c.fmt == fmt and c.tags == tags and c.path == "<stdin>"
+    monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("é X\n".encode("latin-1"))))
+    assert read_tagged("-", fmt="auto", encoding="latin-1").tokens == [["é"]]
+    monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a B\nc\n")))
+    with pytest.raises(Exception, match=r"^<stdin>:2: "):
+        read_tagged("-", fmt="auto")
+
+
+def test_evaluate_reads_stdin(corpus, model):
+    test = corpus / "test.txt"
+    ref = run("evaluate", "--model", str(model), "--data", str(test))
+    r = _shell(f"DEMIDCD evaluate --model {model} --data - <{test}")
+    assert r.returncode == 0 and ref.returncode == 0, r.stderr
+    assert r.stdout == ref.stdout and "accuracy" in r.stdout
+
+
+def test_model_cannot_go_to_stdout(corpus, cli):
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--model", "-")
+    assert code == 2 and "--model -" in err and "data:" not in out
