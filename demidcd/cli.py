@@ -367,20 +367,11 @@ def _check_outputs(*pairs: tuple[str, str | None]) -> None:
 
 
 def _check_out_dir(option: str, path: str) -> None:
-    """An output directory must be a directory, or creatable (its nearest existing ancestor
-    is a directory we can write in)."""
-    target = os.path.realpath(path)
-    if os.path.exists(target):
-        if not os.path.isdir(target):
-            raise OptionError(f"{option} {path}: exists and is not a directory")
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise OptionError(f"{option} {path}: directory is not writable")
-        return
-    parent = os.path.dirname(target)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise OptionError(f"{option} {path}: cannot create it in {parent}")
+    """An output directory must be a directory we can write in, or creatable; else one line
+    saying why (:func:`demidcd.io.model.check_out_dir`)."""
+    from .io.model import check_out_dir
+
+    check_out_dir(path, option)
 
 
 def _why_not_converged(res, config) -> str:
@@ -615,11 +606,12 @@ def cmd_split(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    from .io.model import make_dirs
     from .io.tagged import write_tagged
     from .synthetic import generate_splits
 
     _check_out_dir("--out-dir", args.out_dir)
-    os.makedirs(args.out_dir, exist_ok=True)
+    make_dirs(args.out_dir, "--out-dir")
     parts = generate_splits(seed=args.seed, n_sentences=args.sentences, n_tags=args.tags,
                             vocab_size=args.vocab, ambiguity=args.ambiguity,
                             mean_length=args.mean_length)

@@ -111,3 +111,40 @@ def test_evaluate_reads_stdin(corpus, model):
 def test_model_cannot_go_to_stdout(corpus, cli):
     code, out, err = cli("train", "--train", corpus / "train.txt", "--model", "-")
     assert code == 2 and "--model -" in err and "data:" not in out
+
+
+# ================================================================== item 13: why a directory fails
+def _mkdir_error(where: Path) -> str | None:
+    """What ``mkdir`` says in ``where`` (None: it works here, e.g. as root in a 0o500 dir)."""
+    probe = where / "demidcd-probe"
+    try:
+        probe.mkdir()
+    except OSError as e:
+        return e.strerror
+    probe.rmdir()
+    return None
+
+
+@pytest.mark.parametrize("where", ["sysfs", "read-only dir", "under a file"])
+def test_split_and_generate_say_why_an_out_dir_fails(tmp_path, where, cli):
+    from test_entity_relation import SAMPLE
+
+    corp = tmp_path / "s.corp"
+    corp.write_text(SAMPLE * 4)
+    if where == "sysfs":
+        parent = Path("/sys")
+    elif where == "read-only dir":
+        parent = tmp_path / "ro"
+        parent.mkdir(mode=0o500)
+    else:
+        parent = corp
+    reason = "is not a directory" if where == "under a file" else _mkdir_error(parent)
+    if reason is None:  # root writes in a 0o500 directory: that place is writable then
+        code, _, err = cli("split", corp, "--out-dir", parent / "out")
+        assert code == 0, err
+        return
+    for cmd in (("split", corp), ("generate", "--sentences", "20")):
+        code, out, err = cli(*cmd, "--out-dir", parent / "out")
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("demidcd: error: --out-dir ") and reason in err, err
+        assert "wrote" not in out

@@ -102,19 +102,65 @@ def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
         if missing.exists():
             raise DemidcdError(f"{option} {shown}: {missing} is not a directory")
         raise DemidcdError(f"{option} {shown}: directory {missing} does not exist")
-    try:  # the only reliable test (root, read-only mounts, ACLs): create a file there
-        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise DemidcdError(f"{option} {shown}: cannot write in {directory} "
-                           f"({e.strerror or e})") from None
+    why = _probe(directory, make_dir=False)
+    if why:
+        raise DemidcdError(f"{option} {shown}: cannot write in {directory} ({why})")
     if target.exists():
         try:  # opened for writing without truncating it: the reason if it cannot be
             os.close(os.open(target, os.O_WRONLY))
         except OSError as e:
             raise DemidcdError(f"{option} {shown}: file is not writable "
                                f"({e.strerror or e})") from None
+
+
+def _probe(directory: str | os.PathLike[str], make_dir: bool) -> str | None:
+    """None if a file (``make_dir``: a directory) can be created in ``directory``, else why not
+    (``Permission denied``, ``Read-only file system``, …): the only reliable test (root,
+    read-only mounts, ACLs) is to create one, and remove it."""
+    try:
+        if make_dir:
+            os.rmdir(tempfile.mkdtemp(prefix=".demidcd-", suffix=".probe", dir=directory))
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".demidcd-", suffix=".probe", dir=directory)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def check_out_dir(path: str | os.PathLike[str], option: str = "output directory") -> None:
+    """Fail now, with a one-line :class:`DemidcdError` saying why, if the directory ``path``
+    could not be written in or created later (its nearest existing ancestor must be a directory
+    we can create it in). Call before any long work."""
+    shown = os.fspath(path)
+    if not shown:
+        raise DemidcdError(f"{option}: empty directory name")
+    target = os.path.realpath(shown)
+    if os.path.exists(target):
+        if not os.path.isdir(target):
+            raise DemidcdError(f"{option} {shown}: exists and is not a directory")
+        why = _probe(target, make_dir=False)
+        if why:
+            raise DemidcdError(f"{option} {shown}: cannot write in this directory ({why})")
+        return
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise DemidcdError(f"{option} {shown}: cannot create it: {parent} is not a directory")
+    why = _probe(parent, make_dir=True)
+    if why:
+        raise DemidcdError(f"{option} {shown}: cannot create it in {parent} ({why})")
+
+
+def make_dirs(path: str | os.PathLike[str], option: str = "output directory") -> None:
+    """``os.makedirs(path, exist_ok=True)``; a failure is one line saying why."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise DemidcdError(f"{option} {os.fspath(path)}: cannot create it "
+                           f"({e.strerror or e})") from None
 
 
 def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
