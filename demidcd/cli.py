@@ -397,7 +397,24 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 
 def cmd_train(args) -> int:
-    from .io.model import stdio_fd
+    """``train``, holding the lock on ``--model`` (:class:`~demidcd.io.model.ModelLock`)
+    from the start: a second training of the same model file fails at once."""
+    from .io.model import ModelLock
+
+    if not args.model:
+        return _train(args)
+    lock = ModelLock(args.model, "--model")
+    _CLEANUP.append(lock.release)  # also on the early exits that skip `finally`
+    try:
+        lock.acquire()
+        return _train(args)
+    finally:
+        lock.release()
+        _CLEANUP.remove(lock.release)
+
+
+def _train(args) -> int:
+    from .io.model import save_with_fallback, stdio_fd
     from .parallel.engine import WorkerError
     from .solvers import check_loss, check_threads, get_learner
 
@@ -490,7 +507,7 @@ def cmd_train(args) -> int:
         log.close()
         if not args.model or getattr(est, "coef_", None) is None:
             raise
-        est.save(args.model)
+        save_with_fallback(est.save, args.model)
         raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
                           e.details) from e
     log.close()
@@ -499,7 +516,7 @@ def cmd_train(args) -> int:
     log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
              + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
     if args.model:
-        est.save(args.model)
+        save_with_fallback(est.save, args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
     metrics = {}
@@ -702,8 +719,17 @@ def _silence_stdout() -> None:
         pass
 
 
+_CLEANUP: list[Any] = []  # callables undoing what a command started (a lock, a temp file)
+
+
 def _early_exit(signum: int, frame: object) -> None:
-    """SIGINT/SIGTERM while modules load: nothing is written yet, so leave at once."""
+    """SIGINT/SIGTERM while modules load (or kernels compile): nothing is written yet, so leave
+    at once, after the :data:`_CLEANUP` callables (a model lock's file)."""
+    for undo in reversed(_CLEANUP):
+        try:
+            undo()
+        except Exception:  # noqa: BLE001, S110 - leaving anyway
+            pass
     sys.stderr.write("demidcd: interrupted\n")
     sys.stderr.flush()
     os._exit(130)

@@ -5,9 +5,14 @@ file of another format or encoding, and output-directory errors that say why."""
 
 from __future__ import annotations
 
+import errno
 import io
+import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -148,3 +153,69 @@ def test_split_and_generate_say_why_an_out_dir_fails(tmp_path, where, cli):
         assert code == 2 and err.count("\n") == 1, err
         assert err.startswith("demidcd: error: --out-dir ") and reason in err, err
         assert "wrote" not in out
+
+
+# ================================================================== item 11: one training per model
+def test_a_second_training_of_one_model_fails_at_once(tmp_path, corpus, cli):
+    m = tmp_path / "m.npz"
+    first = subprocess.Popen([*CLI, "train", "--train", str(corpus / "train.txt"), "--threads",
+                              "1", "--time-limit", "60", "--tol", "1e-12", "--model", str(m)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "m.npz.lock"
+        for line in first.stdout:  # until it trains
+            if line.startswith("iter"):
+                break
+        assert lock.read_text().strip() == str(first.pid)
+        code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                             "--max-epochs", "1", "--model", m)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"another training (pid {first.pid})" in err and "--model" in err, err
+        assert "data:" not in out and not m.exists()
+        first.send_signal(signal.SIGINT)  # the first run still ends normally, model written
+        assert first.wait(60) == 130, first.stderr.read()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert m.exists() and not lock.exists()
+    code, _, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                       "--max-epochs", "1", "--model", m, "--quiet")
+    assert code == 0 and not lock.exists(), err
+    code, _, err = cli("train", "--train", tmp_path / "missing.txt", "--model", m)
+    assert code == 2 and not lock.exists(), err  # removed on an error too
+
+
+def test_a_model_that_cannot_be_written_is_kept(tmp_path, corpus, cli, monkeypatch):
+    """Disk full when the model is written after training: saved beside it, the error says
+    where."""
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(".m.npz."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    m = tmp_path / "m.npz"
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                         "--max-epochs", "2", "--min-count", "1", "--model", m)
+    assert code == 2 and err.count("\n") == 1, err
+    kept = Path(re.search(r"the model is kept in (\S+)$", err.strip()).group(1))
+    assert "No space left on device" in err and kept.parent == tmp_path and kept.exists()
+    assert not m.exists() and "model written" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]  # no temp, no lock
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    code, out, err = cli("evaluate", "--model", kept, "--data", corpus / "dev.txt")
+    assert code == 0 and "accuracy" in out, err
+
+
+def test_model_to_dev_full_is_kept_in_tmpdir(tmp_path, corpus, monkeypatch, cli):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                         "--max-epochs", "1", "--model", "/dev/full", "--quiet")
+    assert code == 2 and "No space left on device" in err, err
+    kept = Path(err.strip().rsplit(" ", 1)[1])
+    assert kept.parent == tmp_path and kept.stat().st_size > 0

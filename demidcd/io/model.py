@@ -10,6 +10,7 @@ file under the final name.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -239,6 +240,110 @@ def _write_fd(shown: str, fd: int, write, mode: str) -> None:
         raise
     except OSError as e:
         raise DemidcdError(f"{shown_name(shown)}: cannot write ({e.strerror or e})") from None
+
+
+class ModelLock:
+    """An advisory lock on the model file ``path`` for one training run: ``flock`` on
+    ``PATH.lock`` (beside the symlink-resolved model file), which holds the owner's pid. A second
+    run for the same model fails at once, naming the first; the lock file is removed on
+    :meth:`release` (the kernel drops the lock itself if the process dies). Devices, fifos and
+    standard output are not locked; nor is a path whose directory refuses the lock file (the
+    output check reports that)."""
+
+    def __init__(self, path: str | os.PathLike[str], option: str = "--model") -> None:
+        self.path, self.option = os.fspath(path), option
+        self.lock_path: Path | None = None
+        self._fd: int | None = None
+
+    def acquire(self) -> ModelLock:
+        """Take the lock, or raise :class:`DemidcdError` naming the process that holds it."""
+        if stdio_fd(self.path) is not None:
+            return self
+        target = _target(self.path)
+        if target.exists() and not target.is_file():
+            return self
+        lock = target.with_name(target.name + ".lock")
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return self
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise DemidcdError(
+                    f"{self.option} {self.path}: another training (pid {holder}) is writing "
+                    f"this model (lock {lock}); wait for it to end or choose another "
+                    f"{self.option}") from None
+            try:  # the holder may have removed the file between our open and flock
+                same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            except OSError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.lock_path, self._fd = lock, fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file, then drop the lock (in this order: a waiting run then opens
+        a new file). Idempotent; only the process that took the lock releases it."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if os.getpid() == int(os.pread(fd, 64, 0).decode("ascii", "replace") or 0):
+                os.unlink(self.lock_path)  # type: ignore[arg-type]
+        except (OSError, ValueError):
+            pass
+        os.close(fd)
+
+    def __enter__(self) -> ModelLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def save_with_fallback(save, path: str | os.PathLike[str], option: str = "--model") -> None:
+    """``save(path)``; if writing fails (disk full, ``/dev/full``, a directory gone read-only)
+    the model is not lost at the end of a long run: ``save`` is tried on a new file beside
+    ``path``, then in the temporary directory (``$TMPDIR``), and the error says where it went.
+    """
+    try:
+        save(path)
+        return
+    except (DemidcdError, OSError) as e:
+        first = e
+    shown = os.fspath(path)
+    target = _target(path)
+    stem = target.name[:-4] if target.name.endswith(".npz") else target.name
+    places = [tempfile.gettempdir()]
+    if stdio_fd(shown) is None and not (target.exists() and not target.is_file()):
+        places.insert(0, str(target.parent))
+    why = str(first) if isinstance(first, DemidcdError) else (
+        f"{shown}: cannot write ({first.strerror or first})")
+    for place in dict.fromkeys(places):
+        try:
+            fd, kept = tempfile.mkstemp(prefix=f"{stem or 'model'}.", suffix=".npz", dir=place)
+            os.close(fd)
+        except OSError:
+            continue
+        try:
+            save(kept)
+        except (DemidcdError, OSError):
+            try:
+                os.unlink(kept)
+            except OSError:
+                pass
+            continue
+        raise DemidcdError(f"{option} {why}; the model is kept in {kept}") from None
+    raise DemidcdError(f"{option} {why}; nor could it be kept in {' or '.join(places)}") \
+        from None
 
 
 def _json_safe(x: Any) -> Any:
