@@ -357,6 +357,39 @@ def _report(spec, est, data, name: str, quiet: bool = False) -> None:
         print(line, flush=True)
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 label``, ``3 labels``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _label_warnings(spec, train, others: dict[str, Any], train_name: str) -> list[str]:
+    """Before training: a training set with a single label (nothing to learn), and labels of
+    --dev / --test that the training data lacks (the model cannot predict them)."""
+    known = spec.label_counts(train)
+    if known is None:
+        return []
+    out = []
+    if len(known) == 1:
+        (label, n), = known.items()
+        out.append(f"{train_name}: all {n:,} tokens have the label {label!r}: there is nothing "
+                   f"to learn, every prediction will be {label!r} (check --column)")
+    for option, data in others.items():
+        counts = spec.label_counts(data) if data is not None else None
+        unknown = {k: v for k, v in (counts or {}).items() if k not in known}
+        if not unknown:
+            continue
+        total = sum(counts.values())  # type: ignore[union-attr]
+        n = sum(unknown.values())
+        top = sorted(unknown, key=lambda t: (-unknown[t], t))
+        names = ", ".join(f"{t} {unknown[t]:,}" for t in top[:5]) + (
+            ", ..." if len(top) > 5 else "")
+        out.append(f"{option} {getattr(data, 'path', '') or ''}: {n:,} of {total:,} tokens "
+                   f"have labels the training data does not have ({_count(len(unknown), 'label')}: "
+                   f"{names}); the model cannot predict them, so they count as errors "
+                   "(check --column)")
+    return out
+
+
 def _check_outputs(*pairs: tuple[str, str | None]) -> None:
     """Fail before any work when an output (option, path) could not be written."""
     from .io.model import check_output
@@ -496,6 +529,10 @@ def _train(args) -> int:
         source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
     log.info(f"data: {source}: {spec.describe(train)} (read in "
              f"{time.perf_counter() - t0:.1f}s)")
+    if not args.quiet:
+        for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
+                                    args.train or "the training data"):
+            print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
     takes_loss = "loss" in learner.options
     log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, "
              f"C {config.C:g}" + (f", loss {config.loss}" if takes_loss else ""))

@@ -219,3 +219,36 @@ def test_model_to_dev_full_is_kept_in_tmpdir(tmp_path, corpus, monkeypatch, cli)
     assert code == 2 and "No space left on device" in err, err
     kept = Path(err.strip().rsplit(" ", 1)[1])
     assert kept.parent == tmp_path and kept.stat().st_size > 0
+
+
+# ================================================================== item 10: early label warnings
+def test_dev_labels_unknown_to_training_are_reported_before_training(tmp_path, corpus, cli):
+    dev = tmp_path / "dev.txt"
+    lines = (corpus / "dev.txt").read_text().splitlines()
+    changed = [ln.rsplit(" ", 1)[0] + " XX" if ln.endswith(" VERB") else ln for ln in lines]
+    dev.write_text("\n".join(changed) + "\n")
+    n_xx = sum(ln.endswith(" XX") for ln in changed)
+    n_tok = sum(1 for ln in changed if ln.strip())
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--dev", dev, "--threads",
+                         "1", "--max-epochs", "1", "--time-limit", "0.001")
+    assert code == 0, err
+    warn = [ln for ln in err.splitlines() if "--dev" in ln]
+    assert len(warn) == 1 and f"{n_xx:,} of {n_tok:,} tokens" in warn[0], err
+    assert "1 label: XX" in warn[0] and str(dev) in warn[0]
+    # before training: stderr and stdout interleave in a real process; the warning must come
+    # before the first iteration line
+    r = subprocess.run([*CLI, "train", "--train", str(corpus / "train.txt"), "--dev", str(dev),
+                        "--threads", "1", "--max-epochs", "1"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    text = r.stdout
+    assert text.index("demidcd: warning: --dev") < text.index("iter ")
+
+
+def test_a_single_training_label_is_said_at_once(tmp_path, corpus, cli):
+    one = tmp_path / "one.txt"
+    one.write_text("".join(f"{ln.split()[0]} N\n" if ln.strip() else "\n"
+                           for ln in (corpus / "train.txt").read_text().splitlines()))
+    code, out, err = cli("train", "--train", one, "--threads", "1", "--max-epochs", "1",
+                         "--model", tmp_path / "m.npz")
+    assert code == 0, err
+    assert "nothing to learn" in err and "'N'" in err and str(one) in err and "data:" in out

@@ -699,6 +699,16 @@ class SequenceSpec(TaskSpec):
         if getattr(args, "feature_columns", None) is None:
             args.feature_columns = opts.get("feature_columns") or None
 
+    def label_counts(self, data) -> dict[str, int] | None:
+        from collections import Counter
+
+        if not data.labeled:
+            return None
+        counts: Counter[str] = Counter()
+        for tags in data.tags:
+            counts.update(tags)
+        return dict(counts)
+
     def check(self, est, data) -> list[str]:
         if not data.labeled:
             return []
