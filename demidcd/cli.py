@@ -16,9 +16,10 @@ import os
 import signal
 import sys
 import time
+import warnings
 from typing import Any
 
-from .errors import DemidcdError, OptionError
+from .errors import DemidcdError, InputWarning, OptionError
 
 
 # --------------------------------------------------------------------------- options
@@ -503,7 +504,7 @@ def _train(args) -> int:
     common.update(algorithm=algorithm, threads=threads, callback=callback, log=log.info,
                   debug=args.debug)
     est = spec.make_estimator(args, common)
-    est.data_options_ = spec.data_options(args)
+    est.data_options_ = {**spec.data_options(args), "encoding": _encoding_name(args.encoding)}
     config = est.solver_config()  # bad options fail before the data is read
     check_loss(learner, args.loss)
     if algorithm == "demi-dcd" and threads > 1:  # --learners too
@@ -588,7 +589,24 @@ def _load(args):
     args.task = est.task_name
     spec = get_task(est.task_name)
     spec.configure(est, args)
+    trained = (getattr(est, "data_options_", None) or {}).get("encoding")
+    if trained and _encoding_name(args.encoding) != trained:
+        warnings.warn(InputWarning(
+            f"the model was trained on text read as {trained}, --encoding {args.encoding} "
+            f"differs: words with non-ASCII characters will not match what it learnt unless "
+            f"{args.data} really is in {args.encoding}"), stacklevel=2)
     return spec, est
+
+
+def _encoding_name(encoding: str) -> str:
+    """The codec's canonical name (``latin-1``, ``ISO-8859-1`` → ``iso8859-1``), or ``encoding``
+    itself when Python does not know it (the reader reports that)."""
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
 
 
 def cmd_evaluate(args) -> int:
@@ -692,7 +710,10 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         sys.unraisablehook = _quiet_interrupt
     try:
-        return _main(argv, debug)
+        with warnings.catch_warnings():  # the caller's warning filters and hook come back
+            warnings.simplefilter("ignore" if "--quiet" in argv else "always", InputWarning)
+            warnings.showwarning = _show_warning
+            return _main(argv, debug)
     finally:  # in-process callers (tests, notebooks) get their handlers back
         sys.unraisablehook = hook
         for sig, handler in saved.items():
@@ -744,6 +765,19 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """An :class:`InputWarning` as one ``demidcd: warning: …`` line on stderr; others as
+    Python shows them."""
+    if issubclass(category, InputWarning):
+        print(f"demidcd: warning: {message}", file=sys.stderr, flush=True)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 def _silence_stdout() -> None:

@@ -18,6 +18,11 @@ class InputError(DemidcdError):
         super().__init__(f"{where}: {message}")
 
 
+class InputWarning(UserWarning):
+    """Input that is read but probably not as meant (e.g. UTF-8 text read as latin-1); the CLI
+    prints it as one ``demidcd: warning: …`` line on stderr."""
+
+
 class ModelFileError(DemidcdError):
     """A model file that is truncated, corrupt, of another format version or another task."""
 

@@ -252,3 +252,90 @@ def test_a_single_training_label_is_said_at_once(tmp_path, corpus, cli):
                          "--model", tmp_path / "m.npz")
     assert code == 0, err
     assert "nothing to learn" in err and "'N'" in err and str(one) in err and "data:" in out
+
+
+# ============================================================ item 12: other formats, encodings
+def _to_conllu(columns: Path, out: Path) -> Path:
+    """The ``word TAG`` file as CoNLL-U with XPOS = TAG and UPOS = ``u`` + TAG."""
+    lines, i = [], 0
+    for ln in columns.read_text().splitlines():
+        if not ln.strip():
+            lines.append("")
+            i = 0
+            continue
+        i += 1
+        word, tag = ln.split()
+        lines.append(f"{i}\t{word}\t_\tu{tag}\t{tag}\t_\t{i - 1}\tdep\t_\t_")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def xpos_model(corpus: Path, tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("xpos")
+    m = d / "x.npz"
+    assert main(["train", "--train", str(_to_conllu(corpus / "train.txt", d / "t.conllu")),
+                 "--column", "xpos", "--threads", "1", "--max-epochs", "2", "--min-count", "1",
+                 "--model", str(m), "--quiet"]) == 0
+    return m
+
+
+def test_a_conllu_model_evaluates_a_columns_file_without_column(corpus, xpos_model, cli):
+    dev = corpus / "dev.txt"  # word TAG: the label is the last column
+    code, out, err = cli("evaluate", "--model", xpos_model, "--data", dev, "--format", "columns")
+    assert code == 0, err
+    assert "trained on CoNLL-U (labels in column xpos)" in err and "last column" in err
+    code, same, err2 = cli("evaluate", "--model", xpos_model, "--data", dev, "--column", "2")
+    assert code == 0 and same == out and "trained on CoNLL-U" not in err2
+    assert float(re.search(r"accuracy: ([\d.]+)%", out).group(1)) > 50
+
+
+def test_a_columns_model_on_conllu_says_which_column(tmp_path, corpus, cli):
+    conllu = _to_conllu(corpus / "dev.txt", tmp_path / "d.conllu")
+    three = tmp_path / "three.txt"  # word POS TAG, as CoNLL-2000
+    three.write_text("".join(f"{ln.split()[0]} P {ln.split()[1]}\n" if ln.strip() else "\n"
+                             for ln in (corpus / "train.txt").read_text().splitlines()))
+    m = tmp_path / "c.npz"
+    assert cli("train", "--train", three, "--feature-columns", "2", "--threads", "1",
+               "--max-epochs", "1", "--model", m, "--quiet")[0] == 0
+    code, _, err = cli("evaluate", "--model", m, "--data", conllu)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "trained on a columns file with feature columns 2" in err
+    assert "--feature-columns upos or xpos" in err and str(conllu) in err
+    code, _, err = cli("evaluate", "--model", m, "--data", conllu, "--feature-columns", "2")
+    assert code == 2 and "bad feature column 2" in err and "CoNLL-U" in err, err
+    m3 = tmp_path / "c3.npz"
+    assert cli("train", "--train", three, "--column", "3", "--threads", "1", "--max-epochs",
+               "1", "--model", m3, "--quiet")[0] == 0
+    code, _, err = cli("evaluate", "--model", m3, "--data", conllu)
+    assert code == 2 and "labels in column 3" in err and "--column upos or xpos" in err, err
+    code, out, err = cli("evaluate", "--model", m3, "--data", conllu, "--column", "xpos")
+    assert code == 0 and "accuracy" in out, err
+
+
+def test_a_different_encoding_warns(tmp_path, cli):
+    words = ["España", "está", "niño", "año", "él", "canción"]
+    text = "".join(f"{w} {t}\n" + ("\n" if k % 3 == 2 else "")
+                   for k, (w, t) in enumerate(zip(words * 10, ["A", "B"] * 30, strict=True)))
+    utf8 = tmp_path / "u.txt"
+    utf8.write_bytes(text.encode("utf-8"))
+    m = tmp_path / "m.npz"
+    code, _, err = cli("train", "--train", utf8, "--threads", "1", "--max-epochs", "1",
+                       "--min-count", "1", "--model", m)
+    assert code == 0 and "warning" not in err, err
+    code, _, err = cli("evaluate", "--model", m, "--data", utf8, "--encoding", "latin-1")
+    assert code == 0, err
+    warn = err.strip().splitlines()
+    assert any(f"{utf8}:1: the file is valid UTF-8 but is read as latin-1" in w
+               and "'EspaÃ±a' would be 'España'" in w for w in warn), err
+    assert any("trained on text read as utf-8, --encoding latin-1 differs" in w
+               for w in warn), err
+    code, _, err = cli("train", "--train", utf8, "--encoding", "latin-1", "--threads", "1",
+                       "--max-epochs", "1", "--model", tmp_path / "l.npz")
+    assert code == 0 and "valid UTF-8 but is read as latin-1" in err, err
+    latin = tmp_path / "l.txt"  # the reverse: latin-1 bytes read as UTF-8 are refused
+    latin.write_bytes(text.encode("latin-1"))
+    code, _, err = cli("evaluate", "--model", m, "--data", latin)
+    assert code == 2 and f"{latin}:1: not valid utf-8" in err and "latin-1" in err, err
+    code, _, err = cli("evaluate", "--model", m, "--data", latin, "--encoding", "latin-1")
+    assert code == 0 and "valid UTF-8" not in err and "differs" in err, err

@@ -17,10 +17,11 @@ import gzip
 import os
 import re
 import sys
+import warnings
 import zlib
 from dataclasses import dataclass
 
-from demidcd.errors import InputError, OptionError
+from demidcd.errors import InputError, InputWarning, OptionError
 
 __all__ = [
     "TaggedCorpus",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 FORMATS = ("conllu", "columns")
+_FORMAT_NAMES = {"conllu": "a CoNLL-U file", "columns": "a columns file"}
 _CONLLU_NAMED = {"upos": 3, "xpos": 4}  # 0-based field index of named CoNLL-U columns
 _DOCSTART = "-DOCSTART-"
 _ASCII_WS_CHARS = " \t\r\f\v"
@@ -205,7 +207,36 @@ def _read_text(path: str, encoding: str) -> str:
         raise InputError(name, None, f"not valid {encoding} text") from None
     if text.startswith("\ufeff"):
         text = text[1:]
+    _check_utf8_read_as_other(data, text, name, encoding)
     return text
+
+
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
+
+
+def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str) -> None:
+    """Warn (:class:`InputWarning`) when bytes that are valid UTF-8 with non-ASCII characters
+    are decoded with another encoding (``--encoding latin-1`` on a UTF-8 file): every accented
+    word then becomes another word (``España`` → ``EspaÃ±a``) and silently misses the features
+    a model learnt. Pure-ASCII files and UTF-8 reads are never flagged."""
+    if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):
+        return
+    first = _NON_ASCII.search(data)
+    if first is None:
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    line = data.count(b"\n", 0, first.start()) + 1
+    start = data.rfind(b"\n", 0, first.start()) + 1
+    end = data.find(b"\n", first.start())
+    raw = data[start:end if end >= 0 else len(data)]
+    word = next((w for w in raw.split() if _NON_ASCII.search(w)), raw)[:40]
+    warnings.warn(InputWarning(
+        f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
+        f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8; "
+        f"give --encoding utf-8 unless it really is {encoding}"), stacklevel=3)
 
 
 def read_tagged(
@@ -268,7 +299,10 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
         try:
             j = _label_index(fmt, c) if fmt == "conllu" else int(c) - 1
         except (OptionError, ValueError):
-            raise OptionError(f"bad feature column {c!r}; use a 1-based column number") from None
+            use = "upos, xpos or a column number 3..10" if fmt == "conllu" else \
+                "a 1-based column number"
+            raise OptionError(f"bad feature column {c!r} for {corpus.path} "
+                              f"({_FORMAT_NAMES[fmt]}); use {use}") from None
         if j < 1 or (fmt == "conllu" and j > 9):
             raise OptionError(f"bad feature column {c!r}: column 1 is the word; use 2 or more")
         if labeled and corpus.label_column is not None and j == corpus.label_column:
