@@ -98,14 +98,29 @@ def _data_options(p: argparse.ArgumentParser, command: str) -> None:
                         "default to the model's")
     g.add_argument("--encoding", default="utf-8",
                    help="input encoding (the original CoNLL-2002: latin-1); predict writes in it")
-    g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N",
-                   help="longest sentence accepted")
+    g.add_argument("--max-sentence-length", type=int, default=None, metavar="N",
+                   help=_length_help(command))
     seen: set[str] = set()
     for name in task_names():
         for opt in get_task(name).options:
             if command in opt.commands and opt.flags[0] not in seen:
                 seen.add(opt.flags[0])
                 g.add_argument(*opt.flags, **opt.kwargs)
+
+
+def _length_help(command: str) -> str:
+    """``--max-sentence-length`` help: each task's default and what a long sentence costs."""
+    from .tasks import get_task, task_names
+
+    groups: dict[tuple[int, str], list[str]] = {}
+    for name in task_names():
+        spec = get_task(name)
+        groups.setdefault((spec.max_sentence_length, spec.length_cost), []).append(name)
+    per_task = "; ".join(f"{', '.join(names)} {limit:,}" + (f" ({cost})" if cost else "")
+                         for (limit, cost), names in groups.items())
+    whose = "the task's" if command == "train" else "the model's task's"
+    return (f"longest sentence accepted, in tokens: a longer one is refused when the file is "
+            f"read, before any work (default: {whose}: {per_task})")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -343,9 +358,61 @@ def _fmt_iter(rec: dict) -> str:
 
 # --------------------------------------------------------------------------- commands
 def _spec(args):
+    """The task's spec; ``args.max_sentence_length`` defaults to the task's."""
     from .tasks import get_task
 
-    return get_task(getattr(args, "task", None) or "sequence")
+    spec = get_task(getattr(args, "task", None) or "sequence")
+    if getattr(args, "max_sentence_length", None) is None:
+        args.max_sentence_length = spec.max_sentence_length
+    return spec
+
+
+def _read(spec, path: str, args, labeled: bool = True):
+    """``spec.read``; a sentence longer than --max-sentence-length is refused saying what
+    inference on it would cost (the task's ``length_cost``)."""
+    from .errors import SentenceTooLong
+
+    try:
+        return spec.read(path, args, labeled)
+    except SentenceTooLong as e:
+        if e.why:
+            raise
+        why = "; ".join(x for x in (spec.length_cost, "raise --max-sentence-length to accept it")
+                        if x)
+        raise SentenceTooLong(e.path, e.line, e.n, e.limit, why) from None
+
+
+def _interruptible(fn, *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread while the main thread waits in short slices, so that
+    SIGINT/SIGTERM are honoured within a fraction of a second even while a compiled kernel
+    (which releases the GIL but never returns to Python, e.g. parsing a very long sentence)
+    runs: the handler raises KeyboardInterrupt here and the command exits with 130. The thread
+    is a daemon; the process ends without waiting for it (:func:`main`)."""
+    import threading
+
+    box: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.is_alive: an interrupted join() marks the thread
+    # stopped while it still runs (CPython's fix for bpo-45274, in 3.11)
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    _RUNNING.append(done)
+    threading.Thread(target=run, name="demidcd-inference", daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    _RUNNING.remove(done)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+_RUNNING: list[Any] = []  # "done" events of inference threads (left running by an interrupt)
 
 
 def _report(spec, est, data, name: str, quiet: bool = False) -> None:
@@ -514,9 +581,9 @@ def _train(args) -> int:
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:
-        train = spec.read(args.train, args)
-        dev = spec.read(args.dev, args) if args.dev else None
-        test = spec.read(args.test, args) if args.test else None
+        train = _read(spec, args.train, args)
+        dev = _read(spec, args.dev, args) if args.dev else None
+        test = _read(spec, args.test, args) if args.test else None
         source = args.train
         if args.split_test is not None:
             from .io.splits import check_fraction, split_sentences
@@ -583,11 +650,10 @@ def _train(args) -> int:
 def _load(args):
     """The model of ``--model`` and its task's spec, with the model's data options applied."""
     from .api import load_estimator
-    from .tasks import get_task
 
     est = load_estimator(args.model)
     args.task = est.task_name
-    spec = get_task(est.task_name)
+    spec = _spec(args)
     spec.configure(est, args)
     trained = (getattr(est, "data_options_", None) or {}).get("encoding")
     if trained and _encoding_name(args.encoding) != trained:
@@ -611,8 +677,8 @@ def _encoding_name(encoding: str) -> str:
 
 def cmd_evaluate(args) -> int:
     spec, est = _load(args)
-    data = spec.read(args.data, args)
-    _report(spec, est, data, "", args.quiet)
+    data = _read(spec, args.data, args)
+    _interruptible(_report, spec, est, data, "", args.quiet)
     return 0
 
 
@@ -629,8 +695,9 @@ def cmd_predict(args) -> int:
 
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
-    data = spec.read(args.data, args, labeled=False)
-    spec.write(args.out, data, est.predict(spec.xy(data)[0]), args)
+    data = _read(spec, args.data, args, labeled=False)
+    predicted = _interruptible(est.predict, spec.xy(data)[0])
+    spec.write(args.out, data, predicted, args)
     if not args.quiet:
         print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
               file=_status_stream(args.out), flush=True)
@@ -648,8 +715,8 @@ def cmd_evaluate_snapshots(args) -> int:
     snaps = list_snapshots(args.snapshot_dir)
     args.model = os.path.join(args.snapshot_dir, "base.npz")
     spec, est = _load(args)
-    train = spec.read(args.train, args)
-    test = spec.read(args.test, args) if args.test else train
+    train = _read(spec, args.train, args)
+    test = _read(spec, args.test, args) if args.test else train
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     config = est.solver_config()
@@ -703,6 +770,7 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
     interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
+    from_command_line = argv is None  # the process is ours: it may end at once
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -713,7 +781,18 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():  # the caller's warning filters and hook come back
             warnings.simplefilter("ignore" if "--quiet" in argv else "always", InputWarning)
             warnings.showwarning = _show_warning
-            return _main(argv, debug)
+            code = _main(argv, debug)
+        if from_command_line and any(not done.is_set() for done in _RUNNING):
+            # interrupted while a kernel runs in a worker thread: leave now, without waiting
+            # for it or running the interpreter's shutdown around it (everything was cleaned
+            # up on the way here)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+        return code
     finally:  # in-process callers (tests, notebooks) get their handlers back
         sys.unraisablehook = hook
         for sig, handler in saved.items():

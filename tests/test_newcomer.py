@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,82 @@ def test_a_different_encoding_warns(tmp_path, cli):
     assert code == 2 and f"{latin}:1: not valid utf-8" in err and "latin-1" in err, err
     code, _, err = cli("evaluate", "--model", m, "--data", latin, "--encoding", "latin-1")
     assert code == 0 and "valid UTF-8" not in err and "differs" in err, err
+
+
+# ================================================================== item 4: long input
+def _long_conllu(path: Path, n: int, short_before: int = 0) -> Path:
+    """``short_before`` 3-word sentences, then one ``n``-word sentence (a chain, as the
+    acceptance's)."""
+    out = []
+    for _ in range(short_before):
+        out += [f"{i}\tw{i}\t_\tNOUN\tNN\t_\t{i - 1}\tdep\t_\t_" for i in range(1, 4)] + [""]
+    out += [f"{i}\tword{i % 50}\t_\tNOUN\tNN\t_\t{i - 1}\tdep\t_\t_" for i in range(1, n + 1)]
+    path.write_text("\n".join(out) + "\n\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def dep_model(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("dep")
+    m = d / "d.npz"
+    assert main(["train", "--task", "dependency", "--train",
+                 str(_long_conllu(d / "t.conllu", 12, short_before=20)), "--threads", "1",
+                 "--max-epochs", "2", "--model", str(m), "--quiet"]) == 0
+    return m
+
+
+def test_a_long_sentence_is_refused_before_any_work(tmp_path, dep_model, cli):
+    from demidcd.tasks import get_task
+
+    limit = get_task("dependency").max_sentence_length
+    long = _long_conllu(tmp_path / "long.conllu", limit + 200, short_before=2)
+    expect = (f"{long}:9: sentence of {limit + 200:,} tokens is longer than "
+              f"--max-sentence-length {limit:,} (dependency parsing costs O(n^3)")
+    for cmd in (["train", "--task", "dependency", "--train", long, "--model", tmp_path / "m"],
+                ["evaluate", "--model", dep_model, "--data", long],
+                ["predict", "--model", dep_model, "--data", long, "--out", tmp_path / "o"]):
+        code, out, err = cli(*cmd)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("demidcd: error: "), err
+        assert expect in err and "raise --max-sentence-length" in err, err
+        assert "data:" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.conllu"]
+    code, out, err = cli("evaluate", "--model", dep_model, "--data", long,
+                         "--max-sentence-length", str(limit // 2))  # the option wins
+    assert code == 2 and f"--max-sentence-length {limit // 2:,}" in err, err
+    # a linear-time task keeps a large limit; the help shows each task's
+    assert get_task("sequence").max_sentence_length >= 5000
+    r = run("predict", "--help")
+    assert f"dependency {limit:,} (dependency parsing costs O(n^3)" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("command, sig", [("predict", signal.SIGTERM),
+                                          ("evaluate", signal.SIGINT)])
+def test_a_signal_during_a_long_parse_ends_it_at_once(tmp_path, dep_model, command, sig):
+    """The kernel parsing a 2,000-word sentence (tens of seconds) never returns to Python:
+    the signal is still honoured within a second, exit 130, no output or temporary file."""
+    psutil = pytest.importorskip("psutil")
+    long = _long_conllu(tmp_path / "long.conllu", 2000)
+    out = tmp_path / "out.conllu"
+    cmd = [*CLI, command, "--model", str(dep_model), "--data", str(long),
+           "--max-sentence-length", "3000"] + (["--out", str(out)] if command == "predict" else [])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = psutil.Process(p.pid)
+        t0 = time.time()
+        while time.time() - t0 < 120:  # until a thread other than the main one computes
+            if p.poll() is not None or any(t.id != p.pid and t.user_time > 0.5
+                                           for t in proc.threads()):
+                break
+            time.sleep(0.05)
+        assert p.poll() is None, p.communicate()
+        t1 = time.time()
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+        latency = time.time() - t1
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and err.strip() == "demidcd: interrupted", err
+    assert latency < 2.0, latency
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["long.conllu"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from demidcd.errors import InputError, OptionError
 from demidcd.io.model import atomic_write
-from demidcd.io.tagged import _read_text, source_name
+from demidcd.io.tagged import _conllu_kind, _read_text, source_name, too_long
 
 __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
 
@@ -147,7 +147,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for lineno, line in enumerate(text.split("\n"), 1):
+        text_lines = text.split("\n")
+        for lineno, line in enumerate(text_lines, 1):
             if line.endswith("\r"):
                 line = line[:-1]
             if not line or line.isspace():
@@ -174,8 +175,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             if int(tid) != expect:
                 raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
             if expect > max_sentence_length:
-                raise InputError(path, first, f"sentence longer than {max_sentence_length} "
-                                              "tokens (--max-sentence-length)")
+                raise too_long(path, first, text_lines, lineno, max_sentence_length,
+                               _conllu_kind)
             w, p = f[1], f[pi]
             if not w or w.isspace():
                 raise InputError(path, lineno, "empty word (column 2)")

@@ -21,7 +21,7 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from demidcd.errors import InputError, InputWarning, OptionError
+from demidcd.errors import InputError, InputWarning, OptionError, SentenceTooLong
 
 __all__ = [
     "TaggedCorpus",
@@ -239,6 +239,36 @@ def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str) 
         f"give --encoding utf-8 unless it really is {encoding}"), stacklevel=3)
 
 
+def too_long(path: str, first: int, lines: list[str], lineno: int, limit: int,
+             kind) -> SentenceTooLong:
+    """The error for the sentence starting on line ``first`` whose token on line ``lineno``
+    (1-based in ``lines``) is its ``limit + 1``-th: its length is counted to the line that
+    ends it (``kind(line)``: 1 a token, 0 a line to skip, −1 the end of the sentence), so the
+    message gives the whole length."""
+    n = limit + 1
+    for line in lines[lineno:]:
+        k = kind(line)
+        if k < 0:
+            break
+        n += k
+    return SentenceTooLong(path, first, n, limit)
+
+
+def _conllu_kind(line: str) -> int:
+    """For :func:`too_long`: a CoNLL-U token line (1), a comment, multiword-token or empty-node
+    line (0), or a blank line (−1)."""
+    if not line.strip():
+        return -1
+    tid = line.split("\t", 1)[0]
+    return 1 if tid.isdigit() else 0
+
+
+def _columns_kind(line: str) -> int:
+    """For :func:`too_long`: a columns token line (1), or a blank or ``-DOCSTART-`` line (−1)."""
+    s = line.strip()
+    return -1 if not s or s.startswith(_DOCSTART) else 1
+
+
 def read_tagged(
     path: str | os.PathLike[str],
     fmt: str = "conllu",
@@ -364,7 +394,8 @@ def _parse_conllu(
     out = _Sentences(labeled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
     lineno = 0
-    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, 1):  # noqa: B007
         if line.endswith("\r"):
             line = line[:-1]
         if not line or line.isspace():
@@ -390,9 +421,7 @@ def _parse_conllu(
         if int(tid) != expect:
             raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
         if expect > max_len:
-            raise InputError(
-                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
-            )
+            raise too_long(path, out.first, lines, lineno, max_len, _conllu_kind)
         w = f[1]
         if not w or w.isspace():
             raise InputError(path, lineno, "empty word (column 2)")
@@ -419,7 +448,8 @@ def _parse_columns(
     if li is not None:
         min_cols = max(min_cols, li + 1) if labeled else 1
     lineno = 0
-    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, 1):  # noqa: B007
         # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
         # UTF-8) inside a word must not split it
         f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
@@ -442,9 +472,7 @@ def _parse_columns(
                 path, lineno, f"expected {ncols} columns (as on line {ncols_line}), found {n}"
             )
         if len(out.words) >= max_len:
-            raise InputError(
-                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
-            )
+            raise too_long(path, out.first, lines, lineno, max_len, _columns_kind)
         if not out.words:
             out.first = lineno
         out.words.append(f[0])

@@ -15,6 +15,8 @@ a spec may add attributes to it, e.g. defaults remembered by a model):
 
 ===============================  =============================================================
 ``name``, ``help``               the ``--task`` choice and its one-line help
+``max_sentence_length``,         the ``--max-sentence-length`` default and what inference on a
+``length_cost``                  long sentence costs (said when a longer one is refused)
 ``estimator``                    ``"module:Class"`` of the estimator (contract below)
 ``options``                      task-specific CLI options, a tuple of :class:`Option`; options
                                  of several tasks with the same flag are added once, so give
@@ -79,6 +81,10 @@ class TaskSpec:
     help: str = ""
     estimator: str = ""  # "module:Class"
     options: tuple[Option, ...] = ()
+    # --max-sentence-length default: longer sentences are refused when read, before any work,
+    # with ``length_cost`` (what inference on a long sentence costs) in the message and --help
+    max_sentence_length: int = 5000
+    length_cost: str = ""
 
     # -- estimator ------------------------------------------------------------------------
     def estimator_class(self) -> type:

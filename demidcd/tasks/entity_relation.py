@@ -614,6 +614,9 @@ class EntityRelationSpec(TaskSpec):
 
     name = "entity-relation"
     help = "joint entity and relation extraction (CoNLL04), 0-1 ILP inference"
+    max_sentence_length = 300  # the ILP grows with the entity pairs (CoNLL04's longest: 169)
+    length_cost = "the relation ILP grows with the entity pairs: about 5 s of CPU for 200 " \
+                  "entities"
     estimator = "demidcd.api:EntityRelationExtractor"
     options = (
         Option(("--ilp-solver",),

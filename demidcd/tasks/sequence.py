@@ -643,6 +643,8 @@ class SequenceSpec(TaskSpec):
     name = "sequence"
     help = "sequence labelling (POS tagging), scored by token accuracy"
     estimator = "demidcd.api:SequenceTagger"
+    max_sentence_length = 10_000  # Viterbi is linear in n: a limit only for files without breaks
+    length_cost = "Viterbi is linear in n; a file without blank lines reads as one sentence"
     options = (
         Option(("--feature-columns",),
                dict(default=None, metavar="N[,N...]",
