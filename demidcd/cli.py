@@ -16,9 +16,10 @@ import os
 import signal
 import sys
 import time
+import warnings
 from typing import Any
 
-from .errors import DemidcdError, OptionError
+from .errors import DemidcdError, InputWarning, OptionError
 
 
 # --------------------------------------------------------------------------- options
@@ -97,14 +98,29 @@ def _data_options(p: argparse.ArgumentParser, command: str) -> None:
                         "default to the model's")
     g.add_argument("--encoding", default="utf-8",
                    help="input encoding (the original CoNLL-2002: latin-1); predict writes in it")
-    g.add_argument("--max-sentence-length", type=int, default=5000, metavar="N",
-                   help="longest sentence accepted")
+    g.add_argument("--max-sentence-length", type=int, default=None, metavar="N",
+                   help=_length_help(command))
     seen: set[str] = set()
     for name in task_names():
         for opt in get_task(name).options:
             if command in opt.commands and opt.flags[0] not in seen:
                 seen.add(opt.flags[0])
                 g.add_argument(*opt.flags, **opt.kwargs)
+
+
+def _length_help(command: str) -> str:
+    """``--max-sentence-length`` help: each task's default and what a long sentence costs."""
+    from .tasks import get_task, task_names
+
+    groups: dict[tuple[int, str], list[str]] = {}
+    for name in task_names():
+        spec = get_task(name)
+        groups.setdefault((spec.max_sentence_length, spec.length_cost), []).append(name)
+    per_task = "; ".join(f"{', '.join(names)} {limit:,}" + (f" ({cost})" if cost else "")
+                         for (limit, cost), names in groups.items())
+    whose = "the task's" if command == "train" else "the model's task's"
+    return (f"longest sentence accepted, in tokens: a longer one is refused when the file is "
+            f"read, before any work (default: {whose}: {per_task})")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -227,11 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
         q.add_argument("--model", required=True, help="model file written by train")
-        q.add_argument("--data", required=True, metavar="FILE", help="input data")
+        q.add_argument("--data", required=True, metavar="FILE",
+                       help="input data (- : standard input; --format auto then tells CoNLL-U "
+                            "from columns by the content)")
         _data_options(q, name)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE",
-                           help="output file (the input's format and encoding)")
+                           help="output file (the input's format and encoding; - or "
+                                "/dev/stdout: standard output, status lines then go to "
+                                "stderr)")
         _common(q)
 
     e = sub.add_parser("evaluate-snapshots",
@@ -338,9 +358,61 @@ def _fmt_iter(rec: dict) -> str:
 
 # --------------------------------------------------------------------------- commands
 def _spec(args):
+    """The task's spec; ``args.max_sentence_length`` defaults to the task's."""
     from .tasks import get_task
 
-    return get_task(getattr(args, "task", None) or "sequence")
+    spec = get_task(getattr(args, "task", None) or "sequence")
+    if getattr(args, "max_sentence_length", None) is None:
+        args.max_sentence_length = spec.max_sentence_length
+    return spec
+
+
+def _read(spec, path: str, args, labeled: bool = True):
+    """``spec.read``; a sentence longer than --max-sentence-length is refused saying what
+    inference on it would cost (the task's ``length_cost``)."""
+    from .errors import SentenceTooLong
+
+    try:
+        return spec.read(path, args, labeled)
+    except SentenceTooLong as e:
+        if e.why:
+            raise
+        why = "; ".join(x for x in (spec.length_cost, "raise --max-sentence-length to accept it")
+                        if x)
+        raise SentenceTooLong(e.path, e.line, e.n, e.limit, why) from None
+
+
+def _interruptible(fn, *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread while the main thread waits in short slices, so that
+    SIGINT/SIGTERM are honoured within a fraction of a second even while a compiled kernel
+    (which releases the GIL but never returns to Python, e.g. parsing a very long sentence)
+    runs: the handler raises KeyboardInterrupt here and the command exits with 130. The thread
+    is a daemon; the process ends without waiting for it (:func:`main`)."""
+    import threading
+
+    box: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.is_alive: an interrupted join() marks the thread
+    # stopped while it still runs (CPython's fix for bpo-45274, in 3.11)
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    _RUNNING.append(done)
+    threading.Thread(target=run, name="demidcd-inference", daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    _RUNNING.remove(done)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+_RUNNING: list[Any] = []  # "done" events of inference threads (left running by an interrupt)
 
 
 def _report(spec, est, data, name: str, quiet: bool = False) -> None:
@@ -353,6 +425,39 @@ def _report(spec, est, data, name: str, quiet: bool = False) -> None:
         print(line, flush=True)
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 label``, ``3 labels``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _label_warnings(spec, train, others: dict[str, Any], train_name: str) -> list[str]:
+    """Before training: a training set with a single label (nothing to learn), and labels of
+    --dev / --test that the training data lacks (the model cannot predict them)."""
+    known = spec.label_counts(train)
+    if known is None:
+        return []
+    out = []
+    if len(known) == 1:
+        (label, n), = known.items()
+        out.append(f"{train_name}: all {n:,} tokens have the label {label!r}: there is nothing "
+                   f"to learn, every prediction will be {label!r} (check --column)")
+    for option, data in others.items():
+        counts = spec.label_counts(data) if data is not None else None
+        unknown = {k: v for k, v in (counts or {}).items() if k not in known}
+        if not unknown:
+            continue
+        total = sum(counts.values())  # type: ignore[union-attr]
+        n = sum(unknown.values())
+        top = sorted(unknown, key=lambda t: (-unknown[t], t))
+        names = ", ".join(f"{t} {unknown[t]:,}" for t in top[:5]) + (
+            ", ..." if len(top) > 5 else "")
+        out.append(f"{option} {getattr(data, 'path', '') or ''}: {n:,} of {total:,} tokens "
+                   f"have labels the training data does not have ({_count(len(unknown), 'label')}: "
+                   f"{names}); the model cannot predict them, so they count as errors "
+                   "(check --column)")
+    return out
+
+
 def _check_outputs(*pairs: tuple[str, str | None]) -> None:
     """Fail before any work when an output (option, path) could not be written."""
     from .io.model import check_output
@@ -363,20 +468,11 @@ def _check_outputs(*pairs: tuple[str, str | None]) -> None:
 
 
 def _check_out_dir(option: str, path: str) -> None:
-    """An output directory must be a directory, or creatable (its nearest existing ancestor
-    is a directory we can write in)."""
-    target = os.path.realpath(path)
-    if os.path.exists(target):
-        if not os.path.isdir(target):
-            raise OptionError(f"{option} {path}: exists and is not a directory")
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise OptionError(f"{option} {path}: directory is not writable")
-        return
-    parent = os.path.dirname(target)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise OptionError(f"{option} {path}: cannot create it in {parent}")
+    """An output directory must be a directory we can write in, or creatable; else one line
+    saying why (:func:`demidcd.io.model.check_out_dir`)."""
+    from .io.model import check_out_dir
+
+    check_out_dir(path, option)
 
 
 def _why_not_converged(res, config) -> str:
@@ -402,9 +498,30 @@ def _metric_values(est, spec, data) -> dict[str, float]:
 
 
 def cmd_train(args) -> int:
+    """``train``, holding the lock on ``--model`` (:class:`~demidcd.io.model.ModelLock`)
+    from the start: a second training of the same model file fails at once."""
+    from .io.model import ModelLock
+
+    if not args.model:
+        return _train(args)
+    lock = ModelLock(args.model, "--model")
+    _CLEANUP.append(lock.release)  # also on the early exits that skip `finally`
+    try:
+        lock.acquire()
+        return _train(args)
+    finally:
+        lock.release()
+        _CLEANUP.remove(lock.release)
+
+
+def _train(args) -> int:
     from .errors import WorkerError
+    from .io.model import save_with_fallback, stdio_fd
     from .solvers import check_loss, check_threads, get_learner, oversubscription
 
+    if args.model is not None and stdio_fd(args.model) == 1:
+        raise OptionError(f"--model {args.model}: standard output carries the log; give the "
+                          "model a file name")
     _check_outputs(("--model", args.model), ("--log-json", args.log_json),
                    ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
     if args.snapshot_dir is not None:
@@ -450,7 +567,7 @@ def cmd_train(args) -> int:
     common.update(algorithm=algorithm, threads=threads, callback=callback, log=log.info,
                   debug=args.debug)
     est = spec.make_estimator(args, common)
-    est.data_options_ = spec.data_options(args)
+    est.data_options_ = {**spec.data_options(args), "encoding": _encoding_name(args.encoding)}
     config = est.solver_config()  # bad options fail before the data is read
     check_loss(learner, args.loss)
     if algorithm == "demi-dcd" and threads > 1:  # --learners too
@@ -460,9 +577,9 @@ def cmd_train(args) -> int:
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:
-        train = spec.read(args.train, args)
-        dev = spec.read(args.dev, args) if args.dev else None
-        test = spec.read(args.test, args) if args.test else None
+        train = _read(spec, args.train, args)
+        dev = _read(spec, args.dev, args) if args.dev else None
+        test = _read(spec, args.test, args) if args.test else None
         source = args.train
         if args.split_test is not None:
             from .io.splits import check_fraction, split_sentences
@@ -476,6 +593,10 @@ def cmd_train(args) -> int:
         source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
     log.info(f"data: {source}: {spec.describe(train)} (read in "
              f"{time.perf_counter() - t0:.1f}s)")
+    if not args.quiet:
+        for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
+                                    args.train or "the training data"):
+            print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
     takes_loss = "loss" in learner.options
     log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, "
              f"C {config.C:g}" + (f", loss {config.loss}" if takes_loss else ""))
@@ -487,7 +608,7 @@ def cmd_train(args) -> int:
         log.close()
         if not args.model or getattr(est, "coef_", None) is None:
             raise
-        est.save(args.model)
+        save_with_fallback(est.save, args.model)
         raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
                           e.details) from e
     log.close()
@@ -496,7 +617,7 @@ def cmd_train(args) -> int:
     log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
              + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
     if args.model:
-        est.save(args.model)
+        save_with_fallback(est.save, args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
     metrics = {}
@@ -525,29 +646,57 @@ def cmd_train(args) -> int:
 def _load(args):
     """The model of ``--model`` and its task's spec, with the model's data options applied."""
     from .api import load_estimator
-    from .tasks import get_task
 
     est = load_estimator(args.model)
     args.task = est.task_name
-    spec = get_task(est.task_name)
+    spec = _spec(args)
     spec.configure(est, args)
+    trained = (getattr(est, "data_options_", None) or {}).get("encoding")
+    if trained and _encoding_name(args.encoding) != trained:
+        warnings.warn(InputWarning(
+            f"the model was trained on text read as {trained}, --encoding {args.encoding} "
+            f"differs: words with non-ASCII characters will not match what it learnt unless "
+            f"{args.data} really is in {args.encoding}"), stacklevel=2)
     return spec, est
+
+
+def _encoding_name(encoding: str) -> str:
+    """The codec's canonical name (``latin-1``, ``ISO-8859-1`` → ``iso8859-1``), or ``encoding``
+    itself when Python does not know it (the reader reports that)."""
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
 
 
 def cmd_evaluate(args) -> int:
     spec, est = _load(args)
-    data = spec.read(args.data, args)
-    _report(spec, est, data, "", args.quiet)
+    data = _read(spec, args.data, args)
+    _interruptible(_report, spec, est, data, "", args.quiet)
     return 0
 
 
+def _status_stream(out: str):
+    """Where status lines go when ``out`` is written: stderr when ``out`` is standard output
+    (``-``, ``/dev/stdout``), so that a pipe carries only the data; else stdout."""
+    from .io.model import stdio_fd
+
+    return sys.stderr if stdio_fd(out) == 1 else sys.stdout
+
+
 def cmd_predict(args) -> int:
+    from .io.model import shown_name
+
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
-    data = spec.read(args.data, args, labeled=False)
-    spec.write(args.out, data, est.predict(spec.xy(data)[0]), args)
+    data = _read(spec, args.data, args, labeled=False)
+    predicted = _interruptible(est.predict, spec.xy(data)[0])
+    spec.write(args.out, data, predicted, args)
     if not args.quiet:
-        print(f"wrote {args.out} ({len(data):,} sentences)")
+        print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
+              file=_status_stream(args.out), flush=True)
     return 0
 
 
@@ -562,8 +711,8 @@ def cmd_evaluate_snapshots(args) -> int:
     snaps = list_snapshots(args.snapshot_dir)
     args.model = os.path.join(args.snapshot_dir, "base.npz")
     spec, est = _load(args)
-    train = spec.read(args.train, args)
-    test = spec.read(args.test, args) if args.test else train
+    train = _read(spec, args.train, args)
+    test = _read(spec, args.test, args) if args.test else train
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     config = est.solver_config()
@@ -573,7 +722,8 @@ def cmd_evaluate_snapshots(args) -> int:
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
         if not args.quiet:
-            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%", flush=True)
+            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%",
+                  file=_status_stream(args.out), flush=True)
     atomic_write(args.out, lambda f: f.write("\n".join(rows) + "\n"), mode="w")
     return 0
 
@@ -591,11 +741,12 @@ def cmd_split(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    from .io.model import make_dirs
     from .io.tagged import write_tagged
     from .synthetic import generate_splits
 
     _check_out_dir("--out-dir", args.out_dir)
-    os.makedirs(args.out_dir, exist_ok=True)
+    make_dirs(args.out_dir, "--out-dir")
     parts = generate_splits(seed=args.seed, n_sentences=args.sentences, n_tags=args.tags,
                             vocab_size=args.vocab, ambiguity=args.ambiguity,
                             mean_length=args.mean_length)
@@ -615,6 +766,7 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
     interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
+    from_command_line = argv is None  # the process is ours: it may end at once
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -622,7 +774,21 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         sys.unraisablehook = _quiet_interrupt
     try:
-        return _main(argv, debug)
+        with warnings.catch_warnings():  # the caller's warning filters and hook come back
+            warnings.simplefilter("ignore" if "--quiet" in argv else "always", InputWarning)
+            warnings.showwarning = _show_warning
+            code = _main(argv, debug)
+        if from_command_line and any(not done.is_set() for done in _RUNNING):
+            # interrupted while a kernel runs in a worker thread: leave now, without waiting
+            # for it or running the interpreter's shutdown around it (everything was cleaned
+            # up on the way here)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+        return code
     finally:  # in-process callers (tests, notebooks) get their handlers back
         sys.unraisablehook = hook
         for sig, handler in saved.items():
@@ -659,6 +825,9 @@ def _main(argv: list[str], debug: bool) -> int:
             raise
         print("demidcd: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a process killed by it
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if _stop_requested() and not debug:  # a signal that surfaced inside a kernel call
             print("demidcd: interrupted", file=sys.stderr)
@@ -673,8 +842,40 @@ def _main(argv: list[str], debug: bool) -> int:
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """An :class:`InputWarning` as one ``demidcd: warning: …`` line on stderr; others as
+    Python shows them."""
+    if issubclass(category, InputWarning):
+        print(f"demidcd: warning: {message}", file=sys.stderr, flush=True)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+_CLEANUP: list[Any] = []  # callables undoing what a command started (a lock, a temp file)
+
+
 def _early_exit(signum: int, frame: object) -> None:
-    """SIGINT/SIGTERM while modules load: nothing is written yet, so leave at once."""
+    """SIGINT/SIGTERM while modules load (or kernels compile): nothing is written yet, so leave
+    at once, after the :data:`_CLEANUP` callables (a model lock's file)."""
+    for undo in reversed(_CLEANUP):
+        try:
+            undo()
+        except Exception:  # noqa: BLE001, S110 - leaving anyway
+            pass
     sys.stderr.write("demidcd: interrupted\n")
     sys.stderr.flush()
     os._exit(130)

@@ -24,6 +24,22 @@ class InputError(DemidcdError):
         super().__init__(f"{where}: {message}")
 
 
+class SentenceTooLong(InputError):
+    """A sentence of ``n`` tokens (starting on ``line``) longer than ``--max-sentence-length``
+    ``limit``; ``why`` (the task's inference cost) is added to the message."""
+
+    def __init__(self, path: str, line: int | None, n: int, limit: int, why: str = ""):
+        self.n, self.limit, self.why = n, limit, why
+        super().__init__(path, line, f"sentence of {n:,} tokens is longer than "
+                                     f"--max-sentence-length {limit:,}"
+                                     + (f" ({why})" if why else ""))
+
+
+class InputWarning(UserWarning):
+    """Input that is read but probably not as meant (e.g. UTF-8 text read as latin-1); the CLI
+    prints it as one ``demidcd: warning: …`` line on stderr."""
+
+
 class ModelFileError(DemidcdError):
     """A model file that is truncated, corrupt, of another format version or another task."""
 

@@ -207,7 +207,8 @@ def _tok(i: int | str, word: str = "w", upos: str = "NOUN", ncols: int = 10) -> 
     ([_tok(1), _tok(2, upos="_")], 2, "empty label in UPOS"),
     ([_tok(1), _tok(2, upos="")], 2, "empty label"),
     ([_tok(1), _tok(2, word="")], 2, "empty word"),
-    (["# c", "", "# d", _tok(1), _tok(2), _tok(3), _tok(4)], 4, "longer than 3 tokens"),
+    (["# c", "", "# d", _tok(1), _tok(2), _tok(3), _tok(4), "# e", _tok("4-5"), _tok(5), "",
+      _tok(1)], 4, "sentence of 5 tokens is longer than --max-sentence-length 3"),
 ])
 def test_conllu_errors(tmp_path: Path, lines: list[str], line: int, words: str) -> None:
     p = _write(tmp_path, "e.conllu", "\n".join(lines) + "\n")
@@ -219,7 +220,10 @@ def test_conllu_errors(tmp_path: Path, lines: list[str], line: int, words: str) 
     ("a B\nb C\n\nc D E\n", 4, "expected 2 columns (as on line 1), found 3", {}),
     ("\n\na\n", 3, "at least 2 columns, found 1", {}),
     ("a B C\n", 1, "3 (label column) columns, found 3", {"column": 4}),
-    ("a B\nb C\nc D\n\n", 1, "longer than 2 tokens", {"max_sentence_length": 2}),
+    ("a B\nb C\nc D\n\n", 1, "sentence of 3 tokens is longer than --max-sentence-length 2",
+     {"max_sentence_length": 2}),
+    ("a B\nb C\nc D\nd E\n-DOCSTART- X\ne F\n", 1, "sentence of 4 tokens",
+     {"max_sentence_length": 2}),
 ])
 def test_columns_errors(tmp_path: Path, text: str, line: int, words: str, kw: dict) -> None:
     if "label column" in words:

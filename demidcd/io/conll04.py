@@ -65,18 +65,20 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
     :class:`~demidcd.errors.OptionError`. A file without sentences, and a sentence of more than
     ``max_sentence_length`` tokens, are errors too.
     """
-    from .tagged import _read_text
+    from .tagged import _read_text, source_name, too_long
 
     path = str(path)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
+    path = source_name(path)  # "-" (standard input) is named <stdin>
     sentences: list[ERSentence] = []
     cur: ERSentence | None = None
     tok_pos: dict[int, int] = {}  # token index -> entity position, for the current sentence
     first_line = 0  # line of the current sentence's first token
     state = "between"  # "tokens": inside a token block; "rels": after its blank line
-    for lineno, raw in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n")
+    for lineno, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         if not line.strip():
             if state == "tokens":
@@ -109,8 +111,8 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
                 raise InputError(path, lineno, f"token index {idx} out of sequence "
                                  f"(expected {len(cur.words)})")
             if idx >= max_sentence_length:
-                raise InputError(path, first_line, f"sentence longer than {max_sentence_length} "
-                                 "tokens (--max-sentence-length)")
+                raise too_long(path, first_line, lines, lineno, max_sentence_length,
+                               lambda ln: 1 if len(ln.split("\t")) == 9 else -1)
             if not cols[5] or not cols[4]:
                 raise InputError(path, lineno, "empty word or POS column")
             if tag != "O":

@@ -24,12 +24,11 @@ from __future__ import annotations
 import gc
 import gzip
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from demidcd.errors import InputError, OptionError
-from demidcd.io.tagged import _read_text
+from demidcd.io.model import atomic_write
+from demidcd.io.tagged import _conllu_kind, _read_text, source_name, too_long
 
 __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
 
@@ -125,6 +124,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
+    path = source_name(path)  # "-" (standard input) is named <stdin>
     words_all: list[list[str]] = []
     pos_all: list[list[str]] = []
     heads_all: list[list[int]] = []
@@ -167,7 +167,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for lineno, line in enumerate(text.split("\n"), 1):
+        text_lines = text.split("\n")
+        for lineno, line in enumerate(text_lines, 1):
             if line.endswith("\r"):
                 line = line[:-1]
             if not line or line.isspace():
@@ -194,8 +195,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             if int(tid) != expect:
                 raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
             if expect > max_sentence_length:
-                raise InputError(path, first, f"sentence longer than {max_sentence_length} "
-                                              "tokens (--max-sentence-length)")
+                raise too_long(path, first, text_lines, lineno, max_sentence_length,
+                               _conllu_kind)
             w, p = f[1], f[pi]
             if not w or w.isspace():
                 raise InputError(path, lineno, "empty word (column 2)")
@@ -297,7 +298,8 @@ def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
                      predicted: list[list[int]], deprels: list[list[str]] | None = None,
                      encoding: str = "utf-8") -> None:
     """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), DEPREL by
-    ``deprels`` (None: ``root`` for head 0, else ``_``) and DEPS by ``_``, atomically."""
+    ``deprels`` (None: ``root`` for head 0, else ``_``) and DEPS by ``_``, atomically
+    (:func:`~demidcd.io.model.atomic_write`: ``-`` is standard output)."""
     path = os.fspath(path)
     if len(predicted) != len(corpus.words) or (deprels is not None and
                                                len(deprels) != len(corpus.words)):
@@ -305,20 +307,4 @@ def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
     data = ("\n".join(_lines(corpus, predicted, deprels)) + "\n").encode(encoding)
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + Path(path).name + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, lambda f: f.write(data))

@@ -10,9 +10,11 @@ file under the final name.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -42,6 +44,31 @@ def _umask() -> int:
     return mask
 
 
+STDIO = "-"  # the file name for standard input (--data) and standard output (--out)
+
+
+def stdio_fd(path: str | os.PathLike[str]) -> int | None:
+    """The descriptor ``path`` names when it is one of this process's open files rather than a
+    file name: ``-`` and ``/dev/stdout`` (1), ``/dev/stderr`` (2), ``/dev/fd/N`` and
+    ``/proc/self/fd/N`` (N); else None. Such a path is written straight through to the
+    descriptor: resolving it (``/proc/PID/fd/pipe:[…]`` for a pipe) names no file."""
+    p = os.fspath(path)
+    fixed = {STDIO: 1, "/dev/stdout": 1, "/dev/stderr": 2}
+    if p in fixed:
+        return fixed[p]
+    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        rest = p[len(prefix):]
+        if p.startswith(prefix) and rest.isdigit() and rest.isascii():
+            return int(rest)
+    return None
+
+
+def shown_name(path: str | os.PathLike[str]) -> str:
+    """How messages name ``path``: ``-`` as standard output or input is shown as such."""
+    p = os.fspath(path)
+    return "standard output" if p == STDIO else p
+
+
 def _target(path: str | os.PathLike[str]) -> Path:
     """Where writing ``path`` lands: a symlink (chain) is followed to its target."""
     return Path(os.path.realpath(os.fspath(path)))
@@ -49,12 +76,20 @@ def _target(path: str | os.PathLike[str]) -> Path:
 
 def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
     """Fail now, with a one-line :class:`DemidcdError`, if ``path`` could not be written later:
-    its directory is missing or not writable, or it names a directory. Devices and fifos are
-    accepted (:func:`atomic_write` writes straight through to them). Call before any long work.
+    its directory is missing or not writable, or it names a directory. Devices, fifos and
+    ``-`` (standard output, :func:`stdio_fd`) are accepted (:func:`atomic_write` writes straight
+    through to them). Call before any long work.
     """
     shown = os.fspath(path)
     if not shown:
         raise DemidcdError(f"{option}: empty file name")
+    fd = stdio_fd(shown)
+    if fd is not None:
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise DemidcdError(f"{option} {shown}: descriptor {fd} is not open") from None
+        return
     target = _target(path)
     if target.is_dir() or shown.endswith(os.sep):
         raise DemidcdError(f"{option} {shown}: is a directory, not a file name")
@@ -68,15 +103,65 @@ def check_output(path: str | os.PathLike[str], option: str = "output") -> None:
         if missing.exists():
             raise DemidcdError(f"{option} {shown}: {missing} is not a directory")
         raise DemidcdError(f"{option} {shown}: directory {missing} does not exist")
-    try:  # the only reliable test (root, read-only mounts, ACLs): create a file there
-        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+    why = _probe(directory, make_dir=False)
+    if why:
+        raise DemidcdError(f"{option} {shown}: cannot write in {directory} ({why})")
+    if target.exists():
+        try:  # opened for writing without truncating it: the reason if it cannot be
+            os.close(os.open(target, os.O_WRONLY))
+        except OSError as e:
+            raise DemidcdError(f"{option} {shown}: file is not writable "
+                               f"({e.strerror or e})") from None
+
+
+def _probe(directory: str | os.PathLike[str], make_dir: bool) -> str | None:
+    """None if a file (``make_dir``: a directory) can be created in ``directory``, else why not
+    (``Permission denied``, ``Read-only file system``, …): the only reliable test (root,
+    read-only mounts, ACLs) is to create one, and remove it."""
+    try:
+        if make_dir:
+            os.rmdir(tempfile.mkdtemp(prefix=".demidcd-", suffix=".probe", dir=directory))
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".demidcd-", suffix=".probe", dir=directory)
+            os.close(fd)
+            os.unlink(probe)
     except OSError as e:
-        raise DemidcdError(f"{option} {shown}: cannot write in {directory} "
+        return e.strerror or str(e)
+    return None
+
+
+def check_out_dir(path: str | os.PathLike[str], option: str = "output directory") -> None:
+    """Fail now, with a one-line :class:`DemidcdError` saying why, if the directory ``path``
+    could not be written in or created later (its nearest existing ancestor must be a directory
+    we can create it in). Call before any long work."""
+    shown = os.fspath(path)
+    if not shown:
+        raise DemidcdError(f"{option}: empty directory name")
+    target = os.path.realpath(shown)
+    if os.path.exists(target):
+        if not os.path.isdir(target):
+            raise DemidcdError(f"{option} {shown}: exists and is not a directory")
+        why = _probe(target, make_dir=False)
+        if why:
+            raise DemidcdError(f"{option} {shown}: cannot write in this directory ({why})")
+        return
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise DemidcdError(f"{option} {shown}: cannot create it: {parent} is not a directory")
+    why = _probe(parent, make_dir=True)
+    if why:
+        raise DemidcdError(f"{option} {shown}: cannot create it in {parent} ({why})")
+
+
+def make_dirs(path: str | os.PathLike[str], option: str = "output directory") -> None:
+    """``os.makedirs(path, exist_ok=True)``; a failure is one line saying why."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise DemidcdError(f"{option} {os.fspath(path)}: cannot create it "
                            f"({e.strerror or e})") from None
-    if target.exists() and not os.access(target, os.W_OK):
-        raise DemidcdError(f"{option} {shown}: file is not writable")
 
 
 def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
@@ -84,11 +169,18 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
     so that an interrupted write never leaves a truncated file under the final name.
 
     A symlink is followed: its target is replaced and the link stays. A device or fifo (e.g.
-    ``/dev/stdout``, ``/dev/null``) is written straight through, as ``open`` would. The file
-    gets the permissions ``open`` would give it (0666 less the umask), or keeps those of the
-    file it replaces. Errors are one-line :class:`DemidcdError`.
+    ``/dev/null``, a named pipe) is written straight through, as ``open`` would, and so is
+    ``-``, ``/dev/stdout`` or ``/dev/fd/N`` (:func:`stdio_fd`): to the descriptor itself,
+    whatever it is (pipe, terminal, or a regular file the shell opened). The file gets the
+    permissions ``open`` would give it (0666 less the umask), or keeps those of the file it
+    replaces. Errors are one-line :class:`DemidcdError`; a pipe whose reader has gone raises
+    :class:`BrokenPipeError`.
     """
     shown = os.fspath(path)
+    fd = stdio_fd(shown)
+    if fd is not None:
+        _write_fd(shown, fd, write, mode)
+        return
     target = _target(path)
     if target.is_dir():
         raise DemidcdError(f"{shown}: is a directory, not a file name")
@@ -97,6 +189,8 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
             with open(target, mode) as f:
                 write(f)
                 f.flush()
+        except BrokenPipeError:
+            raise
         except OSError as e:
             raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
         return
@@ -123,6 +217,133 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
         if isinstance(e, OSError):
             raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
         raise
+
+
+def _write_fd(shown: str, fd: int, write, mode: str) -> None:
+    """``write(fileobj)`` on a duplicate of descriptor ``fd`` (Python's own buffered
+    ``sys.stdout`` / ``sys.stderr`` flushed first, so lines keep their order)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (OSError, ValueError):  # no real descriptor (captured in tests), or closed
+            pass
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        raise DemidcdError(f"{shown_name(shown)}: descriptor {fd} is not open") from None
+    try:
+        with os.fdopen(dup, mode) as f:
+            write(f)
+            f.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise DemidcdError(f"{shown_name(shown)}: cannot write ({e.strerror or e})") from None
+
+
+class ModelLock:
+    """An advisory lock on the model file ``path`` for one training run: ``flock`` on
+    ``PATH.lock`` (beside the symlink-resolved model file), which holds the owner's pid. A second
+    run for the same model fails at once, naming the first; the lock file is removed on
+    :meth:`release` (the kernel drops the lock itself if the process dies). Devices, fifos and
+    standard output are not locked; nor is a path whose directory refuses the lock file (the
+    output check reports that)."""
+
+    def __init__(self, path: str | os.PathLike[str], option: str = "--model") -> None:
+        self.path, self.option = os.fspath(path), option
+        self.lock_path: Path | None = None
+        self._fd: int | None = None
+
+    def acquire(self) -> ModelLock:
+        """Take the lock, or raise :class:`DemidcdError` naming the process that holds it."""
+        if stdio_fd(self.path) is not None:
+            return self
+        target = _target(self.path)
+        if target.exists() and not target.is_file():
+            return self
+        lock = target.with_name(target.name + ".lock")
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return self
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise DemidcdError(
+                    f"{self.option} {self.path}: another training (pid {holder}) is writing "
+                    f"this model (lock {lock}); wait for it to end or choose another "
+                    f"{self.option}") from None
+            try:  # the holder may have removed the file between our open and flock
+                same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            except OSError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.lock_path, self._fd = lock, fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file, then drop the lock (in this order: a waiting run then opens
+        a new file). Idempotent; only the process that took the lock releases it."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if os.getpid() == int(os.pread(fd, 64, 0).decode("ascii", "replace") or 0):
+                os.unlink(self.lock_path)  # type: ignore[arg-type]
+        except (OSError, ValueError):
+            pass
+        os.close(fd)
+
+    def __enter__(self) -> ModelLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def save_with_fallback(save, path: str | os.PathLike[str], option: str = "--model") -> None:
+    """``save(path)``; if writing fails (disk full, ``/dev/full``, a directory gone read-only)
+    the model is not lost at the end of a long run: ``save`` is tried on a new file beside
+    ``path``, then in the temporary directory (``$TMPDIR``), and the error says where it went.
+    """
+    try:
+        save(path)
+        return
+    except (DemidcdError, OSError) as e:
+        first = e
+    shown = os.fspath(path)
+    target = _target(path)
+    stem = target.name[:-4] if target.name.endswith(".npz") else target.name
+    places = [tempfile.gettempdir()]
+    if stdio_fd(shown) is None and not (target.exists() and not target.is_file()):
+        places.insert(0, str(target.parent))
+    why = str(first) if isinstance(first, DemidcdError) else (
+        f"{shown}: cannot write ({first.strerror or first})")
+    for place in dict.fromkeys(places):
+        try:
+            fd, kept = tempfile.mkstemp(prefix=f"{stem or 'model'}.", suffix=".npz", dir=place)
+            os.close(fd)
+        except OSError:
+            continue
+        try:
+            save(kept)
+        except (DemidcdError, OSError):
+            try:
+                os.unlink(kept)
+            except OSError:
+                pass
+            continue
+        raise DemidcdError(f"{option} {why}; the model is kept in {kept}") from None
+    raise DemidcdError(f"{option} {why}; nor could it be kept in {' or '.join(places)}") \
+        from None
 
 
 def _json_safe(x: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import OptionError
 from .conll04 import read_conll04, split_corpus, write_conll04
+from .model import make_dirs
 from .tagged import TaggedCorpus
 
 
@@ -66,7 +67,7 @@ def split_file(path: str, out_dir: str, test_fraction: float = 0.2, seed: int = 
     ``out_dir``."""
     test_fraction = check_fraction(test_fraction)
     train, test = split_corpus(read_conll04(path, encoding), test_fraction, seed)
-    os.makedirs(out_dir, exist_ok=True)
+    make_dirs(out_dir, "--out-dir")
     out = []
     for name, part in (("train.corp", train), ("test.corp", test)):
         p = os.path.join(out_dir, name)

@@ -16,10 +16,12 @@ import gc
 import gzip
 import os
 import re
+import sys
+import warnings
 import zlib
 from dataclasses import dataclass
 
-from demidcd.errors import InputError, OptionError
+from demidcd.errors import InputError, InputWarning, OptionError, SentenceTooLong
 
 __all__ = [
     "TaggedCorpus",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 FORMATS = ("conllu", "columns")
+_FORMAT_NAMES = {"conllu": "a CoNLL-U file", "columns": "a columns file"}
 _CONLLU_NAMED = {"upos": 3, "xpos": 4}  # 0-based field index of named CoNLL-U columns
 _DOCSTART = "-DOCSTART-"
 _ASCII_WS_CHARS = " \t\r\f\v"
@@ -111,29 +114,85 @@ def _label_index(fmt: str, column: str | int | None) -> int | None:
     raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
+STDIN = "-"  # --data -: standard input
+STDIN_NAME = "<stdin>"  # how messages name it
+
+
+def source_name(path: str | os.PathLike[str]) -> str:
+    """``path`` as messages and the corpus name it (``-`` is ``<stdin>``)."""
+    p = os.fspath(path)
+    return STDIN_NAME if p == STDIN else p
+
+
+def sniff_format(text: str) -> str:
+    """The format of text read without a file name (standard input): ``"conllu"`` when its
+    first line that is not blank is a comment or has 10 tab-separated fields starting with a
+    token id, else ``"columns"``."""
+    for line in text.split("\n", 200)[:200]:
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            return "conllu"
+        f = line.rstrip("\r").split("\t")
+        return "conllu" if len(f) == 10 and f[0][:1].isdigit() else "columns"
+    return "columns"
+
+
+_STDIN_DATA: list[bytes] = []  # standard input, read once (it cannot be read twice)
+
+
+def _stdin_bytes() -> bytes:
+    """Everything on standard input (gzip-decompressed when it is gzip), read on first use."""
+    if not _STDIN_DATA:
+        if sys.stdin is None:
+            raise InputError(STDIN_NAME, None, "standard input is not open")
+        data = sys.stdin.buffer.read()
+        if data[:2] == b"\x1f\x8b":  # gzip magic
+            data = gzip.decompress(data)
+        _STDIN_DATA.append(data)
+    return _STDIN_DATA[0]
+
+
+def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
+    """``fmt``, or for ``"auto"`` the format of ``path``: by its name (:func:`guess_format`), or
+    for ``-`` (standard input) by its content (:func:`sniff_format`)."""
+    if fmt not in (None, "auto"):
+        return fmt
+    if os.fspath(path) != STDIN:
+        return guess_format(path)
+    try:
+        return sniff_format(_stdin_bytes()[:65536].decode("latin-1"))
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return "columns"  # the reader reports the problem
+
+
 def _read_text(path: str, encoding: str) -> str:
-    """Whole file as text; decoding errors name the line where the bad bytes are."""
+    """Whole file (``-``: standard input) as text; decoding errors name the line where the bad
+    bytes are."""
     try:
         codecs.lookup(encoding)
     except LookupError:
         raise OptionError(f"unknown encoding {encoding!r}") from None
+    name = source_name(path)
     try:
-        if path.endswith(".gz"):
+        if path == STDIN:
+            data = _stdin_bytes()
+        elif path.endswith(".gz"):
             with gzip.open(path, "rb") as f:
                 data = f.read()
         else:
             with open(path, "rb") as f:
                 data = f.read()
     except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
+        raise InputError(name, None, "no such file") from None
     except IsADirectoryError:
-        raise InputError(path, None, "is a directory, not a file") from None
+        raise InputError(name, None, "is a directory, not a file") from None
     except PermissionError:
-        raise InputError(path, None, "permission denied") from None
+        raise InputError(name, None, "permission denied") from None
     except (gzip.BadGzipFile, EOFError, zlib.error):
-        raise InputError(path, None, "not a valid gzip file (truncated or corrupt)") from None
+        raise InputError(name, None, "not a valid gzip file (truncated or corrupt)") from None
     except OSError as e:
-        raise InputError(path, None, f"cannot read file ({e.strerror or e})") from None
+        raise InputError(name, None, f"cannot read file ({e.strerror or e})") from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as e:
@@ -141,14 +200,73 @@ def _read_text(path: str, encoding: str) -> str:
         msg = f"not valid {encoding} text; pass --encoding (e.g. latin-1)"
         if codecs.lookup(encoding).name == "utf-8":
             msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
-        raise InputError(path, line, msg) from None
+        raise InputError(name, line, msg) from None
     except LookupError:  # a bytes-to-bytes codec such as base64 or rot13
         raise OptionError(f"{encoding!r} is not a text encoding") from None
     except UnicodeError:  # codecs (idna, punycode) that give no position
-        raise InputError(path, None, f"not valid {encoding} text") from None
+        raise InputError(name, None, f"not valid {encoding} text") from None
     if text.startswith("\ufeff"):
         text = text[1:]
+    _check_utf8_read_as_other(data, text, name, encoding)
     return text
+
+
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
+
+
+def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str) -> None:
+    """Warn (:class:`InputWarning`) when bytes that are valid UTF-8 with non-ASCII characters
+    are decoded with another encoding (``--encoding latin-1`` on a UTF-8 file): every accented
+    word then becomes another word (``España`` → ``EspaÃ±a``) and silently misses the features
+    a model learnt. Pure-ASCII files and UTF-8 reads are never flagged."""
+    if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):
+        return
+    first = _NON_ASCII.search(data)
+    if first is None:
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    line = data.count(b"\n", 0, first.start()) + 1
+    start = data.rfind(b"\n", 0, first.start()) + 1
+    end = data.find(b"\n", first.start())
+    raw = data[start:end if end >= 0 else len(data)]
+    word = next((w for w in raw.split() if _NON_ASCII.search(w)), raw)[:40]
+    warnings.warn(InputWarning(
+        f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
+        f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8; "
+        f"give --encoding utf-8 unless it really is {encoding}"), stacklevel=3)
+
+
+def too_long(path: str, first: int, lines: list[str], lineno: int, limit: int,
+             kind) -> SentenceTooLong:
+    """The error for the sentence starting on line ``first`` whose token on line ``lineno``
+    (1-based in ``lines``) is its ``limit + 1``-th: its length is counted to the line that
+    ends it (``kind(line)``: 1 a token, 0 a line to skip, −1 the end of the sentence), so the
+    message gives the whole length."""
+    n = limit + 1
+    for line in lines[lineno:]:
+        k = kind(line)
+        if k < 0:
+            break
+        n += k
+    return SentenceTooLong(path, first, n, limit)
+
+
+def _conllu_kind(line: str) -> int:
+    """For :func:`too_long`: a CoNLL-U token line (1), a comment, multiword-token or empty-node
+    line (0), or a blank line (−1)."""
+    if not line.strip():
+        return -1
+    tid = line.split("\t", 1)[0]
+    return 1 if tid.isdigit() else 0
+
+
+def _columns_kind(line: str) -> int:
+    """For :func:`too_long`: a columns token line (1), or a blank or ``-DOCSTART-`` line (−1)."""
+    s = line.strip()
+    return -1 if not s or s.startswith(_DOCSTART) else 1
 
 
 def read_tagged(
@@ -167,8 +285,10 @@ def read_tagged(
     1-based column 3..10; comments, multiword lines (``1-2``) and empty nodes (``5.1``) are
     skipped. ``fmt="columns"``: whitespace columns, word in column 1, ``column`` the 1-based label
     column (``None`` = last); ``-DOCSTART-`` lines end the current sentence and are skipped.
-    ``fmt="auto"`` picks by file name (:func:`guess_format`). With ``labeled=False`` labels are
-    not read (``tags`` holds empty lists) and a columns file may have a single column.
+    ``fmt="auto"`` picks by file name (:func:`guess_format`), or for ``path="-"`` (standard
+    input, named ``<stdin>`` in messages) by content (:func:`sniff_format`). With
+    ``labeled=False`` labels are not read (``tags`` holds empty lists) and a columns file may
+    have a single column.
     ``keep_raw=False`` drops the original lines (saves memory; the writer then emits the
     minimal format). ``max_sentence_length`` guards against files without sentence breaks; the
     default 5000 admits every sentence of the standard corpora (CoNLL-2002 esp.train has one of
@@ -177,12 +297,12 @@ def read_tagged(
     one of them.
     """
     path = os.fspath(path)
-    if fmt == "auto":
-        fmt = guess_format(path)
+    fmt = resolve_format(path, fmt)
     li = _label_index(fmt, column)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
+    path = source_name(path)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
     try:
@@ -209,7 +329,10 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
         try:
             j = _label_index(fmt, c) if fmt == "conllu" else int(c) - 1
         except (OptionError, ValueError):
-            raise OptionError(f"bad feature column {c!r}; use a 1-based column number") from None
+            use = "upos, xpos or a column number 3..10" if fmt == "conllu" else \
+                "a 1-based column number"
+            raise OptionError(f"bad feature column {c!r} for {corpus.path} "
+                              f"({_FORMAT_NAMES[fmt]}); use {use}") from None
         if j < 1 or (fmt == "conllu" and j > 9):
             raise OptionError(f"bad feature column {c!r}: column 1 is the word; use 2 or more")
         if labeled and corpus.label_column is not None and j == corpus.label_column:
@@ -271,7 +394,8 @@ def _parse_conllu(
     out = _Sentences(labeled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
     lineno = 0
-    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, 1):  # noqa: B007
         if line.endswith("\r"):
             line = line[:-1]
         if not line or line.isspace():
@@ -297,9 +421,7 @@ def _parse_conllu(
         if int(tid) != expect:
             raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
         if expect > max_len:
-            raise InputError(
-                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
-            )
+            raise too_long(path, out.first, lines, lineno, max_len, _conllu_kind)
         w = f[1]
         if not w or w.isspace():
             raise InputError(path, lineno, "empty word (column 2)")
@@ -326,7 +448,8 @@ def _parse_columns(
     if li is not None:
         min_cols = max(min_cols, li + 1) if labeled else 1
     lineno = 0
-    for lineno, line in enumerate(text.split("\n"), 1):  # noqa: B007
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, 1):  # noqa: B007
         # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
         # UTF-8) inside a word must not split it
         f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
@@ -349,9 +472,7 @@ def _parse_columns(
                 path, lineno, f"expected {ncols} columns (as on line {ncols_line}), found {n}"
             )
         if len(out.words) >= max_len:
-            raise InputError(
-                path, out.first, f"sentence longer than {max_len} tokens (--max-sentence-length)"
-            )
+            raise too_long(path, out.first, lines, lineno, max_len, _columns_kind)
         if not out.words:
             out.first = lineno
         out.words.append(f[0])

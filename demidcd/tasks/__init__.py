@@ -15,6 +15,8 @@ a spec may add attributes to it, e.g. defaults remembered by a model):
 
 ===============================  =============================================================
 ``name``, ``help``               the ``--task`` choice and its one-line help
+``max_sentence_length``,         the ``--max-sentence-length`` default and what inference on a
+``length_cost``                  long sentence costs (said when a longer one is refused)
 ``estimator``                    ``"module:Class"`` of the estimator (contract below)
 ``options``                      task-specific CLI options, a tuple of :class:`Option`; options
                                  of several tasks with the same flag are added once, so give
@@ -30,6 +32,8 @@ a spec may add attributes to it, e.g. defaults remembered by a model):
 ``configure(est, args)``         after loading a model for evaluate / predict: apply the
                                  model's ``data_options_`` as defaults and the options that
                                  change inference (e.g. ``--ilp-solver``, ``--decoder``)
+``label_counts(data)``           tokens per gold label (None: no label set), for train's early
+                                 warnings (a single label; dev labels unknown to train)
 ``check(est, data)``             warning lines before evaluating (e.g. labels the model lacks)
 ``report(est, data, prefix)``    the lines ``evaluate`` (and ``train`` for dev/test) prints
 ``write(path, data, pred, args)``  predict's writer (atomic; the input's encoding)
@@ -77,6 +81,10 @@ class TaskSpec:
     help: str = ""
     estimator: str = ""  # "module:Class"
     options: tuple[Option, ...] = ()
+    # --max-sentence-length default: longer sentences are refused when read, before any work,
+    # with ``length_cost`` (what inference on a long sentence costs) in the message and --help
+    max_sentence_length: int = 5000
+    length_cost: str = ""
 
     # -- estimator ------------------------------------------------------------------------
     def estimator_class(self) -> type:
@@ -110,6 +118,12 @@ class TaskSpec:
 
     def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
         raise NotImplementedError
+
+    def label_counts(self, data: Any) -> dict[str, int] | None:
+        """How many tokens carry each gold label in ``data`` (None: the task has no label set
+        to compare, e.g. dependency heads); ``train`` warns with it before training about a
+        single label and about --dev / --test labels the training data lacks."""
+        return None
 
     # -- results ------------------------------------------------------------------------------
     def check(self, est: Any, data: Any) -> list[str]:

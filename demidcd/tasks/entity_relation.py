@@ -615,6 +615,9 @@ class EntityRelationSpec(TaskSpec):
     name = "entity-relation"
     help = "joint entity and relation extraction (CoNLL04), 0-1 ILP inference"
     estimator = "demidcd.estimators.entity_relation:EntityRelationExtractor"
+    max_sentence_length = 300  # the ILP grows with the entity pairs (CoNLL04's longest: 169)
+    length_cost = "the relation ILP grows with the entity pairs: about 5 s of CPU for 200 " \
+                  "entities"
     options = (
         Option(("--ilp-solver",),
                dict(choices=("exact", "cbc", "highs"), default=None,

@@ -630,12 +630,21 @@ def _parse_feature_columns(c: str | list | None) -> tuple[str | int, ...]:
     return tuple(out)
 
 
+def _named_format(opts: dict) -> str | None:
+    """The training format of a model that did not record it: CoNLL-U when a remembered column
+    is named (upos / xpos), else unknown."""
+    named = [opts.get("column"), *(opts.get("feature_columns") or ())]
+    return "conllu" if any(c in ("upos", "xpos") for c in named) else None
+
+
 class SequenceSpec(TaskSpec):
     """First-order chain labelling of CoNLL-U or whitespace-column files, token accuracy."""
 
     name = "sequence"
     help = "sequence labelling (POS tagging), scored by token accuracy"
     estimator = "demidcd.estimators.sequence:SequenceTagger"
+    max_sentence_length = 10_000  # Viterbi is linear in n: a limit only for files without breaks
+    length_cost = "Viterbi is linear in n; a file without blank lines reads as one sentence"
     options = (
         Option(("--feature-columns",),
                dict(default=None, metavar="N[,N...]",
@@ -645,22 +654,66 @@ class SequenceSpec(TaskSpec):
     )
 
     def _format(self, path: str, args) -> str:
-        from ..io.tagged import guess_format
+        """``--format``; auto: by the file name, or for ``-`` (standard input) by content."""
+        from ..io.tagged import resolve_format
 
-        fmt = getattr(args, "format", "auto")
-        return guess_format(path) if fmt in (None, "auto") else fmt
+        return resolve_format(path, getattr(args, "format", "auto"))
 
     def read(self, path: str, args, labeled: bool = True):
         from ..io.tagged import read_tagged
 
         fmt = self._format(path, args)
-        column = _parse_column(args.column)
+        column, features = self._columns(fmt, path, args, labeled)
         if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
             column = None  # predict on columns: the labels go into a new last column
         return read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
                            max_sentence_length=args.max_sentence_length, labeled=labeled,
-                           feature_columns=_parse_feature_columns(
-                               getattr(args, "feature_columns", None)))
+                           feature_columns=features)
+
+    def _columns(self, fmt: str, path: str, args, labeled: bool
+                 ) -> tuple[str | int | None, tuple[str | int, ...]]:
+        """The label column and feature columns to read ``path`` (format ``fmt``) with: the
+        options given, else the model's, mapped to ``fmt`` when the model was trained on the
+        other format. CoNLL-U model on a columns file: the label is the last column; a columns
+        model on CoNLL-U: UPOS when it took the last column (a warning names --column xpos),
+        else ambiguous (an error asks for --column); remembered feature columns never map (an
+        error asks for --feature-columns)."""
+        import warnings
+
+        from ..errors import InputWarning, OptionError
+        from ..io.tagged import source_name
+
+        column = _parse_column(args.column)
+        features = _parse_feature_columns(getattr(args, "feature_columns", None))
+        trained = getattr(args, "model_format", None)  # set by configure (evaluate / predict)
+        if trained is None or trained == fmt:
+            return column, features
+        name = source_name(path)
+        kind = {"conllu": "CoNLL-U", "columns": "a columns file"}
+        if features and not getattr(args, "feature_columns_given", True):
+            use = "upos or xpos (or 3..10)" if fmt == "conllu" else "N (1-based numbers)"
+            raise OptionError(
+                f"the model was trained on {kind[trained]} with feature columns "
+                f"{','.join(map(str, features))}; {name} is {kind[fmt]}: give "
+                f"--feature-columns {use}")
+        if getattr(args, "column_given", True):
+            return column, features
+        was = "the last column" if column is None else f"column {column}"
+        if fmt == "columns":  # the label (or the prediction) is the last column
+            if labeled:
+                warnings.warn(InputWarning(
+                    f"the model was trained on CoNLL-U (labels in {was}); {name} is a columns "
+                    "file: its last column is read as the labels (give --column N for "
+                    "another)"), stacklevel=2)
+            return None, features
+        if column is None:
+            warnings.warn(InputWarning(
+                f"the model was trained on a columns file (labels in the last column); {name} "
+                f"is CoNLL-U: {'reading labels from' if labeled else 'writing predictions to'} "
+                "UPOS (give --column xpos for XPOS)"), stacklevel=2)
+            return "upos", features
+        raise OptionError(f"the model was trained on a columns file (labels in {was}); {name} "
+                          "is CoNLL-U: give --column upos or xpos")
 
     def xy(self, data):
         X = data.tokens
@@ -687,17 +740,31 @@ class SequenceSpec(TaskSpec):
         return {}
 
     def data_options(self, args) -> dict:
+        train = getattr(args, "train", None)
         return {"column": _parse_column(args.column),
                 "feature_columns": list(_parse_feature_columns(
-                    getattr(args, "feature_columns", None)))}
+                    getattr(args, "feature_columns", None))),
+                "format": self._format(train, args) if train else None}
 
     def configure(self, est, args) -> None:
         opts = getattr(est, "data_options_", {}) or {}
         args.column_given = args.column is not None
+        args.feature_columns_given = getattr(args, "feature_columns", None) is not None
         if args.column is None:
             args.column = opts.get("column")
         if getattr(args, "feature_columns", None) is None:
             args.feature_columns = opts.get("feature_columns") or None
+        args.model_format = opts.get("format") or _named_format(opts)
+
+    def label_counts(self, data) -> dict[str, int] | None:
+        from collections import Counter
+
+        if not data.labeled:
+            return None
+        counts: Counter[str] = Counter()
+        for tags in data.tags:
+            counts.update(tags)
+        return dict(counts)
 
     def check(self, est, data) -> list[str]:
         if not data.labeled:
