@@ -1,9 +1,10 @@
 """First-order chain sequence labelling (POS tagging, chunking, NER) as a :class:`Task`.
 
-Joint feature map, for a sentence x of n tokens with observation features O(x_t) ⊆ {0..F-1} and
-tags y_t ∈ {0..K-1} (START = END = K):
+Joint feature map (the DEMI-DCD paper's Φ(x, y), so that φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y)),
+for a sentence x of n tokens whose token t fires the observation features O(x_t) ⊆ {0..F-1} with
+real values v_{t,f} (1 for binary features), and tags y_t ∈ {0..K-1} (START = END = K):
 
-    Φ(x, y) = Σ_t Σ_{f ∈ O(x_t)} e(f, y_t) + Σ_{t=0}^{n} e(y_{t-1} → y_t),
+    Φ(x, y) = Σ_t Σ_{f ∈ O(x_t)} v_{t,f} e(f, y_t) + Σ_{t=0}^{n} e(y_{t-1} → y_t),
 
 with y_{-1} = START and y_n = END. Φ is laid out in w (float64, dim = F·K + (K+1)²) as
 
@@ -16,12 +17,14 @@ with y_{-1} = START and y_n = END. Φ is laid out in w (float64, dim = F·K + (K
 FNV-1a hash of the tag ids.
 
 All per-sentence work (emission scoring from sparse features, Viterbi, φ construction and merge)
-is done by numba kernels that take a whole array of example indices per call.
+is done by numba kernels that take a whole array of example indices per call. Binary features
+(no values) take the same kernels with an empty value array: a per-feature branch, not a
+separate compilation, and bit-identical records.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
@@ -32,6 +35,18 @@ from .features import EncodedSequences
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
+
+
+class Chain(NamedTuple):
+    """The encoded sentences as the kernels take them (one argument instead of seven).
+
+    An empty ``feat_val`` means every value is 1 (binary features, the fast path).
+    """
+
+    sent_ptr: np.ndarray  # int64[n_sent+1]
+    feat_ptr: np.ndarray  # int64[n_tok+1]
+    feat_idx: np.ndarray  # int32[nnz]
+    feat_val: np.ndarray  # float64[nnz], or float64[0]: all 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,12 +75,15 @@ def _transitions(w, F, K):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
-    """em[t·K + k] = Σ_{f ∈ O(x_{a+t})} w[f·K + k] for t < n (contiguous rows of w).
+def _emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
+    """em[t·K + k] = Σ_{q} v_q · w[f_q·K + k] over the features f_q = feat_idx[q] of token a+t,
+    t < n (contiguous rows of w); v_q = feat_val[q], or 1 when ``feat_val`` is empty.
 
     Rows are taken as slices so that the inner loop over k has provably non-negative indices
-    and compiles to packed SIMD loads (no wrap-around handling, no gathers).
+    and compiles to packed SIMD loads (no wrap-around handling, no gathers). A value is cast to
+    w's dtype first, so float32 w stays float32 arithmetic.
     """
+    valued = feat_val.shape[0] > 0
     for t in range(n):
         row = em[t * K:(t + 1) * K]
         for k in range(K):
@@ -73,8 +91,13 @@ def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
         for q in range(feat_ptr[a + t], feat_ptr[a + t + 1]):
             base = np.int64(feat_idx[q]) * K
             wr = w[base:base + K]
-            for k in range(K):
-                row[k] += wr[k]
+            if valued:
+                v = w.dtype.type(feat_val[q])
+                for k in range(K):
+                    row[k] += v * wr[k]
+            else:
+                for k in range(K):
+                    row[k] += wr[k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -154,17 +177,26 @@ def _backtrack(em, n, K, trT, end, y):
 
 
 @nb.njit(cache=True, nogil=True)
-def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
-             augment):
-    """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1, written to y[:n]
-    (``augment`` is the loss scale: 0 plain Viterbi, 1 loss-augmented, −1 loss-diminished)."""
+def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment):
+    """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1 of the :class:`Chain` X,
+    written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
+    1 loss-augmented, −1 loss-diminished)."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
-    _emissions(w, K, feat_ptr, feat_idx, a, n, em)
+    _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
     if augment != 0:
         _augment(K, gold, a, n, em, augment)
     _forward(em, n, K, tr, start, scratch)
     return _backtrack(em, n, K, trT, end, y)
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
+             augment):
+    """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx)
+    (benchmarks/foundation.py times this one)."""
+    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0])
+    return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -177,11 +209,17 @@ def _hash_tags(y, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
-    """Unmerged entries of Φ(x, gold) − Φ(x, y) as keys 2·idx + (1 for +1, 0 for −1).
+def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
+    """Unmerged entries of Φ(x, gold) − Φ(x, y) as keys 2·idx + (1 for the gold side, 0 for
+    y's side); when ``vals`` is not empty, vals[j] is entry j's signed value (+v / −v with v the
+    feature's value, ±1 for transitions), otherwise every entry is ±1 by its key's low bit.
 
     Returns (number of keys, Hamming distance).
     """
+    valued = vals.shape[0] > 0
+    uval = X.feat_val.shape[0] > 0
+    feat_ptr = X.feat_ptr
+    feat_idx = X.feat_idx
     m = 0
     ham = 0
     for t in range(n):
@@ -193,6 +231,10 @@ def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
                 base = np.int64(feat_idx[q]) * K
                 keys[m] = 2 * (base + g) + 1
                 keys[m + 1] = 2 * (base + p)
+                if valued:
+                    v = X.feat_val[q] if uval else 1.0
+                    vals[m] = v
+                    vals[m + 1] = -v
                 m += 2
     tbase = F * K
     K1 = K + 1
@@ -204,29 +246,44 @@ def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
         if gp != pp or gc != pc:
             keys[m] = 2 * (tbase + gp * K1 + gc) + 1
             keys[m + 1] = 2 * (tbase + pp * K1 + pc)
+            if valued:
+                vals[m] = 1.0
+                vals[m + 1] = -1.0
             m += 2
     return m, ham
 
 
 @nb.njit(cache=True, nogil=True)
-def _sort_keys(keys, tmp, counts, m, nbits):
-    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns the sorted buffer.
+def _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp):
+    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns (sorted keys, their vals),
+    both buffers among the ones passed.
 
     Insertion sort for short inputs, otherwise an LSD radix sort with 8-bit digits ping-ponging
     between ``keys`` and ``tmp`` (both ≥ m long; ``counts`` is an int64[256] scratch): branch-free
     and about 4x faster than quicksort on the few hundred keys of a typical record.
+    vals[:m] (scratch ``vtmp``, both ≥ m long) move with their keys (the sort is stable); pass
+    None for both to sort keys alone: numba then compiles the key-only sort (a None argument
+    prunes the ``vals is not None`` branches at compile time).
     """
     if m <= 48:
         for i in range(1, m):
             x = keys[i]
+            if vals is not None:
+                xv = vals[i]
             k = i - 1
             while k >= 0 and keys[k] > x:
                 keys[k + 1] = keys[k]
+                if vals is not None:
+                    vals[k + 1] = vals[k]
                 k -= 1
             keys[k + 1] = x
-        return keys
+            if vals is not None:
+                vals[k + 1] = xv
+        return keys, vals
     src = keys
     dst = tmp
+    vsrc = vals
+    vdst = vtmp
     for shift in range(0, nbits, 8):
         counts[:] = 0
         for i in range(m):
@@ -242,9 +299,18 @@ def _sort_keys(keys, tmp, counts, m, nbits):
             x = src[i]
             d = (x >> shift) & 255
             dst[counts[d]] = x
+            if vals is not None:
+                vdst[counts[d]] = vsrc[i]
             counts[d] += 1
         src, dst = dst, src
-    return src
+        vsrc, vdst = vdst, vsrc
+    return src, vsrc
+
+
+@nb.njit(cache=True, nogil=True)
+def _sort_keys(keys, tmp, counts, m, nbits):
+    """Sort keys[:m] (:func:`_sort_entries` without values); returns the sorted buffer."""
+    return _sort_entries(keys, tmp, counts, m, nbits, None, None)[0]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -275,9 +341,34 @@ merge_signed_keys = _merge  # shared with the entity-relation task (keys 2·inde
 
 
 @nb.njit(cache=True, nogil=True)
-def _key_bits(F, K):
+def _merge_valued(ks, vs, m, w, out_idx, out_val, pos):
+    """Like :func:`_merge` for entries with values: sum vs over each index of the sorted keys
+    ks[:m] (in entry order: the sort is stable), drop exact zeros, append at pos.
+
+    Returns (new pos, w·φ).
+    """
+    has_w = w.shape[0] > 0
+    margin = 0.0
+    i = 0
+    while i < m:
+        idx = ks[i] >> 1
+        s = 0.0
+        while i < m and (ks[i] >> 1) == idx:
+            s += vs[i]
+            i += 1
+        if s != 0.0:
+            out_idx[pos] = idx
+            out_val[pos] = s
+            if has_w:
+                margin += s * w[idx]
+            pos += 1
+    return pos, margin
+
+
+@nb.njit(cache=True, nogil=True)
+def _key_bits(dim):
     """Number of bits of the largest key 2·(dim − 1) + 1."""
-    top = 2 * (F * K + (K + 1) * (K + 1))
+    top = 2 * dim
     nbits = 1
     while (np.int64(1) << nbits) <= top:
         nbits += 1
@@ -303,24 +394,43 @@ def _max_sizes(sent_ptr, feat_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment=1.0):
-    """Loss-augmented Viterbi + record construction for every example in ``examples``
-    (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the examples it gets
-    wrong; −1.0 the loss-diminished argmax).
+def _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos):
+    """φ from the unmerged entries of :func:`_phi_keys` (binary, or with ``vals``), appended to
+    (out_idx, out_val) at pos; returns (new pos, w·φ)."""
+    if vals.shape[0] > 0:
+        ks, vs = _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp)
+        return _merge_valued(ks, vs, m, w, out_idx, out_val, pos)
+    ks = _sort_keys(keys, tmp, counts, m, nbits)
+    return _merge(ks, m, w, out_idx, out_val, pos)
+
+
+@nb.njit(cache=True, nogil=True)
+def _valued(X):
+    """Whether φ needs real values (some feature of X carries a value array)."""
+    return X.feat_val.shape[0] > 0
+
+
+@nb.njit(cache=True, nogil=True)
+def loss_augmented_kernel(w, F, K, X, gold, examples, augment=1.0):
+    """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
+    :class:`Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the
+    examples it gets wrong; −1.0 the loss-diminished argmax).
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
     """
     n_ex = examples.shape[0]
-    max_n, max_keys = _max_sizes(sent_ptr, feat_ptr, examples)
+    max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
     tr, trT, start, end = _transitions(w, F, K)
     scratch = np.empty(2 * K, w.dtype)
     em = np.empty(max(max_n, 1) * K, w.dtype)
     y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
     tmp = np.empty(max(max_keys, 1), np.int64)
+    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    nbits = _key_bits(F, K)
+    nbits = _key_bits(F * K + (K + 1) * (K + 1))
     r_ex = np.empty(n_ex, np.int64)
     r_hash = np.empty(n_ex, np.uint64)
     r_delta = np.empty(n_ex, np.float64)
@@ -333,13 +443,12 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
     pos = 0
     for e in range(n_ex):
         i = examples[e]
-        a = sent_ptr[i]
-        n = sent_ptr[i + 1] - a
+        a = X.sent_ptr[i]
+        n = X.sent_ptr[i + 1] - a
         if n == 0:
             continue
-        _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
-                 augment)
-        m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+        _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment)
+        m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
         if pos + m > cap:
@@ -351,8 +460,8 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
             nv[:pos] = out_val[:pos]
             out_idx = ni
             out_val = nv
-        ks = _sort_keys(keys, tmp, counts, m, nbits)
-        pos, margin = _merge(ks, m, w, out_idx, out_val, pos)
+        pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
+                                 pos)
         r_ex[nrec] = i
         r_hash[nrec] = _hash_tags(y, n)
         r_delta[nrec] = ham
@@ -365,17 +474,18 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
+def decode_kernel(w, F, K, X, examples):
     """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example."""
     n_ex = examples.shape[0]
+    sent_ptr = X.sent_ptr
     ptr = np.zeros(n_ex + 1, np.int64)
     for e in range(n_ex):
         i = examples[e]
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
-    max_n, _ = _max_sizes(sent_ptr, feat_ptr, examples)
+    max_n, _ = _max_sizes(sent_ptr, X.feat_ptr, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, np.float64)
-    em = np.empty(max(max_n, 1) * K, np.float64)
+    scratch = np.empty(2 * K, w.dtype)
+    em = np.empty(max(max_n, 1) * K, w.dtype)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
     for e in range(n_ex):
@@ -383,31 +493,49 @@ def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
         a = sent_ptr[i]
         n = sent_ptr[i + 1] - a
         if n > 0:
-            _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch,
-                     tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
+            _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch,
+                           tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
     return tags, ptr
 
 
 @nb.njit(cache=True, nogil=True)
-def phi_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, i, y):
-    """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y."""
-    a = sent_ptr[i]
-    n = sent_ptr[i + 1] - a
-    mk = 2 * (feat_ptr[a + n] - feat_ptr[a]) + 2 * (n + 1)
+def phi_kernel(w, F, K, X, gold, i, y):
+    """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y (w may be empty: margin 0)."""
+    _, mk = _max_sizes(X.sent_ptr, X.feat_ptr, np.array([i], np.int64))
     keys = np.empty(mk, np.int64)
     tmp = np.empty(mk, np.int64)
+    vals = np.empty(mk if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+    a = X.sent_ptr[i]
+    n = X.sent_ptr[i + 1] - a
+    m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
     idx = np.empty(m, np.int32)
     val = np.empty(m, np.float64)
-    ks = _sort_keys(keys, tmp, counts, m, _key_bits(F, K))
-    pos, margin = _merge(ks, m, w, idx, val, 0)
+    pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m,
+                             _key_bits(F * K + (K + 1) * (K + 1)), w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
 
 
 # ---------------------------------------------------------------------------------------------
 # the task
 # ---------------------------------------------------------------------------------------------
+_EMPTY = np.zeros(0, np.float64)
+
+
+def _values(val: np.ndarray | None, idx: np.ndarray, name: str) -> np.ndarray | None:
+    """``val`` as contiguous finite float64 with one value per entry of ``idx`` (or None)."""
+    if val is None:
+        return None
+    val = np.ascontiguousarray(val, np.float64)
+    if val.shape != idx.shape:
+        raise ValueError(f"{name} must have one value per feature ({idx.shape[0]}), "
+                         f"got shape {val.shape}")
+    if not np.all(np.isfinite(val)):
+        raise ValueError(f"{name} has non-finite values")
+    return val
+
+
 class SequenceTask(Task):
     """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags.
 
@@ -434,6 +562,12 @@ class SequenceTask(Task):
             raise ValueError("sent_ptr is inconsistent with feat_ptr")
         if self.feat_idx.size and (self.feat_idx.min() < 0 or self.feat_idx.max() >= self.F):
             raise ValueError(f"observation feature ids must be in [0, {self.F})")
+        if (self.feat_ptr[0] != 0 or self.feat_ptr[-1] != self.feat_idx.shape[0]
+                or np.any(np.diff(self.feat_ptr) < 0)):
+            raise ValueError("feat_ptr is inconsistent with feat_idx")
+        self.feat_val = _values(X.feat_val, self.feat_idx, "feat_val")
+        self.chain = Chain(self.sent_ptr, self.feat_ptr, self.feat_idx,
+                           _EMPTY if self.feat_val is None else self.feat_val)
         if Y is None:
             self.Y = None
         else:
@@ -515,21 +649,20 @@ class SequenceTask(Task):
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w, float32_ok=True), self.F, self.K, self.sent_ptr, self.feat_ptr,
-            self.feat_idx, self._gold_array(), self._examples(examples), augment)
+            self._w(w, float32_ok=True), self.F, self.K, self.chain, self._gold_array(),
+            self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 
     def decode(self, w: np.ndarray, examples: np.ndarray) -> list[np.ndarray]:
         """Viterbi argmax_y w·Φ(x_i, y): one int32 array of tag ids per example."""
-        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
-                                  self.feat_idx, self._examples(examples))
+        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.chain,
+                                  self._examples(examples))
         return [tags[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
 
     def decode_flat(self, w: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`decode` but returns (flat int32 tags, int64 ptr) without a Python list."""
-        return decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
-                             self.feat_idx, self._examples(examples))
+        return decode_kernel(self._w(w), self.F, self.K, self.chain, self._examples(examples))
 
     def gold(self, examples: np.ndarray) -> list[np.ndarray]:
         Y = self._gold_array(training=False)
@@ -565,13 +698,12 @@ class SequenceTask(Task):
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
         i = int(i)
-        idx, val, ham, _ = phi_kernel(np.zeros(0), self.F, self.K, self.sent_ptr,
-                                      self.feat_ptr, self.feat_idx, self._gold_array(), i,
-                                      self._y(i, y))
+        idx, val, ham, _ = phi_kernel(_EMPTY, self.F, self.K, self.chain, self._gold_array(),
+                                      i, self._y(i, y))
         return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
 
     def score(self, w: np.ndarray, i: int, y: Any) -> float:
-        """w·Φ(x_i, y) (emissions + START/inner/END transitions), computed directly."""
+        """w·Φ(x_i, y) (valued emissions + START/inner/END transitions), computed directly."""
         w = self._w(w)
         i = int(i)
         y = self._y(i, y)
@@ -579,8 +711,10 @@ class SequenceTask(Task):
         a = int(self.sent_ptr[i])
         s = 0.0
         for t, tag in enumerate(y):
-            f = self.feat_idx[self.feat_ptr[a + t]:self.feat_ptr[a + t + 1]].astype(np.int64)
-            s += float(w[f * K + tag].sum())
+            q = slice(self.feat_ptr[a + t], self.feat_ptr[a + t + 1])
+            f = self.feat_idx[q].astype(np.int64)
+            v = 1.0 if self.feat_val is None else self.feat_val[q]
+            s += float((v * w[f * K + tag]).sum())
         path = [K, *(int(v) for v in y), K]
         for p, c in zip(path[:-1], path[1:], strict=True):
             s += float(w[F * K + p * (K + 1) + c])
