@@ -1,25 +1,42 @@
 """First-order chain sequence labelling (POS tagging, chunking, NER) as a :class:`Task`.
 
-Joint feature map (the DEMI-DCD paper's Φ(x, y), so that φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y)),
-for a sentence x of n tokens whose token t fires the observation features O(x_t) ⊆ {0..F-1} with
-real values v_{t,f} (1 for binary features), and tags y_t ∈ {0..K-1} (START = END = K):
+Design note. The DEMI-DCD paper's joint feature map Φ(x, y), whose differences
+φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) are the records every learner consumes, is here, for a
+sentence x of n tokens and tags y_t ∈ {0..K-1} (START = END = K, y_{-1} = START, y_n = END):
 
-    Φ(x, y) = Σ_t Σ_{f ∈ O(x_t)} v_{t,f} e(f, y_t) + Σ_{t=0}^{n} e(y_{t-1} → y_t),
+    Φ(x, y) =   Σ_{t=0}^{n-1} Σ_{f ∈ O(x_t)} u_{t,f} e_U(f, y_t)                  (U, unigram)
+              + Σ_{t=0}^{n}   e_T(y_{t-1}, y_t)                                    (T, transitions)
+              + Σ_{t=1}^{n-1} Σ_{g ∈ B(x_t)} b_{t,g} e_B(g, y_{t-1}, y_t)          (B, bigram obs.)
 
-with y_{-1} = START and y_n = END. Φ is laid out in w (float64, dim = F·K + (K+1)²) as
+O(x_t) ⊆ {0..F-1} are the observation features of token t with real values u_{t,f}, B(x_t) ⊆
+{0..G-1} its bigram observation features (CRF++ ``B01:%x[0,1]``, Wapiti ``B``/``*`` with an
+observation) with values b_{t,g}; binary features have value 1 and store no values. w (float64,
+dim = F·K + (K+1)² + G·K²) holds the three blocks in this order (G = 0: the layout of every
+model without B features):
 
-    emission (f, t):    w[f·K + t]
-    transition (a → b): w[F·K + a·(K+1) + b]
+    U (f, k):              w[f·K + k]
+    T (a → b):             w[F·K + a·(K+1) + b]                 (a, b ∈ {0..K}, K = START/END)
+    B (g, j → k):          w[F·K + (K+1)² + g·K² + j·K + k]     (j, k ∈ {0..K-1})
 
-Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5) adds
-1 to every emission score s(t, k) with k ≠ y_{i,t} and runs Viterbi. A record holds
-φ = Φ(x, y_i) − Φ(x, y) with sorted unique indices and no zero entries, Δ, the margin w·φ and an
-FNV-1a hash of the tag ids.
+so the score of tag k at token t is s_t(k) = Σ_f u_{t,f} w_U[f, k] and the score of the
+transition j → k into position t ≥ 1 is M_t[j, k] = T[j, k] + Σ_{g ∈ B(x_t)} b_{t,g} w_B[g, j, k].
+A bare CRF++ ``B`` line (no observation) is T itself, not a B feature; B features of a
+sentence's first token are ignored (no label precedes it; START → y_0 is T), as in CRF++.
 
-All per-sentence work (emission scoring from sparse features, Viterbi, φ construction and merge)
-is done by numba kernels that take a whole array of example indices per call. Binary features
-(no values) take the same kernels with an empty value array: a per-feature branch, not a
-separate compilation, and bit-identical records.
+Viterbi is max-plus over s_t and M_t: M_t is built (K² per B feature, into a per-sentence
+scratch) only at positions where B features fire, the shared T is read everywhere else, and
+the backward pass reads the same stored M_t, so forward and backtrack agree exactly.
+Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5)
+adds 1 to every s_t(k) with k ≠ y_{i,t}. A record holds φ with sorted unique indices and no zero
+entries (unmerged ±entries radix-sorted and summed: ±1 from the key's sign bit when no feature
+has values, the carried values otherwise), Δ, the margin w·φ and an FNV-1a hash of the tag ids
+(the structure is the tag sequence whatever the features).
+
+All per-sentence work (emission scoring from sparse features, the M_t, Viterbi, φ construction
+and merge) is done by numba kernels that take a whole array of example indices per call and the
+encoding as one :class:`Chain`. Absent values and absent B features are empty arrays: binary
+features without B run today's loops behind a per-feature / per-position branch, bit-identical
+(tests/test_chain_features.py).
 """
 
 from __future__ import annotations
@@ -40,13 +57,17 @@ _FNV_PRIME = np.uint64(1099511628211)
 class Chain(NamedTuple):
     """The encoded sentences as the kernels take them (one argument instead of seven).
 
-    An empty ``feat_val`` means every value is 1 (binary features, the fast path).
+    An empty ``feat_val`` / ``bfeat_val`` means every value is 1 (binary features, the fast
+    path); an empty ``bfeat_ptr`` means no B features (the shared transitions everywhere).
     """
 
     sent_ptr: np.ndarray  # int64[n_sent+1]
     feat_ptr: np.ndarray  # int64[n_tok+1]
     feat_idx: np.ndarray  # int32[nnz]
     feat_val: np.ndarray  # float64[nnz], or float64[0]: all 1
+    bfeat_ptr: np.ndarray  # int64[n_tok+1], or int64[0]: no B features
+    bfeat_idx: np.ndarray  # int32[bnnz]
+    bfeat_val: np.ndarray  # float64[bnnz], or float64[0]: all 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,8 +135,51 @@ def _augment(K, gold, a, n, em, scale):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _forward(em, n, K, tr, start, scratch):
-    """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w(a → b)).
+def _b_transitions(w, K, bbase, X, a, n, tr, trb, slots):
+    """The transition matrices of the positions t = 1..n-1 of tokens a..a+n-1 where B features
+    fire: trb[s·K² + j·K + k] = tr[j·K + k] + Σ_{q} v_q · w[bbase + g_q·K² + j·K + k] over the
+    B features g_q = bfeat_idx[q] of token a+t (v_q = bfeat_val[q], or 1), with slots[t] = s
+    (s = 0, 1, … in order); slots[t] = −1 where none fires (the shared tr), and slots[0] = −1.
+
+    Only firing positions cost anything (K² per feature); the forward and backward passes read
+    the stored matrices, so both see exactly the same scores.
+    """
+    KK = K * K
+    bfeat_ptr = X.bfeat_ptr
+    bfeat_idx = X.bfeat_idx
+    bfeat_val = X.bfeat_val
+    valued = bfeat_val.shape[0] > 0
+    slots[0] = -1
+    s = 0
+    for t in range(1, n):
+        q0 = bfeat_ptr[a + t]
+        q1 = bfeat_ptr[a + t + 1]
+        if q1 == q0:
+            slots[t] = -1
+            continue
+        mat = trb[s * KK:(s + 1) * KK]
+        for j in range(KK):
+            mat[j] = tr[j]
+        for q in range(q0, q1):
+            base = bbase + np.int64(bfeat_idx[q]) * KK
+            wr = w[base:base + KK]
+            if valued:
+                v = w.dtype.type(bfeat_val[q])
+                for j in range(KK):
+                    mat[j] += v * wr[j]
+            else:
+                for j in range(KK):
+                    mat[j] += wr[j]
+        slots[t] = s
+        s += 1
+    return s
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _forward(em, n, K, tr, start, scratch, trb, slots):
+    """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w_t(a → b)), with
+    w_t = trb[slots[t]·K²:] where slots[t] ≥ 0 (B features fire at t) and the shared tr
+    elsewhere (everywhere when ``slots`` is empty).
 
     K-major: for each predecessor a, an element-wise max over the contiguous row tr[a·K:(a+1)·K]
     (vectorises; a reduction over a for each b does not). The running max alternates between
@@ -127,16 +191,23 @@ def _forward(em, n, K, tr, start, scratch):
         em[k] += start[k]
     src = scratch[0:K]
     dst = scratch[K:2 * K]
+    has_b = slots.shape[0] > 0
+    KK = K * K
     for t in range(1, n):
+        mat = tr
+        if has_b:
+            s = slots[t]
+            if s >= 0:
+                mat = trb[s * KK:(s + 1) * KK]
         prow = em[(t - 1) * K:t * K]
         crow = em[t * K:(t + 1) * K]
         pa = prow[0]
-        r = tr[0:K]
+        r = mat[0:K]
         for b in range(K):
             src[b] = pa + r[b]
         for a in range(1, K):
             pa = prow[a]
-            r = tr[a * K:(a + 1) * K]
+            r = mat[a * K:(a + 1) * K]
             for b in range(K):
                 v = pa + r[b]
                 o = src[b]
@@ -147,11 +218,12 @@ def _forward(em, n, K, tr, start, scratch):
 
 
 @nb.njit(cache=True, nogil=True)
-def _backtrack(em, n, K, trT, end, y):
+def _backtrack(em, n, K, trT, end, y, trb, slots):
     """Recover the argmax path from the forward table (first index wins ties); return its score.
 
     Recomputes each argmax over the predecessor a with the same additions as the forward pass,
-    so no back-pointer table is needed.
+    so no back-pointer table is needed: w(a → b) from row b of trT, or at a position with B
+    features from column b of its matrix in trb (``slots`` as in :func:`_forward`).
     """
     row = (n - 1) * K
     best = em[row] + end[0]
@@ -162,13 +234,22 @@ def _backtrack(em, n, K, trT, end, y):
             best = v
             arg = a
     y[n - 1] = arg
+    has_b = slots.shape[0] > 0
     for t in range(n - 1, 0, -1):
         prev = (t - 1) * K
+        tab = trT
         tb = y[t] * K
-        m = em[prev] + trT[tb]
+        step = 1
+        if has_b:
+            s = slots[t]
+            if s >= 0:
+                tab = trb
+                tb = s * K * K + y[t]
+                step = K
+        m = em[prev] + tab[tb]
         arg = 0
         for a in range(1, K):
-            v = em[prev + a] + trT[tb + a]
+            v = em[prev + a] + tab[tb + a * step]
             if v > m:
                 m = v
                 arg = a
@@ -177,26 +258,33 @@ def _backtrack(em, n, K, trT, end, y):
 
 
 @nb.njit(cache=True, nogil=True)
-def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment):
+def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
+                   augment):
     """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1 of the :class:`Chain` X,
     written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
-    1 loss-augmented, −1 loss-diminished)."""
+    1 loss-augmented, −1 loss-diminished). ``trb`` (w's dtype, K² per position with B
+    features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
     _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
     if augment != 0:
         _augment(K, gold, a, n, em, augment)
-    _forward(em, n, K, tr, start, scratch)
-    return _backtrack(em, n, K, trT, end, y)
+    sl = slots[:0]
+    if X.bfeat_ptr.shape[0] > 0:
+        _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
+        sl = slots
+    _forward(em, n, K, tr, start, scratch, trb, sl)
+    return _backtrack(em, n, K, trT, end, y, trb, sl)
 
 
 @nb.njit(cache=True, nogil=True)
 def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
              augment):
-    """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx)
-    (benchmarks/foundation.py times this one)."""
-    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0])
-    return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment)
+    """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx), no B
+    features (benchmarks/foundation.py times this one)."""
+    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0], feat_ptr[:0], feat_idx[:0], em[:0])
+    return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, tr[:0], y[:0],
+                          y, gold, augment)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -238,6 +326,10 @@ def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
                 m += 2
     tbase = F * K
     K1 = K + 1
+    bbase = tbase + K1 * K1
+    KK = K * K
+    has_b = X.bfeat_ptr.shape[0] > 0
+    bval = X.bfeat_val.shape[0] > 0
     for t in range(n + 1):
         gp = K if t == 0 else gold[a + t - 1]
         gc = K if t == n else gold[a + t]
@@ -250,6 +342,16 @@ def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
                 vals[m] = 1.0
                 vals[m + 1] = -1.0
             m += 2
+            if has_b and 0 < t < n:  # B features of token t score (y_{t-1} → y_t)
+                for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
+                    base = bbase + np.int64(X.bfeat_idx[q]) * KK
+                    keys[m] = 2 * (base + gp * K + gc) + 1
+                    keys[m + 1] = 2 * (base + pp * K + pc)
+                    if valued:
+                        v = X.bfeat_val[q] if bval else 1.0
+                        vals[m] = v
+                        vals[m + 1] = -v
+                    m += 2
     return m, ham
 
 
@@ -407,11 +509,49 @@ def _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos
 @nb.njit(cache=True, nogil=True)
 def _valued(X):
     """Whether φ needs real values (some feature of X carries a value array)."""
-    return X.feat_val.shape[0] > 0
+    return X.feat_val.shape[0] > 0 or X.bfeat_val.shape[0] > 0
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, X, gold, examples, augment=1.0):
+def _b_sizes(sent_ptr, bfeat_ptr, examples):
+    """(most positions with B features, most B entries) in one of the given examples, counting
+    tokens 1..n-1 of each sentence (B features of a first token are ignored); (0, 0) without
+    B features."""
+    max_pos = 0
+    max_nnz = 0
+    if bfeat_ptr.shape[0] == 0:
+        return max_pos, max_nnz
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        a = sent_ptr[i]
+        b = sent_ptr[i + 1]
+        if b - a < 2:
+            continue
+        npos = 0
+        for t in range(a + 1, b):
+            if bfeat_ptr[t + 1] > bfeat_ptr[t]:
+                npos += 1
+        max_pos = max(max_pos, npos)
+        max_nnz = max(max_nnz, bfeat_ptr[b] - bfeat_ptr[a + 1])
+    return max_pos, max_nnz
+
+
+@nb.njit(cache=True, nogil=True)
+def _workspace(w, K, X, examples):
+    """Scratch for :func:`_chain_viterbi` and φ over ``examples``: (max_keys, em, scratch, y,
+    trb, slots), max_keys bounding the unmerged φ entries of one example."""
+    max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_bpos, max_bnnz = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
+    em = np.empty(max(max_n, 1) * K, w.dtype)
+    scratch = np.empty(2 * K, w.dtype)
+    y = np.empty(max(max_n, 1), np.int32)
+    trb = np.empty(max_bpos * K * K, w.dtype)
+    slots = np.empty(max(max_n, 1), np.int32)
+    return max_keys + 2 * max_bnnz, em, scratch, y, trb, slots
+
+
+@nb.njit(cache=True, nogil=True)
+def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
     """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
     :class:`Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the
     examples it gets wrong; −1.0 the loss-diminished argmax).
@@ -420,17 +560,14 @@ def loss_augmented_kernel(w, F, K, X, gold, examples, augment=1.0):
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
     """
     n_ex = examples.shape[0]
-    max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, w.dtype)
-    em = np.empty(max(max_n, 1) * K, w.dtype)
-    y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
     tmp = np.empty(max(max_keys, 1), np.int64)
     vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
     vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    nbits = _key_bits(F * K + (K + 1) * (K + 1))
+    nbits = _key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
     r_ex = np.empty(n_ex, np.int64)
     r_hash = np.empty(n_ex, np.uint64)
     r_delta = np.empty(n_ex, np.float64)
@@ -447,7 +584,8 @@ def loss_augmented_kernel(w, F, K, X, gold, examples, augment=1.0):
         n = X.sent_ptr[i + 1] - a
         if n == 0:
             continue
-        _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, y, gold, augment)
+        _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
+                       augment)
         m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
@@ -482,10 +620,8 @@ def decode_kernel(w, F, K, X, examples):
     for e in range(n_ex):
         i = examples[e]
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
-    max_n, _ = _max_sizes(sent_ptr, X.feat_ptr, examples)
+    _, em, scratch, _, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, w.dtype)
-    em = np.empty(max(max_n, 1) * K, w.dtype)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
     for e in range(n_ex):
@@ -493,15 +629,17 @@ def decode_kernel(w, F, K, X, examples):
         a = sent_ptr[i]
         n = sent_ptr[i + 1] - a
         if n > 0:
-            _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch,
+            _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots,
                            tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
     return tags, ptr
 
 
 @nb.njit(cache=True, nogil=True)
-def phi_kernel(w, F, K, X, gold, i, y):
+def phi_kernel(w, F, K, G, X, gold, i, y):
     """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y (w may be empty: margin 0)."""
-    _, mk = _max_sizes(X.sent_ptr, X.feat_ptr, np.array([i], np.int64))
+    one = np.array([i], np.int64)
+    _, mk = _max_sizes(X.sent_ptr, X.feat_ptr, one)
+    mk += 2 * _b_sizes(X.sent_ptr, X.bfeat_ptr, one)[1]
     keys = np.empty(mk, np.int64)
     tmp = np.empty(mk, np.int64)
     vals = np.empty(mk if _valued(X) else 0, np.float64)
@@ -513,7 +651,7 @@ def phi_kernel(w, F, K, X, gold, i, y):
     idx = np.empty(m, np.int32)
     val = np.empty(m, np.float64)
     pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m,
-                             _key_bits(F * K + (K + 1) * (K + 1)), w, idx, val, 0)
+                             _key_bits(F * K + (K + 1) * (K + 1) + G * K * K), w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
 
 
@@ -521,6 +659,27 @@ def phi_kernel(w, F, K, X, gold, i, y):
 # the task
 # ---------------------------------------------------------------------------------------------
 _EMPTY = np.zeros(0, np.float64)
+
+
+def _or_empty(a: np.ndarray | None, dtype: type) -> np.ndarray:
+    """``a``, or an empty array of ``dtype`` (the kernels' "absent") when it is None."""
+    return np.zeros(0, dtype) if a is None else a
+
+
+def _csr(ptr: np.ndarray, idx: np.ndarray | None, n: int,
+         name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ptr, int32 ids) checked: ptr starts at 0, never decreases and ends at len(ids);
+    every id is in [0, n)."""
+    if idx is None:
+        raise ValueError(f"{name}_ptr given without {name}_idx")
+    ptr = np.ascontiguousarray(ptr, np.int64)
+    idx = np.ascontiguousarray(idx, np.int32)
+    if ptr.ndim != 1 or ptr.shape[0] < 1 or ptr[0] != 0 or ptr[-1] != idx.shape[0] \
+            or np.any(np.diff(ptr) < 0):
+        raise ValueError(f"{name}_ptr is inconsistent with {name}_idx")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"{name}_idx ids must be in [0, {n})")
+    return ptr, idx
 
 
 def _values(val: np.ndarray | None, idx: np.ndarray, name: str) -> np.ndarray | None:
@@ -540,7 +699,8 @@ class SequenceTask(Task):
     """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags.
 
     ``Y``: int32 gold tag id per token (None for unlabeled data; −1 = a tag unseen in training,
-    allowed for evaluation only). ``n_obs``: F, the number of observation features.
+    allowed for evaluation only). ``n_obs``: F, the number of (unigram) observation features;
+    ``n_bigram_obs``: G, the number of bigram observation (B) features (X.bfeat_*).
     """
 
     name = "sequence"
@@ -548,26 +708,37 @@ class SequenceTask(Task):
     # sentence than float64 on EWT XPOS (emissions and the max-plus forward pass 1.45x: half
     # the bytes, twice the SIMD lanes; building φ is unchanged)
 
-    def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int):
+    def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int,
+                 n_bigram_obs: int = 0):
         self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
-        self.feat_ptr = np.ascontiguousarray(X.feat_ptr, np.int64)
-        self.feat_idx = np.ascontiguousarray(X.feat_idx, np.int32)
         self.K = int(n_tags)
         self.F = int(n_obs)
-        if self.K < 1 or self.F < 0:
-            raise ValueError("need n_tags >= 1 and n_obs >= 0")
+        self.G = int(n_bigram_obs)
+        if self.K < 1 or self.F < 0 or self.G < 0:
+            raise ValueError("need n_tags >= 1, n_obs >= 0 and n_bigram_obs >= 0")
+        self.feat_ptr, self.feat_idx = _csr(X.feat_ptr, X.feat_idx, self.F, "feat")
         n_tok = self.feat_ptr.shape[0] - 1
         sp = self.sent_ptr
         if sp[0] != 0 or sp[-1] != n_tok or np.any(np.diff(sp) < 0):
             raise ValueError("sent_ptr is inconsistent with feat_ptr")
-        if self.feat_idx.size and (self.feat_idx.min() < 0 or self.feat_idx.max() >= self.F):
-            raise ValueError(f"observation feature ids must be in [0, {self.F})")
-        if (self.feat_ptr[0] != 0 or self.feat_ptr[-1] != self.feat_idx.shape[0]
-                or np.any(np.diff(self.feat_ptr) < 0)):
-            raise ValueError("feat_ptr is inconsistent with feat_idx")
         self.feat_val = _values(X.feat_val, self.feat_idx, "feat_val")
+        # B features: None when the data has none (the kernels then take the shared T alone)
+        self.bfeat_ptr = self.bfeat_idx = self.bfeat_val = None
+        if X.bfeat_ptr is not None:
+            bp, bi = _csr(X.bfeat_ptr, X.bfeat_idx, self.G, "bfeat")
+            if bp.shape[0] != n_tok + 1:
+                raise ValueError(f"bfeat_ptr must have one entry per token + 1 ({n_tok + 1}), "
+                                 f"got {bp.shape[0]}")
+            if bi.size:
+                self.bfeat_ptr, self.bfeat_idx = bp, bi
+                self.bfeat_val = _values(X.bfeat_val, bi, "bfeat_val")
+        elif X.bfeat_idx is not None or X.bfeat_val is not None:
+            raise ValueError("bfeat_idx / bfeat_val given without bfeat_ptr")
         self.chain = Chain(self.sent_ptr, self.feat_ptr, self.feat_idx,
-                           _EMPTY if self.feat_val is None else self.feat_val)
+                           _or_empty(self.feat_val, np.float64),
+                           _or_empty(self.bfeat_ptr, np.int64),
+                           _or_empty(self.bfeat_idx, np.int32),
+                           _or_empty(self.bfeat_val, np.float64))
         if Y is None:
             self.Y = None
         else:
@@ -584,14 +755,23 @@ class SequenceTask(Task):
 
     # -- sizes --------------------------------------------------------------------------------
     @staticmethod
-    def dimension(n_obs: int, n_tags: int) -> int:
-        """Length of w for F observation features and K tags: F·K + (K+1)²."""
-        return int(n_obs) * int(n_tags) + (int(n_tags) + 1) ** 2
+    def dimension(n_obs: int, n_tags: int, n_bigram_obs: int = 0) -> int:
+        """Length of w for F observation features, K tags and G bigram observation features:
+        F·K + (K+1)² + G·K², laid out as [emissions U: w[f·K + k] | transitions T incl. START
+        and END: w[F·K + a·(K+1) + b] | B: w[F·K + (K+1)² + g·K² + j·K + k]] (the module
+        docstring has the maths); G = 0 is the layout of models without B features."""
+        F, K, G = int(n_obs), int(n_tags), int(n_bigram_obs)
+        return F * K + (K + 1) ** 2 + G * K * K
 
     @property
     def dim(self) -> int:
-        """F·K + (K+1)²."""
-        return self.dimension(self.F, self.K)
+        """F·K + (K+1)² + G·K²."""
+        return self.dimension(self.F, self.K, self.G)
+
+    @property
+    def bigram_base(self) -> int:
+        """Offset of the B block in w: F·K + (K+1)²."""
+        return self.F * self.K + (self.K + 1) ** 2
 
     @property
     def n_examples(self) -> int:
@@ -635,21 +815,29 @@ class SequenceTask(Task):
 
     def weights_read(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Blocks of w inference on ``examples`` reads: K emission weights per observation
-        feature of each token (repeats allowed), and all transitions."""
+        feature of each token (repeats allowed), all transitions, and K² weights per B feature
+        of each token but a sentence's first."""
         ex = self._examples(examples)
         sp, fp = self.sent_ptr, self.feat_ptr
         parts = [self.feat_idx[fp[sp[i]]:fp[sp[i + 1]]] for i in ex]
         f = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        starts = np.empty(f.shape[0] + 1, np.int64)
-        starts[:-1] = f.astype(np.int64) * self.K
-        starts[-1] = self.F * self.K
-        lens = np.full(starts.shape[0], self.K, np.int64)
-        lens[-1] = (self.K + 1) ** 2
+        g = np.zeros(0, np.int32)
+        if self.bfeat_ptr is not None:
+            bp = self.bfeat_ptr
+            bparts = [self.bfeat_idx[bp[sp[i] + 1]:bp[sp[i + 1]]] for i in ex
+                      if sp[i + 1] - sp[i] > 1]
+            g = np.concatenate(bparts) if bparts else g
+        K = self.K
+        starts = np.concatenate([f.astype(np.int64) * K, [self.F * K],
+                                 self.bigram_base + g.astype(np.int64) * (K * K)])
+        lens = np.full(starts.shape[0], K, np.int64)
+        lens[f.shape[0]] = (K + 1) ** 2
+        lens[f.shape[0] + 1:] = K * K
         return starts, lens
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w, float32_ok=True), self.F, self.K, self.chain, self._gold_array(),
+            self._w(w, float32_ok=True), self.F, self.K, self.G, self.chain, self._gold_array(),
             self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
@@ -698,12 +886,13 @@ class SequenceTask(Task):
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
         i = int(i)
-        idx, val, ham, _ = phi_kernel(_EMPTY, self.F, self.K, self.chain, self._gold_array(),
-                                      i, self._y(i, y))
+        idx, val, ham, _ = phi_kernel(_EMPTY, self.F, self.K, self.G, self.chain,
+                                      self._gold_array(), i, self._y(i, y))
         return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
 
     def score(self, w: np.ndarray, i: int, y: Any) -> float:
-        """w·Φ(x_i, y) (valued emissions + START/inner/END transitions), computed directly."""
+        """w·Φ(x_i, y) (valued emissions, START/inner/END transitions and the B features of
+        tokens 1..n-1 on their transitions), computed directly."""
         w = self._w(w)
         i = int(i)
         y = self._y(i, y)
@@ -718,6 +907,12 @@ class SequenceTask(Task):
         path = [K, *(int(v) for v in y), K]
         for p, c in zip(path[:-1], path[1:], strict=True):
             s += float(w[F * K + p * (K + 1) + c])
+        if self.bfeat_ptr is not None:
+            for t in range(1, len(y)):
+                q = slice(self.bfeat_ptr[a + t], self.bfeat_ptr[a + t + 1])
+                g = self.bfeat_idx[q].astype(np.int64)
+                v = 1.0 if self.bfeat_val is None else self.bfeat_val[q]
+                s += float((v * w[self.bigram_base + g * K * K + y[t - 1] * K + y[t]]).sum())
         return s
 
     @staticmethod
