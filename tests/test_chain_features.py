@@ -326,3 +326,50 @@ def test_bad_b_features_are_refused():
         SequenceTask(replace(X, bfeat_ptr=X.bfeat_ptr[:-1]), Y, 2, n_obs, 3)
     with pytest.raises(ValueError, match="without bfeat_ptr"):
         SequenceTask(replace(X, bfeat_ptr=None), Y, 2, n_obs, 3)
+
+
+def _valued_bigram_task(n_sentences: int = 120, G: int = 24, seed: int = 3) -> SequenceTask:
+    """A small synthetic tagging problem (as tests/small_fit.py's) with real values on every
+    observation feature (U(0.5, 1.5)) and, per token but the first of a sentence, two B
+    features: the bucket of the previous word type (mod G − 1) and a bias (G − 1), valued."""
+    from demidcd.synthetic import generate
+    from demidcd.tasks.features import SequenceFeaturizer
+
+    c = generate(n_sentences=n_sentences, n_tags=5, vocab_size=300, seed=seed)
+    enc = SequenceFeaturizer(1, 0).fit_transform(c.tokens)
+    rng = np.random.default_rng(seed)
+    types: dict[str, int] = {}
+    bidx, bptr = [], [0]
+    for sent in c.tokens:
+        for t in range(len(sent)):
+            if t:
+                prev = types.setdefault(sent[t - 1].lower(), len(types))
+                bidx += [prev % (G - 1), G - 1]
+            bptr.append(len(bidx))
+    X = replace(enc, feat_val=rng.uniform(0.5, 1.5, enc.feat_idx.size),
+                bfeat_ptr=np.array(bptr, np.int64), bfeat_idx=np.array(bidx, np.int32),
+                bfeat_val=rng.uniform(0.5, 1.5, len(bidx)))
+    classes = sorted({t for s in c.tags for t in s})
+    y = np.array([classes.index(t) for s in c.tags for t in s], np.int32)
+    return SequenceTask(X, y, len(classes), enc.feat_idx.max() + 1, G)
+
+
+def test_learners_train_b_features_and_values_unchanged(shm_guard):
+    """1-DCD and DEMI-DCD (one learner, one worker process) train a task with valued U and B
+    features through the learner registry and reach the same primal objective; the B block
+    gets weights and the model fits the training data."""
+    from demidcd.solvers import train
+    from demidcd.solvers.common import SolverConfig, primal_objective
+
+    task = _valued_bigram_task()
+    C = 0.1
+    cfg = dict(C=C, tol=1e-3, delta=1e-3, max_epochs=100000, time_limit=60)
+    one = train(task, "dcd", SolverConfig(**cfg), threads=1)
+    demi = train(task, "demi-dcd", SolverConfig(**cfg), threads=2, learners=1)
+    assert one.stop_reason == "converged" and demi.stop_reason == "converged"
+    p1, _ = primal_objective(task, one.w, C)
+    p2, _ = primal_objective(task, demi.w, C)
+    assert abs(p2 - p1) / p1 <= 1e-3
+    assert np.abs(one.w[task.bigram_base:]).max() > 1e-3  # the B block is trained
+    ex = np.arange(task.n_examples)
+    assert task.metric(task.gold(ex), task.decode(one.w, ex))["score"] > 0.95
