@@ -266,11 +266,13 @@ def test_b_features_of_first_tokens_are_ignored(valued):
     assert starts.max() < with_b.bigram_base  # no B block is read
 
 
-def test_float32_inference_with_values_finds_the_float64_structures():
+@pytest.mark.parametrize("G", [0, 8])
+def test_float32_inference_with_values_finds_the_float64_structures(G):
+    """The workers' float32 w̄ (values and B matrices in float32) finds the float64 records."""
     rng = np.random.default_rng(5)
     K, F = 6, 40
-    X, Y, n_obs, _ = random_chain(rng, 60, K, F, True, max_len=14)
-    task = SequenceTask(X, Y, K, n_obs)
+    X, Y, n_obs, _ = random_chain(rng, 60, K, F, True, max_len=14, G=G)
+    task = SequenceTask(X, Y, K, n_obs, G)
     ex = np.arange(task.n_examples)
     w = rng.normal(size=task.dim)
     r64 = task.loss_augmented(w, ex)

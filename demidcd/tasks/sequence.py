@@ -34,9 +34,11 @@ has values, the carried values otherwise), Δ, the margin w·φ and an FNV-1a ha
 
 All per-sentence work (emission scoring from sparse features, the M_t, Viterbi, φ construction
 and merge) is done by numba kernels that take a whole array of example indices per call and the
-encoding as one :class:`Chain`. Absent values and absent B features are empty arrays: binary
-features without B run today's loops behind a per-feature / per-position branch, bit-identical
-(tests/test_chain_features.py).
+encoding as one :class:`Chain`. Absent values and absent B features are empty arrays, tested
+once per feature (values) and once per sentence (B: without them :func:`_forward` and
+:func:`_backtrack` run as before B features existed); records of binary features without B are
+bit-identical to those of the kernels before values and B features (tests/test_chain_features.py
+checks unit values and ignored B features against them).
 """
 
 from __future__ import annotations
