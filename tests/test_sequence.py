@@ -319,7 +319,7 @@ def test_sort_keys_matches_numpy():
             tmp = np.empty(m, np.int64)
             got = _sort_keys(keys.copy(), tmp, counts, m, int(top).bit_length())
             np.testing.assert_array_equal(got[:m], np.sort(keys))
-    assert _key_bits(3, 2) == int(2 * (3 * 2 + 9)).bit_length()
+    assert _key_bits(3 * 2 + 9) == int(2 * (3 * 2 + 9)).bit_length()
 
 
 def test_unknown_gold_tags_evaluate_but_do_not_train():

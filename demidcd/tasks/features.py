@@ -77,15 +77,25 @@ _OFFSETS = (-2, -1, 1, 2)
 
 @dataclass
 class EncodedSequences:
-    """Sentences as CSR-like arrays of observation feature ids.
+    """Sentences as CSR-like arrays of observation feature ids (and values).
 
-    Sentence s holds tokens sent_ptr[s]:sent_ptr[s+1]; token t fires the features
-    feat_idx[feat_ptr[t]:feat_ptr[t+1]] (sorted, unique, each with value 1).
+    Sentence s holds tokens sent_ptr[s]:sent_ptr[s+1]; token t fires the unigram observation
+    features feat_idx[feat_ptr[t]:feat_ptr[t+1]] (ids in [0, F), sorted, unique) with values
+    feat_val[same range] (None: every value is 1).
+
+    Bigram observation features (CRF++ / Wapiti ``B`` templates with an observation; ids in
+    [0, G), see :mod:`demidcd.tasks.sequence`): token t fires bfeat_idx[bfeat_ptr[t]:
+    bfeat_ptr[t+1]] with values bfeat_val[same range] (None: all 1); they score the transition
+    (y_{t-1} → y_t), so those of a sentence's first token are ignored. bfeat_ptr None: none.
     """
 
     sent_ptr: np.ndarray  # int64[n_sent+1]
     feat_ptr: np.ndarray  # int64[n_tokens+1]
     feat_idx: np.ndarray  # int32[nnz]
+    feat_val: np.ndarray | None = None  # float64[nnz] or None (all 1)
+    bfeat_ptr: np.ndarray | None = None  # int64[n_tokens+1] or None (no bigram features)
+    bfeat_idx: np.ndarray | None = None  # int32[bnnz]
+    bfeat_val: np.ndarray | None = None  # float64[bnnz] or None (all 1)
 
     @property
     def n_sentences(self) -> int:

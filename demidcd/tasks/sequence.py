@@ -1,27 +1,49 @@
 """First-order chain sequence labelling (POS tagging, chunking, NER) as a :class:`Task`.
 
-Joint feature map, for a sentence x of n tokens with observation features O(x_t) ⊆ {0..F-1} and
-tags y_t ∈ {0..K-1} (START = END = K):
+Design note. The DEMI-DCD paper's joint feature map Φ(x, y), whose differences
+φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) are the records every learner consumes, is here, for a
+sentence x of n tokens and tags y_t ∈ {0..K-1} (START = END = K, y_{-1} = START, y_n = END):
 
-    Φ(x, y) = Σ_t Σ_{f ∈ O(x_t)} e(f, y_t) + Σ_{t=0}^{n} e(y_{t-1} → y_t),
+    Φ(x, y) =   Σ_{t=0}^{n-1} Σ_{f ∈ O(x_t)} u_{t,f} e_U(f, y_t)                  (U, unigram)
+              + Σ_{t=0}^{n}   e_T(y_{t-1}, y_t)                                    (T, transitions)
+              + Σ_{t=1}^{n-1} Σ_{g ∈ B(x_t)} b_{t,g} e_B(g, y_{t-1}, y_t)          (B, bigram obs.)
 
-with y_{-1} = START and y_n = END. Φ is laid out in w (float64, dim = F·K + (K+1)²) as
+O(x_t) ⊆ {0..F-1} are the observation features of token t with real values u_{t,f}, B(x_t) ⊆
+{0..G-1} its bigram observation features (CRF++ ``B01:%x[0,1]``, Wapiti ``B``/``*`` with an
+observation) with values b_{t,g}; binary features have value 1 and store no values. w (float64,
+dim = F·K + (K+1)² + G·K²) holds the three blocks in this order (G = 0: the layout of every
+model without B features):
 
-    emission (f, t):    w[f·K + t]
-    transition (a → b): w[F·K + a·(K+1) + b]
+    U (f, k):              w[f·K + k]
+    T (a → b):             w[F·K + a·(K+1) + b]                 (a, b ∈ {0..K}, K = START/END)
+    B (g, j → k):          w[F·K + (K+1)² + g·K² + j·K + k]     (j, k ∈ {0..K-1})
 
-Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5) adds
-1 to every emission score s(t, k) with k ≠ y_{i,t} and runs Viterbi. A record holds
-φ = Φ(x, y_i) − Φ(x, y) with sorted unique indices and no zero entries, Δ, the margin w·φ and an
-FNV-1a hash of the tag ids.
+so the score of tag k at token t is s_t(k) = Σ_f u_{t,f} w_U[f, k] and the score of the
+transition j → k into position t ≥ 1 is M_t[j, k] = T[j, k] + Σ_{g ∈ B(x_t)} b_{t,g} w_B[g, j, k].
+A bare CRF++ ``B`` line (no observation) is T itself, not a B feature; B features of a
+sentence's first token are ignored (no label precedes it; START → y_0 is T), as in CRF++.
 
-All per-sentence work (emission scoring from sparse features, Viterbi, φ construction and merge)
-is done by numba kernels that take a whole array of example indices per call.
+Viterbi is max-plus over s_t and M_t: M_t is built (K² per B feature, into a per-sentence
+scratch) only at positions where B features fire, the shared T is read everywhere else, and
+the backward pass reads the same stored M_t, so forward and backtrack agree exactly.
+Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5)
+adds 1 to every s_t(k) with k ≠ y_{i,t}. A record holds φ with sorted unique indices and no zero
+entries (unmerged ±entries radix-sorted and summed: ±1 from the key's sign bit when no feature
+has values, the carried values otherwise), Δ, the margin w·φ and an FNV-1a hash of the tag ids
+(the structure is the tag sequence whatever the features).
+
+All per-sentence work (emission scoring from sparse features, the M_t, Viterbi, φ construction
+and merge) is done by numba kernels that take a whole array of example indices per call and the
+encoding as one :class:`Chain`. Absent values and absent B features are empty arrays, tested
+once per feature (values) and once per sentence (B: without them :func:`_forward` and
+:func:`_backtrack` run as before B features existed); records of binary features without B are
+bit-identical to those of the kernels before values and B features (tests/test_chain_features.py
+checks unit values and ignored B features against them).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
@@ -32,6 +54,22 @@ from .features import EncodedSequences
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
+
+
+class Chain(NamedTuple):
+    """The encoded sentences as the kernels take them (one argument instead of seven).
+
+    An empty ``feat_val`` / ``bfeat_val`` means every value is 1 (binary features, the fast
+    path); an empty ``bfeat_ptr`` means no B features (the shared transitions everywhere).
+    """
+
+    sent_ptr: np.ndarray  # int64[n_sent+1]
+    feat_ptr: np.ndarray  # int64[n_tok+1]
+    feat_idx: np.ndarray  # int32[nnz]
+    feat_val: np.ndarray  # float64[nnz], or float64[0]: all 1
+    bfeat_ptr: np.ndarray  # int64[n_tok+1], or int64[0]: no B features
+    bfeat_idx: np.ndarray  # int32[bnnz]
+    bfeat_val: np.ndarray  # float64[bnnz], or float64[0]: all 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,12 +98,15 @@ def _transitions(w, F, K):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
-    """em[t·K + k] = Σ_{f ∈ O(x_{a+t})} w[f·K + k] for t < n (contiguous rows of w).
+def _emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
+    """em[t·K + k] = Σ_{q} v_q · w[f_q·K + k] over the features f_q = feat_idx[q] of token a+t,
+    t < n (contiguous rows of w); v_q = feat_val[q], or 1 when ``feat_val`` is empty.
 
     Rows are taken as slices so that the inner loop over k has provably non-negative indices
-    and compiles to packed SIMD loads (no wrap-around handling, no gathers).
+    and compiles to packed SIMD loads (no wrap-around handling, no gathers). A value is cast to
+    w's dtype first, so float32 w stays float32 arithmetic.
     """
+    valued = feat_val.shape[0] > 0
     for t in range(n):
         row = em[t * K:(t + 1) * K]
         for k in range(K):
@@ -73,8 +114,13 @@ def _emissions(w, K, feat_ptr, feat_idx, a, n, em):
         for q in range(feat_ptr[a + t], feat_ptr[a + t + 1]):
             base = np.int64(feat_idx[q]) * K
             wr = w[base:base + K]
-            for k in range(K):
-                row[k] += wr[k]
+            if valued:
+                v = w.dtype.type(feat_val[q])
+                for k in range(K):
+                    row[k] += v * wr[k]
+            else:
+                for k in range(K):
+                    row[k] += wr[k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -91,36 +137,119 @@ def _augment(K, gold, a, n, em, scale):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _forward(em, n, K, tr, start, scratch):
-    """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w(a → b)).
+def _b_transitions(w, K, bbase, X, a, n, tr, trb, slots):
+    """The transition matrices of the positions t = 1..n-1 of tokens a..a+n-1 where B features
+    fire: trb[s·K² + j·K + k] = tr[j·K + k] + Σ_{q} v_q · w[bbase + g_q·K² + j·K + k] over the
+    B features g_q = bfeat_idx[q] of token a+t (v_q = bfeat_val[q], or 1), with slots[t] = s
+    (s = 0, 1, … in order); slots[t] = −1 where none fires (the shared tr), and slots[0] = −1.
+
+    Only firing positions cost anything (K² per feature); the forward and backward passes read
+    the stored matrices, so both see exactly the same scores.
+    """
+    KK = K * K
+    bfeat_ptr = X.bfeat_ptr
+    bfeat_idx = X.bfeat_idx
+    bfeat_val = X.bfeat_val
+    valued = bfeat_val.shape[0] > 0
+    slots[0] = -1
+    s = 0
+    for t in range(1, n):
+        q0 = bfeat_ptr[a + t]
+        q1 = bfeat_ptr[a + t + 1]
+        if q1 == q0:
+            slots[t] = -1
+            continue
+        mat = trb[s * KK:(s + 1) * KK]
+        for j in range(KK):
+            mat[j] = tr[j]
+        for q in range(q0, q1):
+            base = bbase + np.int64(bfeat_idx[q]) * KK
+            wr = w[base:base + KK]
+            if valued:
+                v = w.dtype.type(bfeat_val[q])
+                for j in range(KK):
+                    mat[j] += v * wr[j]
+            else:
+                for j in range(KK):
+                    mat[j] += wr[j]
+        slots[t] = s
+        s += 1
+    return s
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _relax(prow, crow, K, tr, scratch):
+    """crow[b] += max_a (prow[a] + tr[a·K + b]): one max-plus step of the forward pass.
 
     K-major: for each predecessor a, an element-wise max over the contiguous row tr[a·K:(a+1)·K]
     (vectorises; a reduction over a for each b does not). The running max alternates between
     the two halves of ``scratch`` (2K long): written in place, ``m[b] = v if v > m[b] else m[b]``
     compiles to a masked store (vmaskmovpd), which is microcoded on AMD Zen; a store to the
-    other buffer is a plain vmaxpd + store, and made this function 2.2x faster (EWT XPOS, K = 49).
+    other buffer is a plain vmaxpd + store, and made the forward pass 2.2x faster (EWT XPOS,
+    K = 49). Inlined by numba into each caller.
+    """
+    src = scratch[0:K]
+    dst = scratch[K:2 * K]
+    pa = prow[0]
+    r = tr[0:K]
+    for b in range(K):
+        src[b] = pa + r[b]
+    for a in range(1, K):
+        pa = prow[a]
+        r = tr[a * K:(a + 1) * K]
+        for b in range(K):
+            v = pa + r[b]
+            o = src[b]
+            dst[b] = v if v > o else o
+        src, dst = dst, src
+    for b in range(K):
+        crow[b] += src[b]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _forward(em, n, K, tr, start, scratch):
+    """In place: em[t·K + b] ← em[t·K + b] + max_a (em[(t−1)·K + a] + w(a → b)) with the shared
+    transitions tr (:func:`_relax`)."""
+    for k in range(K):
+        em[k] += start[k]
+    for t in range(1, n):
+        _relax(em[(t - 1) * K:t * K], em[t * K:(t + 1) * K], K, tr, scratch)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _forward_b(em, n, K, tr, start, scratch, trb, slots):
+    """:func:`_forward` with w_t(a → b) = trb[slots[t]·K² + a·K + b] where slots[t] ≥ 0 (B
+    features fire at t) and the shared tr elsewhere.
+
+    A function of its own (as :func:`_backtrack_b`): the same loop with a per-position choice
+    of matrix made the forward pass without B features 8-9% slower at K = 49 (float64, 2,000
+    synthetic sentences of 25 tokens, min of 30 interleaved runs); apart, it is as fast as
+    before B features existed.
     """
     for k in range(K):
         em[k] += start[k]
-    src = scratch[0:K]
-    dst = scratch[K:2 * K]
+    KK = K * K
     for t in range(1, n):
         prow = em[(t - 1) * K:t * K]
         crow = em[t * K:(t + 1) * K]
-        pa = prow[0]
-        r = tr[0:K]
-        for b in range(K):
-            src[b] = pa + r[b]
-        for a in range(1, K):
-            pa = prow[a]
-            r = tr[a * K:(a + 1) * K]
-            for b in range(K):
-                v = pa + r[b]
-                o = src[b]
-                dst[b] = v if v > o else o
-            src, dst = dst, src
-        for b in range(K):
-            crow[b] += src[b]
+        s = slots[t]
+        if s < 0:
+            _relax(prow, crow, K, tr, scratch)
+        else:
+            _relax(prow, crow, K, trb[s * KK:(s + 1) * KK], scratch)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _best_predecessor(x, xo, K, tab, off, step):
+    """(argmax_a, max_a) of x[xo + a] + tab[off + a·step] over a < K (first index wins)."""
+    m = x[xo] + tab[off]
+    arg = 0
+    for a in range(1, K):
+        v = x[xo + a] + tab[off + a * step]
+        if v > m:
+            m = v
+            arg = a
+    return arg, m
 
 
 @nb.njit(cache=True, nogil=True)
@@ -128,43 +257,56 @@ def _backtrack(em, n, K, trT, end, y):
     """Recover the argmax path from the forward table (first index wins ties); return its score.
 
     Recomputes each argmax over the predecessor a with the same additions as the forward pass,
-    so no back-pointer table is needed.
+    so no back-pointer table is needed (w(a → b) from row b of trT).
     """
-    row = (n - 1) * K
-    best = em[row] + end[0]
-    arg = 0
-    for a in range(1, K):
-        v = em[row + a] + end[a]
-        if v > best:
-            best = v
-            arg = a
-    y[n - 1] = arg
+    y[n - 1], best = _best_predecessor(em, (n - 1) * K, K, end, 0, 1)
     for t in range(n - 1, 0, -1):
-        prev = (t - 1) * K
-        tb = y[t] * K
-        m = em[prev] + trT[tb]
-        arg = 0
-        for a in range(1, K):
-            v = em[prev + a] + trT[tb + a]
-            if v > m:
-                m = v
-                arg = a
-        y[t - 1] = arg
+        y[t - 1] = _best_predecessor(em, (t - 1) * K, K, trT, y[t] * K, 1)[0]
     return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _backtrack_b(em, n, K, trT, end, y, trb, slots):
+    """:func:`_backtrack` after :func:`_forward_b`: at a position with B features w(a → b)
+    comes from column b of its matrix in trb, the same stored values the forward pass read."""
+    y[n - 1], best = _best_predecessor(em, (n - 1) * K, K, end, 0, 1)
+    for t in range(n - 1, 0, -1):
+        s = slots[t]
+        if s < 0:
+            y[t - 1] = _best_predecessor(em, (t - 1) * K, K, trT, y[t] * K, 1)[0]
+        else:
+            y[t - 1] = _best_predecessor(em, (t - 1) * K, K, trb, s * K * K + y[t], K)[0]
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
+                   augment):
+    """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1 of the :class:`Chain` X,
+    written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
+    1 loss-augmented, −1 loss-diminished). ``trb`` (w's dtype, K² per position with B
+    features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`."""
+    if n == 0:
+        return w[F * K + K * (K + 1) + K]
+    _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+    if augment != 0:
+        _augment(K, gold, a, n, em, augment)
+    if X.bfeat_ptr.shape[0] == 0:
+        _forward(em, n, K, tr, start, scratch)
+        return _backtrack(em, n, K, trT, end, y)
+    _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
+    _forward_b(em, n, K, tr, start, scratch, trb, slots)
+    return _backtrack_b(em, n, K, trT, end, y, trb, slots)
 
 
 @nb.njit(cache=True, nogil=True)
 def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
              augment):
-    """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1, written to y[:n]
-    (``augment`` is the loss scale: 0 plain Viterbi, 1 loss-augmented, −1 loss-diminished)."""
-    if n == 0:
-        return w[F * K + K * (K + 1) + K]
-    _emissions(w, K, feat_ptr, feat_idx, a, n, em)
-    if augment != 0:
-        _augment(K, gold, a, n, em, augment)
-    _forward(em, n, K, tr, start, scratch)
-    return _backtrack(em, n, K, trT, end, y)
+    """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx), no B
+    features (benchmarks/foundation.py times this one)."""
+    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0], feat_ptr[:0], feat_idx[:0], em[:0])
+    return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, tr[:0], y[:0],
+                          y, gold, augment)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -177,11 +319,17 @@ def _hash_tags(y, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
-    """Unmerged entries of Φ(x, gold) − Φ(x, y) as keys 2·idx + (1 for +1, 0 for −1).
+def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
+    """Unmerged entries of Φ(x, gold) − Φ(x, y) as keys 2·idx + (1 for the gold side, 0 for
+    y's side); when ``vals`` is not empty, vals[j] is entry j's signed value (+v / −v with v the
+    feature's value, ±1 for transitions), otherwise every entry is ±1 by its key's low bit.
 
     Returns (number of keys, Hamming distance).
     """
+    valued = vals.shape[0] > 0
+    uval = X.feat_val.shape[0] > 0
+    feat_ptr = X.feat_ptr
+    feat_idx = X.feat_idx
     m = 0
     ham = 0
     for t in range(n):
@@ -193,9 +341,17 @@ def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
                 base = np.int64(feat_idx[q]) * K
                 keys[m] = 2 * (base + g) + 1
                 keys[m + 1] = 2 * (base + p)
+                if valued:
+                    v = X.feat_val[q] if uval else 1.0
+                    vals[m] = v
+                    vals[m + 1] = -v
                 m += 2
     tbase = F * K
     K1 = K + 1
+    bbase = tbase + K1 * K1
+    KK = K * K
+    has_b = X.bfeat_ptr.shape[0] > 0
+    bval = X.bfeat_val.shape[0] > 0
     for t in range(n + 1):
         gp = K if t == 0 else gold[a + t - 1]
         gc = K if t == n else gold[a + t]
@@ -204,29 +360,54 @@ def _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys):
         if gp != pp or gc != pc:
             keys[m] = 2 * (tbase + gp * K1 + gc) + 1
             keys[m + 1] = 2 * (tbase + pp * K1 + pc)
+            if valued:
+                vals[m] = 1.0
+                vals[m + 1] = -1.0
             m += 2
+            if has_b and 0 < t < n:  # B features of token t score (y_{t-1} → y_t)
+                for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
+                    base = bbase + np.int64(X.bfeat_idx[q]) * KK
+                    keys[m] = 2 * (base + gp * K + gc) + 1
+                    keys[m + 1] = 2 * (base + pp * K + pc)
+                    if valued:
+                        v = X.bfeat_val[q] if bval else 1.0
+                        vals[m] = v
+                        vals[m + 1] = -v
+                    m += 2
     return m, ham
 
 
 @nb.njit(cache=True, nogil=True)
-def _sort_keys(keys, tmp, counts, m, nbits):
-    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns the sorted buffer.
+def _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp):
+    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns (sorted keys, their vals),
+    both buffers among the ones passed.
 
     Insertion sort for short inputs, otherwise an LSD radix sort with 8-bit digits ping-ponging
     between ``keys`` and ``tmp`` (both ≥ m long; ``counts`` is an int64[256] scratch): branch-free
     and about 4x faster than quicksort on the few hundred keys of a typical record.
+    vals[:m] (scratch ``vtmp``, both ≥ m long) move with their keys (the sort is stable); pass
+    None for both to sort keys alone: numba then compiles the key-only sort (a None argument
+    prunes the ``vals is not None`` branches at compile time).
     """
     if m <= 48:
         for i in range(1, m):
             x = keys[i]
+            if vals is not None:
+                xv = vals[i]
             k = i - 1
             while k >= 0 and keys[k] > x:
                 keys[k + 1] = keys[k]
+                if vals is not None:
+                    vals[k + 1] = vals[k]
                 k -= 1
             keys[k + 1] = x
-        return keys
+            if vals is not None:
+                vals[k + 1] = xv
+        return keys, vals
     src = keys
     dst = tmp
+    vsrc = vals
+    vdst = vtmp
     for shift in range(0, nbits, 8):
         counts[:] = 0
         for i in range(m):
@@ -242,9 +423,18 @@ def _sort_keys(keys, tmp, counts, m, nbits):
             x = src[i]
             d = (x >> shift) & 255
             dst[counts[d]] = x
+            if vals is not None:
+                vdst[counts[d]] = vsrc[i]
             counts[d] += 1
         src, dst = dst, src
-    return src
+        vsrc, vdst = vdst, vsrc
+    return src, vsrc
+
+
+@nb.njit(cache=True, nogil=True)
+def _sort_keys(keys, tmp, counts, m, nbits):
+    """Sort keys[:m] (:func:`_sort_entries` without values); returns the sorted buffer."""
+    return _sort_entries(keys, tmp, counts, m, nbits, None, None)[0]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -275,9 +465,34 @@ merge_signed_keys = _merge  # shared with the entity-relation task (keys 2·inde
 
 
 @nb.njit(cache=True, nogil=True)
-def _key_bits(F, K):
+def _merge_valued(ks, vs, m, w, out_idx, out_val, pos):
+    """Like :func:`_merge` for entries with values: sum vs over each index of the sorted keys
+    ks[:m] (in entry order: the sort is stable), drop exact zeros, append at pos.
+
+    Returns (new pos, w·φ).
+    """
+    has_w = w.shape[0] > 0
+    margin = 0.0
+    i = 0
+    while i < m:
+        idx = ks[i] >> 1
+        s = 0.0
+        while i < m and (ks[i] >> 1) == idx:
+            s += vs[i]
+            i += 1
+        if s != 0.0:
+            out_idx[pos] = idx
+            out_val[pos] = s
+            if has_w:
+                margin += s * w[idx]
+            pos += 1
+    return pos, margin
+
+
+@nb.njit(cache=True, nogil=True)
+def _key_bits(dim):
     """Number of bits of the largest key 2·(dim − 1) + 1."""
-    top = 2 * (F * K + (K + 1) * (K + 1))
+    top = 2 * dim
     nbits = 1
     while (np.int64(1) << nbits) <= top:
         nbits += 1
@@ -303,24 +518,78 @@ def _max_sizes(sent_ptr, feat_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment=1.0):
-    """Loss-augmented Viterbi + record construction for every example in ``examples``
-    (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the examples it gets
-    wrong; −1.0 the loss-diminished argmax).
+def _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos):
+    """φ from the unmerged entries of :func:`_phi_keys` (binary, or with ``vals``), appended to
+    (out_idx, out_val) at pos; returns (new pos, w·φ)."""
+    if vals.shape[0] > 0:
+        ks, vs = _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp)
+        return _merge_valued(ks, vs, m, w, out_idx, out_val, pos)
+    ks = _sort_keys(keys, tmp, counts, m, nbits)
+    return _merge(ks, m, w, out_idx, out_val, pos)
+
+
+@nb.njit(cache=True, nogil=True)
+def _valued(X):
+    """Whether φ needs real values (some feature of X carries a value array)."""
+    return X.feat_val.shape[0] > 0 or X.bfeat_val.shape[0] > 0
+
+
+@nb.njit(cache=True, nogil=True)
+def _b_sizes(sent_ptr, bfeat_ptr, examples):
+    """(most positions with B features, most B entries) in one of the given examples, counting
+    tokens 1..n-1 of each sentence (B features of a first token are ignored); (0, 0) without
+    B features."""
+    max_pos = 0
+    max_nnz = 0
+    if bfeat_ptr.shape[0] == 0:
+        return max_pos, max_nnz
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        a = sent_ptr[i]
+        b = sent_ptr[i + 1]
+        if b - a < 2:
+            continue
+        npos = 0
+        for t in range(a + 1, b):
+            if bfeat_ptr[t + 1] > bfeat_ptr[t]:
+                npos += 1
+        max_pos = max(max_pos, npos)
+        max_nnz = max(max_nnz, bfeat_ptr[b] - bfeat_ptr[a + 1])
+    return max_pos, max_nnz
+
+
+@nb.njit(cache=True, nogil=True)
+def _workspace(w, K, X, examples):
+    """Scratch for :func:`_chain_viterbi` and φ over ``examples``: (max_keys, em, scratch, y,
+    trb, slots), max_keys bounding the unmerged φ entries of one example."""
+    max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_bpos, max_bnnz = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
+    em = np.empty(max(max_n, 1) * K, w.dtype)
+    scratch = np.empty(2 * K, w.dtype)
+    y = np.empty(max(max_n, 1), np.int32)
+    trb = np.empty(max_bpos * K * K, w.dtype)
+    slots = np.empty(max(max_n, 1), np.int32)
+    return max_keys + 2 * max_bnnz, em, scratch, y, trb, slots
+
+
+@nb.njit(cache=True, nogil=True)
+def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
+    """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
+    :class:`Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the
+    examples it gets wrong; −1.0 the loss-diminished argmax).
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
     """
     n_ex = examples.shape[0]
-    max_n, max_keys = _max_sizes(sent_ptr, feat_ptr, examples)
+    max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, w.dtype)
-    em = np.empty(max(max_n, 1) * K, w.dtype)
-    y = np.empty(max(max_n, 1), np.int32)
     keys = np.empty(max(max_keys, 1), np.int64)
     tmp = np.empty(max(max_keys, 1), np.int64)
+    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    nbits = _key_bits(F, K)
+    nbits = _key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
     r_ex = np.empty(n_ex, np.int64)
     r_hash = np.empty(n_ex, np.uint64)
     r_delta = np.empty(n_ex, np.float64)
@@ -333,13 +602,13 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
     pos = 0
     for e in range(n_ex):
         i = examples[e]
-        a = sent_ptr[i]
-        n = sent_ptr[i + 1] - a
+        a = X.sent_ptr[i]
+        n = X.sent_ptr[i + 1] - a
         if n == 0:
             continue
-        _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
-                 augment)
-        m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+        _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
+                       augment)
+        m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
         if pos + m > cap:
@@ -351,8 +620,8 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
             nv[:pos] = out_val[:pos]
             out_idx = ni
             out_val = nv
-        ks = _sort_keys(keys, tmp, counts, m, nbits)
-        pos, margin = _merge(ks, m, w, out_idx, out_val, pos)
+        pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
+                                 pos)
         r_ex[nrec] = i
         r_hash[nrec] = _hash_tags(y, n)
         r_delta[nrec] = ham
@@ -365,17 +634,16 @@ def loss_augmented_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples,
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
+def decode_kernel(w, F, K, X, examples):
     """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example."""
     n_ex = examples.shape[0]
+    sent_ptr = X.sent_ptr
     ptr = np.zeros(n_ex + 1, np.int64)
     for e in range(n_ex):
         i = examples[e]
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
-    max_n, _ = _max_sizes(sent_ptr, feat_ptr, examples)
+    _, em, scratch, _, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
-    scratch = np.empty(2 * K, np.float64)
-    em = np.empty(max(max_n, 1) * K, np.float64)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
     for e in range(n_ex):
@@ -383,36 +651,78 @@ def decode_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, examples):
         a = sent_ptr[i]
         n = sent_ptr[i + 1] - a
         if n > 0:
-            _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch,
-                     tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
+            _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots,
+                           tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
     return tags, ptr
 
 
 @nb.njit(cache=True, nogil=True)
-def phi_kernel(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, i, y):
-    """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y."""
-    a = sent_ptr[i]
-    n = sent_ptr[i + 1] - a
-    mk = 2 * (feat_ptr[a + n] - feat_ptr[a]) + 2 * (n + 1)
+def phi_kernel(w, F, K, G, X, gold, i, y):
+    """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y (w may be empty: margin 0)."""
+    one = np.array([i], np.int64)
+    _, mk = _max_sizes(X.sent_ptr, X.feat_ptr, one)
+    mk += 2 * _b_sizes(X.sent_ptr, X.bfeat_ptr, one)[1]
     keys = np.empty(mk, np.int64)
     tmp = np.empty(mk, np.int64)
+    vals = np.empty(mk if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    m, ham = _phi_keys(F, K, feat_ptr, feat_idx, gold, a, n, y, keys)
+    a = X.sent_ptr[i]
+    n = X.sent_ptr[i + 1] - a
+    m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
     idx = np.empty(m, np.int32)
     val = np.empty(m, np.float64)
-    ks = _sort_keys(keys, tmp, counts, m, _key_bits(F, K))
-    pos, margin = _merge(ks, m, w, idx, val, 0)
+    pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m,
+                             _key_bits(F * K + (K + 1) * (K + 1) + G * K * K), w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
 
 
 # ---------------------------------------------------------------------------------------------
 # the task
 # ---------------------------------------------------------------------------------------------
+_EMPTY = np.zeros(0, np.float64)
+
+
+def _or_empty(a: np.ndarray | None, dtype: type) -> np.ndarray:
+    """``a``, or an empty array of ``dtype`` (the kernels' "absent") when it is None."""
+    return np.zeros(0, dtype) if a is None else a
+
+
+def _csr(ptr: np.ndarray, idx: np.ndarray | None, n: int,
+         name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ptr, int32 ids) checked: ptr starts at 0, never decreases and ends at len(ids);
+    every id is in [0, n)."""
+    if idx is None:
+        raise ValueError(f"{name}_ptr given without {name}_idx")
+    ptr = np.ascontiguousarray(ptr, np.int64)
+    idx = np.ascontiguousarray(idx, np.int32)
+    if ptr.ndim != 1 or ptr.shape[0] < 1 or ptr[0] != 0 or ptr[-1] != idx.shape[0] \
+            or np.any(np.diff(ptr) < 0):
+        raise ValueError(f"{name}_ptr is inconsistent with {name}_idx")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"{name}_idx ids must be in [0, {n})")
+    return ptr, idx
+
+
+def _values(val: np.ndarray | None, idx: np.ndarray, name: str) -> np.ndarray | None:
+    """``val`` as contiguous finite float64 with one value per entry of ``idx`` (or None)."""
+    if val is None:
+        return None
+    val = np.ascontiguousarray(val, np.float64)
+    if val.shape != idx.shape:
+        raise ValueError(f"{name} must have one value per feature ({idx.shape[0]}), "
+                         f"got shape {val.shape}")
+    if not np.all(np.isfinite(val)):
+        raise ValueError(f"{name} has non-finite values")
+    return val
+
+
 class SequenceTask(Task):
     """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags.
 
     ``Y``: int32 gold tag id per token (None for unlabeled data; −1 = a tag unseen in training,
-    allowed for evaluation only). ``n_obs``: F, the number of observation features.
+    allowed for evaluation only). ``n_obs``: F, the number of (unigram) observation features;
+    ``n_bigram_obs``: G, the number of bigram observation (B) features (X.bfeat_*).
     """
 
     name = "sequence"
@@ -420,20 +730,37 @@ class SequenceTask(Task):
     # sentence than float64 on EWT XPOS (emissions and the max-plus forward pass 1.45x: half
     # the bytes, twice the SIMD lanes; building φ is unchanged)
 
-    def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int):
+    def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int,
+                 n_bigram_obs: int = 0):
         self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
-        self.feat_ptr = np.ascontiguousarray(X.feat_ptr, np.int64)
-        self.feat_idx = np.ascontiguousarray(X.feat_idx, np.int32)
         self.K = int(n_tags)
         self.F = int(n_obs)
-        if self.K < 1 or self.F < 0:
-            raise ValueError("need n_tags >= 1 and n_obs >= 0")
+        self.G = int(n_bigram_obs)
+        if self.K < 1 or self.F < 0 or self.G < 0:
+            raise ValueError("need n_tags >= 1, n_obs >= 0 and n_bigram_obs >= 0")
+        self.feat_ptr, self.feat_idx = _csr(X.feat_ptr, X.feat_idx, self.F, "feat")
         n_tok = self.feat_ptr.shape[0] - 1
         sp = self.sent_ptr
         if sp[0] != 0 or sp[-1] != n_tok or np.any(np.diff(sp) < 0):
             raise ValueError("sent_ptr is inconsistent with feat_ptr")
-        if self.feat_idx.size and (self.feat_idx.min() < 0 or self.feat_idx.max() >= self.F):
-            raise ValueError(f"observation feature ids must be in [0, {self.F})")
+        self.feat_val = _values(X.feat_val, self.feat_idx, "feat_val")
+        # B features: None when the data has none (the kernels then take the shared T alone)
+        self.bfeat_ptr = self.bfeat_idx = self.bfeat_val = None
+        if X.bfeat_ptr is not None:
+            bp, bi = _csr(X.bfeat_ptr, X.bfeat_idx, self.G, "bfeat")
+            if bp.shape[0] != n_tok + 1:
+                raise ValueError(f"bfeat_ptr must have one entry per token + 1 ({n_tok + 1}), "
+                                 f"got {bp.shape[0]}")
+            if bi.size:
+                self.bfeat_ptr, self.bfeat_idx = bp, bi
+                self.bfeat_val = _values(X.bfeat_val, bi, "bfeat_val")
+        elif X.bfeat_idx is not None or X.bfeat_val is not None:
+            raise ValueError("bfeat_idx / bfeat_val given without bfeat_ptr")
+        self.chain = Chain(self.sent_ptr, self.feat_ptr, self.feat_idx,
+                           _or_empty(self.feat_val, np.float64),
+                           _or_empty(self.bfeat_ptr, np.int64),
+                           _or_empty(self.bfeat_idx, np.int32),
+                           _or_empty(self.bfeat_val, np.float64))
         if Y is None:
             self.Y = None
         else:
@@ -450,14 +777,23 @@ class SequenceTask(Task):
 
     # -- sizes --------------------------------------------------------------------------------
     @staticmethod
-    def dimension(n_obs: int, n_tags: int) -> int:
-        """Length of w for F observation features and K tags: F·K + (K+1)²."""
-        return int(n_obs) * int(n_tags) + (int(n_tags) + 1) ** 2
+    def dimension(n_obs: int, n_tags: int, n_bigram_obs: int = 0) -> int:
+        """Length of w for F observation features, K tags and G bigram observation features:
+        F·K + (K+1)² + G·K², laid out as [emissions U: w[f·K + k] | transitions T incl. START
+        and END: w[F·K + a·(K+1) + b] | B: w[F·K + (K+1)² + g·K² + j·K + k]] (the module
+        docstring has the maths); G = 0 is the layout of models without B features."""
+        F, K, G = int(n_obs), int(n_tags), int(n_bigram_obs)
+        return F * K + (K + 1) ** 2 + G * K * K
 
     @property
     def dim(self) -> int:
-        """F·K + (K+1)²."""
-        return self.dimension(self.F, self.K)
+        """F·K + (K+1)² + G·K²."""
+        return self.dimension(self.F, self.K, self.G)
+
+    @property
+    def bigram_base(self) -> int:
+        """Offset of the B block in w: F·K + (K+1)²."""
+        return self.F * self.K + (self.K + 1) ** 2
 
     @property
     def n_examples(self) -> int:
@@ -501,35 +837,42 @@ class SequenceTask(Task):
 
     def weights_read(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Blocks of w inference on ``examples`` reads: K emission weights per observation
-        feature of each token (repeats allowed), and all transitions."""
+        feature of each token (repeats allowed), all transitions, and K² weights per B feature
+        of each token but a sentence's first."""
         ex = self._examples(examples)
         sp, fp = self.sent_ptr, self.feat_ptr
         parts = [self.feat_idx[fp[sp[i]]:fp[sp[i + 1]]] for i in ex]
         f = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        starts = np.empty(f.shape[0] + 1, np.int64)
-        starts[:-1] = f.astype(np.int64) * self.K
-        starts[-1] = self.F * self.K
-        lens = np.full(starts.shape[0], self.K, np.int64)
-        lens[-1] = (self.K + 1) ** 2
+        g = np.zeros(0, np.int32)
+        if self.bfeat_ptr is not None:
+            bp = self.bfeat_ptr
+            bparts = [self.bfeat_idx[bp[sp[i] + 1]:bp[sp[i + 1]]] for i in ex
+                      if sp[i + 1] - sp[i] > 1]
+            g = np.concatenate(bparts) if bparts else g
+        K = self.K
+        starts = np.concatenate([f.astype(np.int64) * K, [self.F * K],
+                                 self.bigram_base + g.astype(np.int64) * (K * K)])
+        lens = np.full(starts.shape[0], K, np.int64)
+        lens[f.shape[0]] = (K + 1) ** 2
+        lens[f.shape[0] + 1:] = K * K
         return starts, lens
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w, float32_ok=True), self.F, self.K, self.sent_ptr, self.feat_ptr,
-            self.feat_idx, self._gold_array(), self._examples(examples), augment)
+            self._w(w, float32_ok=True), self.F, self.K, self.G, self.chain, self._gold_array(),
+            self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 
     def decode(self, w: np.ndarray, examples: np.ndarray) -> list[np.ndarray]:
         """Viterbi argmax_y w·Φ(x_i, y): one int32 array of tag ids per example."""
-        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
-                                  self.feat_idx, self._examples(examples))
+        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.chain,
+                                  self._examples(examples))
         return [tags[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
 
     def decode_flat(self, w: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`decode` but returns (flat int32 tags, int64 ptr) without a Python list."""
-        return decode_kernel(self._w(w), self.F, self.K, self.sent_ptr, self.feat_ptr,
-                             self.feat_idx, self._examples(examples))
+        return decode_kernel(self._w(w), self.F, self.K, self.chain, self._examples(examples))
 
     def gold(self, examples: np.ndarray) -> list[np.ndarray]:
         Y = self._gold_array(training=False)
@@ -565,13 +908,13 @@ class SequenceTask(Task):
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
         i = int(i)
-        idx, val, ham, _ = phi_kernel(np.zeros(0), self.F, self.K, self.sent_ptr,
-                                      self.feat_ptr, self.feat_idx, self._gold_array(), i,
-                                      self._y(i, y))
+        idx, val, ham, _ = phi_kernel(_EMPTY, self.F, self.K, self.G, self.chain,
+                                      self._gold_array(), i, self._y(i, y))
         return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
 
     def score(self, w: np.ndarray, i: int, y: Any) -> float:
-        """w·Φ(x_i, y) (emissions + START/inner/END transitions), computed directly."""
+        """w·Φ(x_i, y) (valued emissions, START/inner/END transitions and the B features of
+        tokens 1..n-1 on their transitions), computed directly."""
         w = self._w(w)
         i = int(i)
         y = self._y(i, y)
@@ -579,11 +922,19 @@ class SequenceTask(Task):
         a = int(self.sent_ptr[i])
         s = 0.0
         for t, tag in enumerate(y):
-            f = self.feat_idx[self.feat_ptr[a + t]:self.feat_ptr[a + t + 1]].astype(np.int64)
-            s += float(w[f * K + tag].sum())
+            q = slice(self.feat_ptr[a + t], self.feat_ptr[a + t + 1])
+            f = self.feat_idx[q].astype(np.int64)
+            v = 1.0 if self.feat_val is None else self.feat_val[q]
+            s += float((v * w[f * K + tag]).sum())
         path = [K, *(int(v) for v in y), K]
         for p, c in zip(path[:-1], path[1:], strict=True):
             s += float(w[F * K + p * (K + 1) + c])
+        if self.bfeat_ptr is not None:
+            for t in range(1, len(y)):
+                q = slice(self.bfeat_ptr[a + t], self.bfeat_ptr[a + t + 1])
+                g = self.bfeat_idx[q].astype(np.int64)
+                v = 1.0 if self.bfeat_val is None else self.bfeat_val[q]
+                s += float((v * w[self.bigram_base + g * K * K + y[t - 1] * K + y[t]]).sum())
         return s
 
     @staticmethod
