@@ -28,10 +28,11 @@ scores) is *inadmissible*: it is never returned and has no max-marginal.
 Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once per call):
 
 * :func:`kbest_chain` / :func:`kbest_batch` – the k best admissible sequences (k-best Viterbi
-  with top-k lists per (t, tag) merged by a heap), in the total order *score descending, then
-  reversed-lexicographic ascending* (compare y_{n−1} first, then y_{n−2}, …). This is the tie
-  rule of ``sequence._backtrack`` (the first index wins, from the last token back), so rank 0 is
-  exactly the plain Viterbi argmax, with the same floating-point score.
+  with top-k lists per (t, tag), merged by a heap of the k best list heads), in the total
+  order *score descending, then reversed-lexicographic ascending* (compare y_{n−1} first, then
+  y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
+  last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
+  score.
 * :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
   forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
   M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
@@ -106,22 +107,25 @@ def _check(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_
 @nb.njit(cache=True, nogil=True)
 def kbest_workspace(n_max, K, k, em):
     """Scratch for :func:`kbest_chain` on sentences of up to ``n_max`` tokens (``em``: any array
-    of the emission dtype). A tuple (S, P, C, H, T, hv, ha, hr, fa, fr):
+    of the emission dtype). A tuple (S, P, C, TT, T, col, hv, ha, hr, fa, fr):
 
         S[(t·K + b)·k + j]  score of the j-th best prefix y_0..y_t with y_t = b   (em's dtype)
         P[(t·K + b)·k + j]  its back pointer a·k + r: prefix r of (t−1, a)       (int32)
         C[t·K + b]          number of admissible prefixes kept for (t, b), ≤ k     (int32)
-        H[a·K + b]          S[(t−1, a), 0] + trans_t(a, b), the heads of the merge  (em's dtype)
-        T[a·K + b]          pos_tr[pos_index[t]] cast to em's dtype                 (em's dtype)
-        hv, ha, hr          the merge heap (value, tag, rank), K long; fa, fr the final (tag,
-                            rank) of each returned sequence, k long
+        TT[b·K + a]         tr transposed (k = 1: not transposed), −∞ where a → b is forbidden
+        T                   pos_tr[pos_index[t]] in em's dtype, masked and laid out as TT
+        col                 2K: the heads S[(t−1, a), 0] and their sums with a column of TT
+                            (k = 1: the two running-max buffers of the forward pass)
+        hv, ha, hr          the merge heap (value, tag, rank), max(K, k) long
+        fa, fr              final (tag, rank) of each returned sequence, k long
     """
     n_max = max(n_max, 1)
+    h = max(K, k)
     return (np.empty(n_max * K * k, em.dtype), np.empty(n_max * K * k, np.int32),
-            np.empty(n_max * K, np.int32), np.empty(K * K, em.dtype), np.empty(K * K, em.dtype),
-            np.empty(K, em.dtype),
-            np.empty(K, np.int32), np.empty(K, np.int32), np.empty(k, np.int32),
-            np.empty(k, np.int32))
+            np.empty(n_max * K, np.int32), np.empty(K * K, em.dtype),
+            np.empty(K * K, em.dtype), np.empty(2 * K, em.dtype),
+            np.empty(h, em.dtype), np.empty(h, np.int32), np.empty(h, np.int32),
+            np.empty(k, np.int32), np.empty(k, np.int32))
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -170,61 +174,162 @@ def _pop_or_advance(hv, ha, hr, m, nxt):
 
 
 @nb.njit(cache=True, nogil=True)
-def _kbest_step(t, K, k, em, trv, S, P, C, H, hv, ha, hr, allowed, has_allowed, f):
-    """Fill S, P, C at position t ≥ 1 from position t − 1, with trans_t = trv (a·K + b).
+def _copy_masked(src, allowed, has_allowed, K, out):
+    """out[a·K + b] = src[a·K + b] in out's dtype, −∞ where a → b is not allowed."""
+    for q in range(K * K):
+        out[q] = src[q] if not has_allowed or allowed[q] else _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi_forward(t, K, em, trv, S, dbl, f):
+    """k = 1 at position t ≥ 1: S[t, b] = em[t, b] + max_a S[t−1, a] + trv[a·K + b] (−∞ off a
+    forced tag), exactly as ``sequence._forward``: a running max over the rows of trv,
+    alternating between the halves of ``dbl`` (2K)."""
+    prow = S[(t - 1) * K:t * K]
+    src = dbl[0:K]
+    dst = dbl[K:2 * K]
+    pa = prow[0]
+    r = trv[0:K]
+    for b in range(K):
+        src[b] = pa + r[b]
+    for a in range(1, K):
+        pa = prow[a]
+        r = trv[a * K:(a + 1) * K]
+        for b in range(K):
+            v = pa + r[b]
+            o = src[b]
+            dst[b] = v if v > o else o
+        src, dst = dst, src
+    crow = S[t * K:(t + 1) * K]
+    erow = em[t * K:(t + 1) * K]
+    for b in range(K):
+        crow[b] = erow[b] + src[b]
+    if f >= 0:
+        for b in range(K):
+            if b != f:
+                crow[b] = _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+                   allowed_end, flags, y, S, Tm, T, dbl):
+    """k = 1: the best admissible sequence into y[:n] and its score (−∞ and y untouched if none).
+
+    Forward max-plus pass over S[t·K + b] (em's dtype; −∞ = inadmissible), then the argmax is
+    recovered by recomputing each max over the predecessor a (first index wins), as
+    ``sequence._forward`` / ``_backtrack`` do, so the result is theirs bit for bit. Forbidden
+    transitions use Tm, a copy of tr with −∞ at the forbidden entries (made once per call), and
+    per-position matrices T, pos_tr[pos_index[t]] cast to em's dtype and masked likewise.
+    """
+    has_pos, has_fixed, has_allowed, has_start, has_end = flags
+    f0 = fixed[0] if has_fixed else -1
+    for b in range(K):
+        ok = (f0 < 0 or b == f0) and (not has_start or allowed_start[b])
+        S[b] = em[b] + start[b] if ok else _NEG
+    if has_allowed:
+        _copy_masked(tr, allowed, has_allowed, K, Tm)
+    for t in range(1, n):
+        p = pos_index[t] if has_pos else -1
+        f = fixed[t] if has_fixed else -1
+        if p >= 0:
+            _copy_masked(pos_tr[p], allowed, has_allowed, K, T)
+            _viterbi_forward(t, K, em, T, S, dbl, f)
+        elif has_allowed:
+            _viterbi_forward(t, K, em, Tm, S, dbl, f)
+        else:
+            _viterbi_forward(t, K, em, tr, S, dbl, f)
+    row = (n - 1) * K
+    best = _NEG
+    arg = -1
+    for a in range(K):
+        if not has_end or allowed_end[a]:
+            v = S[row + a] + end[a]
+            if v > best:
+                best = v
+                arg = a
+    if arg < 0:
+        return best
+    y[n - 1] = arg
+    cell = dbl[0:1]  # rounds a per-position weight to em's dtype, as T does in the forward pass
+    for t in range(n - 1, 0, -1):
+        prev = (t - 1) * K
+        b = y[t]
+        p = pos_index[t] if has_pos else -1
+        m = _NEG
+        arg = 0
+        for a in range(K):
+            if has_allowed and not allowed[a * K + b]:
+                continue
+            if p >= 0:
+                cell[0] = pos_tr[p, a * K + b]
+                v = S[prev + a] + cell[0]
+            else:
+                v = S[prev + a] + tr[a * K + b]
+            if v > m:
+                m = v
+                arg = a
+        y[t - 1] = arg
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _transpose_masked(src, allowed, has_allowed, K, out):
+    """out[b·K + a] = src[a·K + b] in out's dtype, −∞ where a → b is not allowed."""
+    for a in range(K):
+        for b in range(K):
+            out[b * K + a] = src[a * K + b] if not has_allowed or allowed[a * K + b] else _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _kbest_step(t, K, k, em, trT, S, P, C, col, hv, ha, hr, f):
+    """k > 1 at position t ≥ 1: fill S, P, C from position t − 1, with trT[b·K + a] =
+    trans_t(a, b) (−∞ where forbidden).
 
     For each tag b the candidates are (a, r) ↦ S[(t−1, a), r] + trans_t(a, b), over the sorted
-    lists of every admissible predecessor a; the k best in the order (value desc, a asc, r asc)
-    are taken by a heap of the K list heads (O(K + k log K) per b), then em[t, b] is added.
-    Values are rounded to em's dtype before they are compared, as in ``sequence._forward``.
+    lists of every predecessor a. The k best in the order (value desc, a asc, r asc) lie in the
+    lists whose heads are among the k best heads (a list whose head is not has k heads, hence
+    k candidates, before all of its entries): those heads are picked by insertion into a
+    sorted buffer (one comparison rejects a head once the buffer is full), which, sorted, is
+    already a heap; k pops, each replaced by the next entry of its list, give the k best, and
+    em[t, b] is added. Cost O(K² + K·k log k) per position, plus the insertions (O(k) each,
+    about k·(1 + ln(K/k)) per tag on random scores). Values are rounded to em's dtype before
+    they are compared; the additions are those of ``sequence._forward``.
     """
     prev = (t - 1) * K
-    # heads H[a·K + b] = S[(t−1, a), 0] + trans_t(a, b), −∞ where a is empty or a → b forbidden
+    heads = col[0:K]
+    cand = col[K:2 * K]
     for a in range(K):
-        row = H[a * K:(a + 1) * K]
-        tra = trv[a * K:(a + 1) * K]
-        if C[prev + a] == 0:
-            for b in range(K):
-                row[b] = _NEG
-            continue
-        s = S[(prev + a) * k]
-        for b in range(K):
-            row[b] = s + tra[b]
-        if has_allowed:
-            al = allowed[a * K:(a + 1) * K]
-            for b in range(K):
-                if not al[b]:
-                    row[b] = _NEG
+        heads[a] = S[(prev + a) * k] if C[prev + a] > 0 else _NEG
     for b in range(K):
         i = t * K + b
         e = em[i]
         if (f >= 0 and b != f) or not e > _NEG:
             C[i] = 0
             continue
-        if k == 1:  # argmax over the column, first index wins (as _backtrack)
-            best = H[b]
-            arg = 0
-            for a in range(1, K):
-                v = H[a * K + b]
-                if v > best:
-                    best = v
-                    arg = a
-            if best > _NEG:
-                S[i] = e + best
-                P[i] = arg
-                C[i] = 1
-            else:
-                C[i] = 0
-            continue
-        m = 0
+        tcol = trT[b * K:(b + 1) * K]
         for a in range(K):
-            v = H[a * K + b]
-            if v > _NEG:
-                hv[m] = v
-                ha[m] = a
-                hr[m] = 0
+            cand[a] = heads[a] + tcol[a]
+        m = 0
+        thr = _NEG
+        for a in range(K):
+            v = cand[a]
+            if not v > thr:  # ties keep the smaller a (seen first) ahead
+                continue
+            if m < k:
+                j = m
                 m += 1
-        _heapify(hv, ha, hr, m)
+            else:
+                j = k - 1
+            while j > 0 and hv[j - 1] < v:
+                hv[j] = hv[j - 1]
+                ha[j] = ha[j - 1]
+                j -= 1
+            hv[j] = v
+            ha[j] = a
+            if m == k:
+                thr = hv[k - 1]
+        for j in range(m):
+            hr[j] = 0
         cnt = 0
         while cnt < k and m > 0:
             a = ha[0]
@@ -234,7 +339,7 @@ def _kbest_step(t, K, k, em, trv, S, P, C, H, hv, ha, hr, allowed, has_allowed, 
             cnt += 1
             nxt = _NEG
             if r + 1 < C[prev + a]:
-                hv[0] = S[(prev + a) * k + r + 1] + trv[a * K + b]  # rounded to em's dtype
+                hv[0] = S[(prev + a) * k + r + 1] + tcol[a]  # rounded to em's dtype
                 nxt = hv[0]
             m = _pop_or_advance(hv, ha, hr, m, nxt)
         C[i] = cnt
@@ -256,33 +361,42 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
     each would complete with the same suffix into a sequence ranked before it (score no lower,
     and on a tie the suffixes are equal so the order is decided by the prefixes). Rank 0 equals
     ``sequence._forward`` + ``_backtrack`` exactly (same additions, first index wins).
-    Cost O(n·K·(K + k log K)); ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
+    Cost O(n·K·(K + k log k)) (see :func:`_kbest_step`); k = 1 is a plain Viterbi pass
+    (:func:`_viterbi_chain`). ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
     """
     has_pos, has_fixed, has_allowed, has_start, has_end = _check(
         em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
-    S, P, C, H, T, hv, ha, hr, fa, fr = ws
-    if k < 1 or fa.size < k or S.size < n * K * k or T.size < K * K or hv.size < K:
+    S, P, C, TT, T, col, hv, ha, hr, fa, fr = ws
+    if (k < 1 or fa.size < k or S.size < n * K * k or T.size < K * K or TT.size < K * K
+            or hv.size < max(K, k) or col.size < 2 * K):
         raise ValueError("k must be >= 1 and ws a kbest_workspace(n_max >= n, K, k)")
     if ys.size < k * n or scores.size < k:
         raise ValueError("ys must hold k*n tags and scores k values")
     if n == 0:
         scores[0] = 0.0
         return 1
+    if k == 1:
+        best = _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                              allowed_start, allowed_end, (has_pos, has_fixed, has_allowed,
+                                                           has_start, has_end),
+                              ys, S, TT, T, col)
+        scores[0] = best
+        return 1 if best > _NEG else 0
     f0 = fixed[0] if has_fixed else -1
     for b in range(K):
         S[b * k] = em[b] + start[b]
         ok = (f0 < 0 or b == f0) and (not has_start or allowed_start[b])
         C[b] = 1 if ok and S[b * k] > _NEG else 0
+    if n > 1:
+        _transpose_masked(tr, allowed, has_allowed, K, TT)
     for t in range(1, n):
         p = pos_index[t] if has_pos else -1
         f = fixed[t] if has_fixed else -1
         if p < 0:
-            _kbest_step(t, K, k, em, tr, S, P, C, H, hv, ha, hr, allowed, has_allowed, f)
+            _kbest_step(t, K, k, em, TT, S, P, C, col, hv, ha, hr, f)
         else:
-            src = pos_tr[p]
-            for q in range(K * K):
-                T[q] = src[q]
-            _kbest_step(t, K, k, em, T, S, P, C, H, hv, ha, hr, allowed, has_allowed, f)
+            _transpose_masked(pos_tr[p], allowed, has_allowed, K, T)
+            _kbest_step(t, K, k, em, T, S, P, C, col, hv, ha, hr, f)
     last = (n - 1) * K
     m = 0
     for a in range(K):
