@@ -1,0 +1,752 @@
+"""Decoding kernels for the first-order chain: k-best Viterbi, constrained decoding and
+max-marginals (confidence scores).
+
+A sentence of n tokens over K tags is given as flat arrays, laid out as in
+:mod:`demidcd.tasks.sequence`:
+
+    em[t·K + k]   emission score of tag k at token t              (float32 or float64)
+    tr[a·K + b]   transition score w(a → b)                         (em's dtype)
+    start[b]      w(START → b),   end[a]   w(a → END)               (em's dtype)
+    pos_tr[m, K·K], pos_index[t]   optional per-position matrices: trans_t = pos_tr[pos_index[t]]
+                  where pos_index[t] ≥ 0, else tr (label-bigram "B" features; pos_index[0] is
+                  not read, since position 0 has no predecessor)
+
+The score of a label sequence y is
+
+    s(y) = start[y_0] + Σ_{t<n} em[t, y_t] + Σ_{1≤t<n} trans_t(y_{t−1}, y_t) + end[y_{n−1}].
+
+Constraints (every one optional: pass an empty array for "none", see :func:`no_constraints`):
+
+    fixed[t]              −1 (free) or the tag token t must take
+    allowed[a·K + b]      False forbids a → b; allowed_start[b] / allowed_end[a] likewise
+                          (label-scheme rules, see :func:`scheme_transitions`)
+
+act as −∞ on the forbidden emissions and transitions: the kernels read them while scoring and
+never modify the caller's arrays. A sequence of score −∞ (forbidden, or −∞ in the caller's
+scores) is *inadmissible*: it is never returned and has no max-marginal.
+
+Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once per call):
+
+* :func:`kbest_chain` / :func:`kbest_batch` – the k best admissible sequences (k-best Viterbi
+  with top-k lists per (t, tag), merged by a heap of the k best list heads), in the total
+  order *score descending, then reversed-lexicographic ascending* (compare y_{n−1} first, then
+  y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
+  last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
+  score.
+* :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
+  forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
+  M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
+
+Arithmetic: the k-best kernel accumulates in em's dtype with the same additions, in the same
+order, as ``sequence._forward``/``_backtrack``; max-marginals accumulate in float64.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ..errors import OptionError
+from .chunks import split_label
+
+_NEG = -np.inf
+_POS = np.inf
+# fastmath for the max-plus loops without "ninf" (−∞ is a real value here): no NaNs, signed
+# zeros and reassociation let LLVM vectorise the max reductions
+_MAXPLUS_FLAGS = {"nnan", "nsz", "reassoc"}
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers
+# ---------------------------------------------------------------------------------------------
+def no_constraints() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                              np.ndarray]:
+    """Empty ``(pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)`` in the
+    canonical dtypes (float64 2-D, int32, int32, bool, bool, bool): no per-position matrices, no
+    forced labels, every transition allowed. Any of them may be replaced by a real one."""
+    return (np.zeros((0, 0), np.float64), np.zeros(0, np.int32), np.zeros(0, np.int32),
+            np.zeros(0, np.bool_), np.zeros(0, np.bool_), np.zeros(0, np.bool_))
+
+
+@nb.njit(cache=True, nogil=True)
+def _check(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+           allowed_end):
+    """Raise ValueError on arrays too short for (n, K) or forced tags / matrix rows out of
+    range; return (has_pos, has_fixed, has_allowed, has_start, has_end)."""
+    if n < 0 or K < 0 or em.size < n * K:
+        raise ValueError("em must hold n*K scores")
+    if tr.size < K * K or start.size < K or end.size < K:
+        raise ValueError("tr must hold K*K scores, start and end K each")
+    has_pos = pos_index.size > 0
+    has_fixed = fixed.size > 0
+    has_allowed = allowed.size > 0
+    has_start = allowed_start.size > 0
+    has_end = allowed_end.size > 0
+    if has_pos:
+        if pos_index.size < n:
+            raise ValueError("pos_index must be empty or hold n entries")
+        for t in range(1, n):
+            p = pos_index[t]
+            if p >= pos_tr.shape[0] or (p >= 0 and pos_tr.shape[1] < K * K):
+                raise ValueError("pos_index names a row missing from pos_tr[m, K*K]")
+    if has_fixed:
+        if fixed.size < n:
+            raise ValueError("fixed must be empty or hold n entries")
+        for t in range(n):
+            if fixed[t] >= K or fixed[t] < -1:
+                raise ValueError("fixed[t] must be -1 (free) or a tag id in [0, K)")
+    if (has_allowed and allowed.size < K * K) or (has_start and allowed_start.size < K) \
+            or (has_end and allowed_end.size < K):
+        raise ValueError("allowed must be empty or K*K long, allowed_start/end empty or K long")
+    return has_pos, has_fixed, has_allowed, has_start, has_end
+
+
+# ---------------------------------------------------------------------------------------------
+# k-best Viterbi
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True)
+def kbest_workspace(n_max, K, k, em):
+    """Scratch for :func:`kbest_chain` on sentences of up to ``n_max`` tokens (``em``: any array
+    of the emission dtype). A tuple (S, P, C, TT, T, col, hv, ha, hr, fa, fr):
+
+        S[(t·K + b)·k + j]  score of the j-th best prefix y_0..y_t with y_t = b   (em's dtype)
+        P[(t·K + b)·k + j]  its back pointer a·k + r: prefix r of (t−1, a)       (int32)
+        C[t·K + b]          number of admissible prefixes kept for (t, b), ≤ k     (int32)
+        TT[b·K + a]         tr transposed (k = 1: not transposed), −∞ where a → b is forbidden
+        T                   pos_tr[pos_index[t]] in em's dtype, masked and laid out as TT
+        col                 2K: the heads S[(t−1, a), 0] and their sums with a column of TT
+                            (k = 1: the two running-max buffers of the forward pass)
+        hv, ha, hr          the merge heap (value, tag, rank), max(K, k) long
+        fa, fr              final (tag, rank) of each returned sequence, k long
+    """
+    n_max = max(n_max, 1)
+    h = max(K, k)
+    return (np.empty(n_max * K * k, em.dtype), np.empty(n_max * K * k, np.int32),
+            np.empty(n_max * K, np.int32), np.empty(K * K, em.dtype),
+            np.empty(K * K, em.dtype), np.empty(2 * K, em.dtype),
+            np.empty(h, em.dtype), np.empty(h, np.int32), np.empty(h, np.int32),
+            np.empty(k, np.int32), np.empty(k, np.int32))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _before(v1, a1, v2, a2):
+    """Heap order of two list heads (distinct tags): higher value first, then smaller tag."""
+    return v1 > v2 or (v1 == v2 and a1 < a2)
+
+
+@nb.njit(cache=True, nogil=True)
+def _sift_down(hv, ha, hr, i, m):
+    while True:
+        c = 2 * i + 1
+        if c >= m:
+            return
+        r = c + 1
+        if r < m and _before(hv[r], ha[r], hv[c], ha[c]):
+            c = r
+        if not _before(hv[c], ha[c], hv[i], ha[i]):
+            return
+        hv[i], hv[c] = hv[c], hv[i]
+        ha[i], ha[c] = ha[c], ha[i]
+        hr[i], hr[c] = hr[c], hr[i]
+        i = c
+
+
+@nb.njit(cache=True, nogil=True)
+def _heapify(hv, ha, hr, m):
+    for i in range(m // 2 - 1, -1, -1):
+        _sift_down(hv, ha, hr, i, m)
+
+
+@nb.njit(cache=True, nogil=True)
+def _pop_or_advance(hv, ha, hr, m, nxt):
+    """Replace the heap's top by the next entry of its list (value ``nxt``; −∞ = exhausted) or
+    drop it; return the new heap size."""
+    if nxt > _NEG:
+        hv[0] = nxt
+        hr[0] += 1
+    else:
+        m -= 1
+        hv[0] = hv[m]
+        ha[0] = ha[m]
+        hr[0] = hr[m]
+    _sift_down(hv, ha, hr, 0, m)
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def _copy_masked(src, allowed, has_allowed, K, out):
+    """out[a·K + b] = src[a·K + b] in out's dtype, −∞ where a → b is not allowed."""
+    for q in range(K * K):
+        out[q] = src[q] if not has_allowed or allowed[q] else _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi_forward(t, K, em, trv, S, dbl, f):
+    """k = 1 at position t ≥ 1: S[t, b] = em[t, b] + max_a S[t−1, a] + trv[a·K + b] (−∞ off a
+    forced tag), exactly as ``sequence._forward``: a running max over the rows of trv,
+    alternating between the halves of ``dbl`` (2K)."""
+    prow = S[(t - 1) * K:t * K]
+    src = dbl[0:K]
+    dst = dbl[K:2 * K]
+    pa = prow[0]
+    r = trv[0:K]
+    for b in range(K):
+        src[b] = pa + r[b]
+    for a in range(1, K):
+        pa = prow[a]
+        r = trv[a * K:(a + 1) * K]
+        for b in range(K):
+            v = pa + r[b]
+            o = src[b]
+            dst[b] = v if v > o else o
+        src, dst = dst, src
+    crow = S[t * K:(t + 1) * K]
+    erow = em[t * K:(t + 1) * K]
+    for b in range(K):
+        crow[b] = erow[b] + src[b]
+    if f >= 0:
+        for b in range(K):
+            if b != f:
+                crow[b] = _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+                   allowed_end, flags, y, S, Tm, T, dbl):
+    """k = 1: the best admissible sequence into y[:n] and its score (−∞ and y untouched if none).
+
+    Forward max-plus pass over S[t·K + b] (em's dtype; −∞ = inadmissible), then the argmax is
+    recovered by recomputing each max over the predecessor a (first index wins), as
+    ``sequence._forward`` / ``_backtrack`` do, so the result is theirs bit for bit. Forbidden
+    transitions use Tm, a copy of tr with −∞ at the forbidden entries (made once per call), and
+    per-position matrices T, pos_tr[pos_index[t]] cast to em's dtype and masked likewise.
+    """
+    has_pos, has_fixed, has_allowed, has_start, has_end = flags
+    f0 = fixed[0] if has_fixed else -1
+    for b in range(K):
+        ok = (f0 < 0 or b == f0) and (not has_start or allowed_start[b])
+        S[b] = em[b] + start[b] if ok else _NEG
+    if has_allowed:
+        _copy_masked(tr, allowed, has_allowed, K, Tm)
+    for t in range(1, n):
+        p = pos_index[t] if has_pos else -1
+        f = fixed[t] if has_fixed else -1
+        if p >= 0:
+            _copy_masked(pos_tr[p], allowed, has_allowed, K, T)
+            _viterbi_forward(t, K, em, T, S, dbl, f)
+        elif has_allowed:
+            _viterbi_forward(t, K, em, Tm, S, dbl, f)
+        else:
+            _viterbi_forward(t, K, em, tr, S, dbl, f)
+    row = (n - 1) * K
+    best = _NEG
+    arg = -1
+    for a in range(K):
+        if not has_end or allowed_end[a]:
+            v = S[row + a] + end[a]
+            if v > best:
+                best = v
+                arg = a
+    if arg < 0:
+        return best
+    y[n - 1] = arg
+    cell = dbl[0:1]  # rounds a per-position weight to em's dtype, as T does in the forward pass
+    for t in range(n - 1, 0, -1):
+        prev = (t - 1) * K
+        b = y[t]
+        p = pos_index[t] if has_pos else -1
+        m = _NEG
+        arg = 0
+        for a in range(K):
+            if has_allowed and not allowed[a * K + b]:
+                continue
+            if p >= 0:
+                cell[0] = pos_tr[p, a * K + b]
+                v = S[prev + a] + cell[0]
+            else:
+                v = S[prev + a] + tr[a * K + b]
+            if v > m:
+                m = v
+                arg = a
+        y[t - 1] = arg
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _transpose_masked(src, allowed, has_allowed, K, out):
+    """out[b·K + a] = src[a·K + b] in out's dtype, −∞ where a → b is not allowed."""
+    for a in range(K):
+        for b in range(K):
+            out[b * K + a] = src[a * K + b] if not has_allowed or allowed[a * K + b] else _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def _kbest_step(t, K, k, em, trT, S, P, C, col, hv, ha, hr, f):
+    """k > 1 at position t ≥ 1: fill S, P, C from position t − 1, with trT[b·K + a] =
+    trans_t(a, b) (−∞ where forbidden).
+
+    For each tag b the candidates are (a, r) ↦ S[(t−1, a), r] + trans_t(a, b), over the sorted
+    lists of every predecessor a. The k best in the order (value desc, a asc, r asc) lie in the
+    lists whose heads are among the k best heads (a list whose head is not has k heads, hence
+    k candidates, before all of its entries): those heads are picked by insertion into a
+    sorted buffer (one comparison rejects a head once the buffer is full), which, sorted, is
+    already a heap; k pops, each replaced by the next entry of its list, give the k best, and
+    em[t, b] is added. Cost O(K² + K·k log k) per position, plus the insertions (O(k) each,
+    about k·(1 + ln(K/k)) per tag on random scores). Values are rounded to em's dtype before
+    they are compared; the additions are those of ``sequence._forward``.
+    """
+    prev = (t - 1) * K
+    heads = col[0:K]
+    cand = col[K:2 * K]
+    for a in range(K):
+        heads[a] = S[(prev + a) * k] if C[prev + a] > 0 else _NEG
+    for b in range(K):
+        i = t * K + b
+        e = em[i]
+        if (f >= 0 and b != f) or not e > _NEG:
+            C[i] = 0
+            continue
+        tcol = trT[b * K:(b + 1) * K]
+        for a in range(K):
+            cand[a] = heads[a] + tcol[a]
+        m = 0
+        thr = _NEG
+        for a in range(K):
+            v = cand[a]
+            if not v > thr:  # ties keep the smaller a (seen first) ahead
+                continue
+            if m < k:
+                j = m
+                m += 1
+            else:
+                j = k - 1
+            while j > 0 and hv[j - 1] < v:
+                hv[j] = hv[j - 1]
+                ha[j] = ha[j - 1]
+                j -= 1
+            hv[j] = v
+            ha[j] = a
+            if m == k:
+                thr = hv[k - 1]
+        for j in range(m):
+            hr[j] = 0
+        cnt = 0
+        while cnt < k and m > 0:
+            a = ha[0]
+            r = hr[0]
+            S[i * k + cnt] = e + hv[0]
+            P[i * k + cnt] = a * k + r
+            cnt += 1
+            nxt = _NEG
+            if r + 1 < C[prev + a]:
+                hv[0] = S[(prev + a) * k + r + 1] + tcol[a]  # rounded to em's dtype
+                nxt = hv[0]
+            m = _pop_or_advance(hv, ha, hr, m, nxt)
+        C[i] = cnt
+
+
+@nb.njit(cache=True, nogil=True)
+def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+                allowed_end, k, ys, scores, ws):
+    """The k best admissible label sequences of one sentence; returns their number c ≤ k.
+
+    Writes sequence j (j < c) to ys[j·n:(j+1)·n] (int32) and its score s(y) to scores[j]
+    (float64, computed in em's dtype), in non-increasing score order, ties in reversed-
+    lexicographic order (smaller y_{n−1} first, then smaller y_{n−2}, …). c < k when fewer than k
+    sequences are admissible (K^n < k, or constraints); c = 0 when none is (e.g. a forced tag
+    with every transition into it forbidden). n = 0: one empty sequence of score 0.
+
+    Algorithm: S[t, b] keeps the k best prefixes ending in tag b at t in that order. Any of the
+    global k best sequences has its prefix among them: were k better prefixes ending at (t, b),
+    each would complete with the same suffix into a sequence ranked before it (score no lower,
+    and on a tie the suffixes are equal so the order is decided by the prefixes). Rank 0 equals
+    ``sequence._forward`` + ``_backtrack`` exactly (same additions, first index wins).
+    Cost O(n·K·(K + k log k)) (see :func:`_kbest_step`); k = 1 is a plain Viterbi pass
+    (:func:`_viterbi_chain`). ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
+    """
+    has_pos, has_fixed, has_allowed, has_start, has_end = _check(
+        em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
+    S, P, C, TT, T, col, hv, ha, hr, fa, fr = ws
+    if (k < 1 or fa.size < k or S.size < n * K * k or T.size < K * K or TT.size < K * K
+            or hv.size < max(K, k) or col.size < 2 * K):
+        raise ValueError("k must be >= 1 and ws a kbest_workspace(n_max >= n, K, k)")
+    if ys.size < k * n or scores.size < k:
+        raise ValueError("ys must hold k*n tags and scores k values")
+    if n == 0:
+        scores[0] = 0.0
+        return 1
+    if k == 1:
+        best = _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                              allowed_start, allowed_end, (has_pos, has_fixed, has_allowed,
+                                                           has_start, has_end),
+                              ys, S, TT, T, col)
+        scores[0] = best
+        return 1 if best > _NEG else 0
+    f0 = fixed[0] if has_fixed else -1
+    for b in range(K):
+        S[b * k] = em[b] + start[b]
+        ok = (f0 < 0 or b == f0) and (not has_start or allowed_start[b])
+        C[b] = 1 if ok and S[b * k] > _NEG else 0
+    if n > 1:
+        _transpose_masked(tr, allowed, has_allowed, K, TT)
+    for t in range(1, n):
+        p = pos_index[t] if has_pos else -1
+        f = fixed[t] if has_fixed else -1
+        if p < 0:
+            _kbest_step(t, K, k, em, TT, S, P, C, col, hv, ha, hr, f)
+        else:
+            _transpose_masked(pos_tr[p], allowed, has_allowed, K, T)
+            _kbest_step(t, K, k, em, T, S, P, C, col, hv, ha, hr, f)
+    last = (n - 1) * K
+    m = 0
+    for a in range(K):
+        if C[last + a] > 0 and (not has_end or allowed_end[a]):
+            hv[m] = S[(last + a) * k] + end[a]
+            if hv[m] > _NEG:
+                ha[m] = a
+                hr[m] = 0
+                m += 1
+    _heapify(hv, ha, hr, m)
+    cnt = 0
+    while cnt < k and m > 0:
+        a = ha[0]
+        r = hr[0]
+        scores[cnt] = hv[0]
+        fa[cnt] = a
+        fr[cnt] = r
+        cnt += 1
+        nxt = _NEG
+        if r + 1 < C[last + a]:
+            hv[0] = S[(last + a) * k + r + 1] + end[a]
+            nxt = hv[0]
+        m = _pop_or_advance(hv, ha, hr, m, nxt)
+    for j in range(cnt):
+        a = fa[j]
+        r = fr[j]
+        y = ys[j * n:(j + 1) * n]
+        for t in range(n - 1, -1, -1):
+            y[t] = a
+            if t > 0:
+                q = P[(t * K + a) * k + r]
+                a = q // k
+                r = q - a * k
+    return cnt
+
+
+@nb.njit(cache=True, nogil=True)
+def kbest_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                allowed_start, allowed_end, k):
+    """:func:`kbest_chain` over sentences e = tokens sent_ptr[e]..sent_ptr[e+1] of the flat
+    emission table em[token·K + tag] (pos_index and fixed, when not empty, are indexed by token
+    too). Returns (tags, scores, counts):
+
+        tags[k·sent_ptr[e] + j·n_e + t]   tag of token t in the j-th best sequence of e (int32;
+                                          −1 for j ≥ counts[e]), n_e = sent_ptr[e+1] − sent_ptr[e]
+        scores[e·k + j]                   its score (float64; −∞ for j ≥ counts[e])
+        counts[e]                         number of sequences found (int32)
+    """
+    n_s = sent_ptr.shape[0] - 1
+    n_max = 0
+    for e in range(n_s):
+        n_max = max(n_max, sent_ptr[e + 1] - sent_ptr[e])
+    n_tok = sent_ptr[n_s] if n_s >= 0 else 0
+    ws = kbest_workspace(n_max, K, k, em)
+    tags = np.full(k * n_tok, -1, np.int32)
+    scores = np.full(max(n_s, 0) * k, _NEG)
+    counts = np.zeros(max(n_s, 0), np.int32)
+    for e in range(n_s):
+        a0 = sent_ptr[e]
+        n = sent_ptr[e + 1] - a0
+        pi = pos_index[a0:a0 + n] if pos_index.size > 0 else pos_index
+        fx = fixed[a0:a0 + n] if fixed.size > 0 else fixed
+        counts[e] = kbest_chain(em[a0 * K:(a0 + n) * K], n, K, tr, start, end, pos_tr, pi, fx,
+                                allowed, allowed_start, allowed_end, k,
+                                tags[k * a0:k * (a0 + n)], scores[e * k:(e + 1) * k], ws)
+    return tags, scores, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# max-marginals and margins
+# ---------------------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True, fastmath=_MAXPLUS_FLAGS)
+def _maxplus_forward(prev, trv, allowed, has_allowed, K, out):
+    """out[b] = max_a prev[a] + trans(a, b) (−∞ where a → b is forbidden), row-major over a."""
+    for b in range(K):
+        out[b] = _NEG
+    for a in range(K):
+        pa = prev[a]
+        if not pa > _NEG:
+            continue
+        tra = trv[a * K:(a + 1) * K]
+        if has_allowed:
+            al = allowed[a * K:(a + 1) * K]
+            for b in range(K):
+                v = pa + tra[b] if al[b] else _NEG
+                o = out[b]
+                out[b] = v if v > o else o
+        else:
+            for b in range(K):
+                v = pa + tra[b]
+                o = out[b]
+                out[b] = v if v > o else o
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_MAXPLUS_FLAGS)
+def _maxplus_backward(g, trv, allowed, has_allowed, K, out):
+    """out[a] = max_b trans(a, b) + g[b] (−∞ where a → b is forbidden), a reduction per row."""
+    for a in range(K):
+        tra = trv[a * K:(a + 1) * K]
+        m = _NEG
+        if has_allowed:
+            al = allowed[a * K:(a + 1) * K]
+            for b in range(K):
+                v = tra[b] + g[b] if al[b] else _NEG
+                m = v if v > m else m
+        else:
+            for b in range(K):
+                v = tra[b] + g[b]
+                m = v if v > m else m
+        out[a] = m
+
+
+@nb.njit(cache=True, nogil=True)
+def _masked_emissions(em, t, K, f, out):
+    """out[b] = em[t, b] as float64, −∞ for b ≠ f when token t is forced to f ≥ 0."""
+    for b in range(K):
+        out[b] = em[t * K + b] if (f < 0 or b == f) else _NEG
+
+
+@nb.njit(cache=True, nogil=True)
+def max_marginals_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                        allowed_start, allowed_end, M, scratch):
+    """Max-marginals of one sentence: M[t·K + k] = max_{y admissible, y_t = k} s(y) (float64,
+    −∞ when no admissible sequence has y_t = k); returns max_y s(y) (−∞ if none; 0 if n = 0).
+
+    With the masked scores ẽm (−∞ off a forced tag), trans̃_t, start̃, end̃ (−∞ where forbidden):
+
+        α[0, b] = ẽm[0, b] + start̃[b],   α[t, b] = ẽm[t, b] + max_a α[t−1, a] + trans̃_t(a, b)
+        β[n−1, a] = end̃[a],   β[t, a] = max_b trans̃_{t+1}(a, b) + ẽm[t+1, b] + β[t+1, b]
+        M[t, k] = α[t, k] + β[t, k]
+
+    (α: best prefix ending in k at t, β: best suffix after it). β is built in M from the end,
+    then α is carried in two rows and added. ``scratch``: float64, ≥ 3K. Cost 2·n·K².
+    """
+    has_pos, has_fixed, has_allowed, has_start, has_end = _check(
+        em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
+    if M.size < n * K or scratch.size < 3 * K:
+        raise ValueError("M must hold n*K values and scratch 3*K")
+    if n == 0:
+        return 0.0
+    g = scratch[0:K]
+    cur = scratch[K:2 * K]
+    prv = scratch[2 * K:3 * K]
+    last = (n - 1) * K
+    for a in range(K):
+        M[last + a] = end[a] if (not has_end or allowed_end[a]) else _NEG
+    for t in range(n - 2, -1, -1):
+        _masked_emissions(em, t + 1, K, fixed[t + 1] if has_fixed else -1, g)
+        nxt_row = (t + 1) * K
+        for b in range(K):
+            g[b] += M[nxt_row + b]
+        p = pos_index[t + 1] if has_pos else -1
+        if p < 0:
+            _maxplus_backward(g, tr, allowed, has_allowed, K, M[t * K:(t + 1) * K])
+        else:
+            _maxplus_backward(g, pos_tr[p], allowed, has_allowed, K, M[t * K:(t + 1) * K])
+    _masked_emissions(em, 0, K, fixed[0] if has_fixed else -1, prv)
+    for b in range(K):
+        prv[b] += start[b] if (not has_start or allowed_start[b]) else _NEG
+        M[b] += prv[b]
+    for t in range(1, n):
+        p = pos_index[t] if has_pos else -1
+        if p < 0:
+            _maxplus_forward(prv, tr, allowed, has_allowed, K, cur)
+        else:
+            _maxplus_forward(prv, pos_tr[p], allowed, has_allowed, K, cur)
+        _masked_emissions(em, t, K, fixed[t] if has_fixed else -1, g)
+        row = M[t * K:(t + 1) * K]
+        for b in range(K):
+            cur[b] += g[b]
+            row[b] += cur[b]
+        prv, cur = cur, prv
+    best = _NEG
+    for b in range(K):
+        best = max(best, M[b])
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def token_margins(M, n, K, y, margins):
+    """margins[t] = M[t, y_t] − max_{k≠y_t} M[t, k]; returns the sentence margin min_t margins[t].
+
+    +∞ where no other tag is admissible at t (K = 1, a forced token), −∞ where y_t is not
+    admissible (or y_t = −1). For y the (constrained) Viterbi path, margins[t] ≥ 0 and is 0
+    exactly when another sequence with a different tag at t ties the best; the sentence margin
+    then equals best − second-best score (the second best differs from ŷ at some t, where its
+    score is at most max_{k≠ŷ_t} M[t, k], and each such max is the score of a sequence ≠ ŷ),
+    +∞ when ŷ is the only admissible sequence (or n = 0). Exact in exact arithmetic; in floating
+    point, ties that hold exactly (e.g. integer weights) give exactly 0, and otherwise the
+    margin is accurate to a few ulps of the scores.
+    """
+    sm = _POS
+    for t in range(n):
+        yt = y[t]
+        row = M[t * K:(t + 1) * K]
+        own = row[yt] if 0 <= yt < K else _NEG
+        other = _NEG
+        for k in range(K):
+            if k != yt and row[k] > other:
+                other = row[k]
+        if not own > _NEG:
+            mt = _NEG
+        elif not other > _NEG:
+            mt = _POS
+        else:
+            mt = own - other
+        margins[t] = mt
+        sm = min(sm, mt)
+    return sm
+
+
+@nb.njit(cache=True, nogil=True)
+def confidence_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                     allowed_start, allowed_end, y, keep_table):
+    """Max-marginals and margins of decoded tags ``y`` (int32 per token) for every sentence of
+    the flat emission table (layout of :func:`kbest_batch`). Returns (margins, sentence_margins,
+    M): margins[token] and sentence_margins[e] as :func:`token_margins` (float64), and
+    M[token·K + k] (float64) when ``keep_table`` (else an empty array)."""
+    n_s = sent_ptr.shape[0] - 1
+    n_max = 0
+    for e in range(n_s):
+        n_max = max(n_max, sent_ptr[e + 1] - sent_ptr[e])
+    n_tok = sent_ptr[n_s] if n_s >= 0 else 0
+    margins = np.empty(n_tok, np.float64)
+    sent = np.empty(max(n_s, 0), np.float64)
+    table = np.empty(n_tok * K if keep_table else 0, np.float64)
+    buf = np.empty(n_max * K, np.float64)
+    scratch = np.empty(3 * K, np.float64)
+    for e in range(n_s):
+        a0 = sent_ptr[e]
+        n = sent_ptr[e + 1] - a0
+        M = table[a0 * K:(a0 + n) * K] if keep_table else buf[:n * K]
+        pi = pos_index[a0:a0 + n] if pos_index.size > 0 else pos_index
+        fx = fixed[a0:a0 + n] if fixed.size > 0 else fixed
+        max_marginals_chain(em[a0 * K:(a0 + n) * K], n, K, tr, start, end, pos_tr, pi, fx,
+                            allowed, allowed_start, allowed_end, M, scratch)
+        sent[e] = token_margins(M, n, K, y[a0:a0 + n], margins[a0:a0 + n])
+    return margins, sent, table
+
+
+# ---------------------------------------------------------------------------------------------
+# Python conveniences (one sentence, 2-D arrays) and label-scheme constraints
+# ---------------------------------------------------------------------------------------------
+def _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+                allowed_end):
+    em = np.asarray(em)
+    dt = np.float32 if em.dtype == np.float32 else np.float64
+    if em.ndim != 2:
+        raise ValueError(f"em must be a 2-D (n, K) array, got shape {em.shape}")
+    n, K = em.shape
+    empty = no_constraints()
+    arrays = [np.ascontiguousarray(em, dt).reshape(-1),
+              np.ascontiguousarray(tr, dt).reshape(-1),
+              np.ascontiguousarray(start, dt).reshape(-1),
+              np.ascontiguousarray(end, dt).reshape(-1)]
+    given = (pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
+    for j, (v, e) in enumerate(zip(given, empty, strict=True)):
+        if v is None:
+            arrays.append(e)
+        elif j == 0:
+            arrays.append(np.ascontiguousarray(v, np.float64).reshape(len(v), -1))
+        else:
+            arrays.append(np.ascontiguousarray(v, e.dtype).reshape(-1))
+    return n, K, arrays
+
+
+def kbest(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray, k: int, *,
+          pos_tr: np.ndarray | None = None, pos_index: np.ndarray | None = None,
+          fixed: np.ndarray | None = None, allowed: np.ndarray | None = None,
+          allowed_start: np.ndarray | None = None, allowed_end: np.ndarray | None = None,
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`kbest_chain` for one sentence given as em (n, K), tr (K, K), start (K), end (K):
+    (int32 sequences (c, n), float64 scores (c,)), best first, c ≤ k."""
+    n, K, a = _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                          allowed_start, allowed_end)
+    k = int(k)
+    ys = np.empty(k * n, np.int32)
+    scores = np.empty(k, np.float64)
+    c = kbest_chain(a[0], n, K, *a[1:], k, ys, scores, kbest_workspace(n, K, k, a[0]))
+    return ys[:c * n].reshape(c, n), scores[:c]
+
+
+def max_marginals(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray, *,
+                  pos_tr: np.ndarray | None = None, pos_index: np.ndarray | None = None,
+                  fixed: np.ndarray | None = None, allowed: np.ndarray | None = None,
+                  allowed_start: np.ndarray | None = None,
+                  allowed_end: np.ndarray | None = None) -> np.ndarray:
+    """:func:`max_marginals_chain` for one sentence (arguments as :func:`kbest`): M (n, K)."""
+    n, K, a = _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                          allowed_start, allowed_end)
+    M = np.empty(n * K, np.float64)
+    max_marginals_chain(a[0], n, K, *a[1:], M, np.empty(3 * K, np.float64))
+    return M.reshape(n, K)
+
+
+def margins(M: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """:func:`token_margins` of tags y under max-marginals M (n, K): (per-token, sentence)."""
+    M = np.ascontiguousarray(M, np.float64)
+    n, K = M.shape
+    out = np.empty(n, np.float64)
+    s = token_margins(M.reshape(-1), n, K, np.ascontiguousarray(y, np.int32).reshape(-1), out)
+    return out, float(s)
+
+
+SCHEMES = ("iob1", "iob2", "bio", "bioes", "iobes")
+
+
+def scheme_transitions(labels: list[str], scheme: str) -> tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
+    """(allowed K×K, allowed_start K, allowed_end K) boolean arrays of a label scheme over the
+    tag set ``labels`` (``P-T`` = chunk tag P, type T, split as conlleval does; ``O`` = outside).
+
+    * ``iob2``/``bio``: I-X may follow only B-X or I-X, and no sentence starts with I-X.
+    * ``bioes``/``iobes``: B-X → I-X | E-X and I-X → I-X | E-X (an open chunk continues with
+      its own type), while E-X, S-X and O → B-* | S-* | O; a sentence starts with B, S or O and
+      ends with E, S or O.
+    * ``iob1``: everything allowed. In IOB1 a chunk starts with I-X, and B-X appears only to
+      separate two adjacent chunks of type X, so I-X after O or after I-Y (Y ≠ X) is the normal
+      way to open a chunk; and conlleval (what scores IOB1 data) reads a B-X anywhere as a
+      chunk start, so no tag sequence is ill-formed.
+
+    A label whose tag is not part of the scheme raises OptionError (like --label-scheme).
+    """
+    key = scheme.lower()
+    key = {"bio": "iob2", "iobes": "bioes"}.get(key, key)
+    if key not in ("iob1", "iob2", "bioes"):
+        raise OptionError(f"unknown label scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+    tags = {"iob1": ("O", "B", "I"), "iob2": ("O", "B", "I"),
+            "bioes": ("O", "B", "I", "E", "S")}[key]
+    parts = [split_label(lab) for lab in labels]
+    for lab, (p, _) in zip(labels, parts, strict=True):
+        if p not in tags:
+            raise OptionError(f"label {lab!r} is not part of the {scheme.upper()} scheme "
+                              f"(tags {', '.join(tags)})")
+    K = len(labels)
+    allowed = np.ones((K, K), np.bool_)
+    first = np.ones(K, np.bool_)
+    last = np.ones(K, np.bool_)
+    if key == "iob2":
+        for b, (pb, tb) in enumerate(parts):
+            if pb == "I":
+                first[b] = False
+                for a, (pa, ta) in enumerate(parts):
+                    allowed[a, b] = pa in ("B", "I") and ta == tb
+    elif key == "bioes":
+        for a, (pa, ta) in enumerate(parts):
+            open_chunk = pa in ("B", "I")
+            last[a] = not open_chunk
+            for b, (pb, tb) in enumerate(parts):
+                inside = pb in ("I", "E")
+                allowed[a, b] = (inside and ta == tb) if open_chunk else not inside
+            first[a] = pa not in ("I", "E")
+    return allowed, first, last
