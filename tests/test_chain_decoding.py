@@ -147,12 +147,15 @@ def test_rank0_equals_decode_kernel_on_tagger_arrays():
     feat_ptr = np.concatenate([[0], np.cumsum(per_tok)]).astype(np.int64)
     feat_idx = rng.integers(0, F, int(feat_ptr[-1])).astype(np.int32)
     w = rng.integers(-3, 4, F * K + (K + 1) ** 2).astype(np.float32)  # ties on purpose
-    tags, ptr = sq.decode_kernel(w.astype(np.float64), F, K, sent_ptr, feat_ptr, feat_idx,
+    chain = sq.Chain(sent_ptr, feat_ptr, feat_idx, np.zeros(0), np.zeros(0, np.int64),
+                     np.zeros(0, np.int32), np.zeros(0))
+    tags, ptr = sq.decode_kernel(w.astype(np.float64), F, K, chain,
                                  np.arange(n_sent, dtype=np.int64))
     em = np.empty(n_tok * K, np.float32)
     for e in range(n_sent):
         a, b = sent_ptr[e], sent_ptr[e + 1]
-        sq._emissions(w, K, feat_ptr, feat_idx, a, b - a, em[a * K:b * K])
+        sq._emissions(w, K, feat_ptr, feat_idx, np.zeros(0, np.float32), a, b - a,
+                      em[a * K:b * K])
     tr, _, start, end = sq._transitions(w, F, K)
     k = 4
     kt, ks, counts = cd.kbest_batch(em, sent_ptr, K, tr, start, end, *cd.no_constraints(), k)
