@@ -190,7 +190,7 @@ from demidcd.solvers import warm_up
 from demidcd.tasks.features import SequenceFeaturizer
 from demidcd.solvers import kernels as K
 from demidcd.tasks import sequence as S
-from demidcd.parallel import ring, seqlock
+from demidcd.primitives import ring, seqlock
 c = generate(n_sentences=20, n_tags=4, vocab_size=50, seed=1)
 est = SequenceTagger(min_count=1)
 est.classes_ = sorted({t for s in c.tags for t in s})

@@ -175,7 +175,7 @@ def test_pss_readings_are_spaced_by_their_cost(monkeypatch, budget):
     """PSS readings take at most PSS_BUDGET of the time: with a whole core (budget 1) one
     process is read at nearly every sample, with almost none (1e-9) only when the monitor
     stops; the resident sizes are read at every sample."""
-    from demidcd.parallel import monitor as M
+    from demidcd.primitives import monitor as M
 
     monkeypatch.setattr(M, "PSS_BUDGET", budget)
     mon = CpuMonitor({"me": os.getpid()}, interval=0.05)
