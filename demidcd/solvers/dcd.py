@@ -36,28 +36,62 @@ from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, SolverConfig, StopRequest, TrainResult, stop_reason
 from .recorder import Recorder
+from .state import DualState, Start
+
+
+def begin(act: ActiveSets, start: Start | None, examples: np.ndarray | None = None,
+          write_w: bool = True) -> None:
+    """Set up ``act`` where ``start`` says (:mod:`.state`): the prior w₀, then the saved
+    structures of ``examples`` (default all), w = w₀ + Σ α φ (``write_w=False``: the caller
+    set the shared w of several learners to it, :func:`~.state.state_w`)."""
+    if not start:
+        return
+    act.set_prior(start.prior, write=write_w)
+    if start.state is not None:
+        act.restore(start.state.arrays, examples, add=write_w)
+
+
+def saved_rng(start: Start | None, names: tuple[str, ...], seed: int | list[int]
+              ) -> np.random.Generator:
+    """The shuffling generator: the saved one when resuming a state of a learner in ``names``
+    (the same sequence of permutations as one uninterrupted run), else seeded by ``seed`` and,
+    when resuming another learner's state, its epoch count."""
+    st = start.state if start else None
+    if st is not None and st.meta.get("algorithm") in names and st.meta.get("rng"):
+        rng = np.random.default_rng()
+        rng.bit_generator.state = st.meta["rng"]
+        return rng
+    base = list(np.atleast_1d(seed))
+    return np.random.default_rng(base if st is None else [*base, st.epoch])
 
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
               light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None,
-              cpu_log: str | None = None, **_: object) -> TrainResult:
+              cpu_log: str | None = None, start: Start | None = None,
+              **_: object) -> TrainResult:
     """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light.
     ``tick(seconds, w)`` is called between chunks of inference (snapshots on time whatever
-    one outer iteration costs)."""
+    one outer iteration costs). ``start``: a prior w₀ and/or a saved state to resume from, and
+    whether to keep the final state (:mod:`.state`)."""
     config.validate()
-    recorder = Recorder(task, config, callback, tick=tick)
-    rng = np.random.default_rng(config.seed)
+    name = "dcd-light" if light else "dcd"
+    recorder = Recorder(task, config, callback, tick=tick, prior=start.prior if start else None)
+    rng = saved_rng(start, (name,), config.seed)
     act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
                      sweeps=config.sweeps, loss=config.loss, tol=config.tol)
+    begin(act, start)
     plan = SweepPlan(act, config.skip)
+    if start and start.state is not None and start.state.meta.get("algorithm") == name:
+        plan.restore(start.state.meta.get("plan"))
     clock = recorder.start()
     task.should_stop = lambda: StopRequest.requested or clock.expired()
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
-    reason, epoch = "max-epochs", 0
+    epoch0 = start.epoch if start else 0  # epochs of the runs this one resumes
+    reason, epoch = "max-epochs", epoch0
     try:
-        for epoch in range(1, config.epochs(1 << 62) + 1):
+        for epoch in range(epoch0 + 1, epoch0 + config.epochs(1 << 62) + 1):
             max_pg, shrunk, updates, certified = 0.0, 0, 0, False
             for _ in range(r):
                 st = act.update(rng.permutation(n).astype(np.int64), skip_below=plan.threshold())
@@ -106,21 +140,28 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
         reason = "interrupted"
     finally:
         task.__dict__.pop("should_stop", None)
-    return recorder.finish(act.w, reason, epoch, act.dual_objective(), cpu_log=cpu_log,
-                           **totals)
+    res = recorder.finish(act.w, reason, epoch, act.dual_objective(), cpu_log=cpu_log,
+                          **totals)
+    if start and start.keep_state:
+        res.state = DualState(act.state(), {"epoch": epoch, "algorithm": name,
+                                            "rng": rng.bit_generator.state,
+                                            "plan": plan.saved()})
+    return res
 
 
 def run_dcd(task: Task, config: SolverConfig, threads: int = 1,
             callback: Callback | None = None, cpu_log: str | None = None,
             tick: Callable[[float, np.ndarray], None] | None = None,
-            **_: object) -> TrainResult:
+            start: Start | None = None, **_: object) -> TrainResult:
     """The registry's ``dcd`` schedule: DCD-SSVM on one process."""
-    return train_dcd(task, config, callback, light=False, tick=tick, cpu_log=cpu_log)
+    return train_dcd(task, config, callback, light=False, tick=tick, cpu_log=cpu_log,
+                     start=start)
 
 
 def run_dcd_light(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   tick: Callable[[float, np.ndarray], None] | None = None,
-                  **_: object) -> TrainResult:
+                  start: Start | None = None, **_: object) -> TrainResult:
     """The registry's ``dcd-light`` schedule: DCD-Light on one process."""
-    return train_dcd(task, config, callback, light=True, tick=tick, cpu_log=cpu_log)
+    return train_dcd(task, config, callback, light=True, tick=tick, cpu_log=cpu_log,
+                     start=start)
