@@ -221,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--eta", type=float, default=None, help="adagrad: learning rate η (0.1)")
     s.add_argument("--regularizer", choices=("l1", "l2"), default=None,
                    help="adagrad: regulariser (l2)")
+    s.add_argument("--resume", metavar="MODEL", default=None,
+                   help="DCD learners: continue the run that wrote MODEL with --save-state (its "
+                        "dual state MODEL.state.npz; same data and options) to the optimum one "
+                        "uninterrupted run reaches")
+    s.add_argument("--init", metavar="MODEL", default=None,
+                   help="DCD learners: warm start from MODEL: min ½‖w − w0‖² + C Σ ξ² with its "
+                        "weights w0 as the prior, its features and labels extended by the new "
+                        "data's")
     s.add_argument("--min-count", type=int, default=None,
                    help="feature dictionary cut-off")
     s.add_argument("--hashing", type=int, default=None, metavar="DIM",
@@ -238,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save w every SECONDS of solver time (see evaluate-snapshots)")
     o.add_argument("--snapshot-dir", metavar="DIR",
                    help="where snapshots go (default: MODEL without .npz + .snapshots)")
+    o.add_argument("--save-state", action="store_true", default=None,
+                   help="DCD learners: keep the dual state beside --model (MODEL.state.npz, "
+                        "also at a time limit or Ctrl-C) for --resume")
     _common(t)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
@@ -489,6 +500,31 @@ def _why_not_converged(res, config) -> str:
     return f"not converged ({state}): {hint}"
 
 
+def _check_start(args, learner) -> None:
+    """Refuse, before any data is read: --save-state, --resume or --init for a learner without
+    a dual state, --save-state without --model, --resume with --init, and a --resume model
+    without its state file beside it."""
+    import os.path
+
+    from .io.model import state_path
+    from .solvers import check_resumable
+
+    given = [f for f, v in (("--save-state", args.save_state), ("--resume", args.resume),
+                            ("--init", args.init)) if v]
+    check_resumable(learner, *given)
+    if args.save_state and not args.model:
+        raise OptionError("--save-state keeps the dual state beside the model: give --model")
+    if args.resume and args.init:
+        raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
+                          "continues (its state file holds it); give one of them")
+    for flag, path in (("--resume", args.resume), ("--init", args.init)):
+        if path and not os.path.isfile(path):
+            raise OptionError(f"{flag} {path}: no such model file")
+    if args.resume and not os.path.isfile(state_path(args.resume)):
+        raise OptionError(f"--resume {args.resume}: no saved state {state_path(args.resume)} "
+                          "beside it (train with --save-state to keep one)")
+
+
 def _metric_values(est, spec, data) -> dict[str, float]:
     """The numeric metrics of ``est`` on ``data`` (for the run summary)."""
     import numpy as np
@@ -532,6 +568,7 @@ def _train(args) -> int:
     algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
     learner = get_learner(algorithm)
     check_threads(learner, threads)  # too few processes: an error, never another learner
+    _check_start(args, learner)
     sequential_note = learner.single_process and threads > 1 and args.threads is not None
     if learner.single_process:
         threads = 1
@@ -557,7 +594,8 @@ def _train(args) -> int:
         "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
         "batch", "skip", "sweeps", "loss", "rho", "rho_worker", "publish_interval", "mixing",
         "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
-        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address")}
+        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address",
+        "init", "resume", "save_state")}
     given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
     given["perceptron_epochs_per_round"] = args.perceptron_epochs
     given["snapshot_dir"] = args.snapshot_dir or (
@@ -620,6 +658,12 @@ def _train(args) -> int:
         save_with_fallback(est.save, args.model)
         log.info(f"model written to {args.model}"
                  + ("" if res.finished else f" (partial: {res.stop_reason})"))
+    if args.save_state and getattr(est, "state_", None) is not None:
+        from .io.model import state_path
+
+        est.write_state(state_path(args.model))
+        log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
+                 f"{args.model})")
     metrics = {}
     if dev is not None:
         _report(spec, est, dev, "dev ", args.quiet)
