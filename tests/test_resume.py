@@ -241,3 +241,29 @@ def test_benchmark_splits_by_document(tmp_path):
     b = (tmp_path / "b.conllu").read_text()
     assert a.count("# newdoc") == 2 and b.count("# newdoc") == 2
     assert "sent_id = 3\n" in a and "sent_id = 4\n" in b and a + b == text
+
+
+def test_one_dcd_resumes_inside_an_inference_pass(task, monkeypatch):
+    """Stopped inside an epoch's inference pass (a time limit, Ctrl-C), 1-DCD finishes that
+    pass first when resumed: the same iterations and w as one run."""
+    from demidcd.solvers import common
+
+    cfg = dict(**TOL, batch=4)
+    one = train(task, "dcd", SolverConfig(**cfg, max_epochs=6))
+    two = train(task, "dcd", SolverConfig(**cfg, max_epochs=2), start=Start(keep_state=True))
+    polls = [0]
+
+    def poll(self, w):  # the clock runs out after the 6th chunk of the third epoch's pass
+        polls[0] += 1
+        return polls[0] >= 6
+
+    with monkeypatch.context() as m:
+        m.setattr(common.Clock, "poll", poll)
+        cut = train(task, "dcd", SolverConfig(**cfg, max_epochs=1),
+                    start=Start(state=two.state, keep_state=True))
+    assert cut.state.epoch == 3  # (max-epochs here: the patched poll, not the clock)
+    assert cut.state.meta["pending"]["at"] == 24
+    assert cut.history[-1]["violators"] >= 1  # an unfinished pass certifies nothing
+    rest = train(task, "dcd", SolverConfig(**cfg, max_epochs=3), start=Start(state=cut.state))
+    assert rest.epochs == one.epochs == 6
+    np.testing.assert_allclose(rest.w, one.w, atol=1e-9)

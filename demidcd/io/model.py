@@ -494,7 +494,7 @@ def save_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray],
 
 _STATE_DTYPES = {"example": "i", "hash": "i", "delta": "f", "alpha": "f", "phi_ptr": "i",
                  "phi_idx": "i", "phi_val": "f", "alpha_sum": "f", "xi": "f", "ex_pg": "f",
-                 "w0": "f"}
+                 "w0": "f", "pending_order": "i"}
 
 
 def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict]:

@@ -48,9 +48,11 @@ class StateMismatch(OptionError):
 class DualState:
     """The dual state of a DCD run: ``arrays`` (:data:`STATE_ARRAYS`: per structure its
     example, hash, Δ, α and φ (CSR); per example A_i, ξ̂_i and the last visit's max |PG|; and
-    ``w0``, the prior, when there was one) and ``meta`` (``fingerprint``, ``epoch``,
+    ``w0``, the prior, when there was one; 1-DCD: ``pending_order``, the shuffled order of an
+    inference pass it was stopped in) and ``meta`` (``fingerprint``, ``epoch``,
     ``algorithm``, ``rng``: the learner's shuffling state, ``plan``: its sweep plan,
-    ``seconds``: solver time over every run so far)."""
+    ``pending``: where in that pass it stopped, ``seconds``: solver time over every run so
+    far)."""
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
