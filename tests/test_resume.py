@@ -267,3 +267,19 @@ def test_one_dcd_resumes_inside_an_inference_pass(task, monkeypatch):
     rest = train(task, "dcd", SolverConfig(**cfg, max_epochs=3), start=Start(state=cut.state))
     assert rest.epochs == one.epochs == 6
     np.testing.assert_allclose(rest.w, one.w, atol=1e-9)
+
+
+def test_a_warm_started_run_resumes_with_its_prior(tiny, optimum, tmp_path):
+    est, _ = optimum
+    X, Y = tiny
+    kw = dict(**TOL, min_count=1)
+    whole = SequenceTagger(**kw, init=est).fit(X[:40], Y[:40])
+    first = SequenceTagger(**kw, init=est, max_epochs=1, save_state=True).fit(X[:40], Y[:40])
+    first.save(tmp_path / "w.npz")
+    first.write_state(tmp_path / "w.state.npz")
+    assert first.state_.w0 is not None
+    rest = SequenceTagger(**kw, resume=str(tmp_path / "w.npz")).fit(X[:40], Y[:40])
+    assert rest.result_.stop_reason == "converged"
+    np.testing.assert_allclose(rest.prior_, whole.prior_)
+    t = rest.training_task(X[:40], Y[:40])
+    assert rest.objective(t)["primal"] == pytest.approx(whole.objective(t)["primal"], rel=1e-3)
