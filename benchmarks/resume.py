@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                 r["test_accuracy"] is None else round(100 * (r["test_accuracy"]
                                                              - u["test_accuracy"]), 3)}
             R = res["resume"]
-            say(f"  to the certified optimum: interrupted + resumed {both_s:.1f} s solver "
+            reached = "to the certified optimum" if u["converged"] and r["converged"] else \
+                "within the budget (not converged: raise --budget)"
+            say(f"  {reached}: interrupted + resumed {both_s:.1f} s solver "
                 f"({R['solver_overhead']}x), {both_w:.1f} s wall ({R['wall_overhead']}x); "
                 f"state {(R['state_file_bytes'] or 0) / 2**20:.1f} MiB", args.quiet)
         if "warm" in parts:
