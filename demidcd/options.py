@@ -23,6 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 BASIC, ADVANCED = "basic", "advanced"
+
+
+def nonnegative(text: str) -> float:
+    """argparse type of a finite number ≥ 0 (e.g. ``--ilp-time-limit``)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text!r}")
+    return v
 DATA, LEARNER, OUTPUT = "data", "learner", "output"
 TRAIN = ("train",)
 DATA_COMMANDS = ("train", "evaluate", "predict", "evaluate-snapshots")
@@ -72,6 +85,14 @@ def _o(*a: Any, **k: Any) -> Option:
 
 OPTIONS: tuple[Option, ...] = (
     # -- data ----------------------------------------------------------------------------
+    _o("train", "--train", str, None, "training data", BASIC, DATA, metavar="FILE",
+       rule="the synthetic corpus", param=False),
+    _o("dev", "--dev", str, None, "data scored in the log and at the end", BASIC, DATA,
+       metavar="FILE", param=False),
+    _o("test", "--test", str, None, "data scored at the end", BASIC, DATA, metavar="FILE",
+       param=False),
+    _o("split_test", "--split-test", float, None, "hold out a seeded random FRACTION of "
+       "--train as the test set", ADVANCED, DATA, metavar="FRACTION", param=False),
     _o("task", "--task", str, "sequence", "what to learn", BASIC, DATA,
        choices=("sequence", "chunking", "ner", "entity-relation", "dependency"),
        commands=DATA_COMMANDS, rule="evaluate / predict: the model's", param=False),
@@ -91,7 +112,8 @@ OPTIONS: tuple[Option, ...] = (
        "it)", BASIC, DATA, commands=DATA_COMMANDS, param=False),
     _o("max_sentence_length", "--max-sentence-length", int, None, "longest sentence accepted",
        ADVANCED, DATA, metavar="N", commands=DATA_COMMANDS,
-       rule="the task's (see --help-all of the task)", param=False),
+       rule="the task's (TaskSpec.max_sentence_length, with what a long sentence costs)",
+       param=False),
     _o("label_scheme", "--label-scheme", str, "auto", "how labels mark chunks", ADVANCED, DATA,
        ("chunking", "ner"), choices=("auto", "iob1", "iob2", "bio", "bioes", "iobes",
                                      "conlleval"), commands=DATA_COMMANDS,
@@ -113,7 +135,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("ilp_solver", "--ilp-solver", str, "exact", "entity-relation inference: exact "
        "branch-and-bound, CBC (bundled with PuLP) or HiGHS", ADVANCED, DATA,
        ("entity-relation",), choices=("exact", "cbc", "highs"), commands=DATA_COMMANDS),
-    _o("ilp_time_limit", "--ilp-time-limit", float, 2.0, "cbc/highs: cap per ILP solve in "
+    _o("ilp_time_limit", "--ilp-time-limit", nonnegative, 2.0, "cbc/highs: cap per ILP solve in "
        "seconds (0 = none); at the cap the best feasible structure is used, unproven",
        ADVANCED, DATA, ("entity-relation",), metavar="SECONDS", commands=DATA_COMMANDS),
     _o("relation_loss_weight", "--relation-loss-weight", float, 1.0, "entity-relation: weight "
@@ -190,6 +212,10 @@ OPTIONS: tuple[Option, ...] = (
        "(see evaluate-snapshots)", group=OUTPUT, metavar="SECONDS", rule="never"),
     _o("snapshot_dir", "--snapshot-dir", str, None, "where snapshots go", group=OUTPUT,
        metavar="DIR", rule="MODEL without .npz + .snapshots"),
+    _o("quiet", "--quiet", bool, False, "print only results and errors", BASIC, OUTPUT,
+       commands=DATA_COMMANDS, param=False),
+    _o("debug", "--debug", bool, False, "show tracebacks", BASIC, OUTPUT,
+       commands=DATA_COMMANDS),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
@@ -215,6 +241,12 @@ def options_for(owner: str | None = None, command: str = "train",
         if owner is not None and o.owners and owner not in o.owners:
             continue
         yield o
+
+
+def learner_params() -> tuple[Option, ...]:
+    """The estimator keyword arguments every estimator takes (the learners', the output's),
+    in table order; the data options are the tasks' own."""
+    return tuple(o for o in OPTIONS if o.param and o.group != DATA)
 
 
 def estimator_params() -> tuple[Option, ...]:

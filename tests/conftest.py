@@ -49,6 +49,19 @@ def shm_guard():
     assert not left, f"leaked shared memory: {sorted(left)[:3]}"
 
 
+@pytest.fixture
+def schedule_keywords(monkeypatch):
+    """Let solvers.train pass the multi-learner schedule's own keywords (``update_mode``,
+    ``check``, ``rebuild_every``: for experiments and tests, not user options) through to it."""
+    import dataclasses
+
+    from demidcd.solvers import LEARNERS
+
+    learner = LEARNERS["demi-dcd"]
+    monkeypatch.setitem(LEARNERS, "demi-dcd", dataclasses.replace(
+        learner, options=(*learner.options, "update_mode", "check", "rebuild_every")))
+
+
 @pytest.fixture(scope="module")
 def small():
     """The small synthetic tagging problem of :mod:`small_fit`: (tokens, tags)."""

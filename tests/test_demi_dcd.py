@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -115,8 +116,9 @@ def test_worker_exception_is_reported_in_one_line(tmp_path, shm_guard):
     exit 1; the partial model is kept, marked unfinished (issue 21)."""
     from demidcd.io.model import load_model
 
-    p = _run([*BASE, "--model", str(tmp_path / "m.npz")],
-             env={"DEMIDCD_FAULT_WORKER_RAISE": "3"})
+    p = subprocess.Popen([sys.executable, str(Path(__file__).with_name("faults.py")), "3",
+                          "train", *BASE, "--model", str(tmp_path / "m.npz")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1
     lines = [ln for ln in err.splitlines() if ln.strip()]

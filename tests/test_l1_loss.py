@@ -121,7 +121,8 @@ def test_l1_log_and_summary_report_the_hinge_primal(toy, dcd_l1):
 
 
 @pytest.mark.parametrize("mode", ["plain", "atomic"])
-def test_two_l1_learners_reach_the_1dcd_l1_optimum(toy, dcd_l1, mode, shm_guard):
+def test_two_l1_learners_reach_the_1dcd_l1_optimum(toy, dcd_l1, mode, shm_guard,
+                                                   schedule_keywords):
     """Several learners on one w (multi_dcd) with the SMO update: a certified stop at the
     hinge optimum, the dual a lower bound of it."""
     p1 = _hinge(toy, dcd_l1.w)

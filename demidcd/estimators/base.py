@@ -32,16 +32,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
+from ..options import BY_NAME, LEARNER, Option, learner_params
+from ..options import default as table_default
 from ..solvers import check_loss, get_learner, train
 from ..solvers.common import SolverConfig, TrainResult, objective
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
-ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
-                  "mixing", "averaged", "batch_size", "lam", "projection", "eta",
-                  "regularizer", "learners", "update_mode")
-"""Constructor arguments passed to the learners that read them when set (defaults in the
-learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
+ENGINE_OPTIONS = tuple(o.name for o in learner_params()
+                       if o.group == LEARNER and o.name not in SOLVER_OPTIONS
+                       and o.name not in ("algorithm", "threads", "backend", "ray_address"))
+"""Constructor arguments passed to the learners that read them when set (the learners own
+them in the option table, :mod:`demidcd.options`)."""
 
 
 def check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
@@ -76,32 +78,30 @@ def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[
     return Y
 
 
-def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
-    """A keyword-only constructor argument for :func:`estimator_init`."""
+_FROM_TABLE = object()
+
+
+def param(name: str, annotation: Any, default: Any = _FROM_TABLE) -> inspect.Parameter:
+    """A keyword-only constructor argument for :func:`estimator_init`; its default is the
+    option table's (:func:`demidcd.options.default`) unless given."""
+    if default is _FROM_TABLE:
+        default = table_default(name) if name in BY_NAME else None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation)
 
 
+def _annotation(o: Option) -> Any:
+    kind = int | str if o.name == "learners" else o.type
+    return kind if o.default is not None and o.type is bool else kind | None
+
+
 COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
-    param("C", float | None), param("algorithm", str | None), param("threads", int | None),
-    param("loss", str | None),
-    param("tol", float | None), param("delta", float | None), param("max_epochs", int | None),
-    param("time_limit", float | None), param("seed", int | None),
-    param("inner_passes", int | None), param("max_active", int | None),
-    param("batch", int | None), param("skip", float | None), param("sweeps", int | None),
-    param("eval_every", float | None), param("rho", int | None),
-    param("rho_worker", int | None), param("publish_interval", float | None),
-    param("learners", int | str | None), param("update_mode", str | None),
-    param("perceptron_epochs_per_round", int | None), param("mixing", str | None),
-    param("averaged", bool | None), param("batch_size", int | None), param("lam", float | None),
-    param("projection", bool | None), param("eta", float | None),
-    param("regularizer", str | None), param("backend", str | None),
-    param("ray_address", str | None), param("cpu_log", str | None),
-    param("snapshot_every", float | None), param("snapshot_dir", str | None),
-    param("callback", Callable[[dict, np.ndarray], None] | None),
-    param("log", Callable[[str], None] | None), param("debug", bool, False))
+    *(param(o.name, _annotation(o)) for o in learner_params()),
+    param("callback", Callable[[dict, np.ndarray], None] | None, None),
+    param("log", Callable[[str], None] | None, None))
 """Constructor arguments of every estimator (see :class:`StructuredEstimator`), after the
-task's own."""
+task's own: the option table's learner and output options with its defaults, and the
+callbacks."""
 
 
 def estimator_init(*task_params: inspect.Parameter) -> Callable[..., None]:

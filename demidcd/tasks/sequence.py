@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numba as nb
 import numpy as np
 
-from . import Option, TaskSpec
+from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
 
@@ -996,13 +996,6 @@ class SequenceSpec(TaskSpec):
     estimator = "demidcd.estimators.sequence:SequenceTagger"
     max_sentence_length = 10_000  # Viterbi is linear in n: a limit only for files without breaks
     length_cost = "Viterbi is linear in n; a file without blank lines reads as one sentence"
-    options = (
-        Option(("--feature-columns",),
-               dict(default=None, metavar="N[,N...]",
-                    help="sequence tasks: other input columns (1-based, e.g. 2 = the POS column "
-                         "of CoNLL-2000) fed into the feature template (a +-2 window, bigrams and "
-                         "trigrams, as CRFsuite's chunking example); default: the model's")),
-    )
 
     def _format(self, path: str, args) -> str:
         """``--format``; auto: by the file name, or for ``-`` (standard input) by content."""
