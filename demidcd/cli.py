@@ -28,6 +28,15 @@ class _HelpFormatter(argparse.HelpFormatter):
     """Help text as written: the option table's rows already end with their default."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: a bad option is one line, ``demidcd: error:
+    …`` naming it, exit 2 (argparse's usage block is left to ``--help``)."""
+
+    def error(self, message: str) -> Any:
+        raise OptionError(f"{message} (see demidcd {self.prog.split()[-1]} --help)"
+                          if " " in self.prog else message)
+
+
 def _help(o: Any, command: str) -> str:
     """An option's help line with its default from the option table (:mod:`demidcd.options`);
     a few options complete theirs from the registries (the tasks, the learners)."""
@@ -111,7 +120,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
     """The parser; ``show_all``: list the advanced options too (``train --help-all``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).",
         formatter_class=_HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -715,6 +724,9 @@ def _main(argv: list[str], debug: bool) -> int:
     try:
         args = build_parser(show_all="--help-all" in argv).parse_args(argv)
         debug = getattr(args, "debug", False)
+        from .primitives.shm import sweep_stale
+
+        sweep_stale()  # every command removes the segments a killed run left (cheap: a listdir)
         if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
             from . import api  # noqa: F401
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell

@@ -130,7 +130,7 @@ def test_worker_exception_is_reported_in_one_line(tmp_path, shm_guard):
 
 
 def test_engine_counts_are_consistent(small, shm_guard):
-    est, _ = fit(small, algorithm="demi-dcd", threads=2)
+    est, _ = fit(small, algorithm="demi-dcd", threads=2, learners=1)
     ex = est.result_.extra
     # the learner's own inferences (its first epoch, then its inference share) admit
     # structures without a ring; in the first epoch it infers at most every example once

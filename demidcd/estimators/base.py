@@ -387,7 +387,6 @@ class StructuredEstimator:
                 "finished": bool(res.finished) if res else True,
                 "stop_reason": res.stop_reason if res else "unknown",
                 "epochs": res.epochs if res else None,
-                "seconds": float(res.seconds) if res else None,
                 "dual": None if res is None or res.dual is None else float(res.dual)}
 
     def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
