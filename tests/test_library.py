@@ -206,7 +206,7 @@ def test_models_without_saved_parameters_load_as_before(tmp_path):
     X, y, est = _fitted(tmp_path, C=0.5)
     est.save(tmp_path / "m.npz")
     w, arrays, meta = load_model(tmp_path / "m.npz")
-    for key in ("parameters", "seconds", "dual"):
+    for key in ("parameters", "dual"):
         del meta[key]
     save_model(tmp_path / "old.npz", w, arrays, meta)
     back = NamedEntityTagger.load(tmp_path / "old.npz")
