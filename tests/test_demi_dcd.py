@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from cli_run import CLI
 from small_fit import fit
 
 from demidcd.api import SequenceTagger
@@ -35,7 +36,7 @@ def _children(pid):
 
 
 def _run(args, env=None):
-    return subprocess.Popen([sys.executable, "-m", "demidcd", "train", *args],
+    return subprocess.Popen([*CLI, "train", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 
@@ -95,7 +96,7 @@ def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
 def test_killed_worker_is_restarted(tmp_path, shm_guard):
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
+        p = subprocess.Popen([*CLI, "train", "--threads", "2",
                               "--algorithm", "demi-dcd", "--learners", "1",
                               "--time-limit", "8", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)

@@ -5,11 +5,10 @@ SMO never increases the dual; the log, the summary and the CLI report and take t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_run import run
 from small_fit import conll04_task
 from toy_task import ToyTask
 
@@ -149,9 +148,7 @@ def test_loss_option_is_validated_and_only_for_the_dcd_learners(toy) -> None:
 
 
 # ----------------------------------------------------------------------------- (d) CLI
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "demidcd", *args], capture_output=True,
-                          text=True, timeout=300)
+_cli = run  # the one CLI launcher (tests/cli_run.py)
 
 
 def test_cli_trains_with_loss_l1_and_rejects_l3(tmp_path) -> None:

@@ -7,6 +7,7 @@ import signal
 
 import numpy as np
 import pytest
+from cli_run import CLI
 from small_fit import fit
 
 from demidcd.api import SequenceTagger
@@ -154,7 +155,6 @@ def test_learners_option_errors(small):
 
 def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_guard):
     import subprocess
-    import sys
     import time
 
     from test_demi_dcd import _children, _gone
@@ -163,7 +163,7 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
 
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
+        p = subprocess.Popen([*CLI, "train", "--threads", "2",
                               "--algorithm", "demi-dcd", "--learners", "2", "--update-mode",
                               "plain", "--time-limit", "30", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)

@@ -3,10 +3,10 @@ parallel schedules (DEMI-DCD, MS-DCD, SP-IPM) to the same results as shared memo
 
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_run import CLI
 from toy_task import ToyTask
 
 from demidcd.parallel.transport import Transport, balanced_shards, concat_batches
@@ -208,7 +208,7 @@ def test_backend_ray_without_ray_is_a_one_line_error(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), root])}
-    p = subprocess.run([sys.executable, "-m", "demidcd", "train", "--threads", "2",
+    p = subprocess.run([*CLI, "train", "--threads", "2",
                         "--backend", "ray", "--time-limit", "1"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert p.returncode == 2

@@ -10,14 +10,13 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_run import run, train_model
+from cli_run import CLI, run, train_model
 
 from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
 from demidcd.cli import main
@@ -299,7 +298,7 @@ def test_ctrl_c_while_numba_compiles_exits_130(tmp_path, delay):
     one line. Before, the KeyboardInterrupt unwound through LLVM: SIGSEGV, "double free
     detected", or "Exception ignored ... Traceback"."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cold")}
-    p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "1",
+    p = subprocess.Popen([*CLI, "train", "--threads", "1",
                           "--max-epochs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env)
     time.sleep(delay)
@@ -317,7 +316,7 @@ def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
     line. ``python -m demidcd`` is the console script's entry (:mod:`demidcd.__main__`). A
     signal during the interpreter's own start-up (its site or runpy import, before any demidcd
     code runs) is Python's to report, and is skipped."""
-    p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "1",
+    p = subprocess.Popen([*CLI, "train", "--threads", "1",
                           "--max-epochs", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
