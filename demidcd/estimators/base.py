@@ -44,20 +44,58 @@ ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_pe
 learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
 
 
-def check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
-    """X as a sequence of token sequences; a string where a list is expected is an error."""
+def _token_kind(t: Any) -> str | None:
+    """``columns`` for a word or a tuple of column strings, ``dict`` for a feature dict or a
+    list of feature names (python-crfsuite's items), None for anything else."""
+    if isinstance(t, str):
+        return "columns"
+    if isinstance(t, tuple):
+        return "columns" if t and all(isinstance(a, str) for a in t) else None
+    if isinstance(t, dict):
+        return "dict"
+    if isinstance(t, list):
+        return "dict" if all(isinstance(a, str) for a in t) else None
+    return None
+
+
+def token_kind(X: Sequence[Sequence[Any]]) -> str:
+    """What the tokens of (checked) sentences X are: ``dict`` (sklearn-crfsuite feature dicts,
+    or lists of feature names) or ``columns`` (words, or tuples ``(word, col1, …)``; also for
+    X without tokens)."""
+    for s in X:
+        for t in s:
+            return "dict" if _token_kind(t) == "dict" else "columns"
+    return "columns"
+
+
+def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Sequence[Any]]:
+    """X as a sequence of token sequences; a string where a list is expected is an error.
+
+    A token is a word or a tuple ``(word, attribute, …)`` of strings; with ``dicts`` also a
+    feature dict as sklearn-crfsuite takes it (``{"word.lower()": "the", "len": 3.0, …}``) or
+    a list of feature names, but every token of X of the same kind (:func:`token_kind`)."""
     if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
         raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
                              f"{type(X).__name__}")
+    kind = None
     for k, s in enumerate(X):
         if isinstance(s, str | bytes):
             raise InputTypeError(f"{name}[{k}] is a string, not a list of tokens: split it "
                                  f"first, e.g. {str(s)[:20]!r}.split()")
-        if not hasattr(s, "__len__") or not all(
-                isinstance(t, str) or (isinstance(t, tuple) and t and
-                                       all(isinstance(a, str) for a in t)) for t in s):
+        if not hasattr(s, "__len__"):
+            raise InputTypeError(f"{name}[{k}] must be a list of tokens")
+        kinds = set(map(_token_kind, s))
+        if kind is not None:
+            kinds.add(kind)
+        if None in kinds or (not dicts and "dict" in kinds):
             raise InputTypeError(f"{name}[{k}] must be a list of tokens (strings, or tuples "
-                                 "(word, attribute, ...) of strings)")
+                                 "(word, attribute, ...) of strings"
+                                 + (", or feature dicts" if dicts else "") + ")")
+        if len(kinds) > 1:
+            raise InputTypeError(f"{name}[{k}]: tokens mix feature dicts with words or tuples; "
+                                 "all tokens must be of one kind")
+        if kinds:
+            kind = kinds.pop()
     return X
 
 
