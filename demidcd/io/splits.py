@@ -56,7 +56,7 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
         pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
         return replace(data, tokens=pick(data.tokens), tags=pick(data.tags),
                        lines=pick(data.lines), raw=pick(data.raw),
-                       attributes=pick(data.attributes))
+                       attributes=pick(data.attributes), columns=pick(data.columns))
 
     return part(order[:cut]), part(order[cut:])
 
