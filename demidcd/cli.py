@@ -263,6 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     _data_options(e, "evaluate-snapshots")
     _common(e)
 
+    d = sub.add_parser("dump", help="print a model's features and weights, largest |weight| "
+                                    "first (as crf_learn's text model, wapiti dump)")
+    d.add_argument("--model", required=True, help="model file written by train")
+    d.add_argument("--top", type=int, default=50, metavar="N",
+                   help="the N largest weights by |weight| (and the N largest transitions)")
+    d.add_argument("--all", action="store_true", help="every non-zero weight (instead of --top)")
+    d.add_argument("--out", metavar="FILE",
+                   help="write to FILE (atomically) instead of standard output")
+    _common(d)
+
     sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
     sp.add_argument("file", help="CoNLL04 file")
     sp.add_argument("--out-dir", required=True, help="directory for train.corp and test.corp")
@@ -728,6 +738,21 @@ def cmd_evaluate_snapshots(args) -> int:
     return 0
 
 
+def cmd_dump(args) -> int:
+    """``dump``: the model's weights, largest |weight| first (:meth:`weight_lines` of its
+    estimator: feature, label, weight for the sequence tasks; by index for the others)."""
+    from .api import load_estimator
+    from .io.model import atomic_write
+
+    if not args.all and args.top < 1:
+        raise OptionError(f"--top must be >= 1, got {args.top}")
+    _check_outputs(("--out", args.out))
+    est = load_estimator(args.model)
+    lines = est.weight_lines(None if args.all else args.top)
+    atomic_write(args.out or "-", lambda f: f.writelines(x + "\n" for x in lines), mode="w")
+    return 0
+
+
 def cmd_split(args) -> int:
     from .io.splits import check_fraction, split_file
 
@@ -760,7 +785,7 @@ def cmd_generate(args) -> int:
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
             "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots,
-            "split": cmd_split}
+            "split": cmd_split, "dump": cmd_dump}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -839,7 +864,7 @@ def _main(argv: list[str], debug: bool) -> int:
         return 1
 
 
-_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
 
 
 _default_showwarning = warnings.showwarning

@@ -196,6 +196,11 @@ OPTIONS: tuple[Option, ...] = (
        "(see evaluate-snapshots)", group=OUTPUT, metavar="SECONDS", rule="never"),
     _o("snapshot_dir", "--snapshot-dir", str, None, "where snapshots go", group=OUTPUT,
        metavar="DIR", rule="MODEL without .npz + .snapshots"),
+    # -- dump ----------------------------------------------------------------------------
+    _o("top", "--top", int, 50, "dump: the N largest weights by |weight| (and transitions)",
+       BASIC, OUTPUT, metavar="N", commands=("dump",), param=False),
+    _o("all", "--all", bool, False, "dump: every non-zero weight instead of --top", BASIC,
+       OUTPUT, commands=("dump",), param=False),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

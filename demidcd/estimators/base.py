@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -112,6 +112,22 @@ def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[
         if len(s) != len(t):
             raise OptionError(f"sentence {k} has {len(s)} tokens but {len(t)} tags")
     return Y
+
+
+def top_weights(w: np.ndarray, top: int | None) -> np.ndarray:
+    """Indices of the ``top`` largest |w| (None: every non-zero entry), largest first, ties by
+    index; zeros never count."""
+    a = np.abs(np.asarray(w, np.float64))
+    nz = np.flatnonzero(a)
+    if top is not None and nz.shape[0] > top:
+        part = np.argpartition(-a[nz], top - 1)[:top] if top > 0 else nz[:0]
+        nz = np.sort(nz[part])
+    return nz[np.lexsort((nz, -a[nz]))]
+
+
+def top_text(top: int | None, n: int) -> str:
+    """How a dump header names ``n`` weights picked by :func:`top_weights` with ``top``."""
+    return f"all {n:,} non-zero weights" if top is None else f"top {n:,} weights"
 
 
 def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
@@ -446,6 +462,19 @@ class StructuredEstimator:
                 setattr(self, name, value)
         self.coef_, self.meta_ = w, meta
         self.result_ = saved_result(str(path), w, meta)
+
+    def weight_lines(self, top: int | None = 50) -> Iterator[str]:
+        """The lines of ``demidcd dump``: a header, then the ``top`` weights by |weight| (None:
+        every non-zero one), ``w[index]<TAB>weight`` each (tasks whose features have no names
+        or are hashed; the sequence taggers name them)."""
+        self._check_fitted()
+        w = self.coef_
+        idx = top_weights(w, top)
+        yield (f"# {self.task_name} model, {w.shape[0]:,} weights ({np.count_nonzero(w):,} "
+               f"non-zero); the features are not named: weights by index")
+        yield f"# {top_text(top, idx.shape[0])} by |weight|"
+        for i in idx.tolist():
+            yield f"w[{i}]\t{w[i]:+.6g}"
 
     def feature_summary(self) -> str:
         """One line on the size of w, for the training log."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,18 @@ from .base import (
     estimator_init,
     param,
     token_kind,
+    top_text,
+    top_weights,
 )
+
+
+def _escape(name: str) -> str:
+    """A feature or label name on one dump line: tab, newline and backslash escaped."""
+    if "\\" in name or "\t" in name or "\n" in name or "\r" in name:
+        return name.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") \
+            .replace("\r", "\\r")
+    return name
+
 
 FEATURIZERS: dict[str, Any] = {"SequenceFeaturizer": SequenceFeaturizer,
                                 TemplateFeaturizer.kind: TemplateFeaturizer,
@@ -218,6 +230,57 @@ class SequenceTagger(StructuredEstimator):
         bigram = f" + {g:,} label-bigram features x {n_tags}^2" if g else ""
         return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions"
                 f"{bigram} = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+
+    def _feature_source(self) -> str:
+        f = self.featurizer_
+        if isinstance(f, TemplateFeaturizer):
+            return f"template {f.template.path}"
+        if isinstance(f, DictFeaturizer):
+            return "feature dicts"
+        return f"built-in template {f.template!r}"
+
+    def weight_lines(self, top: int | None = 50) -> Iterator[str]:
+        """The lines of ``demidcd dump``, as ``crf_learn -t``'s text model or ``wapiti dump``:
+        the ``top`` feature weights by |weight| (None: every non-zero one), one
+        ``feature<TAB>label<TAB>weight`` line each (a B feature's label is ``prev->label``),
+        then the label transitions likewise (``BOS`` / ``EOS``: the sentence's start / end).
+        Hashed features are named by bucket (``bucket 123``, ``B bucket 7``)."""
+        self._check_fitted()
+        w = self.coef_
+        F, K, G = self.n_features_, len(self.classes_), getattr(self, "n_bfeatures_", 0)
+        tb, bb = F * K, F * K + (K + 1) ** 2
+        names = self.featurizer_.features
+        bnames = getattr(self.featurizer_, "bfeatures", None)
+        labels = [_escape(t) for t in self.classes_]
+        feats = np.concatenate([w[:tb], w[bb:]])
+        idx = top_weights(feats, top)
+        yield (f"# {self.task_name} model: {K} labels, {F:,} features"
+               + (f" and {G:,} label-bigram features" if G else "")
+               + f" ({self._feature_source()}{', hashed' if names is None else ''}), "
+               f"{w.shape[0]:,} weights")
+        yield (f"# {top_text(top, idx.shape[0])} of the features by |weight| (of "
+               f"{np.count_nonzero(feats):,} non-zero): feature, label (prev->label for "
+               "label-bigram features), weight")
+        for i in idx.tolist():
+            if i < tb:
+                f, k = divmod(i, K)
+                name = _escape(names[f]) if names is not None else f"bucket {f}"
+                yield f"{name}\t{labels[k]}\t{feats[i]:+.6g}"
+            else:
+                g, r = divmod(i - tb, K * K)
+                a, b = divmod(r, K)
+                name = _escape(bnames[g]) if bnames is not None else f"B bucket {g}"
+                yield f"{name}\t{labels[a]}->{labels[b]}\t{feats[i]:+.6g}"
+        trans = w[tb:bb].copy()
+        trans[-1] = 0.0  # START -> END: no sentence is empty
+        tidx = top_weights(trans, top)
+        ends = [*labels, "BOS"], [*labels, "EOS"]
+        yield (f"# {top_text(top, tidx.shape[0])} of the {(K + 1) ** 2 - 1:,} label "
+               "transitions by |weight|: previous label -> label (BOS: the sentence start, "
+               "EOS: its end), weight")
+        for i in tidx.tolist():
+            a, b = divmod(i, K + 1)
+            yield f"{ends[0][a]}->{ends[1][b]}\t{trans[i]:+.6g}"
 
     def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
