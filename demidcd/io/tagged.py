@@ -393,11 +393,12 @@ def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[t
                 drop = (n - 1 if li is None else li,)
             got = n - len(set(drop))
             if width is not None and got != width:
-                kind = "CoNLL-U token columns" if conllu else "columns"
-                label = "" if conllu else (" without the label column" if drop else "")
+                have = f"{n} columns ({got} without ID and the label column)" if conllu else \
+                    f"{n} columns" + (f" ({got} without the label column)"
+                                      if corpus.labeled else "")
                 raise InputError(corpus.path, corpus.lines[s],
-                                 f"{got} {kind}{label}; the model's template was trained on "
-                                 f"{width} (the label column apart)")
+                                 f"{have}; the model's template reads {width} token columns "
+                                 "(plus the label column, if present)")
             keep = [j for j in range(n) if j not in drop]
         out.append([tuple(f[j] for j in keep) for f in toks])
     return out
