@@ -158,6 +158,16 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="CSV", help="CSV file to write")
     _add_table_options(e, "evaluate-snapshots", True)
 
+    d = sub.add_parser("dump", help="print a model's features and weights, largest |weight| "
+                                    "first (as crf_learn's text model, wapiti dump)")
+    d.add_argument("--model", required=True, help="model file written by train")
+    d.add_argument("--top", type=int, default=50, metavar="N",
+                   help="the N largest weights by |weight| (and the N largest transitions)")
+    d.add_argument("--all", action="store_true", help="every non-zero weight (instead of --top)")
+    d.add_argument("--out", metavar="FILE",
+                   help="write to FILE (atomically) instead of standard output")
+    _common(d)
+
     sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
     sp.add_argument("file", help="CoNLL04 file")
     sp.add_argument("--out-dir", required=True, help="directory for train.corp and test.corp")
@@ -624,6 +634,21 @@ def cmd_evaluate_snapshots(args) -> int:
     return 0
 
 
+def cmd_dump(args) -> int:
+    """``dump``: the model's weights, largest |weight| first (:meth:`weight_lines` of its
+    estimator: feature, label, weight for the sequence tasks; by index for the others)."""
+    from .api import load_estimator
+    from .io.model import atomic_write
+
+    if not args.all and args.top < 1:
+        raise OptionError(f"--top must be >= 1, got {args.top}")
+    _check_outputs(("--out", args.out))
+    est = load_estimator(args.model)
+    lines = est.weight_lines(None if args.all else args.top)
+    atomic_write(args.out or "-", lambda f: f.writelines(x + "\n" for x in lines), mode="w")
+    return 0
+
+
 def cmd_split(args) -> int:
     from .io.splits import check_fraction, split_file
 
@@ -680,7 +705,7 @@ def cmd_learners(args) -> int:
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
             "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots,
-            "split": cmd_split, "learners": cmd_learners}
+            "split": cmd_split, "learners": cmd_learners, "dump": cmd_dump}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -762,7 +787,7 @@ def _main(argv: list[str], debug: bool) -> int:
         return 1
 
 
-_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
 
 
 _default_showwarning = warnings.showwarning

@@ -108,6 +108,11 @@ OPTIONS: tuple[Option, ...] = (
        "= the POS of CoNLL-2000) that feed the features", BASIC, DATA, SEQUENCE_TASKS,
        metavar="N[,N...]", commands=DATA_COMMANDS, rule="none; evaluate / predict: the model's",
        param=False),
+    _o("template", "--template", str, None, "a CRF++ / Wapiti feature template: a file, or a "
+       "shipped one by name (chunking, pos, ner); %x[r,c] reads column c of the input with the "
+       "label column removed (0 = the word)", BASIC, DATA, SEQUENCE_TASKS,
+       metavar="FILE|NAME", commands=DATA_COMMANDS,
+       rule="the built-in features; evaluate / predict: the model's"),
     _o("encoding", "--encoding", str, "utf-8", "text encoding of the input (predict writes in "
        "it)", BASIC, DATA, commands=DATA_COMMANDS, param=False),
     _o("max_sentence_length", "--max-sentence-length", int, None, "longest sentence accepted",
@@ -120,7 +125,8 @@ OPTIONS: tuple[Option, ...] = (
        rule="auto: BIOES when S- tags occur, else conlleval's IOB rules"),
     _o("min_count", "--min-count", int, None, "feature dictionary cut-off: features seen on fewer "
        "training tokens are dropped", ADVANCED, DATA, SEQUENCE_TASKS + ("entity-relation",),
-       rule="2 for sequence and chunking, 1 for ner and entity-relation"),
+       rule="2 for sequence and chunking, 1 for ner and entity-relation; 1 for feature "
+            "dicts and --template (CRFsuite and crf_learn keep every feature)"),
     _o("hashing", "--hashing", int, None, "hash features into DIM weights instead of a "
        "dictionary", ADVANCED, DATA, metavar="DIM",
        rule="a dictionary (dependency: 2^23 hashed arc features)"),

@@ -37,7 +37,7 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
     if isinstance(data, DepCorpus):
         fields = ("words", "pos", "heads", "lines", "raw", "other_pos", "deprels")
     elif isinstance(data, TaggedCorpus):
-        fields = ("tokens", "tags", "lines", "raw", "attributes")
+        fields = ("tokens", "tags", "lines", "raw", "attributes", "columns")
     else:
         return split_corpus(data, test_fraction, seed)
     order = list(range(len(data)))

@@ -28,6 +28,7 @@ __all__ = [
     "read_tagged",
     "write_tagged",
     "corpus_from_lists",
+    "token_columns",
     "guess_format",
     "FORMATS",
 ]
@@ -49,7 +50,9 @@ class TaggedCorpus:
     ``-DOCSTART-`` lines preceding the sentence and the token lines. ``label_column`` is the
     0-based field index the labels were read from (``None`` = unknown / in memory).
     ``attributes[s][t]``, when feature columns were asked for, holds the values of those
-    columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000).
+    columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000);
+    ``columns[s][t]``, for a feature template, every column of token t but the label
+    (:func:`token_columns`).
     """
 
     tokens: list[list[str]]
@@ -60,6 +63,7 @@ class TaggedCorpus:
     raw: list[list[list[str]]] | None
     label_column: int | None = None
     attributes: list[list[tuple[str, ...]]] | None = None
+    columns: list[list[tuple[str, ...]]] | None = None  # template tokens (token_columns)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -348,6 +352,55 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
             raise OptionError(f"feature column {max(idx) + 1} is beyond the "
                               f"{len(toks[0])} columns of {corpus.path}")
         out.append([tuple(f[j] for j in idx) for f in toks])
+    return out
+
+
+CONLLU_TOKEN_COLUMNS = ("FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS",
+                        "MISC")
+"""The columns of a CoNLL-U token in a template's numbering (:func:`token_columns`), before the
+label column is taken out."""
+
+
+def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[tuple[str, ...]]]:
+    """Per token, every input column but the label column, the word first: what a CRF++ /
+    Wapiti template's ``%x[r,c]`` reads as column c (``crf_learn`` numbers a file's columns so,
+    the label being the last).
+
+    A columns file: its columns without the label column (CoNLL-2000: 0 = word, 1 = POS).
+    CoNLL-U: :data:`CONLLU_TOKEN_COLUMNS` (ID dropped) without the label column (UPOS by
+    default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD, 5 = DEPREL, 6 = DEPS, 7 = MISC).
+    ``width``: how many columns a model reads; an unlabeled columns file (predict) may hold
+    that many, or one more, the label column (``corpus.label_column``, else the last), which is
+    dropped as ``crf_test`` drops the answer column. A file of another width is an
+    :class:`InputError` naming its first token line.
+    """
+    if corpus.raw is None:
+        raise OptionError("template columns need the original lines (keep_raw=True)")
+    conllu = corpus.fmt == "conllu"
+    li = corpus.label_column
+    out: list[list[tuple[str, ...]]] = []
+    drop: tuple[int, ...] | None = None
+    for s, rl in enumerate(corpus.raw):
+        toks = [f for f in rl if len(f) == 10 and f[0].isdigit()] if conllu else \
+            [f for f in rl if not f[0].startswith(_DOCSTART)]
+        if drop is None and toks:
+            n = len(toks[0])
+            if conllu:
+                drop = (0, li)
+            elif not corpus.labeled and (width is None or n == width):
+                drop = ()
+            else:
+                drop = (n - 1 if li is None else li,)
+            got = n - len(set(drop))
+            if width is not None and got != width:
+                have = f"{n} columns ({got} without ID and the label column)" if conllu else \
+                    f"{n} columns" + (f" ({got} without the label column)"
+                                      if corpus.labeled else "")
+                raise InputError(corpus.path, corpus.lines[s],
+                                 f"{have}; the model's template reads {width} token columns "
+                                 "(plus the label column, if present)")
+            keep = [j for j in range(n) if j not in drop]
+        out.append([tuple(f[j] for j in keep) for f in toks])
     return out
 
 

@@ -1004,15 +1004,24 @@ class SequenceSpec(TaskSpec):
         return resolve_format(path, getattr(args, "format", "auto"))
 
     def read(self, path: str, args, labeled: bool = True):
-        from ..io.tagged import read_tagged
+        from ..io.tagged import read_tagged, token_columns
 
         fmt = self._format(path, args)
         column, features = self._columns(fmt, path, args, labeled)
         if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
             column = None  # predict on columns: the labels go into a new last column
-        return read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
+        templated = getattr(args, "template", None) is not None
+        if templated and features:
+            from ..errors import OptionError
+
+            raise OptionError("--feature-columns is for the built-in features; with --template "
+                              "every column but the label is a token column")
+        data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
                            max_sentence_length=args.max_sentence_length, labeled=labeled,
                            feature_columns=features)
+        if templated:
+            data.columns = token_columns(data, getattr(args, "template_width", None))
+        return data
 
     def _columns(self, fmt: str, path: str, args, labeled: bool
                  ) -> tuple[str | int | None, tuple[str | int, ...]]:
@@ -1061,7 +1070,9 @@ class SequenceSpec(TaskSpec):
 
     def xy(self, data):
         X = data.tokens
-        if data.attributes is not None:
+        if getattr(data, "columns", None) is not None:
+            X = data.columns
+        elif data.attributes is not None:
             X = [[(w, *a) for w, a in zip(ws, at, strict=True)]
                  for ws, at in zip(data.tokens, data.attributes, strict=True)]
         return X, data.tags
@@ -1075,10 +1086,16 @@ class SequenceSpec(TaskSpec):
         return generate_splits(seed=args.seed)
 
     def make_estimator(self, args, common: dict):
+        from ..estimators.sequence import resolve_template
+
         cls = self.estimator_class()
-        return cls(
-            min_count=args.min_count if args.min_count is not None else cls._default_min_count,
-            hashing=args.hashing, **self.estimator_params(args), **common)
+        template = resolve_template(getattr(args, "template", None))  # errors: file:line, now
+        if template is not None:
+            args.template = template
+        min_count = args.min_count if args.min_count is not None else \
+            None if template is not None else cls._default_min_count
+        return cls(min_count=min_count, hashing=args.hashing, template=template,
+                   **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:
         return {}
@@ -1088,10 +1105,12 @@ class SequenceSpec(TaskSpec):
         return {"column": _parse_column(args.column),
                 "feature_columns": list(_parse_feature_columns(
                     getattr(args, "feature_columns", None))),
-                "format": self._format(train, args) if train else None}
+                "format": self._format(train, args) if train else None,
+                "template": getattr(getattr(args, "template", None), "path", None)}
 
     def configure(self, est, args) -> None:
         opts = getattr(est, "data_options_", {}) or {}
+        self._configure_template(est, args)
         args.column_given = args.column is not None
         args.feature_columns_given = getattr(args, "feature_columns", None) is not None
         if args.column is None:
@@ -1099,6 +1118,25 @@ class SequenceSpec(TaskSpec):
         if getattr(args, "feature_columns", None) is None:
             args.feature_columns = opts.get("feature_columns") or None
         args.model_format = opts.get("format") or _named_format(opts)
+
+    @staticmethod
+    def _configure_template(est, args) -> None:
+        """A template model reads every column but the label (``args.template`` its template,
+        ``args.template_width`` its number of columns); a --template given must be the
+        model's."""
+        from ..errors import OptionError
+        from ..estimators.sequence import resolve_template
+        from .template import TemplateFeaturizer
+
+        f = getattr(est, "featurizer_", None)
+        model = f.template if isinstance(f, TemplateFeaturizer) else None
+        given = resolve_template(getattr(args, "template", None))
+        if given is not None and (model is None or given.text != model.text):
+            had = f"the template {model.path}" if model is not None else "the built-in features"
+            raise OptionError(f"--template {given.path}: the model was trained with {had}; "
+                              "drop --template (the model's is used)")
+        args.template = model
+        args.template_width = f.n_columns if model is not None else None
 
     def label_counts(self, data) -> dict[str, int] | None:
         from collections import Counter
