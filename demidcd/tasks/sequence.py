@@ -1065,13 +1065,16 @@ class SequenceTask(Task):
         when fewer sequences are admissible). Rank 0 is :meth:`decode`'s tagging with the same
         score. ``fixed``: one tag id per token of the examples in order, −1 = free (Wapiti's
         forced labels); ``constraints``: (allowed K·K, allowed_start K, allowed_end K) booleans
-        (:func:`~demidcd.tasks.chain_decoding.scheme_transitions`), or None."""
+        (:func:`~demidcd.tasks.chain_decoding.scheme_transitions`), or None. Where the fixed tags
+        leave no tagging that obeys the constraints, the fixed tags win: that example's list is
+        taken without the constraints."""
         from .chain_decoding import kbest_batch
 
         k = int(k)
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         allowed, first, last = _constraint_arrays(constraints, self.K)
+        free = _constraint_arrays(None, self.K)
         out = []
         for _, sc, fx in self._scored_batches(w, examples, fixed):
             tags, scores, counts = kbest_batch(
@@ -1080,6 +1083,17 @@ class SequenceTask(Task):
             sp = sc.sent_ptr
             for e in range(sp.shape[0] - 1):
                 n, c = int(sp[e + 1] - sp[e]), int(counts[e])
+                if c == 0 and allowed.size + first.size + last.size:
+                    # the fixed tags break the constraints: they win (a batch of one sentence)
+                    one = np.array([0, n], np.int64)
+                    fe = fx[sp[e]:sp[e + 1]] if fx.size else fx
+                    pi = sc.pos_index[sp[e]:sp[e + 1]] if sc.pos_index.size else sc.pos_index
+                    t1, s1, c1 = kbest_batch(sc.em[sp[e] * self.K:sp[e + 1] * self.K], one,
+                                             self.K, sc.tr, sc.start, sc.end, sc.pos_tr, pi, fe,
+                                             *free, k)
+                    c = int(c1[0])
+                    out.append((t1[:c * n].reshape(c, n), s1[:c].copy()))
+                    continue
                 ys = tags[k * sp[e]:k * sp[e] + c * n].reshape(c, n)
                 sco = scores[e * k:e * k + c].copy()
                 if n == 0:
@@ -1091,22 +1105,15 @@ class SequenceTask(Task):
                            fixed: np.ndarray | None = None, constraints: tuple | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """argmax_y w·Φ(x_i, y) over the taggings that keep the ``fixed`` tags and obey the
-        ``constraints`` (arguments as :meth:`kbest`): (flat int32 tags, int64 ptr, float64
-        scores), as :meth:`decode_flat` plus the scores. Where the fixed tags leave no tagging
-        that obeys the constraints, the fixed tags win: that sentence is decoded without the
-        constraints. Without either it equals :meth:`decode_flat` tag for tag."""
+        ``constraints`` (arguments, and the fixed tags winning over the constraints, as
+        :meth:`kbest`): (flat int32 tags, int64 ptr, float64 scores), as :meth:`decode_flat`
+        plus the scores. Without either it equals :meth:`decode_flat` tag for tag."""
         ex = self._examples(examples)
         best = self.kbest(w, ex, 1, fixed, constraints)
         ptr = np.zeros(ex.shape[0] + 1, np.int64)
         ptr[1:] = np.cumsum(self.sent_ptr[ex + 1] - self.sent_ptr[ex])
         tags = np.empty(int(ptr[-1]), np.int32)
         scores = np.empty(ex.shape[0], np.float64)
-        redo = [e for e, (ys, _) in enumerate(best) if ys.shape[0] == 0]
-        if redo:
-            rfix = None if fixed is None else np.concatenate(
-                [np.asarray(fixed, np.int32)[ptr[e]:ptr[e + 1]] for e in redo])
-            for e, again in zip(redo, self.kbest(w, ex[redo], 1, rfix, None), strict=True):
-                best[e] = again
         for e, (ys, sco) in enumerate(best):
             tags[ptr[e]:ptr[e + 1]] = ys[0]
             scores[e] = sco[0]
@@ -1121,18 +1128,30 @@ class SequenceTask(Task):
         M_t(y_t) − max_{k≠y_t} M_t(k), per-example minima), float64, with
         M_t(k) = max {w·Φ(x, y') : y' admissible, y'_t = k}. For the best tagging every margin
         is ≥ 0 and an example's minimum is its best score minus its second best (+∞ where no
-        other tagging is admissible, e.g. a token whose tag is fixed)."""
+        other tagging is admissible, e.g. a token whose tag is fixed). A tagging that breaks the
+        constraints (its fixed tags won, see :meth:`kbest`) is measured without them."""
         from .chain_decoding import confidence_batch
 
         allowed, first, last = _constraint_arrays(constraints, self.K)
+        free = _constraint_arrays(None, self.K)
         tags = np.ascontiguousarray(tags, np.int32).reshape(-1)
         margins, sent = [], []
         tok0 = 0
         for _, sc, fx in self._scored_batches(w, examples, fixed):
             n = int(sc.sent_ptr[-1])
+            y = tags[tok0:tok0 + n]
             m, s, _ = confidence_batch(sc.em, sc.sent_ptr, self.K, sc.tr, sc.start, sc.end,
-                                       sc.pos_tr, sc.pos_index, fx, allowed, first, last,
-                                       tags[tok0:tok0 + n], False)
+                                       sc.pos_tr, sc.pos_index, fx, allowed, first, last, y,
+                                       False)
+            if allowed.size + first.size + last.size and np.any(s == -np.inf):
+                # taggings that break the constraints (fixed tags won, see kbest): without them
+                m0, s0, _ = confidence_batch(sc.em, sc.sent_ptr, self.K, sc.tr, sc.start,
+                                             sc.end, sc.pos_tr, sc.pos_index, fx, *free, y,
+                                             False)
+                bad = s == -np.inf
+                s[bad] = s0[bad]
+                tok = np.repeat(bad, np.diff(sc.sent_ptr))
+                m[tok] = m0[tok]
             margins.append(m)
             sent.append(s)
             tok0 += n
