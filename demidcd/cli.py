@@ -252,6 +252,23 @@ def build_parser() -> argparse.ArgumentParser:
                            help="output file (the input's format and encoding; - or "
                                 "/dev/stdout: standard output, status lines then go to "
                                 "stderr)")
+            c = q.add_argument_group("sequence, chunking and ner models")
+            c.add_argument("--nbest", type=int, default=None, metavar="K",
+                           help="the K best taggings of each sentence, best first, in CRF++'s "
+                                "n-best layout (crf_test -n): a line '# RANK SCORE' (rank from "
+                                "0) before each labelled copy of the sentence; SCORE is the "
+                                "model's score w·Phi(x, y), not CRF++'s probability")
+            c.add_argument("--force", action="store_true",
+                           help="keep the labels given in the input's label column (the "
+                                "model's; a columns file: the last column) where the model "
+                                "knows them and decode the other tokens around them (?, _ or "
+                                "an unknown label: free), as Wapiti's --force")
+            c.add_argument("--scores", action="store_true",
+                           help="confidences: a line '# SCORE MARGIN' before each sentence "
+                                "(its score w·Phi(x, y) and best minus second-best score) and "
+                                "after each label a column with the token's margin (its "
+                                "max-marginal minus the best other label's, >= 0; inf: no "
+                                "other label possible; CoNLL-U: Margin= in MISC)")
         _common(q)
 
     e = sub.add_parser("evaluate-snapshots",
@@ -650,6 +667,7 @@ def _load(args):
     est = load_estimator(args.model)
     args.task = est.task_name
     spec = _spec(args)
+    spec.check_options(est, args)
     spec.configure(est, args)
     trained = (getattr(est, "data_options_", None) or {}).get("encoding")
     if trained and _encoding_name(args.encoding) != trained:
@@ -692,7 +710,7 @@ def cmd_predict(args) -> int:
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
     data = _read(spec, args.data, args, labeled=False)
-    predicted = _interruptible(est.predict, spec.xy(data)[0])
+    predicted = _interruptible(spec.predict, est, data, args)
     spec.write(args.out, data, predicted, args)
     if not args.quiet:
         print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",

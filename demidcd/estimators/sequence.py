@@ -15,7 +15,7 @@ from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.sequence import SequenceTask
 from .base import StructuredEstimator, check_sentences, check_tags, estimator_init, param
 
-CONSTRAINTS_DEFAULT = True
+CONSTRAINTS_DEFAULT = False
 """Whether chunk and entity taggers obey their label scheme when ``constraints`` is None."""
 
 

@@ -6,6 +6,8 @@ the chunk tags); only the metric, the report and the estimator's ``score`` diffe
 
 from __future__ import annotations
 
+import argparse
+
 from . import Option
 from .chunks import SCHEMES, format_report
 from .sequence import SequenceSpec
@@ -22,15 +24,26 @@ class ChunkingSpec(SequenceSpec):
                dict(choices=SCHEMES, default=None,
                     help="chunking / ner: how labels mark chunks (default auto: BIOES when S- "
                          "tags occur, else conlleval's IOB rules)")),
+        Option(("--constraints",),
+               dict(action=argparse.BooleanOptionalAction, default=None,
+                    help="chunking / ner: decode only taggings that obey the label scheme "
+                         "(IOB2: no I-X after O or after another type, none first; BIOES "
+                         "likewise) when the training labels follow IOB2 or BIOES (default: "
+                         "off, the model's; measured: CoNLL-2000 chunk F1 93.83 without, 93.82 "
+                         "with, CoNLL-2002 Spanish entity F1 80.88 / 80.94)"),
+               commands=("train", "evaluate", "predict")),
     )
 
     def estimator_params(self, args) -> dict:
-        return {"label_scheme": getattr(args, "label_scheme", None) or "auto"}
+        return {"label_scheme": getattr(args, "label_scheme", None) or "auto",
+                "constraints": getattr(args, "constraints", None)}
 
     def configure(self, est, args) -> None:
         super().configure(est, args)
         if getattr(args, "label_scheme", None):
             est.label_scheme = args.label_scheme
+        if getattr(args, "constraints", None) is not None:
+            est.constraints = args.constraints
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)

@@ -1305,6 +1305,8 @@ class SequenceSpec(TaskSpec):
             hashing=args.hashing, **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:
+        if getattr(args, "constraints", None) is not None:
+            self.check_options(self.estimator_class()(), args)  # refuses --constraints
         return {}
 
     def data_options(self, args) -> dict:
@@ -1359,6 +1361,61 @@ class SequenceSpec(TaskSpec):
         if data.fmt == "columns" and not getattr(args, "column_given", False):
             column = None
         write_tagged(path, data, predicted, column=column, encoding=args.encoding)
+
+    # -- predict: n best, forced labels, confidences ----------------------------------------
+    def check_options(self, est, args) -> None:
+        """``--nbest K`` (K >= 1, not with ``--scores``), ``--force``, ``--scores``; and
+        ``--constraints`` only for models that have a label scheme (chunking, ner)."""
+        from ..errors import OptionError
+
+        nbest = getattr(args, "nbest", None)
+        if nbest is not None and nbest < 1:
+            raise OptionError(f"--nbest must be >= 1, got {nbest}")
+        if nbest is not None and getattr(args, "scores", False):
+            raise OptionError("--nbest and --scores cannot be combined (the margins are those "
+                              "of the best tagging)")
+        if getattr(args, "constraints", None) is not None and \
+                "constraints" not in est.get_params(deep=False):
+            raise OptionError(f"--constraints is not available for {self.name} models (they "
+                              "have no label scheme; chunking and ner models do)")
+
+    def _given_column(self, data, args) -> str | int | None:
+        """The column ``--force`` reads the given labels from: the model's (or --column's)
+        label column; for a columns file without one, the last column."""
+        column = _parse_column(args.column)
+        if data.fmt == "columns":
+            return column if isinstance(column, int) else None
+        return column
+
+    def predict(self, est, data, args):
+        """Tags per sentence, or :class:`~demidcd.io.tagged.Blocks` for ``--nbest`` (a
+        ``# RANK SCORE`` line before each of the K best taggings, as CRF++'s ``crf_test -n``)
+        and ``--scores`` (a ``# SCORE MARGIN`` line before each sentence, a margin field after
+        each label); ``--force`` keeps the given labels the model knows (Wapiti)."""
+        from ..io.tagged import Blocks, column_values
+
+        X = self.xy(data)[0]
+        fixed = None
+        if getattr(args, "force", False):
+            known = set(est.classes_)
+            feats = _parse_feature_columns(getattr(args, "feature_columns", None))
+            given = column_values(data, self._given_column(data, args), exclude=feats)
+            fixed = [[t if t in known else None for t in s] for s in given]
+        nbest = getattr(args, "nbest", None)
+        if nbest is not None:
+            order, tags, heads = [], [], []
+            for s, best in enumerate(est.predict_nbest(X, nbest, fixed)):
+                for j, (y, score) in enumerate(best):
+                    order.append(s)
+                    tags.append(y)
+                    heads.append(f"# {j} {score:.6f}")
+            return Blocks(tags, order, heads)
+        if getattr(args, "scores", False):
+            rows = est.predict_scores(X, fixed)
+            return Blocks([r[0] for r in rows], list(range(len(rows))),
+                          [f"# {r[1]:.6f} {r[2]:.6f}" for r in rows],
+                          [[f"{m:.6f}" for m in r[3]] for r in rows])
+        return est.predict(X, fixed=fixed)
 
 
 SPEC = SequenceSpec()
