@@ -29,8 +29,8 @@ class ChunkingSpec(SequenceSpec):
                     help="chunking / ner: decode only taggings that obey the label scheme "
                          "(IOB2: no I-X after O or after another type, none first; BIOES "
                          "likewise) when the training labels follow IOB2 or BIOES (default: "
-                         "off, the model's; measured: CoNLL-2000 chunk F1 93.83 without, 93.82 "
-                         "with, CoNLL-2002 Spanish entity F1 80.88 / 80.94)"),
+                         "the model's, else off: measured CoNLL-2000 chunk F1 93.83 without, "
+                         "93.82 with; CoNLL-2002 Spanish esp.testb entity F1 80.88 / 80.94)"),
                commands=("train", "evaluate", "predict")),
     )
 
