@@ -379,3 +379,28 @@ def test_cli_refuses_chain_options_for_dependency(tmp_path, capsys):
                        "(only for sequence, chunking and ner)"]
     with pytest.raises(OptionError, match="scores is not available for entity-relation"):
         get_task("entity-relation").check_options(None, type("A", (), {"scores": True})())
+
+
+def test_cli_conllu_headers_follow_comments_and_margins_go_to_misc(tmp_path):
+    X, Y = _xy(CHUNKS)
+    model = tmp_path / "pos.npz"
+    SequenceTagger(min_count=1, max_epochs=5).fit([[w for w, _ in s] for s in X],
+                                                  [[p for _, p, _ in s] for s in CHUNKS]
+                                                  ).save(model)
+    data = tmp_path / "in.conllu"
+    data.write_text("".join(
+        f"# sent_id = {k}\n" + "".join(f"{i + 1}\t{w}\t_\t_\t_\t_\t_\t_\t_\t_\n"
+                                       for i, (w, _) in enumerate(s)) + "\n"
+        for k, s in enumerate(X)))
+    nb, sc = tmp_path / "nb.conllu", tmp_path / "sc.conllu"
+    for opt, out in ((["--nbest", "2"], nb), (["--scores"], sc)):
+        assert main(["predict", "--model", str(model), "--data", str(data), "--out", str(out),
+                     "--quiet", *opt]) == 0
+    lines = nb.read_text().split("\n")
+    heads = [i for i, ln in enumerate(lines) if re.fullmatch(r"# [01] -?\d+\.\d{6}", ln)]
+    assert len(heads) == 2 * len(X)
+    assert all(lines[i - 1].startswith("# sent_id") and lines[i + 1].startswith("1\t")
+               for i in heads)
+    toks = [ln.split("\t") for ln in sc.read_text().split("\n") if ln[:1].isdigit()]
+    assert len(toks) == sum(map(len, X))
+    assert all(re.fullmatch(r"Margin=(\d+\.\d{6}|inf)", f[9]) for f in toks)

@@ -568,15 +568,16 @@ def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
 
 
 def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
-    """CoNLL-U sentences with the label field replaced; the header (a ``#`` comment) first and
-    an extra field in MISC as ``Margin=``."""
+    """CoNLL-U sentences with the label field replaced; the header (a ``#`` comment) after the
+    sentence's comments and an extra field in MISC as ``Margin=``."""
     for b, s in enumerate(blocks.order):
         words, pred = corpus.tokens[s], blocks.tags[b]
         ext = blocks.extra[b] if blocks.extra is not None else None
-        if blocks.headers is not None and blocks.headers[b] is not None:
-            yield blocks.headers[b]
+        head = blocks.headers[b] if blocks.headers is not None else None
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
+            if head is not None:
+                yield head
             for i, (w, t) in enumerate(zip(words, pred, strict=True)):
                 if "\t" in w or "\n" in w:
                     raise ValueError(f"sentence {s}: word {w!r} contains a tab or newline")
@@ -588,6 +589,9 @@ def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
         else:
             k = 0
             for f in rl:
+                if head is not None and len(f) == 10:  # after the comments: before token 1
+                    yield head
+                    head = None
                 if len(f) == 10 and f[0].isdigit():
                     g = list(f)
                     g[li] = pred[k]
