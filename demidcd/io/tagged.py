@@ -679,9 +679,9 @@ def column_values(corpus: TaggedCorpus, column: str | int | None,
         j = len(toks[0]) - 1 if li is None and toks else li
         if toks and (j is None or j < 1 or j >= len(toks[0])):
             have = len(toks[0])
-            raise OptionError(f"{corpus.path} has no label column "
-                              f"{'' if li is None else li + 1} ({have} column"
-                              f"{'' if have == 1 else 's'})".replace("  ", " "))
+            which = "" if li is None else f" {li + 1}"
+            raise OptionError(f"{corpus.path} has no label column{which} ({have} column"
+                              f"{'' if have == 1 else 's'})")
         if toks and any(j == (_label_index(fmt, c) if fmt == "conllu" else int(c) - 1)
                         for c in exclude):
             raise OptionError(f"the label column ({j + 1}) of {corpus.path} is a feature "
