@@ -556,6 +556,7 @@ def _load(args):
     est = load_estimator(args.model)
     args.task = est.task_name
     spec = _spec(args)
+    spec.check_options(est, args)
     spec.configure(est, args)
     trained = (getattr(est, "data_options_", None) or {}).get("encoding")
     if trained and _encoding_name(args.encoding) != trained:
@@ -598,7 +599,7 @@ def cmd_predict(args) -> int:
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
     data = _read(spec, args.data, args, labeled=False)
-    predicted = _interruptible(est.predict, spec.xy(data)[0])
+    predicted = _interruptible(spec.predict, est, data, args)
     spec.write(args.out, data, predicted, args)
     if not args.quiet:
         print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",

@@ -146,6 +146,22 @@ OPTIONS: tuple[Option, ...] = (
        ADVANCED, DATA, ("entity-relation",), metavar="SECONDS", commands=DATA_COMMANDS),
     _o("relation_loss_weight", "--relation-loss-weight", float, 1.0, "entity-relation: weight "
        "of relation errors in the loss", ADVANCED, DATA, ("entity-relation",)),
+    _o("constraints", "--constraints", bool, None, "decode only taggings that obey the label "
+       "scheme of the training labels (IOB2: no I-X after O or another type, none first; "
+       "BIOES likewise)", ADVANCED, DATA, ("chunking", "ner"),
+       commands=("train", "evaluate", "predict"),
+       rule="off (measured: CoNLL-2000 chunk F1 -0.01, CoNLL-2002 Spanish entity F1 +0.06); "
+            "evaluate / predict: the model's"),
+    _o("nbest", "--nbest", int, None, "the K best taggings of each sentence in CRF++'s n-best "
+       "layout: '# RANK SCORE' before each labelled copy, SCORE = w·Φ(x, y)", ADVANCED, OUTPUT,
+       SEQUENCE_TASKS, metavar="K", commands=("predict",), rule="the best tagging only",
+       param=False),
+    _o("force", "--force", bool, False, "keep the labels of the input's label column that the "
+       "model knows, decode the rest around them (Wapiti's --force)", ADVANCED, OUTPUT,
+       SEQUENCE_TASKS, commands=("predict",), param=False),
+    _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
+       "token-margin column after the label (max-marginal minus the best other label's)",
+       ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),

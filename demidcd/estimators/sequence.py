@@ -61,6 +61,14 @@ def resolve_template(template: Any) -> Template | None:
     raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
                       f"got {type(template).__name__}")
 
+CONSTRAINTS_DEFAULT = False
+"""Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
+as they lower CoNLL-2000 chunk F1 (two 60-s chunkers, 2 threads, --feature-columns 2: test
+93.83 → 93.82 and 93.82 → 93.81) though they raise CoNLL-2002 Spanish entity F1 (two 60-s NER
+models, --feature-columns 2: esp.testa 77.92 → 78.00 and 77.99 → 78.04, esp.testb
+80.88 → 80.94 and 80.85 → 80.91). conlleval reads an I-X that follows O as a chunk start,
+so an ill-formed tagging is still scored as chunks."""
+
 
 class SequenceTagger(StructuredEstimator):
     """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
@@ -187,17 +195,109 @@ class SequenceTagger(StructuredEstimator):
         return self
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
-        tags, ptr = task.decode_flat(w, np.arange(task.n_examples))
+        examples = np.arange(task.n_examples)
+        constraints = self._constraints()
+        if constraints is None:
+            tags, ptr = task.decode_flat(w, examples)
+        else:
+            tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
+        return self._names(tags, ptr)
+
+    def _names(self, tags: np.ndarray, ptr: np.ndarray) -> list[list[str]]:
+        """Flat tag ids cut by ptr into per-sentence lists of tag names."""
         names = np.asarray(self.classes_, dtype=object)[tags].tolist()
         return [names[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
 
-    def predict(self, X: list[list]) -> list[list[str]]:
-        """Viterbi decoding of each sentence; tags as strings."""
+    def predict(self, X: list[list], fixed: list[list[str | None]] | None = None
+                ) -> list[list[str]]:
+        """Viterbi decoding of each sentence; tags as strings.
+
+        ``fixed`` (Wapiti's ``--force``): per sentence a list of tag-or-None, one per token; a
+        token whose entry is a tag keeps it and the others are decoded around them, i.e.
+        argmax w·Φ(x, y) over the y with y_t = fixed_t wherever given (a tag the model does not
+        know raises OptionError). Chunk taggers also obey their label scheme
+        (:class:`ChunkTagger`, ``constraints``), except where the fixed tags break it."""
         self._check_fitted()
         X = check_sentences(X, dicts=True)
         if not X:
             return []
-        return self._decode(self._task(X, None), self.coef_)
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        if ids is None:
+            return self._decode(task, self.coef_)
+        tags, ptr, _ = task.decode_constrained(self.coef_, np.arange(task.n_examples), ids,
+                                               self._constraints())
+        return self._names(tags, ptr)
+
+    # -- n best, forced tags, confidence ------------------------------------------------------
+    def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The transition constraints decoding obeys (chain_decoding.scheme_transitions), or
+        None: none for plain tagging (:class:`ChunkTagger` has its label scheme's)."""
+        return None
+
+    def _fixed_ids(self, X: list[list], fixed: list[list[str | None]] | None
+                   ) -> np.ndarray | None:
+        """``fixed`` as one tag id per token (−1: free), or None when it is None."""
+        if fixed is None:
+            return None
+        if isinstance(fixed, str | bytes) or len(fixed) != len(X):
+            raise OptionError(f"fixed must hold one list per sentence ({len(X)})")
+        index = {t: k for k, t in enumerate(self.classes_)}
+        out = np.full(sum(len(s) for s in X), -1, np.int32)
+        q = 0
+        for k, (s, f) in enumerate(zip(X, fixed, strict=True)):
+            if isinstance(f, str | bytes) or len(f) != len(s):
+                raise OptionError(f"fixed[{k}] must hold one tag or None per token ({len(s)})")
+            for t, lab in enumerate(f):
+                if lab is not None:
+                    if lab not in index:
+                        raise OptionError(f"fixed[{k}][{t}]: the model has no tag {lab!r}")
+                    out[q + t] = index[lab]
+            q += len(s)
+        return out
+
+    def predict_nbest(self, X: list[list], k: int, fixed: list[list[str | None]] | None = None
+                      ) -> list[list[tuple[list[str], float]]]:
+        """The k best taggings of each sentence (k-best Viterbi), best first: per sentence a
+        list of (tags, score) with score = w·Φ(x, y), non-increasing (ties in a fixed order);
+        fewer than k when fewer taggings are admissible. The first is :meth:`predict`'s.
+        ``fixed`` and the label-scheme constraints as in :meth:`predict`."""
+        self._check_fitted()
+        X = check_sentences(X)
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise OptionError(f"k must be an integer >= 1, got {k!r}")
+        if not X:
+            return []
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        best = task.kbest(self.coef_, examples, int(k), ids, self._constraints())
+        names = np.asarray(self.classes_, dtype=object)
+        return [[(names[y].tolist(), float(v)) for y, v in zip(ys, sc, strict=True)]
+                for ys, sc in best]
+
+    def predict_scores(self, X: list[list], fixed: list[list[str | None]] | None = None
+                       ) -> list[tuple[list[str], float, float, list[float]]]:
+        """:meth:`predict` with confidences: per sentence (tags, score, sentence margin, token
+        margins). score = w·Φ(x, ŷ); token margin t = M_t(ŷ_t) − max_{k≠ŷ_t} M_t(k) ≥ 0 with
+        the max-marginal M_t(k) = max {w·Φ(x, y) : y_t = k} (0: another tagging with another
+        tag at t ties; +inf: no other tag is possible there, e.g. a fixed token); sentence
+        margin = best − second-best score = the least token margin (+inf when the tagging is
+        the only admissible one). Over the same admissible taggings as :meth:`predict`."""
+        self._check_fitted()
+        X = check_sentences(X)
+        if not X:
+            return []
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        constraints = self._constraints()
+        tags, ptr, scores = task.decode_constrained(self.coef_, examples, ids, constraints)
+        margins, sent = task.confidence(self.coef_, examples, tags, ids, constraints)
+        names = self._names(tags, ptr)
+        m = margins.tolist()
+        return [(names[e], float(scores[e]), float(sent[e]), m[ptr[e]:ptr[e + 1]])
+                for e in range(len(names))]
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         total = sum(len(s) for s in Y)
@@ -339,25 +439,78 @@ class ChunkTagger(SequenceTagger):
     with 1-DCD, C = 0.1, CoNLL-2000 test chunk F1 93.83 against 93.53 (the L2 loss peaks at 93.67
     over C), CoNLL-2002 Spanish esp.testa / esp.testb entity F1 78.19 / 80.85 against
     76.97 / 80.29. ``loss="l2"`` gives the L2 loss (and several DEMI-DCD learners).
+
+    ``constraints`` (None: :data:`CONSTRAINTS_DEFAULT`, off): decode only taggings that obey
+    the label scheme of the training labels (``constraint_scheme_``: IOB2, no I-X after O or
+    after another type and none first; BIOES likewise; none for IOB1), by −∞ on the forbidden
+    transitions; forced tags (``predict(fixed=...)``) win over them.
     """
 
     task_name = "chunking"
     score_name = "chunk F1"
     _default_loss = "l1"
-    _task_params = ("label_scheme",)
-    _task_defaults = {"label_scheme": "auto"}
+    _task_params = ("label_scheme", "constraints")
+    _task_defaults = {"label_scheme": "auto", "constraints": None}
+    _default_constraints = CONSTRAINTS_DEFAULT  # what constraints=None means
 
     __init__ = estimator_init(param("label_scheme", str | None),
                               param("min_count", int | None), param("hashing", int | None),
-                              _TEMPLATE_PARAM)
+                              _TEMPLATE_PARAM, param("constraints", bool | None))
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> ChunkTagger:
+        from ..tasks.chain_decoding import training_scheme
         from ..tasks.chunks import resolve_scheme
 
         Y = check_tags(check_sentences(X, dicts=True), Y)
         resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")  # fail early
+        self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
         return super().fit(X, Y, X_dev, Y_dev)
+
+    # -- label-scheme constraints -------------------------------------------------------------
+    def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The label scheme's transition rules (no I-X after O or after another type, none
+        first; BIOES likewise: :func:`~demidcd.tasks.chain_decoding.scheme_transitions`) when
+        ``constraints`` is on (None: :data:`CONSTRAINTS_DEFAULT`) and the training tags follow
+        IOB2 or BIOES (``constraint_scheme_``, :func:`~demidcd.tasks.chain_decoding.
+        training_scheme`); None otherwise (IOB1: every tag sequence is well formed)."""
+        from ..tasks.chain_decoding import scheme_transitions
+
+        on = self.constraints
+        if on is None:
+            on = self._default_constraints
+        if not isinstance(on, bool | np.bool_):
+            raise OptionError(f"constraints must be True, False or None, got {on!r}")
+        scheme = getattr(self, "constraint_scheme_", None)
+        if not on or scheme is None:
+            return None
+        key = (tuple(self.classes_), scheme)
+        cached = getattr(self, "_constraint_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, scheme_transitions(list(self.classes_), scheme))
+            self._constraint_cache = cached
+        return cached[1]
+
+    def _meta(self) -> dict[str, Any]:
+        return {**super()._meta(), "constraint_scheme": getattr(self, "constraint_scheme_", None)}
+
+    def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
+        super()._loaded(path, w, meta)
+        if "constraint_scheme" in meta:
+            scheme = meta["constraint_scheme"]
+            if scheme not in (None, "iob2", "bioes"):
+                raise ModelFileError(str(path), f"corrupt model metadata (constraint_scheme "
+                                                f"{scheme!r})")
+        else:  # a model saved before: its scheme when explicit or BIOES, else none known
+            from ..tasks.chunks import resolve_scheme
+
+            given = (self.label_scheme or "auto").lower()
+            given = {"bio": "iob2", "iobes": "bioes"}.get(given, given)
+            scheme = given if given in ("iob2", "bioes") else None
+            if given in ("auto", "conlleval") and \
+                    resolve_scheme(self.classes_, given) == "bioes":
+                scheme = "bioes"
+        self.constraint_scheme_ = scheme
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         from ..tasks.chunks import chunk_scores

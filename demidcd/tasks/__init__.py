@@ -103,6 +103,24 @@ class TaskSpec:
     def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
         raise NotImplementedError
 
+    # -- predict / evaluate options of the chain taggers ------------------------------------
+    CHAIN_OPTIONS = (("nbest", "--nbest"), ("force", "--force"), ("scores", "--scores"),
+                     ("constraints", "--constraints"))
+    """Options of ``predict`` / ``evaluate`` that only the chain taggers (sequence, chunking,
+    ner) take: (attribute of args, flag)."""
+
+    def check_options(self, est: Any, args: Any) -> None:
+        """Refuse options this task's models do not take, before the data is read (here: the
+        chain taggers' :attr:`CHAIN_OPTIONS`), with one line."""
+        for attr, flag in self.CHAIN_OPTIONS:
+            if getattr(args, attr, None) not in (None, False):
+                raise OptionError(f"{flag} is not available for {self.name} models (only for "
+                                  "sequence, chunking and ner)")
+
+    def predict(self, est: Any, data: Any, args: Any) -> Any:
+        """What ``predict`` writes (:meth:`write`) for ``data``: ``est.predict`` of it."""
+        return est.predict(self.xy(data)[0])
+
     def label_counts(self, data: Any) -> dict[str, int] | None:
         """How many tokens carry each gold label in ``data`` (None: the task has no label set
         to compare, e.g. dependency heads); ``train`` warns with it before training about a

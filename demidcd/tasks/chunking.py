@@ -18,12 +18,15 @@ class ChunkingSpec(SequenceSpec):
     estimator = "demidcd.estimators.sequence:ChunkTagger"
 
     def estimator_params(self, args) -> dict:
-        return {"label_scheme": getattr(args, "label_scheme", None) or "auto"}
+        return {"label_scheme": getattr(args, "label_scheme", None) or "auto",
+                "constraints": getattr(args, "constraints", None)}
 
     def configure(self, est, args) -> None:
         super().configure(est, args)
         if getattr(args, "label_scheme", None):
             est.label_scheme = args.label_scheme
+        if getattr(args, "constraints", None) is not None:
+            est.constraints = args.constraints
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)
