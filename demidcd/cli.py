@@ -524,8 +524,10 @@ def _train(args) -> int:
              + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
     if args.model:
         save_with_fallback(est.save, args.model)
-        log.info(f"model written to {args.model}"
-                 + ("" if res.finished else f" (partial: {res.stop_reason})"))
+        ended = {"time-limit": " (the model reached within --time-limit)",
+                 "max-epochs": " (the model after --max-epochs)"}
+        log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
+            res.stop_reason, f" (partial: {res.stop_reason})")))
     metrics = {}
     if dev is not None:
         _report(spec, est, dev, "dev ", args.quiet)
