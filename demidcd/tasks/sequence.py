@@ -1004,8 +1004,8 @@ class SequenceSpec(TaskSpec):
                          "ner). %%x[r,c] reads column c of the input with the label column "
                          "removed, as crf_learn does: a columns file's columns (CoNLL-2000: 0 = "
                          "word, 1 = POS); CoNLL-U: FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS "
-                         "MISC without the label column. evaluate / predict use the model's "
-                         "(a --template given must be the same)")),
+                         "MISC without the label column (default: the built-in features; "
+                         "evaluate / predict: the model's, a --template given must be it)")),
         Option(("--feature-columns",),
                dict(default=None, metavar="N[,N...]",
                     help="sequence tasks: other input columns (1-based, e.g. 2 = the POS column "
