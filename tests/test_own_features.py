@@ -223,6 +223,9 @@ def test_token_columns_conllu_order(tmp_path):
     assert token_columns(c)[0][0] == ("The", "the", "DET", "_", "2", "det", "_", "_")
     q = write_columns(tmp_path / "c.txt", chunk_corpus(3))
     assert token_columns(read_tagged(q, fmt="columns"))[0][0] == chunk_corpus(3)[0][0][:2]
+    from demidcd.datasets import load_tagged
+
+    assert load_tagged(q, all_columns=True) == xy(chunk_corpus(3))
     unl = read_tagged(q, fmt="columns", labeled=False)
     assert token_columns(unl, 2) == token_columns(read_tagged(q, fmt="columns"))
     with pytest.raises(InputError, match=r"c\.txt:1: 3 columns; the model's template reads 1 "):

@@ -1227,7 +1227,8 @@ class SequenceSpec(TaskSpec):
         column, features = self._columns(fmt, path, args, labeled)
         if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
             column = None  # predict on columns: the labels go into a new last column
-        templated = getattr(args, "template", None) is not None
+        templated = getattr(args, "template", None) is not None or \
+            bool(getattr(args, "all_columns", False))
         if templated and features:
             from ..errors import OptionError
 
