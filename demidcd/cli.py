@@ -398,6 +398,31 @@ def _why_not_converged(res, config) -> str:
     return f"not converged ({state}): {hint}"
 
 
+def _check_start(args, learner) -> None:
+    """Refuse, before any data is read: --save-state, --resume or --init for a learner without
+    a dual state, --save-state without --model, --resume with --init, and a --resume model
+    without its state file beside it."""
+    import os.path
+
+    from .io.model import state_path
+    from .solvers import check_resumable
+
+    given = [f for f, v in (("--save-state", args.save_state), ("--resume", args.resume),
+                            ("--init", args.init)) if v]
+    check_resumable(learner, *given)
+    if args.save_state and not args.model:
+        raise OptionError("--save-state keeps the dual state beside the model: give --model")
+    if args.resume and args.init:
+        raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
+                          "continues (its state file holds it); give one of them")
+    for flag, path in (("--resume", args.resume), ("--init", args.init)):
+        if path and not os.path.isfile(path):
+            raise OptionError(f"{flag} {path}: no such model file")
+    if args.resume and not os.path.isfile(state_path(args.resume)):
+        raise OptionError(f"--resume {args.resume}: no saved state {state_path(args.resume)} "
+                          "beside it (train with --save-state to keep one)")
+
+
 def _metric_values(est, spec, data) -> dict[str, float]:
     """The numeric metrics of ``est`` on ``data`` (for the run summary)."""
     import numpy as np
@@ -441,6 +466,7 @@ def _train(args) -> int:
     algorithm = args.algorithm or ("demi-dcd" if threads > 1 else "dcd")
     learner = get_learner(algorithm)
     check_threads(learner, threads)  # too few processes: an error, never another learner
+    _check_start(args, learner)
     sequential_note = learner.single_process and threads > 1 and args.threads is not None
     if learner.single_process:
         threads = 1
@@ -528,6 +554,12 @@ def _train(args) -> int:
                  "max-epochs": " (the model after --max-epochs)"}
         log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
             res.stop_reason, f" (partial: {res.stop_reason})")))
+    if args.save_state and getattr(est, "state_", None) is not None:
+        from .io.model import state_path
+
+        est.write_state(state_path(args.model))
+        log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
+                 f"{args.model})")
     metrics = {}
     if dev is not None:
         _report(spec, est, dev, "dev ", args.quiet)

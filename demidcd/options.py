@@ -218,6 +218,12 @@ OPTIONS: tuple[Option, ...] = (
     _o("eta", "--eta", float, 0.1, "learning rate η", owners=("adagrad",)),
     _o("regularizer", "--regularizer", str, "l2", "regulariser", owners=("adagrad",),
        choices=("l1", "l2")),
+    _o("resume", "--resume", str, None, "continue the run that wrote MODEL with --save-state "
+       "(its dual state MODEL.state.npz; same data and options) to the optimum of one "
+       "uninterrupted run", owners=DCD, metavar="MODEL", rule="none: a new run"),
+    _o("init", "--init", str, None, "warm start from MODEL: min ½‖w − w0‖² + C Σ ξ² with its "
+       "weights as the prior w0, its features and labels extended by the new data's",
+       owners=DCD, metavar="MODEL", rule="none: w0 = 0"),
     # -- output --------------------------------------------------------------------------
     _o("model", "--model", str, None, "model file to write (.npz)", BASIC, OUTPUT,
        metavar="OUT", param=False),
@@ -238,6 +244,9 @@ OPTIONS: tuple[Option, ...] = (
        commands=DATA_COMMANDS, param=False),
     _o("debug", "--debug", bool, False, "show tracebacks", BASIC, OUTPUT,
        commands=DATA_COMMANDS),
+    _o("save_state", "--save-state", bool, False, "keep the dual state beside --model "
+       "(MODEL.state.npz, also at a time limit or Ctrl-C) for --resume", group=OUTPUT,
+       owners=DCD),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

@@ -265,6 +265,20 @@ class StructuredEstimator:
     (None: forked workers on this machine) or ``"ray"``, the workers as Ray actors (``pip
     install 'demidcd[ray]'``) on the cluster at ``ray_address`` ("HOST:PORT"; None: a local
     Ray instance for the run). Where training ran is not saved with the model.
+
+    Resume and warm start (the DCD learners; :mod:`demidcd.solvers.state`): ``save_state``
+    keeps the final dual state of ``fit`` in ``state_`` (write it with :meth:`write_state`;
+    :func:`~demidcd.io.model.state_path` names the file beside a model); ``resume`` (a model
+    path whose state file lies beside it, or the ``.state.npz`` itself) continues that run on
+    the same data and options: its features and labels are reused, its active sets and α
+    loaded, and the run certifies the same optimum as one uninterrupted run (a state of
+    other data, C, loss or feature space raises :class:`~demidcd.solvers.state.StateMismatch`).
+    ``init`` (a model path or a fitted estimator of this class; like scikit-learn's
+    ``warm_start`` but from any model: pass a path where the estimator is cloned) trains
+    min ½‖w − w₀‖² + C Σ ξ² with the old model's w₀ as the prior, so that a model adapts to new
+    data without the old data: its features and labels are extended by the new data's
+    (:mod:`.warm`) and the prior is kept in ``prior_`` (:meth:`objective` measures ‖w − w₀‖;
+    the model file does not keep it, the state file does).
     """
 
     task_name = "task"
@@ -333,6 +347,118 @@ class StructuredEstimator:
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")
 
+    # -- resume and warm start: the hooks on the fitted vocabulary ------------------------------
+    @property
+    def featurizer_(self) -> Any:
+        """The fitted featurizer. Assigning it while ``resume`` or ``init`` is set (in ``fit``)
+        takes the saved model's instead (resume) or extends it (warm start, :mod:`.warm`)."""
+        try:
+            return self.__dict__["_featurizer"]
+        except KeyError:
+            raise AttributeError("featurizer_") from None
+
+    @featurizer_.setter
+    def featurizer_(self, value: Any) -> None:
+        self.__dict__["_featurizer"] = self._adopt("featurizer", value)
+
+    @property
+    def classes_(self) -> list[str]:
+        """The label names; assigned in ``fit`` while ``resume`` or ``init`` is set: the saved
+        model's (resume) or those extended by the new data's (warm start)."""
+        try:
+            return self.__dict__["_classes"]
+        except KeyError:
+            raise AttributeError("classes_") from None
+
+    @classes_.setter
+    def classes_(self, value: list[str]) -> None:
+        self.__dict__["_classes"] = self._adopt("classes", value)
+
+    def _start_source(self) -> tuple[str, Any] | None:
+        """("resume" | "init", the fitted model it names), loaded once per fit; None when
+        neither is set."""
+        from .warm import load_source, source_key
+
+        resume, init = getattr(self, "resume", None), getattr(self, "init", None)
+        if resume is None and init is None:
+            return None
+        if resume is not None and init is not None:
+            raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
+                              "continues (its state file holds it); give one of them")
+        kind, value = ("resume", resume) if resume is not None else ("init", init)
+        if kind == "resume":
+            from ..io.model import STATE_SUFFIX
+
+            p = os.fspath(value)
+            value = p[:-len(STATE_SUFFIX)] + ".npz" if p.endswith(STATE_SUFFIX) else p
+        key = (kind, source_key(value))
+        cached = self.__dict__.get("_start_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, load_source(type(self), value, kind))
+            self.__dict__["_start_cache"] = cached
+        return kind, cached[1]
+
+    def _adopt(self, what: str, value: Any) -> Any:
+        """``value`` as fitted, or what a resume or warm start makes of it (see
+        :attr:`featurizer_` and :attr:`classes_`)."""
+        from ..solvers.state import StateMismatch
+        from .warm import extend_featurizer, extend_labels
+
+        src = self._start_source()
+        if src is None:
+            return value
+        kind, old = src
+        if what == "classes":
+            old_labels = list(old.classes_)
+            if kind == "init":
+                return extend_labels(old_labels, list(value))
+            extra = sorted(set(value) - set(old_labels))
+            if extra:
+                raise StateMismatch(f"--resume {self.resume}: the training data have labels "
+                                    f"the saved model lacks ({', '.join(map(repr, extra[:5]))}"
+                                    f"{' …' if len(extra) > 5 else ''}): not the same data")
+            return old_labels
+        if kind == "init":
+            return extend_featurizer(old.featurizer_, value, self.log)
+        return old.featurizer_
+
+    def _start_point(self, task: Any) -> Any:
+        """The :class:`~demidcd.solvers.state.Start` of this fit (None: a plain one)."""
+        from ..solvers.state import DualState, Start
+
+        keep = bool(self.save_state)
+        src = self._start_source()
+        if src is None:
+            return Start(keep_state=True) if keep else None
+        kind, old = src
+        if kind == "init":
+            from .warm import prior_weights
+
+            return Start(w0=prior_weights(old, self, task), keep_state=keep)
+        from ..io.model import load_state, state_path
+
+        path = state_path(self.resume)
+        try:
+            arrays, meta = load_state(path)
+        except ModelFileError as e:
+            raise ModelFileError(f"--resume {self.resume}", str(e)) from None
+        state = DualState(arrays, meta)
+        if self.log is not None:
+            self.log(f"resuming {self.resume}: {state.epoch} iterations done, "
+                     f"{state.n_structures:,} structures in the active sets")
+        return Start(state=state, keep_state=keep)
+
+    def write_state(self, path: str | os.PathLike[str]) -> None:
+        """Write the dual state kept by the last ``fit`` (``save_state=True``) atomically to
+        ``path`` (beside a model: :func:`~demidcd.io.model.state_path`)."""
+        from ..io.model import save_state
+
+        st = getattr(self, "state_", None)
+        if st is None:
+            raise not_fitted(f"this {type(self).__name__} kept no dual state: fit it with "
+                             "save_state=True (a DCD learner) first")
+        save_state(path, st.arrays, st.meta)
+
     def _check_fitted(self, attribute: str = "coef_") -> None:
         if not hasattr(self, attribute):
             raise not_fitted(f"this {type(self).__name__} is not fitted yet: call fit (or "
@@ -358,6 +484,8 @@ class StructuredEstimator:
 
     def _learner(self) -> tuple[str, int, dict[str, Any]]:
         """(algorithm, threads, the engine options that are set)."""
+        from ..solvers import check_resumable
+
         threads = 1 if self.threads is None else self.threads
         if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
             raise OptionError(f"--threads must be an integer, got {threads!r}")
@@ -365,6 +493,9 @@ class StructuredEstimator:
             raise OptionError(f"--threads must be >= 1, got {threads}")
         algorithm = self._algorithm()
         check_loss(get_learner(algorithm), self.loss)
+        check_resumable(get_learner(algorithm), *(
+            f"--{k.replace('_', '-')}" for k in ("save_state", "resume", "init")
+            if getattr(self, k, None) not in (None, False)))
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
                   if getattr(self, k, None) is not None}
         return str(algorithm), int(threads), engine
@@ -386,9 +517,16 @@ class StructuredEstimator:
         """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log.
         A :class:`~demidcd.parallel.engine.WorkerError` leaves the partial model fitted."""
         from ..errors import WorkerError
+        from ..solvers.state import StateMismatch
 
         config = self.solver_config()
         algorithm, threads, engine = self._learner()
+        for attr in ("state_", "prior_"):
+            self.__dict__.pop(attr, None)
+        try:
+            start = self._start_point(task)
+        finally:
+            self.__dict__.pop("_start_cache", None)  # the next fit loads its source afresh
         snap = None
         if self.snapshot_dir is not None:
             from ..io.snapshots import Snapshotter
@@ -410,7 +548,13 @@ class StructuredEstimator:
             result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
                            log=self.log, debug=bool(self.debug),
                            tick=snap.maybe if snap else None, backend=self.backend,
-                           ray_address=self.ray_address, **engine)
+                           ray_address=self.ray_address, start=start, **engine)
+        except StateMismatch as e:
+            from ..io.model import state_path
+
+            raise StateMismatch(f"--resume {self.resume}: the saved state "
+                                f"{state_path(self.resume)} does not match this run: "
+                                f"{e.cli_text()}") from None
         except WorkerError as e:  # keep the partial model (unfinished) for save()
             partial = getattr(e, "partial", None)
             if partial is not None:
@@ -425,6 +569,11 @@ class StructuredEstimator:
             snap.close()
         self.coef_ = result.w
         self.result_ = result
+        if start is not None:
+            if start.prior is not None:
+                self.prior_ = start.prior
+            if start.keep_state:
+                self.state_ = result.state
         return result
 
     def _meta(self) -> dict[str, Any]:
@@ -495,5 +644,6 @@ class StructuredEstimator:
         self._check_fitted()
         dual = self.result_.dual if getattr(self, "result_", None) is not None else None
         config = self.solver_config()
-        ob = objective(task, self.coef_, config.C, dual, loss=config.loss)
+        ob = objective(task, self.coef_, config.C, dual, loss=config.loss,
+                       w0=getattr(self, "prior_", None))
         return {"primal": ob.primal, "dual": ob.dual, "gap": ob.gap}

@@ -464,3 +464,69 @@ def load_model(path: str | os.PathLike[str],
     if meta.get("dim") is not None and meta["dim"] != w.shape[0]:
         raise ModelFileError(p, "corrupt model file (weight vector of the wrong length)")
     return w, arrays, meta
+
+
+STATE_FORMAT = "demidcd-state"
+STATE_FORMAT_VERSION = 1
+STATE_SUFFIX = ".state.npz"
+
+
+def state_path(model: str | os.PathLike[str]) -> str:
+    """Where the dual state of ``model`` lives: beside it, ``MODEL.state.npz`` (``r.npz`` →
+    ``r.state.npz``); a path already ending in ``.state.npz`` names the state itself."""
+    p = os.fspath(model)
+    if p.endswith(STATE_SUFFIX):
+        return p
+    return (p[:-4] if p.endswith(".npz") else p) + STATE_SUFFIX
+
+
+def save_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray],
+               meta: dict[str, Any]) -> None:
+    """Write a dual state (:class:`~demidcd.solvers.state.DualState`: its arrays and JSON
+    metadata) atomically, as an uncompressed ``.npz`` without pickle."""
+    full = _json_safe({"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION,
+                       "demidcd_version": __version__, **meta})
+    payload = {f"a.{k}": np.ascontiguousarray(v) for k, v in arrays.items()}
+    payload["meta.json"] = np.frombuffer(json.dumps(full, allow_nan=False).encode(), np.uint8)
+    atomic_write(path, lambda f: np.savez(f, **payload))
+
+
+_STATE_DTYPES = {"example": "i", "hash": "i", "delta": "f", "alpha": "f", "phi_ptr": "i",
+                 "phi_idx": "i", "phi_val": "f", "alpha_sum": "f", "xi": "f", "ex_pg": "f",
+                 "w0": "f", "pending_order": "i"}
+
+
+def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """Read (arrays, metadata) of a dual state written by :func:`save_state`; a missing,
+    truncated or foreign file raises :class:`ModelFileError` in one line (``allow_pickle`` is
+    off, the metadata must be strict JSON, every array of a known name must be 1-D of its
+    kind: integers or finite floats)."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise ModelFileError(p, "no saved state (train with --save-state to keep one beside "
+                                "the model)")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            if "meta.json" not in z.files:
+                raise ModelFileError(p, "not a demidcd state file (no meta.json)")
+            meta = json.loads(z["meta.json"].tobytes().decode("utf-8"),
+                              parse_constant=_no_constant, parse_float=_finite_float)
+            arrays = {k[2:]: z[k] for k in z.files if k.startswith("a.")}
+    except ModelFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a damaged archive makes the parsers raise
+        raise ModelFileError(p, f"corrupt or truncated state file ({type(e).__name__})") \
+            from None
+    if not isinstance(meta, dict) or meta.get("format") != STATE_FORMAT:
+        raise ModelFileError(p, "not a demidcd state file")
+    if meta.get("format_version") != STATE_FORMAT_VERSION:
+        raise ModelFileError(p, f"state format version {meta.get('format_version')!r} is not "
+                                f"supported (this demidcd reads {STATE_FORMAT_VERSION})")
+    if not isinstance(meta.get("fingerprint"), dict):
+        raise ModelFileError(p, "corrupt state metadata (no fingerprint)")
+    for k, a in arrays.items():
+        kind = _STATE_DTYPES.get(k)
+        if kind is None or a.ndim != 1 or a.dtype.kind != kind or \
+                (kind == "f" and k != "ex_pg" and not np.all(np.isfinite(a))):
+            raise ModelFileError(p, f"corrupt state file (bad array {k!r})")
+    return arrays, meta

@@ -21,6 +21,7 @@ from ..errors import OptionError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
+from .state import Start, check_start, fingerprint
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class Learner:
     ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
     ``"argmax"`` (plain), ``"scaled"`` (loss-scaled, for w = s·v and the ramp loss),
     ``"workers"`` (the workers' w̄ dtype). ``active_sets``: compile the DCD kernels.
+    ``resumable``: it takes a :class:`~.state.Start` (a prior w₀, a saved dual state to
+    resume from, keeping the final state; the DCD family).
     """
 
     name: str
@@ -50,6 +53,7 @@ class Learner:
     active_sets: bool = False
     warm: str | None = None
     objective: str = "L2-loss SSVM"
+    resumable: bool = False
 
     def load(self, what: str | None = None) -> Callable[..., Any]:
         """The schedule (or another "module:function" of this package)."""
@@ -73,19 +77,19 @@ def register(learner: Learner) -> Learner:
 _DCD_OBJECTIVE = "L2-loss SSVM (--loss l1: L1-loss)"
 register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algorithm 3)",
                  single_process=True, options=("loss",), active_sets=True,
-                 objective=_DCD_OBJECTIVE))
+                 objective=_DCD_OBJECTIVE, resumable=True))
 register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
                  "per inference", single_process=True, options=("loss",), active_sets=True,
-                 objective=_DCD_OBJECTIVE))
+                 objective=_DCD_OBJECTIVE, resumable=True))
 register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
                  "inference workers, no barrier (--learners K: K on one shared w)",
                  min_threads=2,
                  options=("learners", "loss", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True,
-                 objective=_DCD_OBJECTIVE))
+                 objective=_DCD_OBJECTIVE, resumable=True))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
                  min_threads=2, options=("loss", *_ENGINE), inference=("augmented", "workers"),
-                 active_sets=True, objective=_DCD_OBJECTIVE))
+                 active_sets=True, objective=_DCD_OBJECTIVE, resumable=True))
 register(Learner("sp-ipm", "sp_ipm:train_sp_ipm", "structured perceptron with iterative "
                  "parameter mixing (McDonald et al. 2010)", min_threads=2,
                  options=("perceptron_epochs_per_round", "mixing", "averaged", "debug", "backend",
@@ -136,6 +140,16 @@ def check_threads(learner: Learner, threads: int) -> None:
         raise OptionError(f"--algorithm {learner.name} needs --threads >= {learner.min_threads} "
                           "(one learner and at least one inference worker); use --algorithm "
                           "dcd for one process")
+
+
+def check_resumable(learner: Learner, *given: str) -> None:
+    """Refuse the flags in ``given`` (``--save-state``, ``--resume``, ``--init``, those the
+    user gave) for a learner without a dual state to save, resume or start from."""
+    if given and not learner.resumable:
+        takers = ", ".join(k for k, v in LEARNERS.items() if v.resumable)
+        raise OptionError(f"{' / '.join(given)}: --algorithm {learner.name} has no dual state "
+                          f"to save, resume or start from a model (only the DCD learners: "
+                          f"{takers})")
 
 
 def check_loss(learner: Learner, loss: str | None) -> None:
@@ -244,8 +258,15 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
 
 def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
           callback: Callback | None = None, cpu_log: str | None = None,
-          log: Any = None, tick: Any = None, **engine: Any) -> TrainResult:
+          log: Any = None, tick: Any = None, start: Start | None = None,
+          **engine: Any) -> TrainResult:
     """Train ``task`` with the registered learner ``algorithm`` on ``threads`` processes.
+
+    ``start`` (the DCD learners, :mod:`.state`): a prior w₀ (warm start), a saved
+    :class:`~.state.DualState` to resume from (refused with :class:`~.state.StateMismatch`
+    when it is of another problem: data, C, loss, feature space), and whether to return the
+    final state in ``result.state`` (with this problem's fingerprint and the solver time of
+    every run so far).
 
     A learner that cannot run on ``threads`` processes raises :class:`OptionError` (see
     :data:`LEARNERS`); ``tick(seconds, w)`` is called by the learner between blocks of work
@@ -276,8 +297,18 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
 
         require_ray()
     check_memory(task, threads, engine.get("ring_words", RING_WORDS))
+    fp = None
+    if start:
+        check_resumable(learner, "a start point (prior, saved state)")
+        check_start(start, task.dim)
+        fp = fingerprint(task, config.C, config.loss, start.prior)
+        if start.state is not None:
+            start.state.check(fp)
+            start.state.validate(task.n_examples, task.dim)
     with compile_notice(log):
         warm_up(task, algorithm, threads, config.loss)
+        if start:
+            _warm_state_kernels(task.dim)
     opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
     schedule = learner.load()
     if learner.name == "demi-dcd" and threads > 1:
@@ -286,18 +317,50 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         if multi_dcd.resolve_learners(task, config, threads, opts, log,
                                       backend if isinstance(backend, str) else "custom") > 1:
             schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
+    if start:
+        opts["start"] = start
     if threads == 1:
-        return schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
-                        **opts)
+        res = schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
+                       **opts)
+        return _with_state(res, start, fp, algorithm)
     from ..errors import WorkerError
 
     seen = _LastIterate(task, callback)
     try:
-        return schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
-                        **opts)
+        res = schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
+                       **opts)
+        return _with_state(res, start, fp, algorithm)
     except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
         e.partial = seen.result("worker-failed")
         raise
+
+
+def _with_state(res: TrainResult, start: Start | None, fp: dict | None,
+                algorithm: str) -> TrainResult:
+    """Complete the final state the learner kept: the problem's fingerprint, the algorithm,
+    the prior and the solver time of every run so far (a run that kept none, e.g. stopped
+    before any learner began, passes on the state it started from)."""
+    if not start or not start.keep_state:
+        return res
+    if res.state is None and start.state is not None:
+        res.state = start.state
+    if res.state is None:
+        return res
+    st = res.state
+    before = float(start.state.meta.get("seconds", 0.0)) if start.state is not None else 0.0
+    st.meta.update(fingerprint=fp, seconds=before + float(res.seconds or 0.0))
+    st.meta.setdefault("algorithm", algorithm)
+    if start.prior is not None:
+        st.arrays["w0"] = start.prior
+    return res
+
+
+def _warm_state_kernels(dim: int) -> None:
+    """Compile the kernels that save and load a dual state (:mod:`.state`) before the clock."""
+    from .activeset import ActiveSets
+
+    act = ActiveSets(1, dim, 1.0)
+    act.restore(act.state())
 
 
 class _LastIterate:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..primitives.seqlock import mark_array
+from ..primitives.seqlock import LINE_SHIFT, mark_array
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 
@@ -120,6 +120,8 @@ class ActiveSets:
         self.ex_pg = np.full(n, np.inf)  # max |PG| of example i at its last visit
         self._stats = np.zeros(K.STATS_FIELDS)
         self._ins = np.zeros(K.INSERT_FIELDS, np.int64)
+        self.w0: np.ndarray | None = None  # the prior of a warm start (set_prior)
+        self.prior_sq = 0.0  # ‖w₀‖²
 
     @property
     def hot(self) -> np.ndarray:
@@ -242,6 +244,76 @@ class ActiveSets:
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]), int(st[K.S_SKIPPED]))
 
+    # ------------------------------------------------------------------ resume, warm start
+    def set_prior(self, w0: np.ndarray | None, write: bool = True) -> None:
+        """Start from the prior w₀ (warm start, :mod:`.state`): the problem becomes
+        min ½‖w − w₀‖² + C Σ ξ², w = w₀ + Σ α φ. ``write``: add w₀ to w (False where another
+        process writes the shared w); the lines w₀ touches are marked when tracking, so that
+        a publish of the marked lines still carries all of w."""
+        if w0 is None:
+            return
+        self.w0 = w0
+        self.prior_sq = float(w0 @ w0)
+        if write:
+            self.w += w0
+        if self.track:
+            self.mark[np.unique(np.flatnonzero(w0) >> LINE_SHIFT)] = 1
+
+    def state(self, examples: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The dual state of the examples in ``examples`` (default all; in increasing order)
+        as the flat arrays of :class:`~.state.DualState` (per-example entries of the other
+        examples are left at 0)."""
+        ex = self._all if examples is None else np.sort(np.asarray(examples, np.int64))
+        e, h, d, a, ptr, idx, val = K.dump_structures(ex, self.slots, self.count, self.s_hash,
+                                                      self.s_ptr, self.s_len, self.s_f,
+                                                      self.p_idx, self.p_val)
+        out = {"example": e, "hash": h, "delta": d, "alpha": a, "phi_ptr": ptr,
+               "phi_idx": idx, "phi_val": val}
+        for name in ("alpha_sum", "xi", "ex_pg"):
+            full = np.zeros(self.n)
+            full[ex] = getattr(self, name)[ex]
+            out[name] = full
+        return out
+
+    def restore(self, arrays: dict[str, np.ndarray], examples: np.ndarray | None = None,
+                add: bool = True) -> int:
+        """Load the structures of a saved state (:meth:`state`; those of ``examples`` only,
+        default all) into these (empty) active sets, with their α, A_i, ξ̂_i and skipping
+        state, and add their Σ α φ to w (``add=False``: the caller has set w, e.g. the shared
+        w of several learners, :func:`~.state.state_w`). Returns the number of structures
+        loaded. An example with more saved structures than ``max_active`` widens every active
+        set to hold them."""
+        keep = np.zeros(self.n, np.bool_)
+        keep[self._all if examples is None else np.asarray(examples, np.int64)] = True
+        ex = arrays["example"]
+        mine = keep[ex]
+        per = np.bincount(ex[mine], minlength=self.n)
+        width = int((self.count + per).max(initial=0))
+        if width > self.slots.shape[1]:
+            slots = np.full((self.n, width), -1, np.int32)
+            slots[:, :self.slots.shape[1]] = self.slots
+            self.slots = slots
+        lens = np.diff(arrays["phi_ptr"])
+        while self.meta[K.M_NEXT] + int(mine.sum()) > self.s_f.shape[0]:
+            self._grow_structures()
+        need = int(lens[mine].sum())
+        if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
+            self._grow_pool(need)
+        first = int(self.meta[K.M_NEXT])
+        loaded = int(K.load_structures(keep, ex, arrays["hash"], arrays["delta"],
+                                       arrays["alpha"], arrays["phi_ptr"],
+                                       arrays["phi_idx"].astype(INDEX_DTYPE, copy=False),
+                                       arrays["phi_val"], self.slots, self.count,
+                                       self.s_hash, self.s_ptr, self.s_len, self.s_f,
+                                       self.p_idx, self.p_val, self.meta, self.mark,
+                                       self.track))
+        for name in ("alpha_sum", "xi", "ex_pg"):
+            getattr(self, name)[keep] = arrays[name][keep]  # in place: may be views
+        if add:
+            K.add_structures(self.w, np.arange(first, first + loaded), self.s_ptr, self.s_len,
+                             self.s_f, self.p_idx, self.p_val)
+        return loaded
+
     def max_pg(self, order: np.ndarray) -> float:
         """The stop rule's measure on the examples in ``order`` under the current w, changing
         no α: the largest |PG| (Eq. 8) for the L2 loss, the largest KKT gap g'' − g' (SMO
@@ -275,16 +347,19 @@ class ActiveSets:
     def dual_objective(self) -> float:
         """The dual as a lower bound of the primal: −D(α) with D of Eq. (2),
         −D = −½‖w‖² − (1/4C) Σ_i A_i² + Σ Δ α  ≤  P(w) for every w (weak duality); for the L1
-        loss Σ Δ λ − ½‖w‖² (no A² term; feasible while every A_i ≤ C)."""
+        loss Σ Δ λ − ½‖w‖² (no A² term; feasible while every A_i ≤ C). With a prior w₀
+        (:meth:`set_prior`) both gain ½‖w₀‖² (:mod:`.state`)."""
         sq, lin = K.dual_terms(self.slots, self.count, self.alpha_sum, self.s_f)
         quad = 0.0 if self.l1 else sq / (4.0 * self.C)
-        return float(-0.5 * self.w @ self.w - quad + lin)
+        return float(-0.5 * self.w @ self.w + 0.5 * self.prior_sq - quad + lin)
 
     def rebuilt_w(self) -> np.ndarray:
-        """Σ α φ recomputed from the stored structures (Eq. 3)."""
+        """w₀ + Σ α φ recomputed from the stored structures (Eq. 3; w₀ = 0 without a prior)."""
         w = np.zeros(self.dim)
         K.rebuild_w(w, self.slots, self.count, self.s_ptr, self.s_len, self.s_f, self.p_idx,
                     self.p_val)
+        if self.w0 is not None:
+            w += self.w0
         return w
 
     def memory_bytes(self) -> int:
@@ -327,6 +402,18 @@ class SweepPlan:
         ex_pg = self.act.ex_pg
         k = min(int(self.skip * ex_pg.shape[0]), ex_pg.shape[0] - 1)
         return float(np.partition(ex_pg, k)[k])
+
+    def saved(self) -> dict[str, int]:
+        """Where the plan is in its cycle (for a saved state, :mod:`.state`)."""
+        return {"since_full": int(self.since_full), "force_full": int(self._force_full)}
+
+    def restore(self, saved: dict | None) -> None:
+        """Go on from :meth:`saved` (None or malformed: start a cycle, with a full pass)."""
+        try:
+            self.since_full = max(int(saved["since_full"]), 0)
+            self._force_full = bool(saved["force_full"])
+        except (KeyError, TypeError, ValueError):
+            self.since_full, self._force_full = 0, False
 
     def certifies(self, max_pg: float, tol: float) -> bool:
         """Whether the pass just made proves max |PG| < tol over all active sets; a skipping

@@ -136,10 +136,11 @@ LOSSES = ("l1", "l2")  # SolverConfig.loss: the hinge and the squared hinge
 
 
 def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512,
-                     loss: str = "l2") -> tuple[float, int]:
+                     loss: str = "l2", w0: np.ndarray | None = None) -> tuple[float, int]:
     """The primal, with ξ_i = max(0, max_y Δ(y_i, y) − w·φ(y, y_i, x_i)) by loss-augmented
     inference (Eq. 5) over all examples: for the L2 loss P(w) = ½‖w‖² + C Σ_i ξ_i² (Eq. 1), for
-    the L1 loss (hinge) ½‖w‖² + C Σ_i ξ_i. Returns (P, #ξ_i > 0)."""
+    the L1 loss (hinge) ½‖w‖² + C Σ_i ξ_i; with a prior ``w0`` (warm start,
+    :mod:`.state`) ½‖w − w₀‖² in place of ½‖w‖². Returns (P, #ξ_i > 0)."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}")
     total, n_viol = 0.0, 0
@@ -148,14 +149,15 @@ def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512,
         xi = np.maximum(b.delta - b.margin, 0.0)
         total += float(xi @ xi) if loss == "l2" else float(xi.sum())
         n_viol += int((xi > 0).sum())
-    return 0.5 * float(w @ w) + C * total, n_viol
+    v = w if w0 is None else w - w0
+    return 0.5 * float(v @ v) + C * total, n_viol
 
 
 def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None,
-              loss: str = "l2") -> Objective:
-    """Primal (Eq. 1, or the hinge loss's for ``loss="l1"``), optional dual lower bound and
-    relative duality gap."""
-    p, nv = primal_objective(task, w, C, loss=loss)
+              loss: str = "l2", w0: np.ndarray | None = None) -> Objective:
+    """Primal (Eq. 1, or the hinge loss's for ``loss="l1"``; ``w0``: the prior of a warm
+    start), optional dual lower bound and relative duality gap."""
+    p, nv = primal_objective(task, w, C, loss=loss, w0=w0)
     gap = None if dual is None else (p - dual) / max(abs(p), 1e-300)
     return Objective(p, dual, gap, nv)
 
@@ -275,3 +277,4 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     dual: float | None = None
     extra: dict = field(default_factory=dict)  # engine measurements (CPU, publish cost, …)
+    state: Any = None  # the final DualState (solvers.state), when the run was asked to keep it

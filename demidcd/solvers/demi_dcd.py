@@ -63,7 +63,9 @@ from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .dcd import saved_rng
 from .learner import SharedLearner
+from .state import Start
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
 PUBLISH_INTERVAL = 0.3  # seconds: publish at least this often when anything changed (EWT XPOS
@@ -121,15 +123,17 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    ring_words: int = RING_WORDS, publish_interval: float = PUBLISH_INTERVAL,
                    tick: Callable[[float, np.ndarray], None] | None = None,
                    backend: str = "shm", ray_address: str | None = None,
-                   **_: object) -> TrainResult:
+                   start: Start | None = None, **_: object) -> TrainResult:
     """Train with one learner (this process) and ``threads − 1`` inference workers on the
-    ``backend`` transport ("shm" or "ray")."""
+    ``backend`` transport ("shm" or "ray"). ``start``: a prior and/or a saved state
+    (:mod:`.state`)."""
     L = SharedLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
-                      debug, tick=tick, backend=backend, ray_address=ray_address)
+                      debug, tick=tick, backend=backend, ray_address=ray_address, start=start)
     n, workers = task.n_examples, L.transport
-    rng = np.random.default_rng(config.seed)
+    rng = saved_rng(start, ("demi-dcd",), config.seed)
     plan = SweepPlan(L.act, config.skip)
-    reason, epoch = "max-epochs", 0
+    epoch0 = start.epoch if start else 0
+    reason, epoch = "max-epochs", epoch0
     try:
         L.start()
         since_publish, last_publish = 0, time.perf_counter()
@@ -152,7 +156,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
         at += LEARNER_CHUNK
         share, t_main, infer_main = 0.0, time.perf_counter(), L.seconds["infer"]
         full_pass_ema = 0.0  # seconds of a full update pass over all active sets (measured)
-        for epoch in range(1, config.epochs(1 << 62) + 1):
+        for epoch in range(epoch0 + 1, epoch0 + config.epochs(1 << 62) + 1):
             order = rng.permutation(n).astype(np.int64)
             max_pg, received, shrunk, skipped = 0.0, 0, 0, 0
             skip_below = plan.threshold()
@@ -209,5 +213,5 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
-        res = L.finish(reason, epoch, cpu_log)
+        res = L.finish(reason, epoch, cpu_log, rng)
     return res

@@ -581,3 +581,92 @@ def max_projected_gradient(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f,
             if pg > out:
                 out = pg
     return out
+
+
+@njit(cache=True, nogil=True)
+def dump_structures(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx, p_val):
+    """The structures of the examples in ``examples`` (in that order, each example's oldest
+    first) as flat arrays: (example, hash, Δ, α, φ ptr, φ indices, φ values), φ in CSR form.
+    The inverse of :func:`load_structures`; the saved dual state of a run
+    (:class:`~demidcd.solvers.state.DualState`)."""
+    n_s = 0
+    nnz = 0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        n_s += count[i]
+        for q in range(count[i]):
+            nnz += s_len[slots[i, q]]
+    ex = np.empty(n_s, np.int64)
+    hs = np.empty(n_s, np.int64)
+    dl = np.empty(n_s)
+    al = np.empty(n_s)
+    ptr = np.zeros(n_s + 1, np.int64)
+    idx = np.empty(nnz, p_idx.dtype)
+    val = np.empty(nnz)
+    r = 0
+    pos = 0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        for q in range(count[i]):
+            s = slots[i, q]
+            ex[r] = i
+            hs[r] = s_hash[s]
+            dl[r] = s_f[s, DELTA]
+            al[r] = s_f[s, ALPHA]
+            st = s_ptr[s]
+            for k in range(s_len[s]):
+                idx[pos + k] = p_idx[st + k]
+                val[pos + k] = p_val[st + k]
+            pos += s_len[s]
+            r += 1
+            ptr[r] = pos
+    return ex, hs, dl, al, ptr, idx, val
+
+
+@njit(cache=True, nogil=True)
+def load_structures(keep, r_ex, r_hash, r_delta, r_alpha, r_ptr, r_idx, r_val, slots, count,
+                    s_hash, s_ptr, s_len, s_f, p_idx, p_val, meta, mark, track):
+    """Append the saved structures whose example is kept (``keep[i]``) to the active sets, in
+    their order, with their α, and mark the lines of their φ when ``track``; w and the
+    per-example sums are the caller's. The pools and ``slots`` must be large enough (no
+    eviction, no growth here: :meth:`~demidcd.solvers.activeset.ActiveSets.restore` sizes
+    them). Returns the number of structures loaded."""
+    loaded = 0
+    for r in range(r_ex.shape[0]):
+        i = r_ex[r]
+        if not keep[i]:
+            continue
+        s = meta[M_NEXT]  # new ids in order (freed ids stay on their stack)
+        meta[M_NEXT] += 1
+        rs, re = r_ptr[r], r_ptr[r + 1]
+        p0 = meta[M_PUSED]
+        sq = 0.0
+        for q in range(re - rs):
+            j = r_idx[rs + q]
+            p_idx[p0 + q] = j
+            if track and mark[np.uint64(j) >> _LINE] == 0:
+                mark[np.uint64(j) >> _LINE] = 1
+            v = r_val[rs + q]
+            p_val[p0 + q] = v
+            sq += v * v
+        meta[M_PUSED] = p0 + (re - rs)
+        s_hash[s] = r_hash[r]
+        s_ptr[s] = p0
+        s_len[s] = re - rs
+        s_f[s, ALPHA] = r_alpha[r]
+        s_f[s, DELTA] = r_delta[r]
+        s_f[s, SQNORM] = sq
+        slots[i, count[i]] = s
+        count[i] += 1
+        loaded += 1
+    return loaded
+
+
+@njit(cache=True, nogil=True)
+def add_structures(w, ids, s_ptr, s_len, s_f, p_idx, p_val):
+    """w += Σ α φ over the structures ``ids`` (a restored state's, :func:`load_structures`)."""
+    for r in range(ids.shape[0]):
+        s = ids[r]
+        a = s_f[s, ALPHA]
+        if a != 0.0:
+            axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])

@@ -21,6 +21,7 @@ from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult
 from .recorder import Recorder
+from .state import DualState, Start
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first
@@ -35,11 +36,13 @@ class SharedLearner:
                  callback: Callback | None, chunk: int, ring_words: int,
                  log: Callable[[str], None] | None, debug: bool, learner_share: bool = False,
                  tick: Callable[[float, np.ndarray], None] | None = None,
-                 backend: str = "shm", ray_address: str | None = None):
+                 backend: str = "shm", ray_address: str | None = None,
+                 start: Start | None = None):
         config.validate()
         self.task, self.config, self.threads, self.callback = task, config, threads, callback
         self.log = log or (lambda s: None)
         n, dim = task.n_examples, task.dim
+        self.transport_mode = mode
         spec = WorkerSpec(mode, config.C, config.admit, config.tol, config.seed, chunk,
                           loss=config.loss)
         self.transport = make_transport(backend, task, threads - 1, spec, log=self.log,
@@ -51,12 +54,16 @@ class SharedLearner:
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], sweeps=config.sweeps,
                               loss=config.loss, tol=config.tol, **tail)
+        from .dcd import begin
+
+        self.start_point = start  # the prior and/or saved state it starts from (.state)
+        begin(self.act, start)
         self.cnt = {"updates": 0, "learner_inferences": 0, "admitted": 0, "duplicates": 0,
                     "rejected": 0, "evicted": 0, "shrunk": 0, "publishes": 0}
         self.seconds = {"publish": 0.0, "update": 0.0, "insert": 0.0, "infer": 0.0,
                         "wait": 0.0, "main": 0.0}
         self.recorder = Recorder(task, config, callback, threads, monitor=self.transport.monitor,
-                                 tick=tick)
+                                 tick=tick, prior=start.prior if start else None)
         self.history = self.recorder.history
         self.clock: Clock | None = None
         self.last_publish_cost = 0.0  # seconds the last publish took
@@ -73,6 +80,9 @@ class SharedLearner:
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
         self.task.should_stop = lambda: StopRequest.requested or clock.expired()
         self.transport.start(expired=clock.expired)
+        if self.start_point is not None and (self.start_point.prior is not None
+                                             or self.start_point.state is not None):
+            self.publish()  # the workers search with w = w₀ + Σ α φ from the start
 
     def poll(self) -> bool:
         """Snapshot when due, supervise the workers; True once the run must stop."""
@@ -178,8 +188,11 @@ class SharedLearner:
                "publishes": c["publishes"], **extra}
         return self.recorder.epoch(rec, self.act.w, dual=self.act.dual_objective)
 
-    def finish(self, reason: str, epoch: int, cpu_log: str | None) -> TrainResult:
-        """Stop the pool (always call, in ``finally``), write the CPU log, build the result."""
+    def finish(self, reason: str, epoch: int, cpu_log: str | None,
+               rng: np.random.Generator | None = None) -> TrainResult:
+        """Stop the pool (always call, in ``finally``), write the CPU log, build the result
+        (with the final dual state when the start asked to keep it; ``rng``: the schedule's
+        shuffling generator, saved with it)."""
         seconds = self.clock.elapsed() if self.clock else 0.0
         tot = self.transport.totals()
         traffic = self.transport.traffic()
@@ -193,6 +206,11 @@ class SharedLearner:
             insert_seconds=sec["insert"], wait_seconds=sec["wait"],
             learner_infer_seconds=sec["infer"], transport=traffic, **tot, **self.cnt,
             **started)
+        if self.start_point is not None and self.start_point.keep_state:
+            name = "demi-dcd" if self.transport_mode == "demi" else "ms-dcd"
+            res.state = DualState(self.act.state(), {
+                "epoch": epoch, "algorithm": name,
+                "rng": None if rng is None else rng.bit_generator.state})
         c = self.cnt
         self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
                  f", {c['publishes']:,} publishes costing "

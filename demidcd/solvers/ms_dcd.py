@@ -22,8 +22,10 @@ from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
+from .dcd import saved_rng
 from .demi_dcd import LEARNER_CHUNK
 from .learner import SharedLearner
+from .state import Start
 
 
 def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
@@ -32,22 +34,24 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                  debug: bool = False, ring_words: int = RING_WORDS,
                  tick: Callable[[float, np.ndarray], None] | None = None,
                  backend: str = "shm", ray_address: str | None = None,
-                 **_: object) -> TrainResult:
+                 start: Start | None = None, **_: object) -> TrainResult:
     """Train with a master (this process) and ``threads − 1`` slaves, barrier-synchronised.
     The data is split into ``threads`` parts (as JLIS does for p processors): the master infers
-    on its own part while the slaves infer on theirs, then waits at the barrier."""
+    on its own part while the slaves infer on theirs, then waits at the barrier. ``start``: a
+    prior and/or a saved state (:mod:`.state`)."""
     L = SharedLearner(task, config, threads, "barrier", callback, rho_worker, ring_words, log,
                       debug, learner_share=True, tick=tick, backend=backend,
-                      ray_address=ray_address)
+                      ray_address=ray_address, start=start)
     n, workers = task.n_examples, L.transport
-    rng = np.random.default_rng(config.seed)
-    reason, epoch = "max-epochs", 0
+    rng = saved_rng(start, ("ms-dcd",), config.seed)
+    epoch0 = start.epoch if start else 0
+    reason, epoch = "max-epochs", epoch0
     t_inference = t_master = 0.0
     plan = SweepPlan(L.act, config.skip)
     mine = workers.learner_shard
     try:
         L.start()
-        for epoch in range(1, config.epochs(1 << 62) + 1):
+        for epoch in range(epoch0 + 1, epoch0 + config.epochs(1 << 62) + 1):
             L.publish(fresh=True)  # the L1 loss: the slaves test against ξ̂ at this w
             t = time.perf_counter()
             gen = workers.command()
@@ -87,12 +91,13 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
-        res = L.finish(reason, epoch, cpu_log)
+        res = L.finish(reason, epoch, cpu_log, rng)
     res.extra.update(inference_seconds=t_inference, master_seconds=t_master,
-                     per_iteration_inference=t_inference / max(epoch, 1),
-                     per_iteration_master=t_master / max(epoch, 1))
+                     per_iteration_inference=t_inference / max(epoch - epoch0, 1),
+                     per_iteration_master=t_master / max(epoch - epoch0, 1))
     if log:
         log(f"MS-DCD time split: inference (barrier) {t_inference:.2f}s, master DCD passes "
-            f"{t_master:.2f}s over {epoch} iterations "
-            f"({t_inference / max(epoch, 1):.3f}s vs {t_master / max(epoch, 1):.3f}s each)")
+            f"{t_master:.2f}s over {epoch - epoch0} iterations "
+            f"({t_inference / max(epoch - epoch0, 1):.3f}s vs "
+            f"{t_master / max(epoch - epoch0, 1):.3f}s each)")
     return res

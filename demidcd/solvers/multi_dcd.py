@@ -49,6 +49,9 @@ sets (:mod:`demidcd.parallel.multi`).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -63,13 +66,15 @@ from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
+from .dcd import begin
+from .state import DualState, Start, empty_state, merge_parts, state_w
 
 UPDATE_MODES = ("atomic", "plain")
 DEFAULT_UPDATE_MODE = "plain"
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
 REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
 COORDINATOR_POLL = 0.01  # seconds between the coordinator's checks
-ADD, CERTIFY, CHECK, TAIL = 16, 17, 18, 19  # schedule commands (see demidcd.parallel.multi)
+ADD, CERTIFY, CHECK, TAIL, STATE = 16, 17, 18, 19, 20  # schedule commands (demidcd.parallel.multi)
 FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(1 s, 5% T) before
 # it. Lost adds make the learners overshoot α on the lines both write (transitions), so w = Σ α φ
 # rebuilt at a stop after plain stores was far worse than the w trained on (CoNLL-2000 chunking,
@@ -243,9 +248,13 @@ def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
     return np.sqrt(sq), n, np.sqrt(sq_w)
 
 
-def _learner_body(task: Task, config: SolverConfig, mode: str
+def _learner_body(task: Task, config: SolverConfig, mode: str,
+                  start: Start | None = None, state_dir: str | None = None
                   ) -> Callable[[M.LearnerGroup, int], None]:
-    """DCD-SSVM on part k of the examples over the shared w (runs in learner process k)."""
+    """DCD-SSVM on part k of the examples over the shared w (runs in learner process k).
+    ``start``: the prior and/or saved state (:mod:`.state`): a learner's first start loads the
+    saved structures of its part (the coordinator has set w = w₀ + Σ α φ); a restarted one
+    begins empty, as ever. ``state_dir``: where the STATE command writes part k's state."""
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
@@ -259,9 +268,15 @@ def _learner_body(task: Task, config: SolverConfig, mode: str
         # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
         # learner writes (Viterbi 1.3-1.9x slower than alone, 2 processes) but a copy every
         # 10 copy-costs left w stale: EWT XPOS p=2, primal at 2 s 146,164 against 8,323 in place
+        if g.restarts[k] == 0:
+            begin(act, start, part, write_w=False)
+        elif start:
+            act.set_prior(start.prior, write=False)
         plan = _PartPlan(act, cfg.skip, part)
         task.should_stop = g.urgent  # an ILP solver is abandoned at the final stop
-        rng = np.random.default_rng([cfg.seed, k, g.restarts[k]])
+        seed = [cfg.seed, k, g.restarts[k]]
+        rng = np.random.default_rng(seed if not start or start.state is None
+                                    else [*seed, start.epoch])
         blocks = [0]
 
         def run(code: int) -> None:
@@ -287,7 +302,9 @@ def _learner_body(task: Task, config: SolverConfig, mode: str
             elif code == TAIL:  # atomic adds from now on: no lost update in the tail
                 act.hot = True
             elif code == CHECK:  # Σ α φ of this part, sequentially (tests of the rebuild)
-                g.arrays["check"][k] = act.rebuilt_w()
+                g.arrays["check"][k] = act.rebuilt_w() - (act.w0 if act.w0 is not None else 0)
+            elif code == STATE and state_dir is not None:  # this part's dual state, to a file
+                np.savez(os.path.join(state_dir, f"part-{k}.npz"), **act.state(part))
 
         def poll() -> None:
             blocks[0] += 1
@@ -353,6 +370,25 @@ def _learner_body(task: Task, config: SolverConfig, mode: str
     return body
 
 
+def collect_state(group: M.LearnerGroup, state_dir: str, start: Start | None, n: int,
+                  epoch: int) -> DualState:
+    """The dual state of the paused learners: each writes its part's to ``state_dir`` (the
+    STATE command), merged here (:func:`~.state.merge_parts`). When no learner began, the
+    state the run started from (or empty active sets)."""
+    if group.incomplete:
+        arrays = start.state.arrays if start and start.state is not None else empty_state(n)
+    else:
+        group.command(STATE)
+        parts = []
+        for j, part in enumerate(group.parts):
+            path = os.path.join(state_dir, f"part-{j}.npz")
+            if os.path.exists(path):  # a learner that died meanwhile: its α is lost
+                with np.load(path, allow_pickle=False) as z:
+                    parts.append((part, {key: z[key] for key in z.files}))
+        arrays = merge_parts(n, parts)
+    return DualState(arrays, {"epoch": epoch, "algorithm": "demi-dcd", "rng": None})
+
+
 def warm_up(task: Task, loss: str = "l2") -> None:
     """Compile (or load from numba's cache) the kernels only this schedule calls, before the
     learners fork (each would otherwise compile them on its own clock)."""
@@ -376,12 +412,15 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     log: Callable[[str], None] | None = None, debug: bool = False,
                     tick: Callable[[float, np.ndarray], None] | None = None,
                     rebuild_every: float = REBUILD_EVERY, check: bool = False,
+                    start: Start | None = None,
                     **_: object) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
     inference pass over its part); the log has one record per rebuild of w.
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
-    ``extra["rebuild_error"]`` is max |w − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild)."""
+    ``extra["rebuild_error"]`` is max |w − w₀ − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild).
+    ``start``: a prior w₀ and/or a saved state (:mod:`.state`); every rebuild then sets
+    w = w₀ + Σ α φ, and the dual gains ½‖w₀‖²."""
     config.validate()
     log = log or (lambda s: None)
     k = threads if learners is None else int(learners)
@@ -394,20 +433,30 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                           "and learns) is implemented")
     C, dim = config.C, task.dim
     warm_up(task, config.loss)
+    prior = start.prior if start else None
+    prior_sq = 0.0 if prior is None else float(prior @ prior)
+    keep_state = bool(start and start.keep_state)
+    state_dir = tempfile.mkdtemp(prefix="demidcd-state-") if keep_state else None
     cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode),
+                           _learner_body(task, config, mode, start, state_dir),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
                                    **({"check": ((k, dim), np.float64)} if check else {})})
     w = group.w
+    if start and start.state is not None:
+        w[:] = state_w(start.state, dim)  # w₀ + Σ α φ before any learner moves it
+    elif prior is not None:
+        w[:] = prior
     interval = rebuild_every
     old = np.empty(dim)
     state = {"dual": None, "paused": False, "tail": None}
     clock: Clock | None = None
-    reason, epoch = "max-epochs", 0
+    epoch0 = start.epoch if start else 0
+    reason, epoch = "max-epochs", epoch0
+    final_state: DualState | None = None
     check_error = None
     log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
         f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s")
@@ -418,7 +467,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         group.command(M.PAUSE)
         old[:] = w
         while True:
-            w[:] = 0.0
+            w[:] = 0.0 if prior is None else prior
             if not group.command(ADD):  # a learner dying mid-add: add again without it
                 break
         respawned = group.missing()
@@ -435,7 +484,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         sq = float(group.fstats[live, F_SQ].sum())
         lin = float(group.fstats[live, F_LIN].sum())
         quad = 0.0 if config.loss == "l1" else sq / (4.0 * C)  # Eq. (2); the L1 dual has none
-        dual = -0.5 * float(w_norm) ** 2 - quad + lin
+        dual = -0.5 * float(w_norm) ** 2 + 0.5 * prior_sq - quad + lin
         state["dual"] = dual
         drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
         return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
@@ -492,7 +541,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                "learner_epochs": int(s[:, M.EPOCHS].min()), "max_pg": largest_pg(), **figs,
                **extra}
         if config.eval_every is not None and clock.elapsed() - last_eval[0] >= config.eval_every:
-            ob = objective(task, w, C, figs["dual"], loss=config.loss)
+            ob = objective(task, w, C, figs["dual"], loss=config.loss, w0=prior)
             rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
             last_eval[0] = clock.elapsed()
         history.append(rec)
@@ -552,7 +601,10 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             record(rebuild())
         if check and not group.incomplete:
             group.command(CHECK)
-            check_error = float(np.abs(group.arrays["check"].sum(0) - w).max())
+            check_error = float(np.abs(group.arrays["check"].sum(0) + (
+                0.0 if prior is None else prior) - w).max())
+        if keep_state:
+            final_state = collect_state(group, state_dir, start, task.n_examples, epoch)
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
@@ -564,11 +616,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             group.close()
         finally:
             task.__dict__.pop("should_stop", None)
+            if state_dir is not None:
+                shutil.rmtree(state_dir, ignore_errors=True)
     mon = group.monitor
     if cpu_log:
         mon.write_csv(cpu_log)
     res = TrainResult(w_out, reason == "converged", reason, epoch, seconds, history,
-                      state["dual"])
+                      state["dual"], state=final_state)
     drifts = [d for _, d, _ in drift_log]
     res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k),
                  "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,

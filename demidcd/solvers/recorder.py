@@ -48,8 +48,9 @@ class Recorder:
     def __init__(self, task: Task, config: SolverConfig, callback: Callback | None = None,
                  threads: int = 1, monitor: CpuMonitor | None = None,
                  objective_fn: Objective | None | bool = True,
-                 tick: Tick | None = None):
+                 tick: Tick | None = None, prior: np.ndarray | None = None):
         self.task, self.config, self.callback, self.threads = task, config, callback, threads
+        self.prior = prior  # w₀ of a warm start: the primal measures ½‖w − w₀‖²
         self.tick = tick
         self._last_tick = -1.0
         self._own_monitor = monitor is None
@@ -95,7 +96,7 @@ class Recorder:
                 and self.elapsed() - self._last_eval >= cfg.eval_every):
             if self.objective_fn is True:
                 dual = dual() if callable(dual) else dual
-                ob = objective(self.task, w, cfg.C, dual, loss=cfg.loss)
+                ob = objective(self.task, w, cfg.C, dual, loss=cfg.loss, w0=self.prior)
                 rec.update(primal=ob.primal, dual=ob.dual, gap=ob.gap)
             else:
                 rec.update(self.objective_fn(w))
