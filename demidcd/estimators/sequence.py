@@ -176,8 +176,11 @@ class SequenceTagger(StructuredEstimator):
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
         self.classes_ = sorted({t for s in Y for t in s})
-        self.featurizer_ = featurizer
+        self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
         enc = self._encode(X, fit=True)
+        self.featurizer_ = featurizer  # resume keeps the saved vocabulary, init extends it
+        if self.featurizer_ is not featurizer:
+            enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
         self.n_bfeatures_ = self._n_bfeatures
         task = self._task(X, Y, enc)
