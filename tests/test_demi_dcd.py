@@ -17,17 +17,6 @@ from small_fit import fit
 from demidcd.api import SequenceTagger
 
 
-@pytest.mark.parametrize("threads", [2, 3])
-def test_demi_dcd_reaches_the_1dcd_optimum(small, threads, shm_guard):
-    one, p1 = fit(small, algorithm="dcd", threads=1)
-    assert one.result_.stop_reason == "converged"
-    demi, p2 = fit(small, algorithm="demi-dcd", threads=threads)
-    assert demi.result_.stop_reason == "converged"
-    assert abs(p2 - p1) / p1 <= 1e-3
-    assert demi.result_.extra["inferences"] > 0
-    assert demi.result_.dual <= p2 + 1e-9
-
-
 def _children(pid):
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -142,14 +131,6 @@ def test_engine_counts_are_consistent(small, shm_guard):
     assert ex["learner_inferences"] < est.result_.history[-1]["inferences"] \
         <= ex["inferences"] + ex["learner_inferences"]
     np.testing.assert_array_less(0, ex["updates"])
-
-
-def test_ms_dcd_reaches_the_1dcd_optimum(small, shm_guard):
-    _, p1 = fit(small, algorithm="dcd", threads=1)
-    ms, p2 = fit(small, algorithm="ms-dcd", threads=3)
-    assert ms.result_.stop_reason == "converged"
-    assert abs(p2 - p1) / p1 <= 1e-3
-    assert ms.result_.extra["inference_seconds"] > 0 and ms.result_.extra["master_seconds"] > 0
 
 
 def test_sp_ipm_one_shard_equals_sequential_perceptron(small, shm_guard):
