@@ -7,7 +7,6 @@ import signal
 
 import numpy as np
 import pytest
-from cli_run import CLI
 from small_fit import fit
 
 from demidcd.api import SequenceTagger
@@ -151,36 +150,6 @@ def test_learners_option_errors(small):
         fit(small, algorithm="demi-dcd", threads=2, learners=3)
     with pytest.raises(TypeError):  # not an option any more (CHANGELOG)
         fit(small, algorithm="demi-dcd", threads=2, learners=2, update_mode="atomic")
-
-
-def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_guard):
-    import subprocess
-    import time
-
-    from test_demi_dcd import _children, _gone
-
-    from demidcd.io.model import load_model
-
-    model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
-    with open(logf, "w") as f:
-        p = subprocess.Popen([*CLI, "train", "--threads", "2",
-                              "--algorithm", "demi-dcd", "--learners", "2", "--update-mode",
-                              "plain", "--time-limit", "30", "--tol", "1e-9",
-                              "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while "worker 2 pid" not in logf.read_text() and time.time() - t0 < 60:
-            time.sleep(0.1)
-        kids = _children(p.pid)
-        assert len(kids) >= 2
-        time.sleep(2)
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
-    out = logf.read_text()
-    assert p.returncode == 130, out
-    assert "multi-learner: 2 learners (plain)" in out
-    assert _gone(kids)
-    _, _, meta = load_model(model)
-    assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
 
 
 def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():

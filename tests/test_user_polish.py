@@ -7,22 +7,20 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
 import stat
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_run import CLI, run, train_model
+from cli_run import run, train_model
 
 from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
 from demidcd.cli import main
 from demidcd.errors import DemidcdError, InputTypeError, NotFittedError, OptionError
 from demidcd.estimators import DependencyParser
-from demidcd.io.model import atomic_write, load_model
+from demidcd.io.model import atomic_write
 from demidcd.solvers.common import SolverConfig
 from demidcd.synthetic import generate
 
@@ -270,65 +268,6 @@ def test_C_inf_is_rejected_like_nan(corpus, cli):
         SolverConfig(C=math.inf).validate()
     with pytest.raises(OptionError, match="^C must be"):
         SequenceTagger(C=float("inf")).fit(X, Y)
-
-
-def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_guard,
-                                                                  monkeypatch):
-    from faults import inject_worker_faults
-
-    """In the library too: fit raises the WorkerError, the estimator keeps the partial model,
-    and save() marks it unfinished."""
-    from demidcd.errors import WorkerError
-
-    c = generate(n_sentences=150, n_tags=5, vocab_size=300, seed=3)
-    inject_worker_faults(2, monkeypatch)  # in each forked worker, its second inference raises
-    est = SequenceTagger(threads=2, algorithm="demi-dcd", min_count=1, tol=1e-9, time_limit=30)
-    with pytest.raises(WorkerError, match="gave up after"):
-        est.fit(c.tokens, c.tags)
-    assert est.result_.finished is False and est.result_.stop_reason == "worker-failed"
-    assert est.coef_.shape[0] == est.training_task(c.tokens, c.tags).dim
-    est.save(tmp_path / "partial.npz")
-    _, _, meta = load_model(tmp_path / "partial.npz")
-    assert meta["finished"] is False and meta["stop_reason"] == "worker-failed"
-
-
-@pytest.mark.parametrize("delay", [1.5, 4.0])
-def test_ctrl_c_while_numba_compiles_exits_130(tmp_path, delay):
-    """A cold numba cache (a fresh install): Ctrl-C while the kernels compile exits 130 with
-    one line. Before, the KeyboardInterrupt unwound through LLVM: SIGSEGV, "double free
-    detected", or "Exception ignored ... Traceback"."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cold")}
-    p = subprocess.Popen([*CLI, "train", "--threads", "1",
-                          "--max-epochs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env)
-    time.sleep(delay)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
-    if p.returncode == 0:
-        pytest.skip("the run ended before the signal")
-    assert p.returncode == 130, (p.returncode, err)
-    assert err.strip().splitlines() == ["demidcd: interrupted"], err
-
-
-@pytest.mark.parametrize("delay", [0.15, 0.3, 0.6])
-def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
-    """While modules load (numpy, numba: the first second) Ctrl-C exits 130 with at most one
-    line. ``python -m demidcd`` is the console script's entry (:mod:`demidcd.__main__`). A
-    signal during the interpreter's own start-up (its site or runpy import, before any demidcd
-    code runs) is Python's to report, and is skipped."""
-    p = subprocess.Popen([*CLI, "train", "--threads", "1",
-                          "--max-epochs", "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
-    if p.returncode == 0:
-        pytest.skip("the run ended before the signal")
-    if "init_import_site" in err or "Could not import runpy" in err:
-        pytest.skip("the signal landed in Python's own start-up")
-    assert "Traceback" not in err, err
-    assert p.returncode in (130, -signal.SIGINT), (p.returncode, err)  # -2: before Python ran
-    assert len(err.strip().splitlines()) <= 1
 
 
 def test_evaluate_prints_token_and_sentence_counts(corpus, model, cli):
