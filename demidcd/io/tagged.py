@@ -347,10 +347,7 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
         idx.append(j)
     out = []
     for rl in corpus.raw:
-        if fmt == "conllu":
-            toks = [f for f in rl if len(f) == 10 and f[0].isdigit()]
-        else:
-            toks = [f for f in rl if not f[0].startswith(_DOCSTART)]
+        toks = _token_fields(rl, fmt)
         if toks and max(idx) >= len(toks[0]):
             raise OptionError(f"feature column {max(idx) + 1} is beyond the "
                               f"{len(toks[0])} columns of {corpus.path}")
@@ -725,10 +722,7 @@ def column_values(corpus: TaggedCorpus, column: str | int | None,
     li = _label_index(fmt, column)
     out = []
     for rl in corpus.raw:
-        if fmt == "conllu":
-            toks = [f for f in rl if len(f) == 10 and f[0].isdigit()]
-        else:
-            toks = [f for f in rl if not f[0].startswith(_DOCSTART)]
+        toks = _token_fields(rl, fmt)
         j = len(toks[0]) - 1 if li is None and toks else li
         if toks and (j is None or j < 1 or j >= len(toks[0])):
             have = len(toks[0])
@@ -788,3 +782,11 @@ def write_tagged(
     from .model import atomic_write
 
     atomic_write(path, lambda f: f.write(data))
+
+
+def _token_fields(raw_lines: list[list[str]], fmt: str) -> list[list[str]]:
+    """The field lists of a sentence's token lines: CoNLL-U's word lines (10 fields, an
+    integer ID), or every line of a columns file but ``-DOCSTART-``."""
+    if fmt == "conllu":
+        return [f for f in raw_lines if len(f) == 10 and f[0].isdigit()]
+    return [f for f in raw_lines if not f[0].startswith(_DOCSTART)]
