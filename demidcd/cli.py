@@ -20,92 +20,82 @@ import warnings
 from typing import Any
 
 from .errors import DemidcdError, InputWarning, OptionError
+from .options import default
 
 
 # --------------------------------------------------------------------------- options
-def _signature_default(module: str, function: str, name: str) -> Any:
-    """The default of keyword ``name`` of ``module.function`` (None when absent), or the
-    value of ``module.function`` itself when ``name`` is empty."""
-    import importlib
-    import inspect
-
-    try:
-        fn = getattr(importlib.import_module(f"demidcd.{module}"), function)
-        if not name:
-            return fn
-        default = inspect.signature(fn).parameters[name].default
-    except (ImportError, AttributeError, KeyError):
-        return None
-    return None if default is inspect.Parameter.empty else default
-
-
-def _config_default(name: str) -> Any:
-    from .solvers.common import SolverConfig
-
-    return getattr(SolverConfig(), name)
-
-
-# option dest → where its default lives, read only when --help is printed (it imports numpy)
-_DEFAULT_SOURCES: dict[str, Any] = {
-    **{k: (lambda k=k: _config_default(k)) for k in (
-        "C", "tol", "delta", "seed", "inner_passes", "max_active", "batch", "skip", "sweeps",
-        "loss")},
-    "rho": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd", "rho"),
-    "rho_worker": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd",
-                                             "rho_worker"),
-    "publish_interval": lambda: _signature_default("solvers.demi_dcd", "train_demi_dcd",
-                                                   "publish_interval"),
-    "perceptron_epochs": lambda: _signature_default(
-        "solvers.sp_ipm", "train_sp_ipm", "perceptron_epochs_per_round"),
-    "mixing": lambda: _signature_default("solvers.sp_ipm", "train_sp_ipm", "mixing"),
-    "min_count": lambda: (f"{_signature_default('api', 'DEFAULT_MIN_COUNT', '')} for "
-                          "sequence and chunking, 1 for ner and entity-relation"),
-    "hashing": lambda: 0,
-}
-
-
 class _HelpFormatter(argparse.HelpFormatter):
-    """Appends ``(default: …)`` to every option whose help does not state its default; the
-    solver defaults are read from where they live (:data:`_DEFAULT_SOURCES`)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (not action.option_strings or "default" in text or action.nargs == 0
-                or action.default is argparse.SUPPRESS):
-            return text
-        default = action.default
-        if default is None and action.dest in _DEFAULT_SOURCES:
-            default = _DEFAULT_SOURCES[action.dest]()
-        if default is None and action.required:
-            return text
-        shown = "none" if default is None else str(default).replace("%", "%%")
-        return f"{text} (default: {shown})".strip()
+    """Help text as written: the option table's rows already end with their default."""
 
 
-def _data_options(p: argparse.ArgumentParser, command: str) -> None:
-    from .tasks import get_task, task_names
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: a bad option is one line, ``demidcd: error:
+    …`` naming it, exit 2 (argparse's usage block is left to ``--help``)."""
 
-    g = p.add_argument_group("data")
-    g.add_argument("--task", choices=task_names(), default="sequence",
-                   help="; ".join(f"{n}: {get_task(n).help}" for n in task_names())
-                   + ("" if command == "train" else " (default: the model's task)"))
-    g.add_argument("--format", choices=("conllu", "columns", "conllx", "auto"), default="auto",
-                   help="input format (auto: .conllu → conllu, else columns; --task dependency: "
-                        "else conllx)")
-    g.add_argument("--column", default=None,
-                   help="label column: upos|xpos for CoNLL-U (default upos), a 1-based column "
-                        "number for columns files (default the last); evaluate / predict "
-                        "default to the model's")
-    g.add_argument("--encoding", default="utf-8",
-                   help="input encoding (the original CoNLL-2002: latin-1); predict writes in it")
-    g.add_argument("--max-sentence-length", type=int, default=None, metavar="N",
-                   help=_length_help(command))
-    seen: set[str] = set()
-    for name in task_names():
-        for opt in get_task(name).options:
-            if command in opt.commands and opt.flags[0] not in seen:
-                seen.add(opt.flags[0])
-                g.add_argument(*opt.flags, **opt.kwargs)
+    def error(self, message: str) -> Any:
+        raise OptionError(f"{message} (see demidcd {self.prog.split()[-1]} --help)"
+                          if " " in self.prog else message)
+
+
+def _help(o: Any, command: str) -> str:
+    """An option's help line with its default from the option table (:mod:`demidcd.options`);
+    a few options complete theirs from the registries (the tasks, the learners)."""
+    text = o.help
+    if o.name == "task":
+        from .tasks import get_task, task_names
+
+        text += ": " + "; ".join(f"{n}: {get_task(n).help}" for n in task_names())
+    elif o.name == "algorithm":
+        text += " (demidcd learners NAME: its options)"
+    elif o.name == "max_sentence_length":
+        return _length_help(command)
+    if o.type is bool and o.default is False:
+        return text
+    shown = o.default_text() if command == "train" or not o.rule.endswith("model's") \
+        else "the model's"
+    return f"{text} (default: {shown})".replace("%", "%%")
+
+
+def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool) -> None:
+    """The options of ``command`` from the option table, in its groups; the advanced tier is
+    listed by ``--help-all`` only (always accepted). Every option defaults to None (or the
+    table's value for the CLI-only data options), so that only the options given reach the
+    estimators, whose defaults are the table's too."""
+    from . import options as T
+
+    groups = {g: p.add_argument_group(g) for g in (T.DATA, T.LEARNER, T.OUTPUT)}
+    for o in T.options_for(None, command):
+        kw: dict[str, Any] = {"dest": o.name,
+                              "help": _help(o, command) if show_all or o.tier == T.BASIC
+                              else argparse.SUPPRESS}
+        if o.type is bool:
+            kw["action"] = argparse.BooleanOptionalAction if o.default is None \
+                else "store_true"
+            kw["default"] = None if o.default is None else False
+        else:
+            kw["type"] = o.type
+            kw["default"] = o.default if not o.param and o.name in _CLI_DEFAULTS else None
+            if o.metavar:
+                kw["metavar"] = o.metavar
+            if o.choices:
+                kw["choices"] = _choices(o)
+        groups[o.group].add_argument(o.flag, **kw)
+
+
+_CLI_DEFAULTS = ("task", "format", "encoding")  # data options whose value is always set
+
+
+def _choices(o: Any) -> tuple[str, ...]:
+    """An option's choices; the tasks' and learners' come from their registries."""
+    if o.name == "task":
+        from .tasks import task_names
+
+        return task_names()
+    if o.name == "algorithm":
+        from .solvers import LEARNERS
+
+        return tuple(LEARNERS)
+    return o.choices
 
 
 def _length_help(command: str) -> str:
@@ -120,7 +110,7 @@ def _length_help(command: str) -> str:
                          for (limit, cost), names in groups.items())
     whose = "the task's" if command == "train" else "the model's task's"
     return (f"longest sentence accepted, in tokens: a longer one is refused when the file is "
-            f"read, before any work (default: {whose}: {per_task})")
+            f"read, before any work (default: {whose}: {per_task})").replace("%", "%%")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -128,8 +118,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
+    """The parser; ``show_all``: list the advanced options too (``train --help-all``)."""
+    parser = _Parser(
         prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).",
         formatter_class=_HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,116 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
 
-    t = sub.add_parser("train", help="train a model (no data arguments: the synthetic default)")
-    t.add_argument("--train", metavar="FILE",
-                   help="training data (default: the synthetic corpus)")
-    t.add_argument("--dev", metavar="FILE", help="data scored in the log and at the end")
-    t.add_argument("--test", metavar="FILE", help="data scored at the end")
-    t.add_argument("--split-test", type=float, default=None, metavar="FRACTION",
-                   help="hold out a seeded random FRACTION of --train as the test set")
-    _data_options(t, "train")
-    s = t.add_argument_group("solver")
-    from .solvers import LEARNERS  # the learner registry (imported under the early handler)
-
-    s.add_argument("--algorithm", choices=tuple(LEARNERS), default=None, metavar="NAME",
-                   help="learner (default: demi-dcd when --threads > 1, else dcd): "
-                        + "; ".join(f"{k}: {v.summary} (threads {v.threads_text()})"
-                                    for k, v in LEARNERS.items()))
-    s.add_argument("--threads", type=int, default=None,
-                   help="processes (default: the number of cores)")
-    s.add_argument("--C", type=float, default=None, help="regularisation C of Eq. (1)")
-    s.add_argument("--loss", default=None, metavar="l1|l2",
-                   help="DCD learners (dcd, dcd-light, demi-dcd, ms-dcd): the SSVM's loss, l2 "
-                        "(squared hinge, Eq. 1) or l1 (hinge: SMO updates on the same active "
-                        "sets; one learner)")
-    s.add_argument("--tol", type=float, default=None,
-                   help="stopping tolerance on violations and projected gradients")
-    s.add_argument("--delta", type=float, default=None, help="shrinking threshold δ, Eq. (9)")
-    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="solver time limit (default: none)")
-    s.add_argument("--max-epochs", type=int, default=None,
-                   help="outer iterations (default: until converged for the DCD learners, "
-                        "100 rounds for sp-ipm)")
-    s.add_argument("--seed", type=int, default=None, help="shuffling, sharding and splits")
-    s.add_argument("--inner-passes", type=int, default=None, help="r of DCD-SSVM")
-    s.add_argument("--max-active-per-example", type=int, default=None, dest="max_active",
-                   help="bound on an example's active set |A_i|")
-    s.add_argument("--batch", type=int, default=None,
-                   help="examples per inference call in 1-DCD (1 = strictly sequential)")
-    s.add_argument("--skip", type=float, default=None, metavar="SHARE",
-                   help="DCD learners: share of the examples with the smallest projected "
-                        "gradients that a pass over the active sets leaves out between full "
-                        "passes (0 = always full passes)")
-    s.add_argument("--sweeps", type=int, default=None,
-                   help="DCD learners: sweeps over an example's active set per visit (--loss "
-                        "l1: SWEEPS x |A_i| SMO pair steps per visit), at most")
-    s.add_argument("--rho", type=int, default=None, help="updates between publishes of w")
-    s.add_argument("--publish-interval", type=float, default=None, metavar="SECONDS",
-                   help="DEMI-DCD: publish w at least this often when it changed")
-    s.add_argument("--learners", default="auto", metavar="K|auto",
-                   help="DEMI-DCD: learner processes updating one shared w (K = --threads: "
-                        "every process infers and learns; 1: one learner and --threads − 1 "
-                        "inference workers; auto, the default: --threads when one learner "
-                        "could not keep up with the workers (measured cost of an update "
-                        "against an inference), else 1)")
-    s.add_argument("--update-mode", choices=("atomic", "plain", "hybrid"), default=None,
-                   help="with several learners: atomic float adds to w, or plain stores "
-                        "(lost updates possible, repaired when w is rebuilt; the default: measured "
-                        "faster), or hybrid (atomic adds on the lines that lost updates)")
-    s.add_argument("--rho-worker", type=int, default=None,
-                   help="inferences between refreshes of a worker's w")
-    s.add_argument("--backend", choices=("shm", "ray"), default="shm",
-                   help="how the learner reaches its inference workers: shm (forked processes "
-                        "on this machine) or ray (Ray actors on a cluster; pip install "
-                        "'demidcd[ray]')")
-    s.add_argument("--ray-address", metavar="ADDR", default=None,
-                   help="--backend ray: the cluster to join (e.g. HEAD_IP:6379); default: start "
-                        "a local Ray instance for this run")
-    s.add_argument("--perceptron-epochs", type=int, default=None,
-                   help="SP-IPM: perceptron epochs per mixing round")
-    s.add_argument("--mixing", choices=("uniform", "mistakes"), default=None,
-                   help="SP-IPM: parameter mixing weights")
-    s.add_argument("--averaged", action=argparse.BooleanOptionalAction, default=None,
-                   help="output averaged weights (SP-IPM: over mixing rounds, default off; "
-                        "perceptron, mira, pegasos: over steps, default on)")
-    s.add_argument("--batch-size", type=int, default=None, metavar="K",
-                   help="pegasos, adagrad: examples per mini-batch step (16)")
-    s.add_argument("--lambda", type=float, default=None, dest="lam",
-                   help="pegasos: regularisation λ (default 1/(C n), the same objective)")
-    s.add_argument("--projection", action="store_true", default=None,
-                   help="pegasos: project w onto the ball ||w|| <= 1/sqrt(λ)")
-    s.add_argument("--eta", type=float, default=None, help="adagrad: learning rate η (0.1)")
-    s.add_argument("--regularizer", choices=("l1", "l2"), default=None,
-                   help="adagrad: regulariser (l2)")
-    s.add_argument("--resume", metavar="MODEL", default=None,
-                   help="DCD learners: continue the run that wrote MODEL with --save-state (its "
-                        "dual state MODEL.state.npz; same data and options) to the optimum one "
-                        "uninterrupted run reaches")
-    s.add_argument("--init", metavar="MODEL", default=None,
-                   help="DCD learners: warm start from MODEL: min ½‖w − w0‖² + C Σ ξ² with its "
-                        "weights w0 as the prior, its features and labels extended by the new "
-                        "data's")
-    s.add_argument("--min-count", type=int, default=None,
-                   help="feature dictionary cut-off")
-    s.add_argument("--hashing", type=int, default=None, metavar="DIM",
-                   help="hash observation features into DIM buckets (no dictionary)")
-    o = t.add_argument_group("output")
-    o.add_argument("--model", metavar="OUT", help="model file to write (.npz)")
-    o.add_argument("--log-json", metavar="FILE", help="write the log records as JSON lines")
-    o.add_argument("--summary-json", metavar="FILE",
-                   help="write the run summary as JSON (stop reason, time, counters, CPU, "
-                        "dev/test metrics)")
-    o.add_argument("--cpu-log", metavar="FILE", help="CPU-use timeline as CSV")
-    o.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
-                   help="log primal, dual and gap at most every SECONDS")
-    o.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
-                   help="save w every SECONDS of solver time (see evaluate-snapshots)")
-    o.add_argument("--snapshot-dir", metavar="DIR",
-                   help="where snapshots go (default: MODEL without .npz + .snapshots)")
-    o.add_argument("--save-state", action="store_true", default=None,
-                   help="DCD learners: keep the dual state beside --model (MODEL.state.npz, "
-                        "also at a time limit or Ctrl-C) for --resume")
-    _common(t)
+    t = sub.add_parser("train", help="train a model (no data arguments: the synthetic default)",
+                       epilog=None if show_all else "demidcd train --help-all: every option; "
+                       "demidcd learners NAME: a learner's own options")
+    t.add_argument("--help-all", action="help", help="show every option and exit")
+    _add_table_options(t, "train", show_all)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
@@ -257,13 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--data", required=True, metavar="FILE",
                        help="input data (- : standard input; --format auto then tells CoNLL-U "
                             "from columns by the content)")
-        _data_options(q, name)
+        _add_table_options(q, name, True)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE",
                            help="output file (the input's format and encoding; - or "
                                 "/dev/stdout: standard output, status lines then go to "
                                 "stderr)")
-        _common(q)
 
     e = sub.add_parser("evaluate-snapshots",
                        help="primal objective and metric of every snapshot, as CSV")
@@ -271,8 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
     e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
     e.add_argument("--out", required=True, metavar="CSV", help="CSV file to write")
-    _data_options(e, "evaluate-snapshots")
-    _common(e)
+    _add_table_options(e, "evaluate-snapshots", True)
+
+    d = sub.add_parser("dump", help="print a model's features and weights, largest |weight| "
+                                    "first (as crf_learn's text model, wapiti dump)")
+    d.add_argument("--model", required=True, help="model file written by train")
+    d.add_argument("--top", type=int, default=50, metavar="N",
+                   help="the N largest weights by |weight| (and the N largest transitions)")
+    d.add_argument("--all", action="store_true", help="every non-zero weight (instead of --top)")
+    d.add_argument("--out", metavar="FILE",
+                   help="write to FILE (atomically) instead of standard output")
+    _common(d)
 
     sp = sub.add_parser("split", help="seeded train/test split of a corpus file")
     sp.add_argument("file", help="CoNLL04 file")
@@ -292,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mean-length", type=float, default=15, help="mean sentence length")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
     _common(g)
+
+    ls = sub.add_parser("learners", help="the learners, or one learner's own options")
+    ls.add_argument("name", nargs="?", metavar="NAME", help="a learner (see the list)")
+    _common(ls)
     return parser
 
 
@@ -572,7 +470,8 @@ def _train(args) -> int:
     sequential_note = learner.single_process and threads > 1 and args.threads is not None
     if learner.single_process:
         threads = 1
-    note = oversubscription(algorithm, threads, args.learners, args.backend, args.ray_address)
+    note = oversubscription(algorithm, threads, args.learners or default("learners"),
+                            args.backend or default("backend"), args.ray_address)
     if note and not args.quiet:  # the layout the run will have (--learners auto included)
         print(f"demidcd: warning: {note}", file=sys.stderr)
     if args.ray_address and args.backend != "ray":
@@ -589,15 +488,10 @@ def _train(args) -> int:
     def callback(rec: dict, w: Any) -> None:
         log.iteration(rec)
 
-    # only the options given on the command line: the estimator's None means the default
-    given = {k: getattr(args, k) for k in (
-        "C", "tol", "delta", "max_epochs", "time_limit", "seed", "inner_passes", "max_active",
-        "batch", "skip", "sweeps", "loss", "rho", "rho_worker", "publish_interval", "mixing",
-        "averaged", "cpu_log", "eval_every", "snapshot_every", "batch_size", "lam",
-        "projection", "eta", "regularizer", "learners", "update_mode", "ray_address",
-        "init", "resume", "save_state")}
-    given["backend"] = args.backend if args.backend != "shm" else None  # shm: the default
-    given["perceptron_epochs_per_round"] = args.perceptron_epochs
+    # only the options given on the command line: the estimator's defaults are the table's
+    from .options import learner_params
+
+    given = {o.name: getattr(args, o.name) for o in learner_params()}
     given["snapshot_dir"] = args.snapshot_dir or (
         os.path.splitext(args.model)[0] + ".snapshots"
         if args.snapshot_every and args.model else None)
@@ -611,7 +505,7 @@ def _train(args) -> int:
     if algorithm == "demi-dcd" and threads > 1:  # --learners too
         from .solvers.multi_dcd import check_learners
 
-        check_learners(args.learners, threads)
+        check_learners(args.learners or default("learners"), threads)
     seed = config.seed
     t0 = time.perf_counter()
     if args.train:
@@ -656,8 +550,10 @@ def _train(args) -> int:
              + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
     if args.model:
         save_with_fallback(est.save, args.model)
-        log.info(f"model written to {args.model}"
-                 + ("" if res.finished else f" (partial: {res.stop_reason})"))
+        ended = {"time-limit": " (the model reached within --time-limit)",
+                 "max-epochs": " (the model after --max-epochs)"}
+        log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
+            res.stop_reason, f" (partial: {res.stop_reason})")))
     if args.save_state and getattr(est, "state_", None) is not None:
         from .io.model import state_path
 
@@ -694,6 +590,7 @@ def _load(args):
     est = load_estimator(args.model)
     args.task = est.task_name
     spec = _spec(args)
+    spec.check_options(est, args)
     spec.configure(est, args)
     trained = (getattr(est, "data_options_", None) or {}).get("encoding")
     if trained and _encoding_name(args.encoding) != trained:
@@ -736,7 +633,7 @@ def cmd_predict(args) -> int:
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
     data = _read(spec, args.data, args, labeled=False)
-    predicted = _interruptible(est.predict, spec.xy(data)[0])
+    predicted = _interruptible(spec.predict, est, data, args)
     spec.write(args.out, data, predicted, args)
     if not args.quiet:
         print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
@@ -772,6 +669,21 @@ def cmd_evaluate_snapshots(args) -> int:
     return 0
 
 
+def cmd_dump(args) -> int:
+    """``dump``: the model's weights, largest |weight| first (:meth:`weight_lines` of its
+    estimator: feature, label, weight for the sequence tasks; by index for the others)."""
+    from .api import load_estimator
+    from .io.model import atomic_write
+
+    if not args.all and args.top < 1:
+        raise OptionError(f"--top must be >= 1, got {args.top}")
+    _check_outputs(("--out", args.out))
+    est = load_estimator(args.model)
+    lines = est.weight_lines(None if args.all else args.top)
+    atomic_write(args.out or "-", lambda f: f.writelines(x + "\n" for x in lines), mode="w")
+    return 0
+
+
 def cmd_split(args) -> int:
     from .io.splits import check_fraction, split_file
 
@@ -802,9 +714,33 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_learners(args) -> int:
+    """List the learners (name, processes, objective, summary), or one learner's own options
+    with their defaults (from the option table)."""
+    from . import options as T
+    from .solvers import LEARNERS, get_learner
+
+    if args.name is None:
+        for name, ln in LEARNERS.items():
+            print(f"{name:11s} {ln.summary}; processes {ln.threads_text()}; objective: "
+                  f"{ln.objective}")
+        print("demidcd learners NAME: a learner's own options")
+        return 0
+    learner = get_learner(args.name)
+    print(f"{learner.name}: {learner.summary}")
+    print(f"processes: {learner.threads_text()}; objective: {learner.objective}")
+    own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
+    shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
+    for title, opts in (("its own options", own), ("options every learner takes", shared)):
+        print(f"{title}:")
+        for o in opts:
+            print(f"  {o.flag:26s} {o.help} (default: {o.default_text()})")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
             "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots,
-            "split": cmd_split}
+            "split": cmd_split, "learners": cmd_learners, "dump": cmd_dump}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -846,8 +782,11 @@ def _main(argv: list[str], debug: bool) -> int:
         signal.signal(signal.SIGINT, _early_exit)
         signal.signal(signal.SIGTERM, _early_exit)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(show_all="--help-all" in argv).parse_args(argv)
         debug = getattr(args, "debug", False)
+        from .primitives.shm import sweep_stale
+
+        sweep_stale()  # every command removes the segments a killed run left (cheap: a listdir)
         if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
             from . import api  # noqa: F401
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
@@ -883,7 +822,7 @@ def _main(argv: list[str], debug: bool) -> int:
         return 1
 
 
-_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots")
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
 
 
 _default_showwarning = warnings.showwarning

@@ -59,7 +59,8 @@ def _read(task: str, path: str | os.PathLike[str], labeled: bool, **options: Any
 def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Column | None = None,
                 feature_columns: Column | Sequence[Column] | None = None,
                 encoding: str = "utf-8", max_sentence_length: int = 5000,
-                labeled: bool = True) -> tuple[list[list], list[list[str]] | None]:
+                labeled: bool = True, all_columns: bool = False
+                ) -> tuple[list[list], list[list[str]] | None]:
     """``(X, y)`` of a tagged file for :class:`~demidcd.api.SequenceTagger`,
     :class:`~demidcd.api.ChunkTagger` or :class:`~demidcd.api.NamedEntityTagger`.
 
@@ -70,16 +71,20 @@ def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Colu
     values go with each word into the feature template; X's tokens are then tuples
     ``(word, value, ...)``, otherwise words. ``labeled=False`` reads no labels (a file to
     predict on) and returns ``y = None``. ``-DOCSTART-`` lines, comments and CoNLL-U multiword
-    and empty-node lines are skipped.
+    and empty-node lines are skipped. ``all_columns``: tokens are tuples of every column but the
+    label, the word first, as a template's ``%x[r,c]`` numbers them (``template=`` of the
+    taggers; :func:`~demidcd.io.tagged.token_columns`).
 
     >>> X, y = load_tagged("en_ewt-ud-train.conllu", column="xpos")
     >>> X[0][:3], y[0][:3]
     (['Al', '-', 'Zaman'], ['NNP', 'HYPH', 'NNP'])
     >>> X, y = load_tagged("esp.train", feature_columns=2)   # NER: (word, POS) and BIO tags
+    >>> X, y = load_tagged("conll2000/train.txt", all_columns=True)   # for template="chunking"
     """
     data = _read("sequence", path, labeled, format=format, column=column,
                  column_given=column is not None, feature_columns=_columns(feature_columns),
-                 encoding=encoding, max_sentence_length=max_sentence_length)
+                 encoding=encoding, max_sentence_length=max_sentence_length,
+                 all_columns=all_columns)
     from .tasks import get_task
 
     X, y = get_task("sequence").xy(data)

@@ -23,6 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 BASIC, ADVANCED = "basic", "advanced"
+
+
+def nonnegative(text: str) -> float:
+    """argparse type of a finite number ≥ 0 (e.g. ``--ilp-time-limit``)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text!r}")
+    return v
 DATA, LEARNER, OUTPUT = "data", "learner", "output"
 TRAIN = ("train",)
 DATA_COMMANDS = ("train", "evaluate", "predict", "evaluate-snapshots")
@@ -72,6 +85,14 @@ def _o(*a: Any, **k: Any) -> Option:
 
 OPTIONS: tuple[Option, ...] = (
     # -- data ----------------------------------------------------------------------------
+    _o("train", "--train", str, None, "training data", BASIC, DATA, metavar="FILE",
+       rule="the synthetic corpus", param=False),
+    _o("dev", "--dev", str, None, "data scored in the log and at the end", BASIC, DATA,
+       metavar="FILE", param=False),
+    _o("test", "--test", str, None, "data scored at the end", BASIC, DATA, metavar="FILE",
+       param=False),
+    _o("split_test", "--split-test", float, None, "hold out a seeded random FRACTION of "
+       "--train as the test set", ADVANCED, DATA, metavar="FRACTION", param=False),
     _o("task", "--task", str, "sequence", "what to learn", BASIC, DATA,
        choices=("sequence", "chunking", "ner", "entity-relation", "dependency"),
        commands=DATA_COMMANDS, rule="evaluate / predict: the model's", param=False),
@@ -87,18 +108,25 @@ OPTIONS: tuple[Option, ...] = (
        "= the POS of CoNLL-2000) that feed the features", BASIC, DATA, SEQUENCE_TASKS,
        metavar="N[,N...]", commands=DATA_COMMANDS, rule="none; evaluate / predict: the model's",
        param=False),
+    _o("template", "--template", str, None, "a CRF++ / Wapiti feature template: a file, or a "
+       "shipped one by name (chunking, pos, ner); %x[r,c] reads column c of the input with the "
+       "label column removed (0 = the word)", BASIC, DATA, SEQUENCE_TASKS,
+       metavar="FILE|NAME", commands=DATA_COMMANDS,
+       rule="the built-in features; evaluate / predict: the model's"),
     _o("encoding", "--encoding", str, "utf-8", "text encoding of the input (predict writes in "
        "it)", BASIC, DATA, commands=DATA_COMMANDS, param=False),
     _o("max_sentence_length", "--max-sentence-length", int, None, "longest sentence accepted",
        ADVANCED, DATA, metavar="N", commands=DATA_COMMANDS,
-       rule="the task's (see --help-all of the task)", param=False),
+       rule="the task's (TaskSpec.max_sentence_length, with what a long sentence costs)",
+       param=False),
     _o("label_scheme", "--label-scheme", str, "auto", "how labels mark chunks", ADVANCED, DATA,
        ("chunking", "ner"), choices=("auto", "iob1", "iob2", "bio", "bioes", "iobes",
                                      "conlleval"), commands=DATA_COMMANDS,
        rule="auto: BIOES when S- tags occur, else conlleval's IOB rules"),
     _o("min_count", "--min-count", int, None, "feature dictionary cut-off: features seen on fewer "
        "training tokens are dropped", ADVANCED, DATA, SEQUENCE_TASKS + ("entity-relation",),
-       rule="2 for sequence and chunking, 1 for ner and entity-relation"),
+       rule="2 for sequence and chunking, 1 for ner and entity-relation; 1 for feature "
+            "dicts and --template (CRFsuite and crf_learn keep every feature)"),
     _o("hashing", "--hashing", int, None, "hash features into DIM weights instead of a "
        "dictionary", ADVANCED, DATA, metavar="DIM",
        rule="a dictionary (dependency: 2^23 hashed arc features)"),
@@ -113,11 +141,27 @@ OPTIONS: tuple[Option, ...] = (
     _o("ilp_solver", "--ilp-solver", str, "exact", "entity-relation inference: exact "
        "branch-and-bound, CBC (bundled with PuLP) or HiGHS", ADVANCED, DATA,
        ("entity-relation",), choices=("exact", "cbc", "highs"), commands=DATA_COMMANDS),
-    _o("ilp_time_limit", "--ilp-time-limit", float, 2.0, "cbc/highs: cap per ILP solve in "
+    _o("ilp_time_limit", "--ilp-time-limit", nonnegative, 2.0, "cbc/highs: cap per ILP solve in "
        "seconds (0 = none); at the cap the best feasible structure is used, unproven",
        ADVANCED, DATA, ("entity-relation",), metavar="SECONDS", commands=DATA_COMMANDS),
     _o("relation_loss_weight", "--relation-loss-weight", float, 1.0, "entity-relation: weight "
        "of relation errors in the loss", ADVANCED, DATA, ("entity-relation",)),
+    _o("constraints", "--constraints", bool, None, "decode only taggings that obey the label "
+       "scheme of the training labels (IOB2: no I-X after O or another type, none first; "
+       "BIOES likewise)", ADVANCED, DATA, ("chunking", "ner"),
+       commands=("train", "evaluate", "predict"),
+       rule="off (measured: CoNLL-2000 chunk F1 -0.01, CoNLL-2002 Spanish entity F1 +0.06); "
+            "evaluate / predict: the model's"),
+    _o("nbest", "--nbest", int, None, "the K best taggings of each sentence in CRF++'s n-best "
+       "layout: '# RANK SCORE' before each labelled copy, SCORE = w·Φ(x, y)", ADVANCED, OUTPUT,
+       SEQUENCE_TASKS, metavar="K", commands=("predict",), rule="the best tagging only",
+       param=False),
+    _o("force", "--force", bool, False, "keep the labels of the input's label column that the "
+       "model knows, decode the rest around them (Wapiti's --force)", ADVANCED, OUTPUT,
+       SEQUENCE_TASKS, commands=("predict",), param=False),
+    _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
+       "token-margin column after the label (max-marginal minus the best other label's)",
+       ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
@@ -196,6 +240,10 @@ OPTIONS: tuple[Option, ...] = (
        "(see evaluate-snapshots)", group=OUTPUT, metavar="SECONDS", rule="never"),
     _o("snapshot_dir", "--snapshot-dir", str, None, "where snapshots go", group=OUTPUT,
        metavar="DIR", rule="MODEL without .npz + .snapshots"),
+    _o("quiet", "--quiet", bool, False, "print only results and errors", BASIC, OUTPUT,
+       commands=DATA_COMMANDS, param=False),
+    _o("debug", "--debug", bool, False, "show tracebacks", BASIC, OUTPUT,
+       commands=DATA_COMMANDS),
     _o("save_state", "--save-state", bool, False, "keep the dual state beside --model "
        "(MODEL.state.npz, also at a time limit or Ctrl-C) for --resume", group=OUTPUT,
        owners=DCD),
@@ -224,6 +272,12 @@ def options_for(owner: str | None = None, command: str = "train",
         if owner is not None and o.owners and owner not in o.owners:
             continue
         yield o
+
+
+def learner_params() -> tuple[Option, ...]:
+    """The estimator keyword arguments every estimator takes (the learners', the output's),
+    in table order; the data options are the tasks' own."""
+    return tuple(o for o in OPTIONS if o.param and o.group != DATA)
 
 
 def estimator_params() -> tuple[Option, ...]:

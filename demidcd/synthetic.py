@@ -32,6 +32,7 @@ Other seeds vary (baseline 84–90 %): the transition matrix is drawn too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -283,20 +284,11 @@ def sample(model: SyntheticModel, n_sentences: int, seed: int) -> TaggedCorpus:
     return corpus_from_lists(tokens, tags)
 
 
-def generate(
-    n_sentences: int = 2000,
-    n_tags: int = 12,
-    vocab_size: int = 3000,
-    ambiguity: float = 0.3,
-    mean_length: float = 15,
-    max_length: int = 60,
-    seed: int = 0,
-    suffix_prob: float = 0.75,
-) -> TaggedCorpus:
-    """``n_sentences`` sentences of the seeded HMM corpus described in the module docstring."""
-    model = generator_model(n_tags, vocab_size, ambiguity, mean_length, max_length, seed,
-                            suffix_prob)
-    return sample(model, n_sentences, seed)
+def generate(n_sentences: int = 2000, **model: Any) -> TaggedCorpus:
+    """``n_sentences`` sentences of the seeded HMM corpus described in the module docstring;
+    ``model``: the keyword arguments of :func:`generator_model` (n_tags, vocab_size, ambiguity,
+    mean_length, max_length, seed, suffix_prob)."""
+    return sample(generator_model(**model), n_sentences, model.get("seed", 0))
 
 
 def _subset(c: TaggedCorpus, a: int, b: int) -> TaggedCorpus:

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     train, test = load_data(args)
     cpu_log = args.cpu_log or os.path.join(tempfile.mkdtemp(prefix="demidcd-example-"),
                                            "cpu.csv")
-    tagger = SequenceTagger(C=0.1, algorithm="demi-dcd", threads=args.threads,
+    tagger = SequenceTagger(C=0.1, algorithm="demi-dcd", threads=args.threads, learners=1,
                             time_limit=args.time_limit, cpu_log=cpu_log)
     tagger.fit(*train)
     res = tagger.result_

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from small_fit import small_corpus  # noqa: E402
+from small_fit import conll04_task, small_corpus, tiny_sequence_task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 _SEG = re.compile(r"^demidcd-(\d+)-")
@@ -49,6 +49,19 @@ def shm_guard():
     assert not left, f"leaked shared memory: {sorted(left)[:3]}"
 
 
+@pytest.fixture
+def schedule_keywords(monkeypatch):
+    """Let solvers.train pass the multi-learner schedule's own keywords (``update_mode``,
+    ``check``, ``rebuild_every``: for experiments and tests, not user options) through to it."""
+    import dataclasses
+
+    from demidcd.solvers import LEARNERS
+
+    learner = LEARNERS["demi-dcd"]
+    monkeypatch.setitem(LEARNERS, "demi-dcd", dataclasses.replace(
+        learner, options=(*learner.options, "update_mode", "check", "rebuild_every")))
+
+
 @pytest.fixture(scope="module")
 def small():
     """The small synthetic tagging problem of :mod:`small_fit`: (tokens, tags)."""
@@ -64,3 +77,35 @@ def corpus(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("synth")
     assert main(["generate", "--out-dir", str(d), "--sentences", "200", "--quiet"]) == 0
     return d
+
+
+OPT_C = 0.1  # the C of every cached optimum (:func:`optimum`)
+OPT_CFG = {"C": OPT_C, "tol": 1e-4, "delta": 1e-4, "max_epochs": 100000, "time_limit": 120}
+_TASKS = {"sequence": tiny_sequence_task, "entity-relation": lambda: conll04_task(6, "exact")}
+
+
+@pytest.fixture(scope="session")
+def optimum():
+    """``optimum(task, loss)`` → (task, P*, w*): the problem ``task`` ("sequence": 60 synthetic
+    sentences; "entity-relation": 6 CoNLL04 sentences, exact solver) and the primal P* of
+    1-DCD at tol 1e-4 with ``loss`` ("l2" squared hinge, "l1" hinge), C = OPT_C; computed once
+    per (task, loss) for the whole session and shared by every test that compares with it."""
+    from demidcd.solvers import train
+    from demidcd.solvers.common import SolverConfig, primal_objective
+
+    tasks: dict = {}
+    cache: dict = {}
+
+    def get(name: str, loss: str):
+        if name not in tasks:
+            tasks[name] = _TASKS[name]()
+        task = tasks[name]
+        if (name, loss) not in cache:
+            r = train(task, "dcd", SolverConfig(**OPT_CFG, loss=loss), threads=1)
+            assert r.stop_reason == "converged", r.stop_reason
+            p = primal_objective(task, r.w, OPT_C, loss=loss)[0]
+            assert r.dual <= p + 1e-9 and (p - r.dual) / p <= 1e-3  # duality gap closed
+            cache[name, loss] = p, r.w
+        return (task, *cache[name, loss])
+
+    return get

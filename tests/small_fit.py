@@ -49,3 +49,16 @@ def conll04_task(n: int, solver: str):
     s = [x for x in read_conll04(path)[:200] if 2 <= x.n_entities <= 4][:n]
     f = EntityRelationFeaturizer().fit(s)
     return EntityRelationTask(f.transform(s), True, solver)
+
+
+def tiny_sequence_task(n: int = 60):
+    """The training task of a synthetic tagging problem (``n`` sentences, 4 tags, 100 words,
+    seed 1; features of :class:`~demidcd.tasks.features.SequenceFeaturizer` (1, 0))."""
+    from demidcd.synthetic import generate
+    from demidcd.tasks.features import SequenceFeaturizer
+
+    c = generate(n_sentences=n, n_tags=4, vocab_size=100, seed=1)
+    est = SequenceTagger(min_count=1)
+    est.classes_ = sorted({t for s in c.tags for t in s})
+    est.featurizer_ = SequenceFeaturizer(1, 0).fit(c.tokens)
+    return est.training_task(c.tokens, c.tags)

@@ -1,21 +1,15 @@
 """The command line end to end on synthetic data, and its error contract."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_run import run
 
 from demidcd.api import SequenceTagger
 from demidcd.cli import main
 from demidcd.errors import ModelFileError
 from demidcd.synthetic import generate
-
-
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "demidcd", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -1,134 +1,17 @@
-"""DEMI-DCD agrees with 1-DCD, and never leaks processes or shared memory."""
+"""DEMI-DCD, MS-DCD and SP-IPM engine details: counts, SP-IPM, warm-up (agreement with 1-DCD:
+test_convergence.py; stops and clean-up: test_stop_cleanup.py)."""
 
-import os
-import re
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
-import psutil
-import pytest
 from small_fit import fit
 
 from demidcd.api import SequenceTagger
 
 
-@pytest.mark.parametrize("threads", [2, 3])
-def test_demi_dcd_reaches_the_1dcd_optimum(small, threads, shm_guard):
-    one, p1 = fit(small, algorithm="dcd", threads=1)
-    assert one.result_.stop_reason == "converged"
-    demi, p2 = fit(small, algorithm="demi-dcd", threads=threads)
-    assert demi.result_.stop_reason == "converged"
-    assert abs(p2 - p1) / p1 <= 1e-3
-    assert demi.result_.extra["inferences"] > 0
-    assert demi.result_.dual <= p2 + 1e-9
-
-
-def _children(pid):
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _run(args, env=None):
-    return subprocess.Popen([sys.executable, "-m", "demidcd", "train", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-
-
-def _worker_pid_from_log(path, timeout=60):
-    """The pid in the first 'worker K pid N' line of a run log (as operators find it)."""
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        m = re.search(r"worker \d+ pid (\d+)", path.read_text() if path.exists() else "")
-        if m:
-            return int(m.group(1))
-        time.sleep(0.1)
-    raise AssertionError("the log names no worker pid")
-
-
-def _gone(procs, timeout=5.0):
-    """True when every process in ``procs`` has exited within ``timeout`` seconds."""
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        alive = [k for k in procs if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return True
-        time.sleep(0.1)
-    print("still running:", [(k.pid, k.cmdline()) for k in alive])
-    return False
-
-
-def _wait_for_worker(proc, timeout=60):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        kids = _children(proc.pid)
-        if kids:
-            return kids
-        time.sleep(0.1)
-    raise AssertionError("no worker started")
-
-
-BASE = ["--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-limit", "30",
-        "--tol", "1e-9"]
-
-
-def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
-    model = tmp_path / "m.npz"
-    p = _run([*BASE, "--model", str(model)])
-    kids = _wait_for_worker(p)
-    time.sleep(2)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
-    assert p.returncode == 130, err
-    assert model.exists()
-    assert _gone(kids)
-    from demidcd.io.model import load_model
-    _, _, meta = load_model(model)
-    assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
-
-
-def test_killed_worker_is_restarted(tmp_path, shm_guard):
-    model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
-    with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
-                              "--algorithm", "demi-dcd", "--learners", "1",
-                              "--time-limit", "8", "--tol", "1e-9",
-                              "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
-        pid = _worker_pid_from_log(logf)
-        kids = _children(p.pid)
-        time.sleep(1.5)
-        os.kill(pid, signal.SIGKILL)
-        p.wait(timeout=60)
-    out = logf.read_text()
-    assert p.returncode == 0, out
-    assert f"pid {pid}) died (signal 9); restarting" in out
-    assert model.exists()
-    assert _gone(kids)
-
-
-def test_worker_exception_is_reported_in_one_line(tmp_path, shm_guard):
-    """A worker that keeps raising past the restart limit stops training with one line and
-    exit 1; the partial model is kept, marked unfinished (issue 21)."""
-    from demidcd.io.model import load_model
-
-    p = _run([*BASE, "--model", str(tmp_path / "m.npz")],
-             env={"DEMIDCD_FAULT_WORKER_RAISE": "3"})
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 1
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "injected fault" in lines[0] and "worker 1" in lines[0]
-    assert "partial model written to" in lines[0]
-    assert "Traceback" not in err
-    _, _, meta = load_model(tmp_path / "m.npz")
-    assert meta["finished"] is False and meta["stop_reason"] == "worker-failed"
-
-
 def test_engine_counts_are_consistent(small, shm_guard):
-    est, _ = fit(small, algorithm="demi-dcd", threads=2)
+    est, _ = fit(small, algorithm="demi-dcd", threads=2, learners=1)
     ex = est.result_.extra
     # the learner's own inferences (its first epoch, then its inference share) admit
     # structures without a ring; in the first epoch it infers at most every example once
@@ -139,14 +22,6 @@ def test_engine_counts_are_consistent(small, shm_guard):
     assert ex["learner_inferences"] < est.result_.history[-1]["inferences"] \
         <= ex["inferences"] + ex["learner_inferences"]
     np.testing.assert_array_less(0, ex["updates"])
-
-
-def test_ms_dcd_reaches_the_1dcd_optimum(small, shm_guard):
-    _, p1 = fit(small, algorithm="dcd", threads=1)
-    ms, p2 = fit(small, algorithm="ms-dcd", threads=3)
-    assert ms.result_.stop_reason == "converged"
-    assert abs(p2 - p1) / p1 <= 1e-3
-    assert ms.result_.extra["inference_seconds"] > 0 and ms.result_.extra["master_seconds"] > 0
 
 
 def test_sp_ipm_one_shard_equals_sequential_perceptron(small, shm_guard):
@@ -167,19 +42,6 @@ def test_sp_ipm_mixing_variants_run(small, shm_guard):
         est = SequenceTagger(algorithm="sp-ipm", threads=3, max_epochs=2, min_count=1,
                              perceptron_epochs_per_round=1, **kw).fit(X, Y)
         assert est.score(X, Y) > 0.5
-
-
-@pytest.mark.parametrize("alg", ["ms-dcd", "sp-ipm"])
-def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
-    model = tmp_path / "m.npz"
-    p = _run(["--threads", "2", "--algorithm", alg, "--time-limit", "30", "--tol", "1e-9",
-              "--max-epochs", "100000", "--model", str(model)])
-    kids = _wait_for_worker(p)
-    time.sleep(2)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
-    assert p.returncode == 130, err
-    assert model.exists() and _gone(kids)
 
 
 WARM_UP_PROBE = """

@@ -189,14 +189,14 @@ def test_load_gives_back_the_parameters_as_given_and_the_training_summary(tmp_pa
     for back in (NamedEntityTagger.load(tmp_path / "m.npz"), load_estimator(tmp_path / "m.npz")):
         given = back.get_params()
         assert given == {**est.get_params(), "log": None}
-        assert given["min_count"] == 1 and given["label_scheme"] is None
+        assert given["min_count"] == 1 and given["label_scheme"] == "auto"  # the table default
         assert given["time_limit"] == math.inf and type(given["tol"]) is int
         assert given["algorithm"] is None and given["loss"] is None  # not the resolved values
         r = back.result_
         assert isinstance(r, TrainResult)
         assert (r.finished, r.stop_reason, r.epochs) == (est.result_.finished,
                                                          est.result_.stop_reason, 3)
-        assert r.seconds == pytest.approx(est.result_.seconds) and r.history == []
+        assert r.seconds is None and r.history == []  # not saved: seeded models are identical
         assert r.dual == pytest.approx(est.result_.dual)
         assert back.objective(back.training_task(X, y))["gap"] is not None
         assert back.predict(X) == est.predict(X)
@@ -206,7 +206,7 @@ def test_models_without_saved_parameters_load_as_before(tmp_path):
     X, y, est = _fitted(tmp_path, C=0.5)
     est.save(tmp_path / "m.npz")
     w, arrays, meta = load_model(tmp_path / "m.npz")
-    for key in ("parameters", "seconds", "dual"):
+    for key in ("parameters", "dual"):
         del meta[key]
     save_model(tmp_path / "old.npz", w, arrays, meta)
     back = NamedEntityTagger.load(tmp_path / "old.npz")

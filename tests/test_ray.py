@@ -6,13 +6,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
+from cli_run import CLI
 
 ray = pytest.importorskip("ray")
 
@@ -36,7 +36,7 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
     logf, model = tmp_path / "log.txt", tmp_path / "m.npz"
     env = {**os.environ, "PYTHONPATH": ROOT}
     with open(logf, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "demidcd", "train", "--threads", "2",
+        p = subprocess.Popen([*CLI, "train", "--threads", "2",
                               "--backend", "ray", "--time-limit", "120", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT,
                              env=env, cwd=ROOT, start_new_session=True)

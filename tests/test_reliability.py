@@ -1,13 +1,11 @@
-"""Reliability (issue 8): bad input on the command line, unseen labels, determinism, and faults
-injected into DEMI-DCD runs (SIGTERM, a double SIGINT, SIGKILL of the parent).
+"""Reliability (issue 8): bad input on the command line, unseen labels, determinism (the faults
+injected into DEMI-DCD runs, SIGTERM, a double SIGINT, SIGKILL of the parent, are in
+test_stop_cleanup.py).
 
 Every bad input must give exit status 2, exactly one stderr line naming the file and line (or
 the option), no traceback, and nothing in the output directory (no model, no prediction, no
 temporary file). Every fault must end with no process left and no shared-memory segment of the
-run left in /dev/shm. The tests in test_demi_dcd.py already cover a single SIGINT, a SIGKILLed
-worker and an exception in a worker; these do not repeat them. Leaks are looked for by owner:
-segments are named ``demidcd-<parent pid>-…`` and processes are the run's descendants, so other
-runs on the machine do not disturb the checks.
+run left in /dev/shm.
 """
 
 from __future__ import annotations
@@ -15,23 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
-from cli_run import CLI, run, train_model
+from cli_run import run, train_model
 
 from demidcd.api import EntityRelationExtractor, SequenceTagger
 from demidcd.io.conll04 import read_conll04
-from demidcd.io.model import load_model
-from demidcd.primitives.shm import list_segments
 
 
 def _tok(i: int | str, word: str = "w", upos: str = "NOUN") -> str:
@@ -301,244 +291,3 @@ def test_seeded_single_thread_training_is_bit_identical(tmp_path: Path, corpus: 
         assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
         assert a[k].tobytes() == b[k].tobytes(), f"{k} differs between two seeded runs"
     assert a["w"].tobytes() != c["w"].tobytes(), "the seed has no effect: the check is blind"
-
-
-# ================================================================== faults injected into DEMI-DCD
-DEMI = ["train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-limit",
-        "60", "--tol", "1e-9"]
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "w") as f:
-        return subprocess.Popen([*CLI, *args], stdout=f, stderr=subprocess.STDOUT)
-
-
-def _wait_for(log: Path, proc: subprocess.Popen, pattern: str, timeout: float = 120) -> re.Match:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        m = re.search(pattern, log.read_text(), re.M)
-        if m:
-            return m
-        assert proc.poll() is None, f"exited {proc.returncode}: {log.read_text()[-2000:]}"
-        time.sleep(0.05)
-    raise AssertionError(f"no {pattern!r} in the log: {log.read_text()[-2000:]}")
-
-
-def _family(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _until_gone(procs: list[psutil.Process], pid: int, timeout: float) -> tuple[list, list]:
-    """Wait until no process of ``procs`` runs and no segment of ``pid`` is in /dev/shm."""
-    t0 = time.monotonic()
-    while True:
-        alive, segs = _alive(procs), list_segments(pid=pid)
-        if (not alive and not segs) or time.monotonic() - t0 > timeout:
-            return alive, segs
-        time.sleep(0.05)
-
-
-def _kill_all(procs: list[psutil.Process]) -> None:
-    for p in _alive(procs):  # only on a failing test: never leave our own processes behind
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-def _started(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, list[psutil.Process], int]:
-    """A DEMI-DCD run on the synthetic default, in its training loop; the log names its pids."""
-    model, log = tmp_path / "out" / "m.npz", tmp_path / "log.txt"
-    model.parent.mkdir()
-    p = _start([*DEMI, "--model", str(model)], log)
-    learner = int(_wait_for(log, p, r"^learner pid (\d+)").group(1))
-    worker = int(_wait_for(log, p, r"^worker 1 pid (\d+)").group(1))
-    _wait_for(log, p, r"^iter +2 ")
-    assert learner == p.pid
-    family = _family(p.pid)
-    assert worker in {k.pid for k in family}
-    return p, model, log, family, worker
-
-
-def _stop_with(p: subprocess.Popen, log: Path, family: list[psutil.Process], sig: int,
-               before: Callable[[], None] | None = None) -> tuple[float, list, list, str]:
-    """Send ``sig`` to the run (after ``before()``) and wait for it to exit 130 without a
-    traceback: (seconds from ``sig`` to the exit, processes and segments left, the log)."""
-    try:
-        if before is not None:
-            before()
-        t0 = time.monotonic()
-        p.send_signal(sig)
-        p.wait(timeout=30)
-        stopped = time.monotonic() - t0
-        alive, segs = _until_gone(family, p.pid, 5.0)
-    finally:
-        _kill_all(family)
-    out = log.read_text()
-    assert p.returncode == 130, out[-2000:]
-    assert "Traceback" not in out
-    return stopped, alive, segs, out
-
-
-def test_sigterm_stops_gracefully_within_2s_with_a_partial_model(tmp_path: Path) -> None:
-    p, model, log, family, _ = _started(tmp_path)
-    stopped, alive, segs, out = _stop_with(p, log, family, signal.SIGTERM)
-    assert stopped < 2.0, f"SIGTERM took {stopped:.2f}s to stop"
-    w, _, meta = load_model(model)
-    assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
-    assert np.abs(w).sum() > 0
-    assert "(partial: interrupted)" in out
-    assert os.listdir(model.parent) == ["m.npz"]  # no temporary file
-    assert not alive and not segs
-
-
-def test_second_sigint_stops_at_once(tmp_path: Path) -> None:
-    """The worker is stopped (SIGSTOP), so the first Ctrl-C's graceful shutdown would wait 2 s
-    for it before terminating it; a second Ctrl-C must cut that wait short."""
-    p, model, log, family, worker = _started(tmp_path)
-
-    def first_sigint() -> None:
-        os.kill(worker, signal.SIGSTOP)
-        p.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-
-    stopped, alive, segs, out = _stop_with(p, log, family, signal.SIGINT, before=first_sigint)
-    assert stopped < 1.8, f"exit {stopped:.2f}s after the second SIGINT"
-    assert not alive, f"left running: {[(k.pid, k.name()) for k in alive]}"
-    assert not segs
-    assert not [n for n in os.listdir(model.parent) if n.endswith(".tmp")]
-
-
-def test_sigkill_of_the_parent_leaves_no_worker_and_no_shared_memory(tmp_path: Path) -> None:
-    p, model, log, family, worker = _started(tmp_path)
-    assert list_segments(pid=p.pid), "the run has no shared-memory segment to leak"
-    try:
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=10)
-        t0 = time.monotonic()
-        w = psutil.Process(worker)
-        try:
-            w.wait(timeout=5)  # workers watch their parent
-        except psutil.TimeoutExpired:
-            pass
-        worker_gone = time.monotonic() - t0
-        alive, segs = _until_gone(family, p.pid, 10.0)
-    finally:
-        _kill_all(family)
-    assert p.returncode == -signal.SIGKILL
-    assert worker_gone < 5.0, "the orphaned worker kept running"
-    assert not alive, f"left running: {[(k.pid, k.name()) for k in alive]}"
-    assert not segs, f"segments of the killed parent left in /dev/shm: {segs}"
-    assert not model.exists()
-
-
-def test_fault_helpers_detect_a_leak() -> None:
-    """The leak checks above can fail: a live process and a live segment are reported."""
-    from demidcd.primitives.shm import SharedArena
-
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    proc = psutil.Process(sleeper.pid)
-    arena = SharedArena()
-    try:
-        arena.create("x", (4,), np.float64)
-        alive, segs = _until_gone([proc], os.getpid(), 0.2)
-        assert [k.pid for k in alive] == [sleeper.pid] and len(segs) == 1
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-        arena.close()
-    assert _until_gone([proc], os.getpid(), 0.0) == ([], [])
-
-
-def _janitor(pid: int) -> psutil.Process:
-    """The shared-memory janitor of the run with parent ``pid`` (demidcd.primitives.shm)."""
-    for k in _family(pid):
-        try:
-            cmd = k.cmdline()
-        except psutil.NoSuchProcess:
-            continue
-        if "-S" in cmd and "-c" in cmd and str(pid) in cmd and "owner, fd, shm" in " ".join(cmd):
-            return k
-    raise AssertionError(f"no janitor among {[k.cmdline() for k in _family(pid)]}")
-
-
-def test_killing_the_janitor_prints_nothing_and_leaves_nothing(tmp_path: Path) -> None:
-    """Killing the process that cleans up after a SIGKILLed parent (formerly the multiprocess
-    resource tracker: a relaunch warning and one KeyError traceback per segment) is silent,
-    and the run still unlinks its segments on the way out."""
-    p, model, log, family, _ = _started(tmp_path)
-    try:
-        jan = _janitor(p.pid)
-        jan.kill()
-        assert _until_gone([jan], -1, 5.0)[0] == []  # dead (a zombie until its parent exits)
-        time.sleep(0.5)
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=30)
-        alive, segs = _until_gone(family, p.pid, 5.0)
-    finally:
-        _kill_all(family)
-    out = log.read_text()
-    assert p.returncode == 130, out[-2000:]
-    assert "Traceback" not in out and "KeyError" not in out, out[-2000:]
-    assert "warn" not in out.lower() and "leak" not in out.lower(), out[-2000:]
-    assert not alive and not segs
-
-
-def test_parent_and_janitor_killed_then_sweep_stale_removes_the_segments(tmp_path: Path) -> None:
-    """With the parent SIGKILLed the janitor unlinks the segments (the test above with the
-    parent: test_sigkill_of_the_parent_...); with the janitor killed first nothing can, and the
-    next run's sweep_stale (WorkerPool calls it at start) removes them."""
-    from demidcd.primitives.shm import sweep_stale
-
-    p, model, log, family, _ = _started(tmp_path)
-    try:
-        jan = _janitor(p.pid)
-        jan.kill()
-        assert _until_gone([jan], -1, 5.0)[0] == []  # dead (a zombie until its parent exits)
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=10)
-        alive, _ = _until_gone(family, -1, 10.0)  # processes only: any demidcd run on the
-        segs = list_segments(pid=p.pid)  # machine sweeps stale segments when it starts
-    finally:
-        _kill_all(family)
-    assert not alive, f"left running: {[(k.pid, k.name()) for k in alive]}"
-    assert segs, "nothing left to sweep: the scenario did not happen"
-    removed = sweep_stale()
-    assert sorted(s for s in removed if f"-{p.pid}-" in s) == sorted(segs)
-    assert list_segments(pid=p.pid) == []
-
-
-def test_a_one_process_run_sweeps_the_segments_of_dead_runs(corpus: Path) -> None:
-    """Segments left by a run whose parent and janitor were both killed (named
-    ``demidcd-<dead pid>-<n>-<key>``) are swept by the next run, whatever its --threads: a
-    one-process run creates no segment of its own but sweeps too."""
-    from demidcd.primitives.shm import SHM_DIR
-
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a pid that has exited
-    assert not psutil.pid_exists(gone.pid)
-    made = [Path(SHM_DIR) / f"demidcd-{gone.pid}-0-w", Path(SHM_DIR) / f"demidcd-{gone.pid}-1-ctrl"]
-    for f in made:
-        f.write_bytes(b"\0" * 4096)
-    try:
-        r = run("train", "--train", str(corpus / "train.txt"), "--threads", "1",
-                "--max-epochs", "1", "--min-count", "1", "--quiet")
-        assert r.returncode == 0, r.stderr
-        assert [f.name for f in made if f.exists()] == []
-    finally:
-        for f in made:
-            f.unlink(missing_ok=True)

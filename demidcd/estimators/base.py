@@ -25,39 +25,79 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
+from ..options import BY_NAME, LEARNER, Option, learner_params
+from ..options import default as table_default
 from ..solvers import check_loss, get_learner, train
 from ..solvers.common import SolverConfig, TrainResult, objective
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
-ENGINE_OPTIONS = ("rho", "rho_worker", "publish_interval", "perceptron_epochs_per_round",
-                  "mixing", "averaged", "batch_size", "lam", "projection", "eta",
-                  "regularizer", "learners", "update_mode")
-"""Constructor arguments passed to the learners that read them when set (defaults in the
-learners' signatures; see :data:`demidcd.solvers.LEARNERS`)."""
+ENGINE_OPTIONS = tuple(o.name for o in learner_params()
+                       if o.group == LEARNER and o.name not in SOLVER_OPTIONS
+                       and o.name not in ("algorithm", "threads", "backend", "ray_address"))
+"""Constructor arguments passed to the learners that read them when set (the learners own
+them in the option table, :mod:`demidcd.options`)."""
 
 
-def check_sentences(X: Any, name: str = "X") -> Sequence[Sequence[str]]:
-    """X as a sequence of token sequences; a string where a list is expected is an error."""
+def _token_kind(t: Any) -> str | None:
+    """``columns`` for a word or a tuple of column strings, ``dict`` for a feature dict or a
+    list of feature names (python-crfsuite's items), None for anything else."""
+    if isinstance(t, str):
+        return "columns"
+    if isinstance(t, tuple):
+        return "columns" if t and all(isinstance(a, str) for a in t) else None
+    if isinstance(t, dict):
+        return "dict"
+    if isinstance(t, list):
+        return "dict" if all(isinstance(a, str) for a in t) else None
+    return None
+
+
+def token_kind(X: Sequence[Sequence[Any]]) -> str:
+    """What the tokens of (checked) sentences X are: ``dict`` (sklearn-crfsuite feature dicts,
+    or lists of feature names) or ``columns`` (words, or tuples ``(word, col1, …)``; also for
+    X without tokens)."""
+    for s in X:
+        for t in s:
+            return "dict" if _token_kind(t) == "dict" else "columns"
+    return "columns"
+
+
+def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Sequence[Any]]:
+    """X as a sequence of token sequences; a string where a list is expected is an error.
+
+    A token is a word or a tuple ``(word, attribute, …)`` of strings; with ``dicts`` also a
+    feature dict as sklearn-crfsuite takes it (``{"word.lower()": "the", "len": 3.0, …}``) or
+    a list of feature names, but every token of X of the same kind (:func:`token_kind`)."""
     if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
         raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
                              f"{type(X).__name__}")
+    kind = None
     for k, s in enumerate(X):
         if isinstance(s, str | bytes):
             raise InputTypeError(f"{name}[{k}] is a string, not a list of tokens: split it "
                                  f"first, e.g. {str(s)[:20]!r}.split()")
-        if not hasattr(s, "__len__") or not all(
-                isinstance(t, str) or (isinstance(t, tuple) and t and
-                                       all(isinstance(a, str) for a in t)) for t in s):
+        if not hasattr(s, "__len__"):
+            raise InputTypeError(f"{name}[{k}] must be a list of tokens")
+        kinds = set(map(_token_kind, s))
+        if kind is not None:
+            kinds.add(kind)
+        if None in kinds or (not dicts and "dict" in kinds):
             raise InputTypeError(f"{name}[{k}] must be a list of tokens (strings, or tuples "
-                                 "(word, attribute, ...) of strings)")
+                                 "(word, attribute, ...) of strings"
+                                 + (", or feature dicts" if dicts else "") + ")")
+        if len(kinds) > 1:
+            raise InputTypeError(f"{name}[{k}]: tokens mix feature dicts with words or tuples; "
+                                 "all tokens must be of one kind")
+        if kinds:
+            kind = kinds.pop()
     return X
 
 
@@ -76,34 +116,46 @@ def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[
     return Y
 
 
-def param(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
-    """A keyword-only constructor argument for :func:`estimator_init`."""
+def top_weights(w: np.ndarray, top: int | None) -> np.ndarray:
+    """Indices of the ``top`` largest |w| (None: every non-zero entry), largest first, ties by
+    index; zeros never count."""
+    a = np.abs(np.asarray(w, np.float64))
+    nz = np.flatnonzero(a)
+    if top is not None and nz.shape[0] > top:
+        part = np.argpartition(-a[nz], top - 1)[:top] if top > 0 else nz[:0]
+        nz = np.sort(nz[part])
+    return nz[np.lexsort((nz, -a[nz]))]
+
+
+def top_text(top: int | None, n: int) -> str:
+    """How a dump header names ``n`` weights picked by :func:`top_weights` with ``top``."""
+    return f"all {n:,} non-zero weights" if top is None else f"top {n:,} weights"
+
+
+_FROM_TABLE = object()
+
+
+def param(name: str, annotation: Any, default: Any = _FROM_TABLE) -> inspect.Parameter:
+    """A keyword-only constructor argument for :func:`estimator_init`; its default is the
+    option table's (:func:`demidcd.options.default`) unless given."""
+    if default is _FROM_TABLE:
+        default = table_default(name) if name in BY_NAME else None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation)
 
 
+def _annotation(o: Option) -> Any:
+    kind = int | str if o.name == "learners" else o.type
+    return kind if o.default is not None and o.type is bool else kind | None
+
+
 COMMON_PARAMS: tuple[inspect.Parameter, ...] = (
-    param("C", float | None), param("algorithm", str | None), param("threads", int | None),
-    param("loss", str | None),
-    param("tol", float | None), param("delta", float | None), param("max_epochs", int | None),
-    param("time_limit", float | None), param("seed", int | None),
-    param("inner_passes", int | None), param("max_active", int | None),
-    param("batch", int | None), param("skip", float | None), param("sweeps", int | None),
-    param("eval_every", float | None), param("rho", int | None),
-    param("rho_worker", int | None), param("publish_interval", float | None),
-    param("learners", int | str | None), param("update_mode", str | None),
-    param("perceptron_epochs_per_round", int | None), param("mixing", str | None),
-    param("averaged", bool | None), param("batch_size", int | None), param("lam", float | None),
-    param("projection", bool | None), param("eta", float | None),
-    param("regularizer", str | None), param("backend", str | None),
-    param("ray_address", str | None), param("cpu_log", str | None),
-    param("snapshot_every", float | None), param("snapshot_dir", str | None),
-    param("init", Any), param("resume", str | os.PathLike | None),
-    param("save_state", bool | None),
-    param("callback", Callable[[dict, np.ndarray], None] | None),
-    param("log", Callable[[str], None] | None), param("debug", bool, False))
+    *(param(o.name, _annotation(o)) for o in learner_params()),
+    param("callback", Callable[[dict, np.ndarray], None] | None, None),
+    param("log", Callable[[str], None] | None, None))
 """Constructor arguments of every estimator (see :class:`StructuredEstimator`), after the
-task's own."""
+task's own: the option table's learner and output options with its defaults, and the
+callbacks."""
 
 
 def estimator_init(*task_params: inspect.Parameter) -> Callable[..., None]:
@@ -538,7 +590,6 @@ class StructuredEstimator:
                 "finished": bool(res.finished) if res else True,
                 "stop_reason": res.stop_reason if res else "unknown",
                 "epochs": res.epochs if res else None,
-                "seconds": float(res.seconds) if res else None,
                 "dual": None if res is None or res.dual is None else float(res.dual)}
 
     def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
@@ -559,6 +610,19 @@ class StructuredEstimator:
                 setattr(self, name, value)
         self.coef_, self.meta_ = w, meta
         self.result_ = saved_result(str(path), w, meta)
+
+    def weight_lines(self, top: int | None = 50) -> Iterator[str]:
+        """The lines of ``demidcd dump``: a header, then the ``top`` weights by |weight| (None:
+        every non-zero one), ``w[index]<TAB>weight`` each (tasks whose features have no names
+        or are hashed; the sequence taggers name them)."""
+        self._check_fitted()
+        w = self.coef_
+        idx = top_weights(w, top)
+        yield (f"# {self.task_name} model, {w.shape[0]:,} weights ({np.count_nonzero(w):,} "
+               f"non-zero); the features are not named: weights by index")
+        yield f"# {top_text(top, idx.shape[0])} by |weight|"
+        for i in idx.tolist():
+            yield f"w[{i}]\t{w[i]:+.6g}"
 
     def feature_summary(self) -> str:
         """One line on the size of w, for the training log."""

@@ -48,14 +48,7 @@ class EntityRelationExtractor(StructuredEstimator):
     def _task(self, X, with_gold: bool):
         from ..tasks.entity_relation import EntityRelationTask
 
-        weight = 1.0 if self.relation_loss_weight is None else self.relation_loss_weight
-        try:
-            weight = float(weight)
-        except (TypeError, ValueError):
-            weight = float("nan")
-        if not 0 <= weight < float("inf"):
-            raise OptionError(f"--relation-loss-weight must be a finite number >= 0, got "
-                              f"{self.relation_loss_weight!r}")
+        weight = _nonnegative("relation_loss_weight", self.relation_loss_weight, 1.0)
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
                                   with_gold=with_gold, solver=self.solver or "exact",
                                   relation_loss_weight=weight,
@@ -64,16 +57,7 @@ class EntityRelationExtractor(StructuredEstimator):
     def _ilp_cap(self) -> float | None:
         """Seconds per cbc/highs solve: ``ilp_time_limit`` None → the default
         (:data:`~demidcd.tasks.er_solvers.DEFAULT_ILP_TIME_LIMIT`), 0 → no cap."""
-        v = self.ilp_time_limit
-        if v is None:
-            return DEFAULT_ILP_TIME_LIMIT
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            v = float("nan")
-        if not 0 <= v < float("inf"):
-            raise OptionError(f"--ilp-time-limit must be a finite number >= 0, got "
-                              f"{self.ilp_time_limit!r}")
+        v = _nonnegative("ilp_time_limit", self.ilp_time_limit, DEFAULT_ILP_TIME_LIMIT)
         return None if v == 0 else v
 
     @staticmethod
@@ -227,3 +211,17 @@ class EntityRelationExtractor(StructuredEstimator):
             raise ModelFileError(str(path), "weight vector does not match the features")
         obj._loaded(path, w, meta)
         return obj
+
+
+def _nonnegative(name: str, value: Any, default: float) -> float:
+    """``value`` (None: ``default``) as a finite float ≥ 0, else a one-line OptionError."""
+    if value is None:
+        return default
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not 0 <= v < float("inf"):
+        raise OptionError(f"--{name.replace('_', '-')} must be a finite number >= 0, got "
+                          f"{value!r}")
+    return v

@@ -5,70 +5,188 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ..errors import ModelFileError, OptionError
+from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
+from ..primitives.monitor import timed_step
 from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.sequence import SequenceTask
-from .base import StructuredEstimator, check_sentences, check_tags, estimator_init, param
+from ..tasks.template import DictFeaturizer, Template, TemplateFeaturizer
+from .base import (
+    StructuredEstimator,
+    check_sentences,
+    check_tags,
+    estimator_init,
+    param,
+    token_kind,
+    top_text,
+    top_weights,
+)
+
+
+def _escape(name: str) -> str:
+    """A feature or label name on one dump line: tab, newline and backslash escaped."""
+    if "\\" in name or "\t" in name or "\n" in name or "\r" in name:
+        return name.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") \
+            .replace("\r", "\\r")
+    return name
+
+
+FEATURIZERS: dict[str, Any] = {"SequenceFeaturizer": SequenceFeaturizer,
+                                TemplateFeaturizer.kind: TemplateFeaturizer,
+                                DictFeaturizer.kind: DictFeaturizer}
+"""The featurizer classes by the ``kind`` their state records (``load`` dispatches on it)."""
+
+DICT_MIN_COUNT = 1
+"""``min_count=None`` for feature dicts: every feature, as CRFsuite keeps them all."""
+TEMPLATE_MIN_COUNT = 1
+"""``min_count=None`` for a CRF++ / Wapiti template: every feature, as ``crf_learn`` (``-f 1``)
+and Wapiti keep them all."""
+
+_TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
+
+
+def resolve_template(template: Any) -> Template | None:
+    """The ``template`` parameter as a :class:`~demidcd.tasks.template.Template` (None: the
+    built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``) or a file
+    path; a template that does not parse raises InputError naming its file and line."""
+    if template is None or isinstance(template, Template):
+        return template
+    if isinstance(template, str | os.PathLike):
+        return Template.load(os.fspath(template))
+    raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
+                      f"got {type(template).__name__}")
+
+CONSTRAINTS_DEFAULT = False
+"""Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
+as they lower CoNLL-2000 chunk F1 (two 60-s chunkers, 2 threads, --feature-columns 2: test
+93.83 → 93.82 and 93.82 → 93.81) though they raise CoNLL-2002 Spanish entity F1 (two 60-s NER
+models, --feature-columns 2: esp.testa 77.92 → 78.00 and 77.99 → 78.04, esp.testb
+80.88 → 80.94 and 80.85 → 80.91). conlleval reads an I-X that follows O as a chunk start,
+so an ill-formed tagging is still scored as chunks."""
 
 
 class SequenceTagger(StructuredEstimator):
     """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
 
-    X is a list of sentences, Y a list of tag lists. A token is a word, or a tuple
-    ``(word, attr_0, …)`` whose extra input columns (e.g. POS) feed the attribute window of the
-    feature template (:mod:`demidcd.tasks.features`). Extra hyper-parameters: ``min_count``
-    (feature dictionary cut-off, None: :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`) and
-    ``hashing`` (> 0: hashed features, no dictionary; None: 0); the others are those of
-    :class:`StructuredEstimator`. Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
-    ``n_features_``, ``result_``. :meth:`score` is token accuracy.
+    X is a list of sentences, Y a list of tag lists. A token is
+
+    * a word, or a tuple ``(word, col_1, …)`` of strings: with ``template=None`` the built-in
+      features (:mod:`demidcd.tasks.features`; the extra columns, e.g. POS, feed its attribute
+      window); with ``template`` (a CRF++ / Wapiti template: a shipped name ``"chunking"``,
+      ``"pos"``, ``"ner"``, a file path or a :class:`~demidcd.tasks.template.Template`) the
+      template's features, ``%x[r,c]`` reading column c of the tuple (0 = the word);
+    * a feature dict as sklearn-crfsuite takes it (python-crfsuite's rules: a str value →
+      the indicator ``name:value``, a number → feature ``name`` with that real value, a bool →
+      an indicator, a list of str → several, a nested dict → prefixed names), or a list of
+      feature names (:class:`~demidcd.tasks.template.DictFeaturizer`); ``sent2features`` of the
+      sklearn-crfsuite tutorial gives such X unchanged.
+
+    The kind is read off the tokens, in fit as in predict and score. Extra hyper-parameters:
+    ``min_count`` (feature dictionary cut-off; None: 1 for dicts and templates, which keep
+    every feature as CRFsuite and CRF++ do, else
+    :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
+    dictionary; None: 0) and ``template``; the others are those of :class:`StructuredEstimator`.
+    Template B lines (``B01:%x[0,1]``, Wapiti's ``*``) give label-bigram features (G of them, K²
+    weights each); the label transitions are always part of the chain (as if the template had
+    its bare ``B`` line). Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
+    ``n_features_``, ``n_bfeatures_``, ``result_``. :meth:`score` is token accuracy.
     """
 
     task_name = "sequence"
     score_name = "accuracy"
     _template = "base"  # feature template of demidcd.tasks.features
-    _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means
+    _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means (built-in template)
 
-    __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None))
+    __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None),
+                              _TEMPLATE_PARAM)
 
     # -- encoding ---------------------------------------------------------------------------
-    def _task(self, X: list[list], Y: list[list[str]] | None) -> SequenceTask:
-        enc = self.featurizer_.transform(X)
+    def _new_featurizer(self, kind: str):
+        """The featurizer for tokens of ``kind`` (:func:`~.base.token_kind`) and the
+        parameters."""
+        template = resolve_template(self.template)
+        hashing = 0 if self.hashing is None else self.hashing
+        if kind == "dict" and template is not None:
+            raise OptionError("--template applies to tokens that are words or tuples of "
+                              "columns; X holds feature dicts (their features are their own)")
+        default = DICT_MIN_COUNT if kind == "dict" else \
+            TEMPLATE_MIN_COUNT if template is not None else self._default_min_count
+        min_count = default if self.min_count is None else self.min_count
+        try:
+            if kind == "dict":
+                return DictFeaturizer(int(min_count), int(hashing))
+            if template is not None:
+                return TemplateFeaturizer(template, int(min_count), int(hashing))
+            return SequenceFeaturizer(int(min_count), int(hashing), self._template, log=self.log)
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"--min-count/--hashing: {e}") from None
+
+    def _encode(self, X: list[list], fit: bool = False):
+        """The featurizer's encoding of X (fitting it first with ``fit``); tokens it cannot
+        take (another kind or number of columns than it was fitted on, a bad dict value) raise
+        InputTypeError."""
+        f = self.featurizer_
+        if X and not fit:
+            dicts = isinstance(f, DictFeaturizer)
+            if (token_kind(X) == "dict") != dicts and any(len(s) for s in X):
+                raise InputTypeError(
+                    "this model was fitted on " + ("feature dicts" if dicts else
+                                                   "words or tuples of columns")
+                    + "; X holds " + ("words or tuples" if dicts else "feature dicts"))
+        try:
+            if not fit:
+                return f.transform(X)
+            if isinstance(f, SequenceFeaturizer):
+                return f.fit(X).transform(X)
+            with timed_step(self.log, f"building features of {len(X):,} sentences"):
+                return f.fit_transform(X)
+        except DemidcdError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise InputTypeError(f"X: {e}") from None
+
+    @property
+    def _n_bfeatures(self) -> int:
+        return int(getattr(self.featurizer_, "n_bfeatures", 0))
+
+    def _task(self, X: list[list], Y: list[list[str]] | None, enc=None) -> SequenceTask:
+        enc = self._encode(X) if enc is None else enc
         y = None
         if Y is not None:
             index = {t: k for k, t in enumerate(self.classes_)}
             y = np.fromiter((index.get(t, -1) for s in Y for t in s), np.int32,
                             count=enc.n_tokens)
-        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features)
+        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features,
+                            n_bigram_obs=self._n_bfeatures)
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
         """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
-        X = check_sentences(X)
+        X = check_sentences(X, dicts=True)
         Y = check_tags(X, Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self.solver_config(), self._learner()  # bad options fail before any work
-        min_count = self._default_min_count if self.min_count is None else self.min_count
-        hashing = 0 if self.hashing is None else self.hashing
-        try:
-            featurizer = SequenceFeaturizer(int(min_count), int(hashing), self._template,
-                                            log=self.log)
-        except (TypeError, ValueError) as e:
-            raise OptionError(f"--min-count/--hashing: {e}") from None
+        featurizer = self._new_featurizer(token_kind(X))
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
         self.classes_ = sorted({t for s in Y for t in s})
-        self.featurizer_ = featurizer.fit(X)
+        self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
+        enc = self._encode(X, fit=True)
+        self.featurizer_ = featurizer  # resume keeps the saved vocabulary, init extends it
+        if self.featurizer_ is not featurizer:
+            enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
-        task = self._task(X, Y)
+        self.n_bfeatures_ = self._n_bfeatures
+        task = self._task(X, Y, enc)
         dev_eval = None
         if X_dev is not None and Y_dev is not None:
-            X_dev = check_sentences(X_dev, "X_dev")
+            X_dev = check_sentences(X_dev, "X_dev", dicts=True)
             Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
             dtask = self._task(X_dev, None)
             gold = [list(s) for s in Y_dev]
@@ -80,17 +198,109 @@ class SequenceTagger(StructuredEstimator):
         return self
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
-        tags, ptr = task.decode_flat(w, np.arange(task.n_examples))
+        examples = np.arange(task.n_examples)
+        constraints = self._constraints()
+        if constraints is None:
+            tags, ptr = task.decode_flat(w, examples)
+        else:
+            tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
+        return self._names(tags, ptr)
+
+    def _names(self, tags: np.ndarray, ptr: np.ndarray) -> list[list[str]]:
+        """Flat tag ids cut by ptr into per-sentence lists of tag names."""
         names = np.asarray(self.classes_, dtype=object)[tags].tolist()
         return [names[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
 
-    def predict(self, X: list[list]) -> list[list[str]]:
-        """Viterbi decoding of each sentence; tags as strings."""
+    def predict(self, X: list[list], fixed: list[list[str | None]] | None = None
+                ) -> list[list[str]]:
+        """Viterbi decoding of each sentence; tags as strings.
+
+        ``fixed`` (Wapiti's ``--force``): per sentence a list of tag-or-None, one per token; a
+        token whose entry is a tag keeps it and the others are decoded around them, i.e.
+        argmax w·Φ(x, y) over the y with y_t = fixed_t wherever given (a tag the model does not
+        know raises OptionError). Chunk taggers also obey their label scheme
+        (:class:`ChunkTagger`, ``constraints``), except where the fixed tags break it."""
+        self._check_fitted()
+        X = check_sentences(X, dicts=True)
+        if not X:
+            return []
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        if ids is None:
+            return self._decode(task, self.coef_)
+        tags, ptr, _ = task.decode_constrained(self.coef_, np.arange(task.n_examples), ids,
+                                               self._constraints())
+        return self._names(tags, ptr)
+
+    # -- n best, forced tags, confidence ------------------------------------------------------
+    def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The transition constraints decoding obeys (chain_decoding.scheme_transitions), or
+        None: none for plain tagging (:class:`ChunkTagger` has its label scheme's)."""
+        return None
+
+    def _fixed_ids(self, X: list[list], fixed: list[list[str | None]] | None
+                   ) -> np.ndarray | None:
+        """``fixed`` as one tag id per token (−1: free), or None when it is None."""
+        if fixed is None:
+            return None
+        if isinstance(fixed, str | bytes) or len(fixed) != len(X):
+            raise OptionError(f"fixed must hold one list per sentence ({len(X)})")
+        index = {t: k for k, t in enumerate(self.classes_)}
+        out = np.full(sum(len(s) for s in X), -1, np.int32)
+        q = 0
+        for k, (s, f) in enumerate(zip(X, fixed, strict=True)):
+            if isinstance(f, str | bytes) or len(f) != len(s):
+                raise OptionError(f"fixed[{k}] must hold one tag or None per token ({len(s)})")
+            for t, lab in enumerate(f):
+                if lab is not None:
+                    if lab not in index:
+                        raise OptionError(f"fixed[{k}][{t}]: the model has no tag {lab!r}")
+                    out[q + t] = index[lab]
+            q += len(s)
+        return out
+
+    def predict_nbest(self, X: list[list], k: int, fixed: list[list[str | None]] | None = None
+                      ) -> list[list[tuple[list[str], float]]]:
+        """The k best taggings of each sentence (k-best Viterbi), best first: per sentence a
+        list of (tags, score) with score = w·Φ(x, y), non-increasing (ties in a fixed order);
+        fewer than k when fewer taggings are admissible. The first is :meth:`predict`'s.
+        ``fixed`` and the label-scheme constraints as in :meth:`predict`."""
+        self._check_fitted()
+        X = check_sentences(X)
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise OptionError(f"k must be an integer >= 1, got {k!r}")
+        if not X:
+            return []
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        best = task.kbest(self.coef_, examples, int(k), ids, self._constraints())
+        names = np.asarray(self.classes_, dtype=object)
+        return [[(names[y].tolist(), float(v)) for y, v in zip(ys, sc, strict=True)]
+                for ys, sc in best]
+
+    def predict_scores(self, X: list[list], fixed: list[list[str | None]] | None = None
+                       ) -> list[tuple[list[str], float, float, list[float]]]:
+        """:meth:`predict` with confidences: per sentence (tags, score, sentence margin, token
+        margins). score = w·Φ(x, ŷ); token margin t = M_t(ŷ_t) − max_{k≠ŷ_t} M_t(k) ≥ 0 with
+        the max-marginal M_t(k) = max {w·Φ(x, y) : y_t = k} (0: another tagging with another
+        tag at t ties; +inf: no other tag is possible there, e.g. a fixed token); sentence
+        margin = best − second-best score = the least token margin (+inf when the tagging is
+        the only admissible one). Over the same admissible taggings as :meth:`predict`."""
         self._check_fitted()
         X = check_sentences(X)
         if not X:
             return []
-        return self._decode(self._task(X, None), self.coef_)
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        constraints = self._constraints()
+        tags, ptr, scores = task.decode_constrained(self.coef_, examples, ids, constraints)
+        margins, sent = task.confidence(self.coef_, examples, tags, ids, constraints)
+        names = self._names(tags, ptr)
+        m = margins.tolist()
+        return [(names[e], float(scores[e]), float(sent[e]), m[ptr[e]:ptr[e + 1]])
+                for e in range(len(names))]
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         total = sum(len(s) for s in Y)
@@ -103,7 +313,7 @@ class SequenceTagger(StructuredEstimator):
         """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
         (tags unseen in training count wrong)."""
         self._check_fitted()
-        Y = check_tags(check_sentences(X), Y)
+        Y = check_tags(check_sentences(X, dicts=True), Y)
         return self._metrics(Y, self.predict(X))
 
     def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
@@ -119,18 +329,72 @@ class SequenceTagger(StructuredEstimator):
     def feature_summary(self) -> str:
         n_tags = len(self.classes_)
         dim = self.coef_.shape[0]
-        return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions = "
-                f"{dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+        g = getattr(self, "n_bfeatures_", 0)
+        bigram = f" + {g:,} label-bigram features x {n_tags}^2" if g else ""
+        return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions"
+                f"{bigram} = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+
+    def _feature_source(self) -> str:
+        f = self.featurizer_
+        if isinstance(f, TemplateFeaturizer):
+            return f"template {f.template.path}"
+        if isinstance(f, DictFeaturizer):
+            return "feature dicts"
+        return f"built-in template {f.template!r}"
+
+    def weight_lines(self, top: int | None = 50) -> Iterator[str]:
+        """The lines of ``demidcd dump``, as ``crf_learn -t``'s text model or ``wapiti dump``:
+        the ``top`` feature weights by |weight| (None: every non-zero one), one
+        ``feature<TAB>label<TAB>weight`` line each (a B feature's label is ``prev->label``),
+        then the label transitions likewise (``BOS`` / ``EOS``: the sentence's start / end).
+        Hashed features are named by bucket (``bucket 123``, ``B bucket 7``)."""
+        self._check_fitted()
+        w = self.coef_
+        F, K, G = self.n_features_, len(self.classes_), getattr(self, "n_bfeatures_", 0)
+        tb, bb = F * K, F * K + (K + 1) ** 2
+        names = self.featurizer_.features
+        bnames = getattr(self.featurizer_, "bfeatures", None)
+        labels = [_escape(t) for t in self.classes_]
+        feats = np.concatenate([w[:tb], w[bb:]])
+        idx = top_weights(feats, top)
+        yield (f"# {self.task_name} model: {K} labels, {F:,} features"
+               + (f" and {G:,} label-bigram features" if G else "")
+               + f" ({self._feature_source()}{', hashed' if names is None else ''}), "
+               f"{w.shape[0]:,} weights")
+        yield (f"# {top_text(top, idx.shape[0])} of the features by |weight| (of "
+               f"{np.count_nonzero(feats):,} non-zero): feature, label (prev->label for "
+               "label-bigram features), weight")
+        for i in idx.tolist():
+            if i < tb:
+                f, k = divmod(i, K)
+                name = _escape(names[f]) if names is not None else f"bucket {f}"
+                yield f"{name}\t{labels[k]}\t{feats[i]:+.6g}"
+            else:
+                g, r = divmod(i - tb, K * K)
+                a, b = divmod(r, K)
+                name = _escape(bnames[g]) if bnames is not None else f"B bucket {g}"
+                yield f"{name}\t{labels[a]}->{labels[b]}\t{feats[i]:+.6g}"
+        trans = w[tb:bb].copy()
+        trans[-1] = 0.0  # START -> END: no sentence is empty
+        tidx = top_weights(trans, top)
+        ends = [*labels, "BOS"], [*labels, "EOS"]
+        yield (f"# {top_text(top, tidx.shape[0])} of the {(K + 1) ** 2 - 1:,} label "
+               "transitions by |weight|: previous label -> label (BOS: the sentence start, "
+               "EOS: its end), weight")
+        for i in tidx.tolist():
+            a, b = divmod(i, K + 1)
+            yield f"{ends[0][a]}->{ends[1][b]}\t{trans[i]:+.6g}"
 
     def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
         self._check_fitted("featurizer_")
-        X = check_sentences(X)
+        X = check_sentences(X, dicts=True)
         return self._task(X, check_tags(X, Y))
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model atomically (npz + JSON metadata, no pickle)."""
+        """Write the model atomically (npz + JSON metadata, no pickle): w, the labels and the
+        featurizer's state (its ``kind``; a template's text; the feature dictionaries)."""
         self._check_fitted()
         arrays, fmeta = self.featurizer_.state()
         meta = {**self._meta(), "labels": list(self.classes_), "featurizer": fmeta}
@@ -138,21 +402,31 @@ class SequenceTagger(StructuredEstimator):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SequenceTagger:
-        """Read a model written by :meth:`save` (``allow_pickle=False``)."""
+        """Read a model written by :meth:`save` (``allow_pickle=False``); the featurizer is
+        rebuilt by the ``kind`` its state records (models without one: the built-in)."""
         w, arrays, meta = load_model(path, task=cls.task_name)
         try:
             hp = meta.get("hyper_parameters", {})
-            obj = cls(min_count=meta["featurizer"]["min_count"],
-                      hashing=meta["featurizer"]["hashing"], **hp)
-            obj.featurizer_ = SequenceFeaturizer.from_state(arrays, meta["featurizer"])
+            fmeta = meta["featurizer"]
+            kind = fmeta.get("kind", "SequenceFeaturizer")
+            if kind not in FEATURIZERS:
+                raise ValueError(f"unknown featurizer kind {kind!r}")
+            obj = cls(min_count=fmeta["min_count"], hashing=fmeta["hashing"], **hp)
+            obj.featurizer_ = FEATURIZERS[kind].from_state(arrays, fmeta)
             obj.classes_ = [str(t) for t in meta["labels"]]
             obj.n_features_ = obj.featurizer_.n_features
+            obj.n_bfeatures_ = obj._n_bfeatures
             obj.data_options_ = dict(meta.get("data_options") or {})
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
-        if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_)):
+        except DemidcdError as e:  # the stored template does not parse
+            raise ModelFileError(str(path), f"corrupt model template ({e})") from None
+        if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_),
+                                                obj.n_bfeatures_):
             raise ModelFileError(str(path), "weight vector does not match features and labels")
         obj._loaded(path, w, meta)
+        if isinstance(obj.featurizer_, TemplateFeaturizer) and obj.template is None:
+            obj.template = obj.featurizer_.template  # given as a Template: not in the file
         return obj
 
 
@@ -168,24 +442,78 @@ class ChunkTagger(SequenceTagger):
     with 1-DCD, C = 0.1, CoNLL-2000 test chunk F1 93.83 against 93.53 (the L2 loss peaks at 93.67
     over C), CoNLL-2002 Spanish esp.testa / esp.testb entity F1 78.19 / 80.85 against
     76.97 / 80.29. ``loss="l2"`` gives the L2 loss (and several DEMI-DCD learners).
+
+    ``constraints`` (None: :data:`CONSTRAINTS_DEFAULT`, off): decode only taggings that obey
+    the label scheme of the training labels (``constraint_scheme_``: IOB2, no I-X after O or
+    after another type and none first; BIOES likewise; none for IOB1), by −∞ on the forbidden
+    transitions; forced tags (``predict(fixed=...)``) win over them.
     """
 
     task_name = "chunking"
     score_name = "chunk F1"
     _default_loss = "l1"
-    _task_params = ("label_scheme",)
-    _task_defaults = {"label_scheme": "auto"}
+    _task_params = ("label_scheme", "constraints")
+    _task_defaults = {"label_scheme": "auto", "constraints": None}
+    _default_constraints = CONSTRAINTS_DEFAULT  # what constraints=None means
 
     __init__ = estimator_init(param("label_scheme", str | None),
-                              param("min_count", int | None), param("hashing", int | None))
+                              param("min_count", int | None), param("hashing", int | None),
+                              _TEMPLATE_PARAM, param("constraints", bool | None))
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> ChunkTagger:
+        from ..tasks.chain_decoding import training_scheme
         from ..tasks.chunks import resolve_scheme
 
-        Y = check_tags(check_sentences(X), Y)
+        Y = check_tags(check_sentences(X, dicts=True), Y)
         resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")  # fail early
+        self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
         return super().fit(X, Y, X_dev, Y_dev)
+
+    # -- label-scheme constraints -------------------------------------------------------------
+    def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The label scheme's transition rules (no I-X after O or after another type, none
+        first; BIOES likewise: :func:`~demidcd.tasks.chain_decoding.scheme_transitions`) when
+        ``constraints`` is on (None: :data:`CONSTRAINTS_DEFAULT`) and the training tags follow
+        IOB2 or BIOES (``constraint_scheme_``, :func:`~demidcd.tasks.chain_decoding.
+        training_scheme`); None otherwise (IOB1: every tag sequence is well formed)."""
+        from ..tasks.chain_decoding import scheme_transitions
+
+        on = self.constraints
+        if on is None:
+            on = self._default_constraints
+        if not isinstance(on, bool | np.bool_):
+            raise OptionError(f"constraints must be True, False or None, got {on!r}")
+        scheme = getattr(self, "constraint_scheme_", None)
+        if not on or scheme is None:
+            return None
+        key = (tuple(self.classes_), scheme)
+        cached = getattr(self, "_constraint_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, scheme_transitions(list(self.classes_), scheme))
+            self._constraint_cache = cached
+        return cached[1]
+
+    def _meta(self) -> dict[str, Any]:
+        return {**super()._meta(), "constraint_scheme": getattr(self, "constraint_scheme_", None)}
+
+    def _loaded(self, path: str | os.PathLike[str], w: np.ndarray, meta: dict) -> None:
+        super()._loaded(path, w, meta)
+        if "constraint_scheme" in meta:
+            scheme = meta["constraint_scheme"]
+            if scheme not in (None, "iob2", "bioes"):
+                raise ModelFileError(str(path), f"corrupt model metadata (constraint_scheme "
+                                                f"{scheme!r})")
+        else:  # a model saved before: its scheme when explicit or BIOES, else none known
+            from ..tasks.chunks import resolve_scheme
+
+            given = (self.label_scheme or "auto").lower()
+            given = {"bio": "iob2", "iobes": "bioes"}.get(given, given)
+            scheme = given if given in ("iob2", "bioes") else None
+            if given in ("auto", "conlleval") and \
+                    resolve_scheme(self.classes_, given) == "bioes":
+                scheme = "bioes"
+        self.constraint_scheme_ = scheme
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         from ..tasks.chunks import chunk_scores

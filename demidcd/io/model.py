@@ -185,14 +185,7 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
     if target.is_dir():
         raise DemidcdError(f"{shown}: is a directory, not a file name")
     if target.exists() and not target.is_file():
-        try:
-            with open(target, mode) as f:
-                write(f)
-                f.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
+        _write_through(shown, lambda: open(target, mode), write)
         return
     directory = target.parent
     if not directory.is_dir():
@@ -232,14 +225,20 @@ def _write_fd(shown: str, fd: int, write, mode: str) -> None:
         dup = os.dup(fd)
     except OSError:
         raise DemidcdError(f"{shown_name(shown)}: descriptor {fd} is not open") from None
+    _write_through(shown_name(shown), lambda: os.fdopen(dup, mode), write)
+
+
+def _write_through(shown: str, opener, write) -> None:
+    """``write(f)`` on ``opener()`` (a device, fifo or descriptor: no temporary file); an
+    error is one line, except a pipe whose reader has gone (BrokenPipeError)."""
     try:
-        with os.fdopen(dup, mode) as f:
+        with opener() as f:
             write(f)
             f.flush()
     except BrokenPipeError:
         raise
     except OSError as e:
-        raise DemidcdError(f"{shown_name(shown)}: cannot write ({e.strerror or e})") from None
+        raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
 
 
 class ModelLock:

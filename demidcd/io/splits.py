@@ -35,28 +35,18 @@ def split_sentences(data: Any, test_fraction: float, seed: int) -> tuple[Any, An
 
     test_fraction = check_fraction(test_fraction)
     if isinstance(data, DepCorpus):
-        order = list(range(len(data)))
-        random.Random(seed).shuffle(order)
-        cut = int((1 - test_fraction) * len(order))
-
-        def dpart(ids: list[int]) -> DepCorpus:
-            pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
-            return replace(data, words=pick(data.words), pos=pick(data.pos),
-                           heads=pick(data.heads), lines=pick(data.lines), raw=pick(data.raw),
-                           other_pos=pick(data.other_pos), deprels=pick(data.deprels))
-
-        return dpart(order[:cut]), dpart(order[cut:])
-    if not isinstance(data, TaggedCorpus):
+        fields = ("words", "pos", "heads", "lines", "raw", "other_pos", "deprels")
+    elif isinstance(data, TaggedCorpus):
+        fields = ("tokens", "tags", "lines", "raw", "attributes", "columns")
+    else:
         return split_corpus(data, test_fraction, seed)
     order = list(range(len(data)))
     random.Random(seed).shuffle(order)
     cut = int((1 - test_fraction) * len(order))
 
-    def part(ids: list[int]) -> TaggedCorpus:
+    def part(ids: list[int]) -> Any:
         pick = lambda xs: None if xs is None else [xs[i] for i in ids]  # noqa: E731
-        return replace(data, tokens=pick(data.tokens), tags=pick(data.tags),
-                       lines=pick(data.lines), raw=pick(data.raw),
-                       attributes=pick(data.attributes))
+        return replace(data, **{f: pick(getattr(data, f)) for f in fields})
 
     return part(order[:cut]), part(order[cut:])
 

@@ -20,6 +20,7 @@ import sys
 import warnings
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from demidcd.errors import InputError, InputWarning, OptionError, SentenceTooLong
 
@@ -28,6 +29,9 @@ __all__ = [
     "read_tagged",
     "write_tagged",
     "corpus_from_lists",
+    "token_columns",
+    "Blocks",
+    "column_values",
     "guess_format",
     "FORMATS",
 ]
@@ -49,7 +53,9 @@ class TaggedCorpus:
     ``-DOCSTART-`` lines preceding the sentence and the token lines. ``label_column`` is the
     0-based field index the labels were read from (``None`` = unknown / in memory).
     ``attributes[s][t]``, when feature columns were asked for, holds the values of those
-    columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000).
+    columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000);
+    ``columns[s][t]``, for a feature template, every column of token t but the label
+    (:func:`token_columns`).
     """
 
     tokens: list[list[str]]
@@ -60,6 +66,7 @@ class TaggedCorpus:
     raw: list[list[list[str]]] | None
     label_column: int | None = None
     attributes: list[list[tuple[str, ...]]] | None = None
+    columns: list[list[tuple[str, ...]]] | None = None  # template tokens (token_columns)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -340,14 +347,60 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
         idx.append(j)
     out = []
     for rl in corpus.raw:
-        if fmt == "conllu":
-            toks = [f for f in rl if len(f) == 10 and f[0].isdigit()]
-        else:
-            toks = [f for f in rl if not f[0].startswith(_DOCSTART)]
+        toks = _token_fields(rl, fmt)
         if toks and max(idx) >= len(toks[0]):
             raise OptionError(f"feature column {max(idx) + 1} is beyond the "
                               f"{len(toks[0])} columns of {corpus.path}")
         out.append([tuple(f[j] for j in idx) for f in toks])
+    return out
+
+
+CONLLU_TOKEN_COLUMNS = ("FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS",
+                        "MISC")
+"""The columns of a CoNLL-U token in a template's numbering (:func:`token_columns`), before the
+label column is taken out."""
+
+
+def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[tuple[str, ...]]]:
+    """Per token, every input column but the label column, the word first: what a CRF++ /
+    Wapiti template's ``%x[r,c]`` reads as column c (``crf_learn`` numbers a file's columns so,
+    the label being the last).
+
+    A columns file: its columns without the label column (CoNLL-2000: 0 = word, 1 = POS).
+    CoNLL-U: :data:`CONLLU_TOKEN_COLUMNS` (ID dropped) without the label column (UPOS by
+    default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD, 5 = DEPREL, 6 = DEPS, 7 = MISC).
+    ``width``: how many columns a model reads; an unlabeled columns file (predict) may hold
+    that many, or one more, the label column (``corpus.label_column``, else the last), which is
+    dropped as ``crf_test`` drops the answer column. A file of another width is an
+    :class:`InputError` naming its first token line.
+    """
+    if corpus.raw is None:
+        raise OptionError("template columns need the original lines (keep_raw=True)")
+    conllu = corpus.fmt == "conllu"
+    li = corpus.label_column
+    out: list[list[tuple[str, ...]]] = []
+    drop: tuple[int, ...] | None = None
+    for s, rl in enumerate(corpus.raw):
+        toks = [f for f in rl if len(f) == 10 and f[0].isdigit()] if conllu else \
+            [f for f in rl if not f[0].startswith(_DOCSTART)]
+        if drop is None and toks:
+            n = len(toks[0])
+            if conllu:
+                drop = (0, li)
+            elif not corpus.labeled and (width is None or n == width):
+                drop = ()
+            else:
+                drop = (n - 1 if li is None else li,)
+            got = n - len(set(drop))
+            if width is not None and got != width:
+                have = f"{n} columns ({got} without ID and the label column)" if conllu else \
+                    f"{n} columns" + (f" ({got} without the label column)"
+                                      if corpus.labeled else "")
+                raise InputError(corpus.path, corpus.lines[s],
+                                 f"{have}; the model's template reads {width} token columns "
+                                 "(plus the label column, if present)")
+            keep = [j for j in range(n) if j not in drop]
+        out.append([tuple(f[j] for j in keep) for f in toks])
     return out
 
 
@@ -519,36 +572,82 @@ def corpus_from_lists(
     return TaggedCorpus(toks, tg, "", lines, fmt, None, None)
 
 
-def _check_predicted(corpus: TaggedCorpus, predicted: list[list[str]], fmt: str) -> None:
+class Blocks(NamedTuple):
+    """Predictions to write as blocks (:func:`write_tagged`): block b is sentence ``order[b]``
+    with the tags ``tags[b]``, preceded by the line ``headers[b]`` (None: none) and with
+    ``extra[b][t]`` as a field after token t's label (None: no extra field). A sentence may
+    come in several blocks (n-best lists); the lines around its tokens that are not tokens
+    (``-DOCSTART-``) are written with its first block only."""
+
+    tags: list[list[str]]
+    order: list[int]
+    headers: list[str] | None = None
+    extra: list[list[str]] | None = None
+
+
+def _blocks(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks) -> Blocks:
+    if isinstance(predicted, Blocks):
+        if not (len(predicted.tags) == len(predicted.order)
+                and all(0 <= s < len(corpus.tokens) for s in predicted.order)
+                and (predicted.headers is None or len(predicted.headers) == len(predicted.order))
+                and (predicted.extra is None or len(predicted.extra) == len(predicted.order))):
+            raise ValueError("inconsistent prediction blocks")
+        return predicted
     if len(predicted) != len(corpus.tokens):
         raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.tokens)}")
-    for s, (p, w) in enumerate(zip(predicted, corpus.tokens, strict=True)):
-        if len(p) != len(w):
-            raise ValueError(f"sentence {s}: {len(p)} predicted tags for {len(w)} tokens")
-        for t in p:
-            if not isinstance(t, str) or not t:
-                raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
-            bad = "\t\n\r" if fmt == "conllu" else _ASCII_WS_CHARS + "\n"
-            if any(c in t for c in bad):
-                raise ValueError(f"sentence {s}: tag {t!r} contains a separator")
+    return Blocks(predicted, list(range(len(predicted))))
 
 
-def _conllu_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int):
-    for s, (words, pred) in enumerate(zip(corpus.tokens, predicted, strict=True)):
+def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
+    """Every block's tags (and extra fields) match its sentence and hold no separator."""
+    bad = "\t\n\r" if fmt == "conllu" else _ASCII_WS_CHARS + "\n"
+    for b, s in enumerate(blocks.order):
+        n = len(corpus.tokens[s])
+        fields = [blocks.tags[b]] + ([blocks.extra[b]] if blocks.extra is not None else [])
+        for p in fields:
+            if len(p) != n:
+                raise ValueError(f"sentence {s}: {len(p)} predicted tags for {n} tokens")
+            for t in p:
+                if not isinstance(t, str) or not t:
+                    raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
+                if any(c in t for c in bad):
+                    raise ValueError(f"sentence {s}: tag {t!r} contains a separator")
+        if blocks.headers is not None and blocks.headers[b] is not None and \
+                any(c in blocks.headers[b] for c in "\n\r"):
+            raise ValueError(f"sentence {s}: header {blocks.headers[b]!r} spans lines")
+
+
+def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
+    """CoNLL-U sentences with the label field replaced; the header (a ``#`` comment) after the
+    sentence's comments and an extra field in MISC as ``Margin=``."""
+    for b, s in enumerate(blocks.order):
+        words, pred = corpus.tokens[s], blocks.tags[b]
+        ext = blocks.extra[b] if blocks.extra is not None else None
+        head = blocks.headers[b] if blocks.headers is not None else None
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
+            if head is not None:
+                yield head
             for i, (w, t) in enumerate(zip(words, pred, strict=True)):
                 if "\t" in w or "\n" in w:
                     raise ValueError(f"sentence {s}: word {w!r} contains a tab or newline")
                 f = [str(i + 1), w] + ["_"] * 8
                 f[li] = t
+                if ext is not None:
+                    f[9] = f"Margin={ext[i]}"
                 yield "\t".join(f)
         else:
             k = 0
             for f in rl:
+                if head is not None and len(f) == 10:  # after the comments: before token 1
+                    yield head
+                    head = None
                 if len(f) == 10 and f[0].isdigit():
                     g = list(f)
                     g[li] = pred[k]
+                    if ext is not None:
+                        m = f"Margin={ext[k]}"
+                        g[9] = m if g[9] == "_" else f"{g[9]}|{m}"
                     k += 1
                     yield "\t".join(g)
                 else:
@@ -556,26 +655,36 @@ def _conllu_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int):
         yield ""
 
 
-def _columns_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int | None):
+def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
     """Token lines with the prediction in field ``li`` (``None`` or beyond the fields: a new
-    last field). ``-DOCSTART-`` lines get the label ``O`` the same way and are padded with
-    ``O`` to the token lines' field count, so that conlleval (which needs every line to have
-    as many fields) reads the file."""
+    last field) and the extra field right after it; the header before the first token line.
+    ``-DOCSTART-`` lines get the label ``O`` the same way and are padded with ``O`` to the
+    token lines' field count, so that conlleval (which needs every line to have as many
+    fields) reads the file."""
     ncols = next((len(f) for rl in (corpus.raw or ()) for f in rl
                   if not f[0].startswith(_DOCSTART)), 0)
     appending = li is None or li >= ncols
-    n_out = ncols + 1 if appending else ncols
-    for s, (words, pred) in enumerate(zip(corpus.tokens, predicted, strict=True)):
+    n_out = (ncols + 1 if appending else ncols) + (blocks.extra is not None)
+    last = -1
+    for b, s in enumerate(blocks.order):
+        words, pred = corpus.tokens[s], blocks.tags[b]
+        ext = blocks.extra[b] if blocks.extra is not None else None
+        head = blocks.headers[b] if blocks.headers is not None else None
+        first, last = s != last, s
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
-            for w, t in zip(words, pred, strict=True):
+            if head is not None:
+                yield head
+            for k, (w, t) in enumerate(zip(words, pred, strict=True)):
                 if _ASCII_WS.search(w) or "\n" in w:
                     raise ValueError(f"sentence {s}: word {w!r} contains whitespace")
-                yield f"{w} {t}"
+                yield f"{w} {t}" if ext is None else f"{w} {t} {ext[k]}"
         else:
             k = 0
             for f in rl:
                 if f[0].startswith(_DOCSTART):
+                    if not first:
+                        continue
                     g = list(f)
                     if appending:
                         g.append("O")
@@ -585,24 +694,59 @@ def _columns_lines(corpus: TaggedCorpus, predicted: list[list[str]], li: int | N
                     yield " ".join(g)
                     yield ""
                     continue
+                if k == 0 and head is not None:
+                    yield head
                 g = list(f)
                 if li is None or li >= len(g):
                     g.append(pred[k])  # beyond the existing columns: append a new last column
+                    at = len(g)
                 else:
                     g[li] = pred[k]
+                    at = li + 1
+                if ext is not None:
+                    g.insert(at, ext[k])
                 k += 1
                 yield " ".join(g)
         yield ""
 
 
+def column_values(corpus: TaggedCorpus, column: str | int | None,
+                  exclude: tuple[str | int, ...] = ()) -> list[list[str]]:
+    """The values of the label ``column`` (as :func:`read_tagged` takes it; None: UPOS for
+    CoNLL-U, the last column of a columns file) per token, from the raw lines (``--force``
+    reads the given labels so). A columns file whose only column is the word has none, and
+    the column may not be one of the feature columns ``exclude``: an OptionError."""
+    if corpus.raw is None:
+        raise OptionError("reading a column needs the original lines (keep_raw=True)")
+    fmt = corpus.fmt
+    li = _label_index(fmt, column)
+    out = []
+    for rl in corpus.raw:
+        toks = _token_fields(rl, fmt)
+        j = len(toks[0]) - 1 if li is None and toks else li
+        if toks and (j is None or j < 1 or j >= len(toks[0])):
+            have = len(toks[0])
+            which = "" if li is None else f" {li + 1}"
+            raise OptionError(f"{corpus.path} has no label column{which} ({have} column"
+                              f"{'' if have == 1 else 's'})")
+        if toks and any(j == (_label_index(fmt, c) if fmt == "conllu" else int(c) - 1)
+                        for c in exclude):
+            raise OptionError(f"the label column ({j + 1}) of {corpus.path} is a feature "
+                              "column; give the labels in another one (--column N)")
+        out.append([f[j] for f in toks])
+    return out
+
+
 def write_tagged(
     path: str | os.PathLike[str],
     corpus: TaggedCorpus,
-    predicted: list[list[str]],
+    predicted: list[list[str]] | Blocks,
     column: str | int | None = None,
     encoding: str = "utf-8",
 ) -> None:
-    """Write ``corpus`` with ``predicted`` labels in the label column, atomically.
+    """Write ``corpus`` with ``predicted`` labels in the label column, atomically
+    (``predicted``: a tag list per sentence, or :class:`Blocks`: n-best lists, header lines,
+    an extra field after the label).
 
     ``column=None`` uses the column the corpus was read from (``corpus.label_column``); for an
     unlabeled columns file, or an in-memory corpus, predicted labels go into a new last column
@@ -622,9 +766,10 @@ def write_tagged(
         li = _label_index(fmt, None)
         if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
             li = None  # unlabeled file: append the predictions
-    _check_predicted(corpus, predicted, fmt)
-    gen = _conllu_lines(corpus, predicted, li) if fmt == "conllu" else _columns_lines(
-        corpus, predicted, li
+    blocks = _blocks(corpus, predicted)
+    _check_blocks(corpus, blocks, fmt)
+    gen = _conllu_lines(corpus, blocks, li) if fmt == "conllu" else _columns_lines(
+        corpus, blocks, li
     )
     text = "\n".join(gen) + "\n"
     try:
@@ -637,3 +782,11 @@ def write_tagged(
     from .model import atomic_write
 
     atomic_write(path, lambda f: f.write(data))
+
+
+def _token_fields(raw_lines: list[list[str]], fmt: str) -> list[list[str]]:
+    """The field lists of a sentence's token lines: CoNLL-U's word lines (10 fields, an
+    integer ID), or every line of a columns file but ``-DOCSTART-``."""
+    if fmt == "conllu":
+        return [f for f in raw_lines if len(f) == 10 and f[0].isdigit()]
+    return [f for f in raw_lines if not f[0].startswith(_DOCSTART)]

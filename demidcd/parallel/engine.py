@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import WorkerError
 from ..primitives.monitor import CpuMonitor
-from ..primitives.ring import RecordRing
+from ..primitives.ring import RING_WORDS, RecordRing
 from ..primitives.seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
 from ..primitives.shm import SharedArena, sweep_stale
 from ..tasks.base import RecordBatch, Task
@@ -110,7 +110,7 @@ class WorkerPool(ProcessGroup, Transport):
     error_column = ERROR
 
     def __init__(self, task: Task, n_workers: int, spec: WorkerSpec,
-                 ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
+                 ring_words: int = RING_WORDS, log: Callable[[str], None] | None = None,
                  debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5,
                  learner_share: bool = False):
         self.task, self.n_workers, self.spec = task, n_workers, spec

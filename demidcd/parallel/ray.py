@@ -40,6 +40,7 @@ from numba import njit
 
 from ..errors import DemidcdError, OptionError, WorkerError
 from ..primitives.monitor import CpuMonitor
+from ..primitives.ring import RING_WORDS
 from ..primitives.seqlock import LINE_SHIFT
 from ..tasks.base import RecordBatch, Task
 from .transport import Transport, balanced_shards, concat_batches
@@ -130,7 +131,7 @@ class RayTransport(Transport):
     """Inference workers as Ray actors (see the module docstring)."""
 
     def __init__(self, task: Task, n_workers: int, spec: WorkerSpec,
-                 ring_words: int = 1 << 22, log: Callable[[str], None] | None = None,
+                 ring_words: int = RING_WORDS, log: Callable[[str], None] | None = None,
                  debug: bool = False, max_restarts: int = 3, monitor_interval: float = 0.5,
                  learner_share: bool = False, address: str | None = None):
         if spec.mode == "replica" or spec.inputs:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError, WorkerError
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import RecordBatch, Task
 from .worker import (
     BACKOFF,
@@ -221,7 +222,7 @@ interface imports none of its implementations (they import it)."""
 def make_transport(backend: str | Callable[..., Transport], task: Task, n_workers: int,
                    spec: WorkerSpec, *,
                    log: Callable[[str], None] | None = None, debug: bool = False,
-                   learner_share: bool = False, ring_words: int = 1 << 22,
+                   learner_share: bool = False, ring_words: int = RING_WORDS,
                    ray_address: str | None = None, max_restarts: int = 3) -> Transport:
     """The transport ``backend`` (a name of :data:`TRANSPORTS`) for ``n_workers`` workers
     running ``spec``. A callable ``backend(task, n_workers, spec, log=, debug=,

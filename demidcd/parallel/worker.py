@@ -25,7 +25,6 @@ local arrays and outbox; both run :func:`run_worker` unchanged.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -191,9 +190,6 @@ def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarRead
     st, stopped = ep.st, ep.stopped
     task.should_stop = stopped  # an ILP solver polls it and is killed on a stop
     gen = load_word(st, DONE_GEN)
-    # fault injection for the test suite and the soak script: raise after N chunks
-    fault_after = int(os.environ.get("DEMIDCD_FAULT_WORKER_RAISE", "-1"))
-    chunks = 0
     tol, admit, C = spec.tol, spec.admit, spec.tail_C
     while not stopped():
         if spec.mode != "demi":
@@ -237,9 +233,6 @@ def run_worker(task: Task, spec: WorkerSpec, shard: np.ndarray, reader: WbarRead
                 break
             ex = order[s:s + reader.chunk_size()]
             s += len(ex)
-            chunks += 1
-            if chunks == fault_after:
-                raise RuntimeError("injected fault (DEMIDCD_FAULT_WORKER_RAISE)")
             t, unproven = time.perf_counter(), task.unproven
             try:
                 seq, b, viol, slack = reader.infer(task, ex, C, st)

@@ -184,6 +184,8 @@ def _pop_copy(payload: np.ndarray, pf: np.ndarray, pi: np.ndarray, tail: int, he
             t += cap - pos
     return t
 
+RING_WORDS = 1 << 22  # words per ring (8 bytes each: 32 MiB), the default everywhere
+
 
 class RecordRing:
     """SPSC ring of records; see the module docstring for layout and ordering.

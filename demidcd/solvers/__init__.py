@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
 from .state import Start, check_start, fingerprint
@@ -63,7 +64,7 @@ class Learner:
         return "1 (any --threads)" if self.single_process else f">= {self.min_threads}"
 
 
-_ENGINE = ("rho_worker", "debug", "ring_words", "backend", "ray_address")
+_ENGINE = ("debug", "backend", "ray_address")
 LEARNERS: dict[str, Learner] = {}
 
 
@@ -83,8 +84,7 @@ register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one
 register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
                  "inference workers, no barrier (--learners K: K on one shared w)",
                  min_threads=2,
-                 options=("rho", "publish_interval", "learners", "update_mode",
-                          "rebuild_every", "check", "fault_after", "loss", *_ENGINE),
+                 options=("learners", "loss", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True,
                  objective=_DCD_OBJECTIVE, resumable=True))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
@@ -296,7 +296,7 @@ def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
         from ..parallel.ray import require_ray
 
         require_ray()
-    check_memory(task, threads, engine.get("ring_words", 1 << 22))
+    check_memory(task, threads, engine.get("ring_words", RING_WORDS))
     fp = None
     if start:
         check_resumable(learner, "a start point (prior, saved state)")

@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from ..options import default
 from ..tasks.base import InferenceInterrupted, Task
 
 
 @dataclass
 class SolverConfig:
-    """Hyper-parameters shared by the learners (names as in the CLI), and the one place their
-    defaults live: the CLI and the estimators leave an option at None unless it is set and
-    build the config with :meth:`from_options`; ``demidcd train --help`` shows these values.
+    """Hyper-parameters shared by the learners (names as in the CLI), with the option table's
+    defaults (:mod:`demidcd.options`, where every default lives); the CLI passes on only the
+    options given and the estimators build the config with :meth:`from_options`.
 
     C: regularisation of Eq. (1). tol: stop when a full inference pass finds no structure whose
     violation Δ − w·φ − A_i/(2C) exceeds tol and the largest projected gradient on the active
@@ -43,19 +44,19 @@ class SolverConfig:
     gap; the stopping rule is otherwise the same.
     """
 
-    C: float = 0.1
-    tol: float = 0.01
-    delta: float = 0.01
-    max_epochs: int | None = None
-    time_limit: float | None = None
-    seed: int = 0
-    inner_passes: int = 5
-    max_active: int = 50
-    batch: int = 16
-    eval_every: float | None = None
-    skip: float = 0.75
-    sweeps: int = 1
-    loss: str = "l2"
+    C: float = default("C")
+    tol: float = default("tol")
+    delta: float = default("delta")
+    max_epochs: int | None = default("max_epochs")
+    time_limit: float | None = default("time_limit")
+    seed: int = default("seed")
+    inner_passes: int = default("inner_passes")
+    max_active: int = default("max_active")
+    batch: int = default("batch")
+    eval_every: float | None = default("eval_every")
+    skip: float = default("skip")
+    sweeps: int = default("sweeps")
+    loss: str = "l2"  # the option table's rule for loss=None outside chunking and ner
 
     @classmethod
     def from_options(cls, **given: Any) -> SolverConfig:

@@ -189,19 +189,20 @@ def _pending(start: Start | None, name: str, n: int) -> tuple[dict, np.ndarray] 
     return ep, order.astype(np.int64)
 
 
-def run_dcd(task: Task, config: SolverConfig, threads: int = 1,
+def _schedule(light: bool, doc: str) -> Callable[..., TrainResult]:
+    """A registry schedule running :func:`train_dcd` on one process (``light``: DCD-Light)."""
+
+    def run(task: Task, config: SolverConfig, threads: int = 1,
             callback: Callback | None = None, cpu_log: str | None = None,
             tick: Callable[[float, np.ndarray], None] | None = None,
             start: Start | None = None, **_: object) -> TrainResult:
-    """The registry's ``dcd`` schedule: DCD-SSVM on one process."""
-    return train_dcd(task, config, callback, light=False, tick=tick, cpu_log=cpu_log,
-                     start=start)
+        return train_dcd(task, config, callback, light=light, tick=tick, cpu_log=cpu_log,
+                         start=start)
+
+    run.__doc__ = doc
+    return run
 
 
-def run_dcd_light(task: Task, config: SolverConfig, threads: int = 1,
-                  callback: Callback | None = None, cpu_log: str | None = None,
-                  tick: Callable[[float, np.ndarray], None] | None = None,
-                  start: Start | None = None, **_: object) -> TrainResult:
-    """The registry's ``dcd-light`` schedule: DCD-Light on one process."""
-    return train_dcd(task, config, callback, light=True, tick=tick, cpu_log=cpu_log,
-                     start=start)
+run_dcd = _schedule(False, "The registry's ``dcd`` schedule: DCD-SSVM on one process.")
+run_dcd_light = _schedule(True, "The registry's ``dcd-light`` schedule: DCD-Light on one "
+                                "process.")

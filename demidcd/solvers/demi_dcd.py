@@ -59,6 +59,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
@@ -119,7 +120,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    callback: Callback | None = None, rho: int = DEFAULT_RHO,
                    rho_worker: int = DEFAULT_CHUNK, cpu_log: str | None = None,
                    log: Callable[[str], None] | None = None, debug: bool = False,
-                   ring_words: int = 1 << 22, publish_interval: float = PUBLISH_INTERVAL,
+                   ring_words: int = RING_WORDS, publish_interval: float = PUBLISH_INTERVAL,
                    tick: Callable[[float, np.ndarray], None] | None = None,
                    backend: str = "shm", ray_address: str | None = None,
                    start: Start | None = None, **_: object) -> TrainResult:

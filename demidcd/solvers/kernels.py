@@ -121,23 +121,11 @@ def atomic_axpy(w, d, idx, val, start, end):
 def shared_axpy(w, d, idx, val, start, end, hot):
     """w += d φ on a w that other learners may write at the same time. ``hot`` selects the
     update mode: empty, plain stores (one learner, or PASSCoDe-Wild: a concurrent add to the
-    same entry may be lost); one element, every add atomic (:func:`atomic_add`); otherwise one
-    byte per line of 8 entries (``hot[j >> LINE_SHIFT]``, :func:`mark_array`), atomic adds on
-    the hot lines and plain stores elsewhere (the ``hybrid`` mode of
-    :mod:`demidcd.solvers.multi_dcd`: updates are lost only where learners collide, and those
-    lines are found and made hot at each rebuild of w)."""
-    n = hot.shape[0]
-    if n == 0:
+    same entry may be lost); otherwise every add atomic (:func:`atomic_add`)."""
+    if hot.shape[0] == 0:
         axpy(w, d, idx, val, start, end)
-    elif n == 1:
-        atomic_axpy(w, d, idx, val, start, end)
     else:
-        for k in range(np.uint64(start), np.uint64(end)):
-            j = np.uint64(idx[k])
-            if hot[j >> _LINE]:
-                atomic_add(w, j, d * val[k])
-            else:
-                w[j] += d * val[k]
+        atomic_axpy(w, d, idx, val, start, end)
 
 
 @njit(cache=True, nogil=True)

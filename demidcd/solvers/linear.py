@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import DemidcdError, OptionError
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import INDEX_DTYPE, RecordBatch, Task
 
 
@@ -306,7 +307,7 @@ class BatchInference:
                  infer: Callable[[Task, np.ndarray], RecordBatch],
                  apply: Callable[[RecordBatch], None], max_batch: int, seed: int = 0,
                  log: Callable[[str], None] | None = None, debug: bool = False,
-                 ring_words: int = 1 << 22, backend: str | Callable[..., Any] = "shm"):
+                 ring_words: int = RING_WORDS, backend: str | Callable[..., Any] = "shm"):
         self.task, self.threads, self.weights = task, int(threads), weights
         self._infer, self._apply = infer, apply
         self.pool: Any = None

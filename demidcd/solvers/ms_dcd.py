@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
@@ -30,7 +31,7 @@ from .state import Start
 def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, rho_worker: int = 16,
                  cpu_log: str | None = None, log: Callable[[str], None] | None = None,
-                 debug: bool = False, ring_words: int = 1 << 22,
+                 debug: bool = False, ring_words: int = RING_WORDS,
                  tick: Callable[[float, np.ndarray], None] | None = None,
                  backend: str = "shm", ray_address: str | None = None,
                  start: Start | None = None, **_: object) -> TrainResult:

@@ -15,11 +15,11 @@ tail ξ̂_i, the stop measure the KKT gap and the dual Σ Δλ − ½‖w‖² (
 Updates to w: ``update_mode="atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
 (:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
 adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
-"Wild" variant); ``"hybrid"`` takes atomic adds only on the lines where a rebuild found lost
-updates. Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
+"Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
 the default: on the idle 2-core machine (EWT XPOS train, K = p = 2, 20 s runs, 1 s snapshots,
 f* = 1754.68) they reached 1% relative primal gap in 6.6–7.7 s (four runs) against 9.2 s with
-atomic adds, 13.9 s hybrid and 12.7–13.0 s for 1-DCD: an atomic add is a locked instruction,
+atomic adds, 13.9 s with a hybrid (atomic adds on the lines where a rebuild found lost
+updates; removed) and 12.7–13.0 s for 1-DCD: an atomic add is a locked instruction,
 and a lost add is repaired at the next rebuild (drift ‖w − Σ α φ‖ ≈ 0.9 per 5 s, ‖w‖ ≈ 48).
 Private copies of w's most-touched pages, exchanged with the shared w every block of updates
 (tried in commits 8c94c90–d4600a7), raised throughput with atomic adds but made the learners
@@ -61,7 +61,7 @@ from numba import njit
 from ..errors import OptionError
 from ..parallel import multi as M
 from ..primitives.monitor import usable_cores
-from ..primitives.seqlock import LINE_SHIFT, load_word, mark_array, store_word
+from ..primitives.seqlock import load_word, mark_array, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
@@ -69,7 +69,7 @@ from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, obj
 from .dcd import begin
 from .state import DualState, Start, empty_state, merge_parts, state_w
 
-UPDATE_MODES = ("atomic", "plain", "hybrid")
+UPDATE_MODES = ("atomic", "plain")
 DEFAULT_UPDATE_MODE = "plain"
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
 REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
@@ -228,11 +228,9 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
 
 
 @njit(cache=True, nogil=True)
-def drift(old: np.ndarray, w: np.ndarray, hot: np.ndarray) -> tuple[float, int, float]:
+def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
     """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) in two passes
-    without temporaries (w has millions of entries and the learners wait). When ``hot`` is a
-    line mask (more than one element), the lines of the entries with drift are set in it."""
-    mark = hot.shape[0] > 1
+    without temporaries (w has millions of entries and the learners wait)."""
     scale = 1.0
     sq_w = 0.0
     for j in range(w.shape[0]):
@@ -247,12 +245,10 @@ def drift(old: np.ndarray, w: np.ndarray, hot: np.ndarray) -> tuple[float, int, 
         sq += e * e
         if abs(e) > thr:
             n += 1
-            if mark:
-                hot[np.uint64(j) >> np.uint64(LINE_SHIFT)] = 1
     return np.sqrt(sq), n, np.sqrt(sq_w)
 
 
-def _learner_body(task: Task, config: SolverConfig, mode: str, fault_after: int = -1,
+def _learner_body(task: Task, config: SolverConfig, mode: str,
                   start: Start | None = None, state_dir: str | None = None
                   ) -> Callable[[M.LearnerGroup, int], None]:
     """DCD-SSVM on part k of the examples over the shared w (runs in learner process k).
@@ -263,7 +259,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str, fault_after: int 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
-        hot = True if mode == "atomic" else g.arrays.get("hot")  # None: plain; hybrid: the mask
+        hot = mode == "atomic"  # else plain stores
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True, loss=cfg.loss,
                          tol=cfg.tol)
@@ -312,8 +308,6 @@ def _learner_body(task: Task, config: SolverConfig, mode: str, fault_after: int 
 
         def poll() -> None:
             blocks[0] += 1
-            if k == 0 and g.restarts[0] == 0 and blocks[0] == fault_after:  # tests
-                raise RuntimeError("injected fault (multi-learner)")
             g.poll_command(k, run)
 
         fs[F_PASS_PG] = np.inf  # no pass yet: nothing is certified
@@ -400,7 +394,7 @@ def warm_up(task: Task, loss: str = "l2") -> None:
     learners fork (each would otherwise compile them on its own clock)."""
     dim = task.dim
     w = np.zeros(dim)
-    act = ActiveSets(1, dim, 1.0, w=w, hot=mark_array(dim), loss=loss)
+    act = ActiveSets(1, dim, 1.0, w=w, hot=True, loss=loss)
     b = task.loss_augmented(w, np.zeros(1, np.int64))
     act.violation(b)
     act.insert(b, 0.0)
@@ -409,7 +403,7 @@ def warm_up(task: Task, loss: str = "l2") -> None:
                      act.p_val, True)
     act.max_pg(np.zeros(1, np.int64))
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
-    drift(w, w, act.hot)
+    drift(w, w)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
@@ -417,13 +411,12 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     update_mode: str | None = None, cpu_log: str | None = None,
                     log: Callable[[str], None] | None = None, debug: bool = False,
                     tick: Callable[[float, np.ndarray], None] | None = None,
-                    rebuild_every: float = REBUILD_EVERY, fault_after: int = -1,
-                    check: bool = False, start: Start | None = None,
+                    rebuild_every: float = REBUILD_EVERY, check: bool = False,
+                    start: Start | None = None,
                     **_: object) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
     inference pass over its part); the log has one record per rebuild of w.
-    ``fault_after``: learner 1 raises after that many blocks (tests of supervision);
     ``check``: after the final rebuild each learner also sums its α φ sequentially and
     ``extra["rebuild_error"]`` is max |w − w₀ − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild).
     ``start``: a prior w₀ and/or a saved state (:mod:`.state`); every rebuild then sets
@@ -448,20 +441,16 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
     group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode, fault_after, start, state_dir),
+                           _learner_body(task, config, mode, start, state_dir),
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
-                                   **({"hot": (mark_array(dim).shape, np.uint8)}
-                                      if mode == "hybrid" else {}),
                                    **({"check": ((k, dim), np.float64)} if check else {})})
     w = group.w
     if start and start.state is not None:
         w[:] = state_w(start.state, dim)  # w₀ + Σ α φ before any learner moves it
     elif prior is not None:
         w[:] = prior
-    hot = group.arrays.get("hot", np.zeros(0, np.uint8))  # the line mask in hybrid mode
-    # hybrid: the first rebuilds come sooner (1, 2, 4 s) to find the colliding lines early
-    interval = min(1.0, rebuild_every) if mode == "hybrid" else rebuild_every
+    interval = rebuild_every
     old = np.empty(dim)
     state = {"dual": None, "paused": False, "tail": None}
     clock: Clock | None = None
@@ -489,7 +478,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             group.command(TAIL)  # a restarted learner takes atomic adds too
         state["paused"] = True
         cnt["rebuilds"] += 1
-        d, entries, w_norm = drift(old, w, hot)
+        d, entries, w_norm = drift(old, w)
         cnt["rebuild_seconds"] += time.perf_counter() - t0
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
@@ -498,12 +487,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         dual = -0.5 * float(w_norm) ** 2 + 0.5 * prior_sq - quad + lin
         state["dual"] = dual
         drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
-        figs = {} if hot_lines() is None else {"hot_lines": hot_lines()}
-        return {**figs, "drift": float(d), "drift_entries": int(entries), "dual": dual,
+        return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
                 "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
-
-    def hot_lines() -> int | None:
-        return int(np.count_nonzero(hot)) if hot.shape[0] > 1 else None
 
     def tail(final: bool = False) -> None:
         """Plain stores: switch every learner to atomic adds once each one's last pass since
@@ -511,8 +496,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         :data:`TAIL_SHARE` of its part (-1 until it has counted). Lost
         updates then stop; near the optimum they otherwise leave violations above ``tol``
         after every rebuild (CoNLL04, exact solver: no certified stop in 150 s). ``final``:
-        the time limit is near (:data:`FINAL_TAIL`; plain and hybrid stores)."""
-        if mode == "atomic" or (mode == "hybrid" and not final) or \
+        the time limit is near (:data:`FINAL_TAIL`)."""
+        if mode == "atomic" or \
                 state["tail"] is not None or group.missing():
             return
         s = group.stats
@@ -650,7 +635,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "drift_max": max(drifts, default=0.0),
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
                  "drift_log": drift_log, "rebuild_error": check_error,
-                 "hot_lines": hot_lines(), "atomic_from": state["tail"], **cnt}
+                 "atomic_from": state["tail"], **cnt}
     log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
         f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
         f"({cnt['rebuild_seconds']:.2f} s; largest drift "

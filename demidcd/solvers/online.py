@@ -32,6 +32,8 @@ from contextlib import closing
 import numpy as np
 
 from ..errors import OptionError
+from ..options import default
+from ..primitives.ring import RING_WORDS
 from ..tasks.base import RecordBatch, Task
 from .common import Callback, OuterLoop, SolverConfig, TrainResult, primal_objective
 from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqnorms
@@ -41,8 +43,8 @@ DEFAULT_EPOCHS = 100  # the mini-batch learners
 SEQUENTIAL_EPOCHS = 30  # the perceptron and MIRA: averaged-perceptron dev accuracy on EWT XPOS
 # peaked at 20-30 epochs (94.45/94.43/94.46% at 20/25/30) and then fell (94.34% at 50, 94.23% at
 # 80; en_ewt-ud-dev, AMD EPYC)
-DEFAULT_BATCH = 16  # k of the mini-batch learners
-DEFAULT_ETA = 0.1  # AdaGrad's η
+DEFAULT_BATCH = default("batch_size")
+DEFAULT_ETA = default("eta")
 
 
 def compile_kernels(task: Task) -> None:
@@ -136,7 +138,7 @@ def train_mira(task: Task, config: SolverConfig, threads: int = 1,
 def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callback | None,
                cpu_log: str | None, log: Callable[[str], None] | None, debug: bool,
                k: int, weights, infer, apply, output: Callable[[], np.ndarray],
-               name: str, ring_words: int = 1 << 22,
+               name: str, ring_words: int = RING_WORDS,
                on_epoch: Callable[[int], None] | None = None,
                tick: Tick | None = None, backend: str = "shm") -> TrainResult:
     """The mini-batch loop shared by Pegasos and AdaGrad: batches of exactly k distinct
@@ -202,8 +204,8 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, lam: float | None = None,
-                  projection: bool = False, averaged: bool = True,
-                  ring_words: int = 1 << 22, tick: Tick | None = None, backend: str = "shm",
+                  projection: bool = default("projection"), averaged: bool = True,
+                  ring_words: int = RING_WORDS, tick: Tick | None = None, backend: str = "shm",
                   **_: object) -> TrainResult:
     """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lam`` or 1/(C n))."""
     n = task.n_examples
@@ -255,7 +257,8 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
                   callback: Callback | None = None, cpu_log: str | None = None,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, eta: float = DEFAULT_ETA,
-                  regularizer: str = "l2", ring_words: int = 1 << 22, tick: Tick | None = None,
+                  regularizer: str = default("regularizer"), ring_words: int = RING_WORDS,
+                  tick: Tick | None = None,
                   backend: str = "shm", **_: object) -> TrainResult:
     """Online primal subgradient with AdaGrad (mini-batch k = ``batch_size``, learning rate
     ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n))."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import OptionError
+from ..options import default
 from ..parallel.transport import make_transport
 from ..parallel.worker import WorkerSpec
 from ..tasks.base import InferenceInterrupted, Task
@@ -71,7 +72,8 @@ def mixing_weights(mistakes: np.ndarray, mixing: str) -> np.ndarray:
 def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                  callback: Callback | None = None, cpu_log: str | None = None,
                  log: Callable[[str], None] | None = None, debug: bool = False,
-                 perceptron_epochs_per_round: int = 10, mixing: str = "uniform",
+                 perceptron_epochs_per_round: int = default("perceptron_epochs_per_round"),
+                 mixing: str = default("mixing"),
                  averaged: bool = False,
                  tick: Callable[[float, np.ndarray], None] | None = None,
                  backend: str = "shm", ray_address: str | None = None,

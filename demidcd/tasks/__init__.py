@@ -10,17 +10,14 @@ and the module is imported the first time the task is used. ``cli.py`` and ``api
 a task's name; everything task-specific comes through the spec and its estimator.
 
 What a spec provides (``args`` is the parsed ``argparse.Namespace``: the common options
-``--format --column --encoding --max-sentence-length`` plus every task's :attr:`TaskSpec.options`;
-a spec may add attributes to it, e.g. defaults remembered by a model):
+the options of the table :mod:`demidcd.options`, a task's own ones among them (owned by the
+task); a spec may add attributes to it, e.g. defaults remembered by a model):
 
 ===============================  =============================================================
 ``name``, ``help``               the ``--task`` choice and its one-line help
 ``max_sentence_length``,         the ``--max-sentence-length`` default and what inference on a
 ``length_cost``                  long sentence costs (said when a longer one is refused)
 ``estimator``                    ``"module:Class"`` of the estimator (contract below)
-``options``                      task-specific CLI options, a tuple of :class:`Option`; options
-                                 of several tasks with the same flag are added once, so give
-                                 them ``default=None`` and resolve the default in the spec
 ``read(path, args, labeled)``    reader → a data object (raises ``InputError`` FILE:LINE)
 ``xy(data)``                     → ``(X, Y)`` as the estimator's ``fit`` / ``metrics`` take them
 ``describe(data)``               ``"8,936 sentences, 211,727 tokens"`` for the log
@@ -55,23 +52,11 @@ class through this registry from the model file's ``task`` entry.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["Option", "TaskSpec", "TASKS", "register", "get_task", "task_names"]
-
-
-@dataclass(frozen=True)
-class Option:
-    """One task-specific CLI option: ``flags`` and keyword arguments for ``add_argument``,
-    added to the given commands' data group (``train``, ``evaluate``, ``predict``,
-    ``evaluate-snapshots``)."""
-
-    flags: tuple[str, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    commands: tuple[str, ...] = ("train", "evaluate", "predict", "evaluate-snapshots")
+__all__ = ["TaskSpec", "TASKS", "register", "get_task", "task_names"]
 
 
 class TaskSpec:
@@ -80,7 +65,6 @@ class TaskSpec:
     name: str = ""
     help: str = ""
     estimator: str = ""  # "module:Class"
-    options: tuple[Option, ...] = ()
     # --max-sentence-length default: longer sentences are refused when read, before any work,
     # with ``length_cost`` (what inference on a long sentence costs) in the message and --help
     max_sentence_length: int = 5000
@@ -118,6 +102,24 @@ class TaskSpec:
 
     def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
         raise NotImplementedError
+
+    # -- predict / evaluate options of the chain taggers ------------------------------------
+    CHAIN_OPTIONS = (("nbest", "--nbest"), ("force", "--force"), ("scores", "--scores"),
+                     ("constraints", "--constraints"))
+    """Options of ``predict`` / ``evaluate`` that only the chain taggers (sequence, chunking,
+    ner) take: (attribute of args, flag)."""
+
+    def check_options(self, est: Any, args: Any) -> None:
+        """Refuse options this task's models do not take, before the data is read (here: the
+        chain taggers' :attr:`CHAIN_OPTIONS`), with one line."""
+        for attr, flag in self.CHAIN_OPTIONS:
+            if getattr(args, attr, None) not in (None, False):
+                raise OptionError(f"{flag} is not available for {self.name} models (only for "
+                                  "sequence, chunking and ner)")
+
+    def predict(self, est: Any, data: Any, args: Any) -> Any:
+        """What ``predict`` writes (:meth:`write`) for ``data``: ``est.predict`` of it."""
+        return est.predict(self.xy(data)[0])
 
     def label_counts(self, data: Any) -> dict[str, int] | None:
         """How many tokens carry each gold label in ``data`` (None: the task has no label set

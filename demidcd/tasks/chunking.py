@@ -6,8 +6,7 @@ the chunk tags); only the metric, the report and the estimator's ``score`` diffe
 
 from __future__ import annotations
 
-from . import Option
-from .chunks import SCHEMES, format_report
+from .chunks import format_report
 from .sequence import SequenceSpec
 
 
@@ -17,20 +16,17 @@ class ChunkingSpec(SequenceSpec):
     name = "chunking"
     help = "chunking (BIO/IOB1/IOB2/BIOES), scored by chunk F1 as conlleval"
     estimator = "demidcd.estimators.sequence:ChunkTagger"
-    options = SequenceSpec.options + (
-        Option(("--label-scheme",),
-               dict(choices=SCHEMES, default=None,
-                    help="chunking / ner: how labels mark chunks (default auto: BIOES when S- "
-                         "tags occur, else conlleval's IOB rules)")),
-    )
 
     def estimator_params(self, args) -> dict:
-        return {"label_scheme": getattr(args, "label_scheme", None) or "auto"}
+        return {"label_scheme": getattr(args, "label_scheme", None) or "auto",
+                "constraints": getattr(args, "constraints", None)}
 
     def configure(self, est, args) -> None:
         super().configure(est, args)
         if getattr(args, "label_scheme", None):
             est.label_scheme = args.label_scheme
+        if getattr(args, "constraints", None) is not None:
+            est.constraints = args.constraints
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)

@@ -85,12 +85,11 @@ import numpy as np
 from ..errors import InputError, OptionError
 from ..io.dependency import (
     DEP_FORMATS,
-    POS_COLUMNS,
     DepCorpus,
     read_dependency,
     write_dependency,
 )
-from . import Option, TaskSpec
+from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .sequence import _merge, _sort_keys
 
@@ -1381,18 +1380,6 @@ class DependencySpec(TaskSpec):
     length_cost = "dependency parsing costs O(n^3): about 5-15 s of CPU for 1,000 words, 8x " \
                   "that for 2,000"
     estimator = "demidcd.estimators.dependency:DependencyParser"
-    options = (
-        Option(("--decoder",),
-               dict(choices=DECODERS, default=None,
-                    help="dependency: eisner (projective trees, the default) or cle "
-                         "(Chu-Liu-Edmonds, any tree), in training and inference; evaluate / "
-                         "predict default to the model's")),
-        Option(("--pos-column",),
-               dict(choices=tuple(POS_COLUMNS), default=None,
-                    help="dependency: the POS column, upos (CoNLL-X CPOSTAG, the default) or "
-                         "xpos (CoNLL-X POSTAG); the other one, when filled, feeds a second set "
-                         "of POS features; evaluate / predict default to the model's")),
-    )
     def make_estimator(self, args: Any, common: dict[str, Any]) -> Any:
         return self.estimator_class()(decoder=getattr(args, "decoder", None),
                                 hashing=getattr(args, "hashing", None), **common)

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
-from demidcd.tasks import Option, TaskSpec
+from demidcd.tasks import TaskSpec
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from demidcd.tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT, REL_OF, exact_solve_into, get_solver
 from demidcd.tasks.sequence import merge_signed_keys
@@ -596,19 +596,6 @@ def structure_to_labels(y: Structure, n: int) -> tuple[list[str], dict[tuple[int
 
 # ----------------------------------------------------------------------------- registry entry
 
-def _ilp_cap(text: str) -> float:
-    """argparse type of --ilp-time-limit: a finite number ≥ 0."""
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (0 <= v < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text!r}")
-    return v
-
-
 class EntityRelationSpec(TaskSpec):
     """CoNLL04 files (Roth & Yih 2004): entity and relation F1."""
 
@@ -618,22 +605,6 @@ class EntityRelationSpec(TaskSpec):
     max_sentence_length = 300  # the ILP grows with the entity pairs (CoNLL04's longest: 169)
     length_cost = "the relation ILP grows with the entity pairs: about 5 s of CPU for 200 " \
                   "entities"
-    options = (
-        Option(("--ilp-solver",),
-               dict(choices=("exact", "cbc", "highs"), default=None,
-                    help="entity-relation inference: exact branch-and-bound (default), CBC "
-                         "(bundled with PuLP), or HiGHS; evaluate, evaluate-snapshots and "
-                         "predict use exact unless given (same optima, milliseconds)")),
-        Option(("--ilp-time-limit",),
-               dict(type=_ilp_cap, default=None, metavar="SECONDS",
-                    help="cbc/highs: cap per ILP solve; at the cap the solver's best feasible "
-                         f"structure is used and counted as unproven (default "
-                         f"{DEFAULT_ILP_TIME_LIMIT} s; 0 = no cap)")),
-        Option(("--relation-loss-weight",),
-               dict(type=float, default=1.0, help="entity-relation: weight of relation errors "
-                                                  "in the loss"),
-               commands=("train",)),
-    )
 
     def read(self, path: str, args, labeled: bool = True):
         from demidcd.io.conll04 import read_conll04

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numba as nb
 import numpy as np
 
-from . import Option, TaskSpec
+from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
 
@@ -657,6 +657,58 @@ def decode_kernel(w, F, K, X, examples):
 
 
 @nb.njit(cache=True, nogil=True)
+def chain_scores_kernel(w, F, K, X, examples):
+    """The scores of every example as the kernels of :mod:`.chain_decoding` take them:
+    (em, ptr, tr, start, end, pos_tr, pos_index) with
+
+        em[(ptr[e] + t)·K + k]   s_t(k) of token t of example e (:func:`_emissions`)
+        tr, start, end           the shared transitions (:func:`_transitions`)
+        pos_tr[m, K²]            M_t of every position t ≥ 1 where B features fire
+                                 (:func:`_b_transitions`), pos_index[ptr[e] + t] = its row, −1
+                                 elsewhere; both empty without B features
+
+    computed by the functions Viterbi uses, so a decoder reading them scores exactly as
+    :func:`_chain_viterbi` does."""
+    n_ex = examples.shape[0]
+    sent_ptr = X.sent_ptr
+    ptr = np.zeros(n_ex + 1, np.int64)
+    for e in range(n_ex):
+        i = examples[e]
+        ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
+    n_tok = ptr[n_ex]
+    tr, _, start, end = _transitions(w, F, K)
+    KK = K * K
+    has_b = X.bfeat_ptr.shape[0] > 0
+    m = 0
+    if has_b:
+        for e in range(n_ex):
+            a = sent_ptr[examples[e]]
+            for t in range(a + 1, a + ptr[e + 1] - ptr[e]):
+                if X.bfeat_ptr[t + 1] > X.bfeat_ptr[t]:
+                    m += 1
+    em = np.empty(n_tok * K, w.dtype)
+    flat = np.empty(m * KK, w.dtype)
+    pos_index = np.full(n_tok if has_b else 0, -1, np.int32)
+    bbase = F * K + (K + 1) * (K + 1)
+    s0 = 0
+    for e in range(n_ex):
+        a = sent_ptr[examples[e]]
+        n = ptr[e + 1] - ptr[e]
+        if n == 0:
+            continue
+        _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n,
+                   em[ptr[e] * K:ptr[e + 1] * K])
+        if has_b:
+            slots = pos_index[ptr[e]:ptr[e + 1]]
+            s = _b_transitions(w, K, bbase, X, a, n, tr, flat[s0 * KK:], slots)
+            for t in range(n):
+                if slots[t] >= 0:
+                    slots[t] += s0
+            s0 += s
+    return em, ptr, tr, start, end, flat.reshape((m, KK)), pos_index
+
+
+@nb.njit(cache=True, nogil=True)
 def phi_kernel(w, F, K, G, X, gold, i, y):
     """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y (w may be empty: margin 0)."""
     one = np.array([i], np.int64)
@@ -681,6 +733,30 @@ def phi_kernel(w, F, K, G, X, gold, i, y):
 # the task
 # ---------------------------------------------------------------------------------------------
 _EMPTY = np.zeros(0, np.float64)
+
+
+class ChainScores(NamedTuple):
+    """The scores of a batch of sentences in the layout of :mod:`.chain_decoding`
+    (:func:`chain_scores_kernel`)."""
+
+    em: np.ndarray  # float64[n_tok·K]
+    sent_ptr: np.ndarray  # int64[n_sent+1], tokens of the batch
+    tr: np.ndarray  # float64[K·K]
+    start: np.ndarray  # float64[K]
+    end: np.ndarray  # float64[K]
+    pos_tr: np.ndarray  # float64[m, K·K], m = 0 without B features
+    pos_index: np.ndarray  # int32[n_tok] (−1: tr), or int32[0] without B features
+
+
+def _constraint_arrays(constraints: tuple | None, K: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(allowed K·K, allowed_start K, allowed_end K) as flat bool arrays; empty for None."""
+    if constraints is None:
+        return np.zeros(0, np.bool_), np.zeros(0, np.bool_), np.zeros(0, np.bool_)
+    allowed, first, last = (np.ascontiguousarray(a, np.bool_).reshape(-1) for a in constraints)
+    if allowed.shape[0] != K * K or first.shape[0] != K or last.shape[0] != K:
+        raise ValueError(f"constraints must be (K*K, K, K) booleans with K = {K}")
+    return allowed, first, last
 
 
 def _or_empty(a: np.ndarray | None, dtype: type) -> np.ndarray:
@@ -943,6 +1019,147 @@ class SequenceTask(Task):
         y = np.ascontiguousarray(y, np.int32).reshape(-1)
         return int(np.array([_hash_tags(y, y.shape[0])], np.uint64).view(np.int64)[0])
 
+    # -- k best, constrained decoding, confidence (the kernels of .chain_decoding) -------------
+    def chain_scores(self, w: np.ndarray, examples: np.ndarray) -> ChainScores:
+        """The emissions, transitions and B-feature matrices of ``examples`` under w
+        (float64), laid out for :mod:`demidcd.tasks.chain_decoding`."""
+        return ChainScores(*chain_scores_kernel(self._w(w), self.F, self.K, self.chain,
+                                                self._examples(examples)))
+
+    def _scored_batches(self, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray | None,
+                        max_tokens: int = 1 << 16):
+        """(first example, ChainScores, fixed tags of its tokens) over consecutive batches of
+        ``examples`` of at most ``max_tokens`` tokens (one longer sentence alone), so that the
+        score tables stay small whatever the input's size. ``fixed`` holds one tag id (−1:
+        free) per token of the examples in order, or is None."""
+        ex = self._examples(examples)
+        lens = self.sent_ptr[ex + 1] - self.sent_ptr[ex]
+        if fixed is not None:
+            fixed = np.ascontiguousarray(fixed, np.int32).reshape(-1)
+            if fixed.shape[0] != int(lens.sum()):
+                raise ValueError(f"fixed must hold one tag per token ({int(lens.sum())}), got "
+                                 f"{fixed.shape[0]}")
+            if fixed.size and (fixed.min() < -1 or fixed.max() >= self.K):
+                raise ValueError(f"fixed tags must be -1 (free) or in [0, {self.K})")
+        ends = np.cumsum(lens)
+        e0, tok0 = 0, 0
+        while e0 < ex.shape[0]:
+            e1 = max(int(np.searchsorted(ends, tok0 + max_tokens, side="right")), e0 + 1)
+            sc = self.chain_scores(w, ex[e0:e1])
+            n = int(sc.sent_ptr[-1])
+            fx = fixed[tok0:tok0 + n] if fixed is not None else np.zeros(0, np.int32)
+            yield e0, sc, fx
+            e0, tok0 = e1, tok0 + n
+
+    def _empty_score(self, w: np.ndarray) -> float:
+        """w·Φ of an empty sentence: the START → END transition."""
+        K = self.K
+        return float(self._w(w)[self.F * K + K * (K + 1) + K])
+
+    def kbest(self, w: np.ndarray, examples: np.ndarray, k: int,
+              fixed: np.ndarray | None = None, constraints: tuple | None = None
+              ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The k best tag sequences y of each example by s(y) = w·Φ(x_i, y)
+        (:func:`~demidcd.tasks.chain_decoding.kbest_batch`): per example (int32 (c, n) tags,
+        float64 (c,) scores), best first, ties in reversed-lexicographic order, c ≤ k (c < k
+        when fewer sequences are admissible). Rank 0 is :meth:`decode`'s tagging with the same
+        score. ``fixed``: one tag id per token of the examples in order, −1 = free (Wapiti's
+        forced labels); ``constraints``: (allowed K·K, allowed_start K, allowed_end K) booleans
+        (:func:`~demidcd.tasks.chain_decoding.scheme_transitions`), or None. Where the fixed tags
+        leave no tagging that obeys the constraints, the fixed tags win: that example's list is
+        taken without the constraints."""
+        from .chain_decoding import kbest_batch
+
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        allowed, first, last = _constraint_arrays(constraints, self.K)
+        free = _constraint_arrays(None, self.K)
+        out = []
+        for _, sc, fx in self._scored_batches(w, examples, fixed):
+            tags, scores, counts = kbest_batch(
+                sc.em, sc.sent_ptr, self.K, sc.tr, sc.start, sc.end, sc.pos_tr, sc.pos_index,
+                fx, allowed, first, last, k)
+            sp = sc.sent_ptr
+            for e in range(sp.shape[0] - 1):
+                n, c = int(sp[e + 1] - sp[e]), int(counts[e])
+                if c == 0 and allowed.size + first.size + last.size:
+                    # the fixed tags break the constraints: they win (a batch of one sentence)
+                    one = np.array([0, n], np.int64)
+                    fe = fx[sp[e]:sp[e + 1]] if fx.size else fx
+                    pi = sc.pos_index[sp[e]:sp[e + 1]] if sc.pos_index.size else sc.pos_index
+                    t1, s1, c1 = kbest_batch(sc.em[sp[e] * self.K:sp[e + 1] * self.K], one,
+                                             self.K, sc.tr, sc.start, sc.end, sc.pos_tr, pi, fe,
+                                             *free, k)
+                    c = int(c1[0])
+                    out.append((t1[:c * n].reshape(c, n), s1[:c].copy()))
+                    continue
+                ys = tags[k * sp[e]:k * sp[e] + c * n].reshape(c, n)
+                sco = scores[e * k:e * k + c].copy()
+                if n == 0:
+                    sco[:] = self._empty_score(w)
+                out.append((ys, sco))
+        return out
+
+    def decode_constrained(self, w: np.ndarray, examples: np.ndarray,
+                           fixed: np.ndarray | None = None, constraints: tuple | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """argmax_y w·Φ(x_i, y) over the taggings that keep the ``fixed`` tags and obey the
+        ``constraints`` (arguments, and the fixed tags winning over the constraints, as
+        :meth:`kbest`): (flat int32 tags, int64 ptr, float64 scores), as :meth:`decode_flat`
+        plus the scores. Without either it equals :meth:`decode_flat` tag for tag."""
+        ex = self._examples(examples)
+        best = self.kbest(w, ex, 1, fixed, constraints)
+        ptr = np.zeros(ex.shape[0] + 1, np.int64)
+        ptr[1:] = np.cumsum(self.sent_ptr[ex + 1] - self.sent_ptr[ex])
+        tags = np.empty(int(ptr[-1]), np.int32)
+        scores = np.empty(ex.shape[0], np.float64)
+        for e, (ys, sco) in enumerate(best):
+            tags[ptr[e]:ptr[e + 1]] = ys[0]
+            scores[e] = sco[0]
+        return tags, ptr, scores
+
+    def confidence(self, w: np.ndarray, examples: np.ndarray, tags: np.ndarray,
+                   fixed: np.ndarray | None = None, constraints: tuple | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Max-marginal margins of the taggings ``tags`` (flat int32, the layout of
+        :meth:`decode_constrained`) under the same ``fixed`` / ``constraints``
+        (:func:`~demidcd.tasks.chain_decoding.confidence_batch`): (per-token margins
+        M_t(y_t) − max_{k≠y_t} M_t(k), per-example minima), float64, with
+        M_t(k) = max {w·Φ(x, y') : y' admissible, y'_t = k}. For the best tagging every margin
+        is ≥ 0 and an example's minimum is its best score minus its second best (+∞ where no
+        other tagging is admissible, e.g. a token whose tag is fixed). A tagging that breaks the
+        constraints (its fixed tags won, see :meth:`kbest`) is measured without them."""
+        from .chain_decoding import confidence_batch
+
+        allowed, first, last = _constraint_arrays(constraints, self.K)
+        free = _constraint_arrays(None, self.K)
+        tags = np.ascontiguousarray(tags, np.int32).reshape(-1)
+        margins, sent = [], []
+        tok0 = 0
+        for _, sc, fx in self._scored_batches(w, examples, fixed):
+            n = int(sc.sent_ptr[-1])
+            y = tags[tok0:tok0 + n]
+            m, s, _ = confidence_batch(sc.em, sc.sent_ptr, self.K, sc.tr, sc.start, sc.end,
+                                       sc.pos_tr, sc.pos_index, fx, allowed, first, last, y,
+                                       False)
+            if allowed.size + first.size + last.size and np.any(s == -np.inf):
+                # taggings that break the constraints (fixed tags won, see kbest): without them
+                m0, s0, _ = confidence_batch(sc.em, sc.sent_ptr, self.K, sc.tr, sc.start,
+                                             sc.end, sc.pos_tr, sc.pos_index, fx, *free, y,
+                                             False)
+                bad = s == -np.inf
+                s[bad] = s0[bad]
+                tok = np.repeat(bad, np.diff(sc.sent_ptr))
+                m[tok] = m0[tok]
+            margins.append(m)
+            sent.append(s)
+            tok0 += n
+        if tok0 != tags.shape[0]:
+            raise ValueError(f"tags must hold one tag per token ({tok0}), got {tags.shape[0]}")
+        cat = np.concatenate
+        return (cat(margins) if margins else np.zeros(0), cat(sent) if sent else np.zeros(0))
+
 
 # ---------------------------------------------------------------------------------------------
 # the registry entry (demidcd.tasks): reading, writing and reporting for the CLI
@@ -996,13 +1213,6 @@ class SequenceSpec(TaskSpec):
     estimator = "demidcd.estimators.sequence:SequenceTagger"
     max_sentence_length = 10_000  # Viterbi is linear in n: a limit only for files without breaks
     length_cost = "Viterbi is linear in n; a file without blank lines reads as one sentence"
-    options = (
-        Option(("--feature-columns",),
-               dict(default=None, metavar="N[,N...]",
-                    help="sequence tasks: other input columns (1-based, e.g. 2 = the POS column "
-                         "of CoNLL-2000) fed into the feature template (a +-2 window, bigrams and "
-                         "trigrams, as CRFsuite's chunking example); default: the model's")),
-    )
 
     def _format(self, path: str, args) -> str:
         """``--format``; auto: by the file name, or for ``-`` (standard input) by content."""
@@ -1011,15 +1221,25 @@ class SequenceSpec(TaskSpec):
         return resolve_format(path, getattr(args, "format", "auto"))
 
     def read(self, path: str, args, labeled: bool = True):
-        from ..io.tagged import read_tagged
+        from ..io.tagged import read_tagged, token_columns
 
         fmt = self._format(path, args)
         column, features = self._columns(fmt, path, args, labeled)
         if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
             column = None  # predict on columns: the labels go into a new last column
-        return read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
+        templated = getattr(args, "template", None) is not None or \
+            bool(getattr(args, "all_columns", False))
+        if templated and features:
+            from ..errors import OptionError
+
+            raise OptionError("--feature-columns is for the built-in features; with --template "
+                              "every column but the label is a token column")
+        data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
                            max_sentence_length=args.max_sentence_length, labeled=labeled,
                            feature_columns=features)
+        if templated:
+            data.columns = token_columns(data, getattr(args, "template_width", None))
+        return data
 
     def _columns(self, fmt: str, path: str, args, labeled: bool
                  ) -> tuple[str | int | None, tuple[str | int, ...]]:
@@ -1068,7 +1288,9 @@ class SequenceSpec(TaskSpec):
 
     def xy(self, data):
         X = data.tokens
-        if data.attributes is not None:
+        if getattr(data, "columns", None) is not None:
+            X = data.columns
+        elif data.attributes is not None:
             X = [[(w, *a) for w, a in zip(ws, at, strict=True)]
                  for ws, at in zip(data.tokens, data.attributes, strict=True)]
         return X, data.tags
@@ -1082,12 +1304,20 @@ class SequenceSpec(TaskSpec):
         return generate_splits(seed=args.seed)
 
     def make_estimator(self, args, common: dict):
+        from ..estimators.sequence import resolve_template
+
         cls = self.estimator_class()
-        return cls(
-            min_count=args.min_count if args.min_count is not None else cls._default_min_count,
-            hashing=args.hashing, **self.estimator_params(args), **common)
+        template = resolve_template(getattr(args, "template", None))  # errors: file:line, now
+        if template is not None:
+            args.template = template
+        min_count = args.min_count if args.min_count is not None else \
+            None if template is not None else cls._default_min_count
+        return cls(min_count=min_count, hashing=args.hashing, template=template,
+                   **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:
+        if getattr(args, "constraints", None) is not None:
+            self.check_options(self.estimator_class()(), args)  # refuses --constraints
         return {}
 
     def data_options(self, args) -> dict:
@@ -1095,10 +1325,12 @@ class SequenceSpec(TaskSpec):
         return {"column": _parse_column(args.column),
                 "feature_columns": list(_parse_feature_columns(
                     getattr(args, "feature_columns", None))),
-                "format": self._format(train, args) if train else None}
+                "format": self._format(train, args) if train else None,
+                "template": getattr(getattr(args, "template", None), "path", None)}
 
     def configure(self, est, args) -> None:
         opts = getattr(est, "data_options_", {}) or {}
+        self._configure_template(est, args)
         args.column_given = args.column is not None
         args.feature_columns_given = getattr(args, "feature_columns", None) is not None
         if args.column is None:
@@ -1106,6 +1338,25 @@ class SequenceSpec(TaskSpec):
         if getattr(args, "feature_columns", None) is None:
             args.feature_columns = opts.get("feature_columns") or None
         args.model_format = opts.get("format") or _named_format(opts)
+
+    @staticmethod
+    def _configure_template(est, args) -> None:
+        """A template model reads every column but the label (``args.template`` its template,
+        ``args.template_width`` its number of columns); a --template given must be the
+        model's."""
+        from ..errors import OptionError
+        from ..estimators.sequence import resolve_template
+        from .template import TemplateFeaturizer
+
+        f = getattr(est, "featurizer_", None)
+        model = f.template if isinstance(f, TemplateFeaturizer) else None
+        given = resolve_template(getattr(args, "template", None))
+        if given is not None and (model is None or given.text != model.text):
+            had = f"the template {model.path}" if model is not None else "the built-in features"
+            raise OptionError(f"--template {given.path}: the model was trained with {had}; "
+                              "drop --template (the model's is used)")
+        args.template = model
+        args.template_width = f.n_columns if model is not None else None
 
     def label_counts(self, data) -> dict[str, int] | None:
         from collections import Counter
@@ -1142,6 +1393,61 @@ class SequenceSpec(TaskSpec):
         if data.fmt == "columns" and not getattr(args, "column_given", False):
             column = None
         write_tagged(path, data, predicted, column=column, encoding=args.encoding)
+
+    # -- predict: n best, forced labels, confidences ----------------------------------------
+    def check_options(self, est, args) -> None:
+        """``--nbest K`` (K >= 1, not with ``--scores``), ``--force``, ``--scores``; and
+        ``--constraints`` only for models that have a label scheme (chunking, ner)."""
+        from ..errors import OptionError
+
+        nbest = getattr(args, "nbest", None)
+        if nbest is not None and nbest < 1:
+            raise OptionError(f"--nbest must be >= 1, got {nbest}")
+        if nbest is not None and getattr(args, "scores", False):
+            raise OptionError("--nbest and --scores cannot be combined (the margins are those "
+                              "of the best tagging)")
+        if getattr(args, "constraints", None) is not None and \
+                "constraints" not in est.get_params(deep=False):
+            raise OptionError(f"--constraints is not available for {self.name} models (they "
+                              "have no label scheme; chunking and ner models do)")
+
+    def _given_column(self, data, args) -> str | int | None:
+        """The column ``--force`` reads the given labels from: the model's (or --column's)
+        label column; for a columns file without one, the last column."""
+        column = _parse_column(args.column)
+        if data.fmt == "columns":
+            return column if isinstance(column, int) else None
+        return column
+
+    def predict(self, est, data, args):
+        """Tags per sentence, or :class:`~demidcd.io.tagged.Blocks` for ``--nbest`` (a
+        ``# RANK SCORE`` line before each of the K best taggings, as CRF++'s ``crf_test -n``)
+        and ``--scores`` (a ``# SCORE MARGIN`` line before each sentence, a margin field after
+        each label); ``--force`` keeps the given labels the model knows (Wapiti)."""
+        from ..io.tagged import Blocks, column_values
+
+        X = self.xy(data)[0]
+        fixed = None
+        if getattr(args, "force", False):
+            known = set(est.classes_)
+            feats = _parse_feature_columns(getattr(args, "feature_columns", None))
+            given = column_values(data, self._given_column(data, args), exclude=feats)
+            fixed = [[t if t in known else None for t in s] for s in given]
+        nbest = getattr(args, "nbest", None)
+        if nbest is not None:
+            order, tags, heads = [], [], []
+            for s, best in enumerate(est.predict_nbest(X, nbest, fixed)):
+                for j, (y, score) in enumerate(best):
+                    order.append(s)
+                    tags.append(y)
+                    heads.append(f"# {j} {score:.6f}")
+            return Blocks(tags, order, heads)
+        if getattr(args, "scores", False):
+            rows = est.predict_scores(X, fixed)
+            return Blocks([r[0] for r in rows], list(range(len(rows))),
+                          [f"# {r[1]:.6f} {r[2]:.6f}" for r in rows],
+                          [[f"{m:.6f}" for m in r[3]] for r in rows])
+        return est.predict(X, fixed=fixed)
 
 
 SPEC = SequenceSpec()

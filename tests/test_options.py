@@ -1,0 +1,113 @@
+"""Every default exists once, in the option table (demidcd/options.py): the CLI's help, the
+estimators' parameters, SolverConfig and the learners' own keyword defaults agree with it."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import fields
+
+import pytest
+from cli_run import run
+
+from demidcd import options as T
+from demidcd.api import (
+    ChunkTagger,
+    DependencyParser,
+    EntityRelationExtractor,
+    NamedEntityTagger,
+    SequenceTagger,
+)
+from demidcd.cli import build_parser
+from demidcd.solvers import LEARNERS
+from demidcd.solvers.common import SolverConfig
+
+ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, DependencyParser,
+              EntityRelationExtractor)
+
+
+def _help(*args: str) -> str:
+    p = run("train", *args)
+    assert p.returncode == 0, p.stderr
+    return " ".join(p.stdout.split())
+
+
+def test_help_shows_the_basic_tier_and_help_all_every_option():
+    short, full = _help("--help"), _help("--help-all")
+    basic = {o.flag for o in T.options_for(None, "train", T.BASIC)}
+    every = {o.flag for o in T.options_for(None, "train")}
+    shown = set(re.findall(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*)", short))
+    assert basic <= shown and not (every - basic) & shown
+    assert every <= set(re.findall(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*)", full))
+    assert len(basic) <= 30
+
+
+def test_help_shows_each_default_from_the_table():
+    full = _help("--help-all")
+    for o in T.options_for(None, "train"):
+        if o.type is bool and o.default is False:
+            continue  # a switch
+        if o.name == "max_sentence_length":  # each task's own default, from the task registry
+            from demidcd.tasks import get_task, task_names
+
+            assert all(f"{get_task(n).max_sentence_length:,}" in full for n in task_names())
+            continue
+        shown = o.default_text().replace("%", "%")
+        assert f"(default: {' '.join(shown.split())})" in full, o.flag
+
+
+def test_estimator_parameters_default_to_the_table():
+    for est in ESTIMATORS:
+        params = est().get_params()
+        for name, value in params.items():
+            if name in T.BY_NAME:
+                assert value == T.default(name), (est.__name__, name)
+    # every learner option of the table is an estimator parameter
+    names = set(SequenceTagger().get_params())
+    assert {o.name for o in T.learner_params()} <= names
+
+
+def test_solver_config_defaults_are_the_table():
+    cfg = SolverConfig()
+    for f in fields(SolverConfig):
+        if f.name != "loss":  # loss: the table's rule (l1 for chunking and ner, l2 otherwise)
+            assert getattr(cfg, f.name) == T.default(f.name), f.name
+    assert T.option("loss").rule
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learners_own_defaults_are_the_table(name):
+    learner = LEARNERS[name]
+    sig = inspect.signature(learner.load())
+    for opt in learner.options:
+        if opt in T.BY_NAME and opt in sig.parameters:
+            d = sig.parameters[opt].default
+            table = T.default(opt)
+            if table is not None and d is not inspect.Parameter.empty and opt != "averaged":
+                assert d == table, (name, opt)
+        assert opt in T.BY_NAME or opt in ("debug",), f"{name}: {opt} is not in the table"
+
+
+def test_cli_parses_to_none_unless_given():
+    """Only what is given reaches the estimators (whose defaults are the table's)."""
+    args = build_parser().parse_args(["train"])
+    for o in T.learner_params():
+        assert getattr(args, o.name) in (None, False), o.name
+    assert build_parser().parse_args(["train", "--skip", "0.5"]).skip == 0.5
+
+
+def test_learners_command_lists_them_and_their_own_options():
+    p = run("learners")
+    assert p.returncode == 0 and all(n in p.stdout for n in LEARNERS)
+    p = run("learners", "demi-dcd")
+    assert p.returncode == 0 and "--learners" in p.stdout and "--mixing" not in p.stdout
+    p = run("learners", "sp-ipm")
+    assert "--mixing" in p.stdout and "(default: uniform)" in p.stdout
+    p = run("learners", "nope")
+    assert p.returncode == 2 and "unknown --algorithm" in p.stderr
+
+
+def test_removed_options_are_refused():
+    for flag in ("--update-mode", "--rho", "--rho-worker", "--publish-interval"):
+        p = run("train", flag, "1")
+        assert p.returncode == 2 and flag in p.stderr
