@@ -39,9 +39,13 @@ from ..solvers.common import SolverConfig, TrainResult, objective
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
+START_OPTIONS = ("resume", "init", "save_state")
+"""Constructor arguments of where a DCD learner starts and what it keeps
+(:meth:`StructuredEstimator._start_point`): not engine options, nor hyper-parameters."""
 ENGINE_OPTIONS = tuple(o.name for o in learner_params()
                        if o.group == LEARNER and o.name not in SOLVER_OPTIONS
-                       and o.name not in ("algorithm", "threads", "backend", "ray_address"))
+                       and o.name not in ("algorithm", "threads", "backend", "ray_address",
+                                          *START_OPTIONS))
 """Constructor arguments passed to the learners that read them when set (the learners own
 them in the option table, :mod:`demidcd.options`)."""
 
@@ -145,7 +149,7 @@ def param(name: str, annotation: Any, default: Any = _FROM_TABLE) -> inspect.Par
 
 
 def _annotation(o: Option) -> Any:
-    kind = int | str if o.name == "learners" else o.type
+    kind = int | str if o.name == "learners" else Any if o.name == "init" else o.type
     return kind if o.default is not None and o.type is bool else kind | None
 
 
@@ -494,7 +498,7 @@ class StructuredEstimator:
         algorithm = self._algorithm()
         check_loss(get_learner(algorithm), self.loss)
         check_resumable(get_learner(algorithm), *(
-            f"--{k.replace('_', '-')}" for k in ("save_state", "resume", "init")
+            f"--{k.replace('_', '-')}" for k in START_OPTIONS
             if getattr(self, k, None) not in (None, False)))
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
                   if getattr(self, k, None) is not None}
