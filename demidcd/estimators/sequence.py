@@ -15,7 +15,7 @@ from ..io.model import load_model, save_model
 from ..primitives.monitor import timed_step
 from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.sequence import SequenceTask
-from ..tasks.template import DictFeaturizer, Template, TemplateFeaturizer
+from ..tasks.template import DictFeaturizer, Template, TemplateFeaturizer, resolve_template
 from .base import (
     StructuredEstimator,
     check_sentences,
@@ -49,17 +49,6 @@ and Wapiti keep them all."""
 
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
 
-
-def resolve_template(template: Any) -> Template | None:
-    """The ``template`` parameter as a :class:`~demidcd.tasks.template.Template` (None: the
-    built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``) or a file
-    path; a template that does not parse raises InputError naming its file and line."""
-    if template is None or isinstance(template, Template):
-        return template
-    if isinstance(template, str | os.PathLike):
-        return Template.load(os.fspath(template))
-    raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
-                      f"got {type(template).__name__}")
 
 CONSTRAINTS_DEFAULT = False
 """Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
@@ -408,6 +397,8 @@ class SequenceTagger(StructuredEstimator):
         try:
             hp = meta.get("hyper_parameters", {})
             fmeta = meta["featurizer"]
+            if not isinstance(fmeta, dict):
+                raise TypeError(f"featurizer is {type(fmeta).__name__}, not an object")
             kind = fmeta.get("kind", "SequenceFeaturizer")
             if kind not in FEATURIZERS:
                 raise ValueError(f"unknown featurizer kind {kind!r}")

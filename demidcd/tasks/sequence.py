@@ -1304,7 +1304,7 @@ class SequenceSpec(TaskSpec):
         return generate_splits(seed=args.seed)
 
     def make_estimator(self, args, common: dict):
-        from ..estimators.sequence import resolve_template
+        from .template import resolve_template
 
         cls = self.estimator_class()
         template = resolve_template(getattr(args, "template", None))  # errors: file:line, now
@@ -1345,8 +1345,7 @@ class SequenceSpec(TaskSpec):
         ``args.template_width`` its number of columns); a --template given must be the
         model's."""
         from ..errors import OptionError
-        from ..estimators.sequence import resolve_template
-        from .template import TemplateFeaturizer
+        from .template import TemplateFeaturizer, resolve_template
 
         f = getattr(est, "featurizer_", None)
         model = f.template if isinstance(f, TemplateFeaturizer) else None

@@ -63,12 +63,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Self
+from typing import Any, Self
 
 import numba as nb
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, OptionError
 from .features import DEFAULT_MIN_COUNT
 
 TEMPLATE_STATE_VERSION = 1
@@ -1068,3 +1068,15 @@ class DictFeaturizer(_SpacesFeaturizer):
 
 __all__ = ["DictFeaturizer", "Macro", "MacroFn", "Template", "TemplateEncoding",
            "TemplateFeaturizer", "TemplateLine", "boundary", "compile_regex", "dict_features"]
+
+
+def resolve_template(template: Any) -> Template | None:
+    """The ``template`` parameter as a :class:`~demidcd.tasks.template.Template` (None: the
+    built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``) or a file
+    path; a template that does not parse raises InputError naming its file and line."""
+    if template is None or isinstance(template, Template):
+        return template
+    if isinstance(template, str | os.PathLike):
+        return Template.load(os.fspath(template))
+    raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
+                      f"got {type(template).__name__}")
