@@ -272,19 +272,25 @@ def demidcd_cmd() -> list[str]:
     return [sys.executable, "-m", "demidcd"]
 
 
+def execute_cli(args: list[str], log_path: str | os.PathLike[str], timeout: float) -> int:
+    """``demidcd ARGS`` in a new interpreter, stdout and stderr to ``log_path``; its exit
+    status. The tests replace it with a faster launcher of the same command."""
+    with open(log_path, "w") as f:
+        return subprocess.run([*demidcd_cmd(), *args], stdout=f, stderr=subprocess.STDOUT,
+                              timeout=timeout, cwd=str(ROOT)).returncode
+
+
 def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: float = 3600
             ) -> tuple[str, float]:
     """Run ``demidcd ARGS`` to completion, stdout+stderr to ``log_path``; return (log text,
     wall seconds). Raises RuntimeError with the last log line on a non-zero exit."""
     t0 = time.perf_counter()
-    with open(log_path, "w") as f:
-        r = subprocess.run([*demidcd_cmd(), *map(str, args)], stdout=f, stderr=subprocess.STDOUT,
-                           timeout=timeout, cwd=str(ROOT))
+    returncode = execute_cli([str(a) for a in args], log_path, timeout)
     wall = time.perf_counter() - t0
     text = Path(log_path).read_text()
-    if r.returncode != 0:
+    if returncode != 0:
         last = text.strip().splitlines()[-1] if text.strip() else "(no output)"
-        raise RuntimeError(f"demidcd {' '.join(map(str, args[:3]))} ... exited {r.returncode}: "
+        raise RuntimeError(f"demidcd {' '.join(map(str, args[:3]))} ... exited {returncode}: "
                            f"{last} (log: {log_path})")
     return text, wall
 

@@ -49,8 +49,9 @@ for line in requests:
             os.setpgrp()
             if q["cwd"]:
                 os.chdir(q["cwd"])
-            for fd, path, flags in ((0, q["stdin"], os.O_RDONLY), (1, q["stdout"], os.O_WRONLY),
-                                    (2, q["stderr"], os.O_WRONLY)):
+            w = os.O_WRONLY | os.O_APPEND
+            for fd, path, flags in ((0, q["stdin"], os.O_RDONLY), (1, q["stdout"], w),
+                                    (2, q["stderr"] or q["stdout"], w)):
                 f = os.open(path, flags)
                 os.dup2(f, fd)
                 os.close(f)
@@ -94,7 +95,7 @@ class _Server:
         os.close(w)
         self.replies = os.fdopen(r, "r")
 
-    def run(self, args: list[str], timeout: float, cwd: Any, input: Any
+    def run(self, args: list[str], timeout: float, cwd: Any, input: Any, merge: bool
             ) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory(prefix="cli_run") as d:
             paths = {k: os.path.join(d, k) for k in ("stdin", "stdout", "stderr")}
@@ -104,6 +105,8 @@ class _Server:
                 Path(paths[k]).touch()
             req = {"argv": [str(a) for a in args], "timeout": timeout,
                    "cwd": str(cwd) if cwd else None, **paths}
+            if merge:
+                req["stderr"] = None
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
             line = self.replies.readline()
@@ -111,7 +114,7 @@ class _Server:
                 raise RuntimeError("the CLI fork server died")
             status = json.loads(line)["status"]
             out = Path(paths["stdout"]).read_text(errors="replace")
-            err = Path(paths["stderr"]).read_text(errors="replace")
+            err = None if merge else Path(paths["stderr"]).read_text(errors="replace")
         if status == "timeout":
             raise subprocess.TimeoutExpired([*CLI, *args], timeout, out, err)
         return subprocess.CompletedProcess([*CLI, *args], status, out, err)
@@ -135,8 +138,9 @@ def _close_servers() -> None:
 
 
 def run(*args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess:
-    """``demidcd *args``, its output captured as text (``cwd=``, ``input=`` and ``env=`` as
-    for :func:`subprocess.run`)."""
+    """``demidcd *args``, its output captured as text (``cwd=``, ``input=``, ``env=`` and
+    ``stderr=subprocess.STDOUT`` as for :func:`subprocess.run`)."""
+    merge = kw.pop("stderr", None) == subprocess.STDOUT
     if set(kw) - {"cwd", "input"}:
         return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
                               **kw)
@@ -144,7 +148,7 @@ def run(*args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProc
     if server is None or server.proc.poll() is not None:
         server = _local.server = _Server()
         _servers.append(server)
-    return server.run(list(args), timeout, kw.get("cwd"), kw.get("input"))
+    return server.run(list(args), timeout, kw.get("cwd"), kw.get("input"), merge)
 
 
 def train_model(corpus: Path, max_epochs: int) -> Path:
