@@ -36,15 +36,15 @@ def test_slow_inference_progress_and_time_limit(algorithm, shm_guard):
         SlowToyTask(SLOW, n=30, seed=1)
     threads = 1 if algorithm == "dcd" else 2
     extra = {"perceptron_epochs_per_round": 1} if algorithm == "sp-ipm" else {}
-    res, recs, ticks, wall = _run(task, algorithm, threads, 4.0, **extra)
+    res, recs, ticks, wall = _run(task, algorithm, threads, 3.0, **extra)
     assert res.stop_reason == "time-limit"
-    assert res.seconds <= 4.0 + 1.0 + SLOW, res.seconds
-    assert wall <= 4.0 + 5.0, wall  # start-up (fork, warm-up) and shut-down included
+    assert res.seconds <= 3.0 + 1.0 + SLOW, res.seconds
+    assert wall <= 3.0 + 5.0, wall  # start-up (fork, warm-up) and shut-down included
     # progress every second: the model the learner holds changes within each second
-    for a in (1.0, 2.0, 3.0):
+    for a in (1.0, 2.0):
         seen = {round(v, 12) for s, v in ticks if a - 1.0 <= s < a + 1.0}
         assert len(seen) >= 2, (algorithm, a, sorted(seen)[:3])
-    assert ticks and max(s for s, _ in ticks) >= 3.5  # ticked until the end, not per epoch
+    assert ticks and max(s for s, _ in ticks) >= 2.5  # ticked until the end, not per epoch
     assert res.extra.get("updates", recs[-1]["updates"] if recs else 0) > 0
     if algorithm == "demi-dcd":  # the learner infers beside its worker once it is idle
         assert res.extra["learner_inferences"] > 0

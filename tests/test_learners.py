@@ -91,7 +91,7 @@ def test_loss_scaled_equals_brute_force() -> None:
     rng = np.random.default_rng(3)
     task, _ = _seq_task(40)
     short = [i for i in range(task.n_examples)
-             if 1 <= task.sent_ptr[i + 1] - task.sent_ptr[i] <= 4][:6]
+             if 1 <= task.sent_ptr[i + 1] - task.sent_ptr[i] <= 3][:6]
     assert short
     K = task.K
     for _ in range(3):

@@ -306,7 +306,7 @@ def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
     model = tmp_path / "m.npz"
     p = _run([*BASE, "--model", str(model)])
     kids = _wait_for_worker(p)
-    time.sleep(2)
+    time.sleep(0.7)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 130, err
@@ -322,11 +322,11 @@ def test_killed_worker_is_restarted(tmp_path, shm_guard):
     with open(logf, "w") as f:
         p = subprocess.Popen([*CLI, "train", "--threads", "2",
                               "--algorithm", "demi-dcd", "--learners", "1",
-                              "--time-limit", "8", "--tol", "1e-9",
+                              "--time-limit", "4", "--tol", "1e-9",
                               "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
         pid = int(_wait_for(logf, p, r"worker \d+ pid (\d+)").group(1))
         kids = _children(p.pid)
-        time.sleep(1.5)
+        time.sleep(0.7)
         os.kill(pid, signal.SIGKILL)
         p.wait(timeout=60)
     out = logf.read_text()
@@ -363,7 +363,7 @@ def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
     p = _run(["--threads", "2", "--algorithm", alg, "--time-limit", "30", "--tol", "1e-9",
               "--max-epochs", "100000", "--model", str(model)])
     kids = _wait_for_worker(p)
-    time.sleep(2)
+    time.sleep(0.7)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 130, err
@@ -383,7 +383,7 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
             time.sleep(0.1)
         kids = _children(p.pid)
         assert len(kids) >= 2, logf.read_text()[-2000:]
-        time.sleep(2)
+        time.sleep(0.7)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=30)
     out = logf.read_text()
