@@ -490,23 +490,23 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
                 "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
 
-    def tail(final: bool = False) -> None:
+    def tail(why: str = "") -> None:
         """Plain stores: switch every learner to atomic adds once each one's last pass since
         its (re)start, or the certification pass, found violators in at most
         :data:`TAIL_SHARE` of its part (-1 until it has counted). Lost
         updates then stop; near the optimum they otherwise leave violations above ``tol``
-        after every rebuild (CoNLL04, exact solver: no certified stop in 150 s). ``final``:
-        the time limit is near (:data:`FINAL_TAIL`)."""
+        after every rebuild (CoNLL04, exact solver: no certified stop in 150 s). ``why``:
+        switch now, for this reason (the time limit is near, :data:`FINAL_TAIL`; every
+        learner's last pass was clean)."""
         if mode == "atomic" or \
                 state["tail"] is not None or group.missing():
             return
         s = group.stats
-        if final or all(0 <= s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j])
-                        for j in range(k)):
+        if why or all(0 <= s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j])
+                      for j in range(k)):
             group.command(TAIL)
             state["tail"] = clock.elapsed()
-            why = "the time limit is near" if final else \
-                f"violators {int(s[:, M.VIOLATORS].sum())}"
+            why = why or f"violators {int(s[:, M.VIOLATORS].sum())}"
             log(f"multi-learner: the tail at {state['tail']:.1f} s ({why}): atomic adds from "
                 "now on")
 
@@ -573,7 +573,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             if all(c == e and e > ce for c, e, ce in zip(cand, ep, cert_epochs, strict=True)):
                 figs = rebuild()
                 last_rebuild = clock.elapsed()
-                tail()  # every learner's last pass was clean: the tail, at the latest
+                tail("every learner's last pass was clean")  # the tail, at the latest
                 ok, pg, viol = certify()
                 record(figs, max_pg=pg, violators=viol)
                 if ok:
@@ -587,7 +587,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                   and clock.elapsed() >= final_tail):
                 record(rebuild())
                 last_rebuild = clock.elapsed()
-                tail(final=True)
+                tail("the time limit is near")
                 resume()
             elif clock.elapsed() - last_rebuild >= interval:
                 record(rebuild())
