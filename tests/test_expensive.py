@@ -44,7 +44,7 @@ def test_slow_inference_progress_and_time_limit(algorithm, shm_guard):
     for a in (1.0, 2.0):
         seen = {round(v, 12) for s, v in ticks if a - 1.0 <= s < a + 1.0}
         assert len(seen) >= 2, (algorithm, a, sorted(seen)[:3])
-    assert ticks and max(s for s, _ in ticks) >= 2.5  # ticked until the end, not per epoch
+    assert ticks and max(s for s, _ in ticks) >= 2.0  # ticked until the last second
     assert res.extra.get("updates", recs[-1]["updates"] if recs else 0) > 0
     if algorithm == "demi-dcd":  # the learner infers beside its worker once it is idle
         assert res.extra["learner_inferences"] > 0
