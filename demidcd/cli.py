@@ -56,18 +56,20 @@ def _help(o: Any, command: str) -> str:
     return f"{text} (default: {shown})".replace("%", "%%")
 
 
-def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool) -> None:
+def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
+                       helps: bool = True) -> None:
     """The options of ``command`` from the option table, in its groups; the advanced tier is
     listed by ``--help-all`` only (always accepted). Every option defaults to None (or the
     table's value for the CLI-only data options), so that only the options given reach the
-    estimators, whose defaults are the table's too."""
+    estimators, whose defaults are the table's too. ``helps`` False: no help texts (they
+    import every task's module; only --help shows them)."""
     from . import options as T
 
     groups = {g: p.add_argument_group(g) for g in (T.DATA, T.LEARNER, T.OUTPUT)}
     for o in T.options_for(None, command):
         kw: dict[str, Any] = {"dest": o.name,
-                              "help": _help(o, command) if show_all or o.tier == T.BASIC
-                              else argparse.SUPPRESS}
+                              "help": (_help(o, command) if helps else None)
+                              if show_all or o.tier == T.BASIC else argparse.SUPPRESS}
         if o.type is bool:
             kw["action"] = argparse.BooleanOptionalAction if o.default is None \
                 else "store_true"
@@ -118,8 +120,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
-    """The parser; ``show_all``: list the advanced options too (``train --help-all``)."""
+def build_parser(show_all: bool = False, helps: bool = True) -> argparse.ArgumentParser:
+    """The parser; ``show_all``: list the advanced options too (``train --help-all``);
+    ``helps`` False: without the table options' help texts (when no help is asked for:
+    building them imports every task's module)."""
     parser = _Parser(
         prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).",
         formatter_class=_HelpFormatter)
@@ -135,7 +139,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
                        epilog=None if show_all else "demidcd train --help-all: every option; "
                        "demidcd learners NAME: a learner's own options")
     t.add_argument("--help-all", action="help", help="show every option and exit")
-    _add_table_options(t, "train", show_all)
+    _add_table_options(t, "train", show_all, helps)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
@@ -143,7 +147,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
         q.add_argument("--data", required=True, metavar="FILE",
                        help="input data (- : standard input; --format auto then tells CoNLL-U "
                             "from columns by the content)")
-        _add_table_options(q, name, True)
+        _add_table_options(q, name, True, helps)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE",
                            help="output file (the input's format and encoding; - or "
@@ -156,7 +160,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
     e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
     e.add_argument("--out", required=True, metavar="CSV", help="CSV file to write")
-    _add_table_options(e, "evaluate-snapshots", True)
+    _add_table_options(e, "evaluate-snapshots", True, helps)
 
     d = sub.add_parser("dump", help="print a model's features and weights, largest |weight| "
                                     "first (as crf_learn's text model, wapiti dump)")
@@ -782,7 +786,8 @@ def _main(argv: list[str], debug: bool) -> int:
         signal.signal(signal.SIGINT, _early_exit)
         signal.signal(signal.SIGTERM, _early_exit)
     try:
-        args = build_parser(show_all="--help-all" in argv).parse_args(argv)
+        helps = any(a in ("-h", "--help", "--help-all") for a in argv)
+        args = build_parser(show_all="--help-all" in argv, helps=helps).parse_args(argv)
         debug = getattr(args, "debug", False)
         from .primitives.shm import sweep_stale
 
