@@ -283,10 +283,16 @@ def _spec(args):
 def _read(spec, path: str, args, labeled: bool = True):
     """``spec.read``; a sentence longer than --max-sentence-length is refused saying what
     inference on it would cost (the task's ``length_cost``)."""
+    return _length_checked(spec, spec.read, path, args, labeled)
+
+
+def _length_checked(spec, fn, *a: Any) -> Any:
+    """``fn(*a)``, a :class:`SentenceTooLong` it raises completed with what inference on a
+    long sentence costs (the task's ``length_cost``)."""
     from .errors import SentenceTooLong
 
     try:
-        return spec.read(path, args, labeled)
+        return fn(*a)
     except SentenceTooLong as e:
         if e.why:
             raise
@@ -636,13 +642,46 @@ def cmd_predict(args) -> int:
 
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
-    data = _read(spec, args.data, args, labeled=False)
-    predicted = _interruptible(spec.predict, est, data, args)
-    spec.write(args.out, data, predicted, args)
+    if hasattr(spec, "predict_stream"):
+        _numba_without_blas()
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {args.threads}")
+    if hasattr(spec, "predict_stream"):  # read, tag and write block by block
+        if args.threads is None:
+            args.threads = os.cpu_count() or 1
+        n = _length_checked(spec, spec.predict_stream, est, args, _interruptible)
+    else:
+        data = _read(spec, args.data, args, labeled=False)
+        predicted = _interruptible(spec.predict, est, data, args)
+        spec.write(args.out, data, predicted, args)
+        n = len(data)
     if not args.quiet:
-        print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
+        print(f"wrote {shown_name(args.out)} ({n:,} sentences)",
               file=_status_stream(args.out), flush=True)
     return 0
+
+
+def _numba_without_blas() -> None:
+    """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
+    numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
+    which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
+    2-3 s ``predict`` of EWT test x10. Only for this process, which compiles no training
+    kernel; SciPy stays importable afterwards."""
+    if "numba.np.arraymath" in sys.modules:
+        return  # already set up
+    missing = object()
+    saved = sys.modules.get("scipy.linalg", missing)
+    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # import -> ImportError
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    finally:
+        if saved is missing:
+            del sys.modules["scipy.linalg"]
+        else:
+            sys.modules["scipy.linalg"] = saved
 
 
 def cmd_evaluate_snapshots(args) -> int:

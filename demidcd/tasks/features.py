@@ -540,7 +540,10 @@ class SequenceFeaturizer:
 
     def type_tables(self, n_attr: int):
         """The :class:`~demidcd.tasks.type_tables.TypeTables` of the fitted dictionary for
-        tokens with ``n_attr`` attribute columns (built on first use, kept across calls)."""
+        tokens with ``n_attr`` attribute columns (built on first use, kept across calls);
+        None when the features are hashed or of the ``ner`` template (no tables for them)."""
+        if self.hashing or self.template != "base" or self._index is None:
+            return None
         from .type_tables import TypeTables
 
         t = self.__dict__.get("_type_tables")
@@ -553,17 +556,13 @@ class SequenceFeaturizer:
         """:meth:`_encode` with the dictionary, from tables kept per word type (the same
         ids: :mod:`~demidcd.tasks.type_tables`)."""
         tables = self.type_tables(n_attr)
-        sent_ptr = _sent_ptr(tokens)
         flat = list(itertools.chain.from_iterable(tokens))
-        tables.begin(len(flat))
-        tok_type = tables.type_ids_of(flat)
-        attr = None
+        values = None
         if n_attr:
             rows = list(itertools.chain.from_iterable(attrs))
-            attr = np.empty((len(rows), n_attr), np.int64)
-            for j in range(n_attr):
-                attr[:, j] = tables.value_ids(j, [a[j] for a in rows])
-        feat_ptr, feat_idx = tables.assemble(sent_ptr, tok_type, attr)
+            values = [[a[j] for a in rows] for j in range(n_attr)]
+        sent_ptr = _sent_ptr(tokens)
+        feat_ptr, feat_idx = tables.encode(sent_ptr, flat, values=values)
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
 
     # -- public ------------------------------------------------------------------------------
@@ -673,7 +672,7 @@ class SequenceFeaturizer:
         if len(feats) != n:
             raise ValueError(f"expected {n} feature strings, found {len(feats)}")
         obj.features = feats
-        obj._index = {f: j for j, f in enumerate(feats)}
+        obj._index = dict(zip(feats, range(n), strict=True))
         if len(obj._index) != n:
             raise ValueError("duplicate feature strings")
         return obj

@@ -29,6 +29,7 @@ up to :data:`MAX_TYPES` types, past which they start afresh (constant memory ove
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numba as nb
 import numpy as np
@@ -234,40 +235,49 @@ class TypeTables:
         self.bos = np.array([get(f"w{o:+d}={_BOS}", -1) for o in _OFFSETS], np.int32)
         self.eos = np.array([get(f"w{o:+d}={_EOS}", -1) for o in _OFFSETS], np.int32)
         self._build_ngrams()
+        self.lock = threading.Lock()
         self.reset()
 
     def _build_ngrams(self) -> None:
         """The n-gram table and the word / attribute-value ids its keys use."""
-        words: dict[str, int] = {}
-        values: dict[tuple[int, str], int] = {}
+        index = self.index
         kind: list[int] = []
-        ka: list[int] = []
-        kb: list[int] = []
-        kc: list[int] = []
+        xs: list[str] = []  # the pieces of each key, as strings (numbered below)
+        ys: list[str] = []
         ids: list[int] = []
-        n_attr = self.n_attr
-        for f, fid in self.index.items():
-            head = f[:4]
-            if head in ("b-1=", "b+1="):
-                k = 0 if head == "b-1=" else 1
-                for x, y in _splits(f[4:], 2):
+        for k, head in enumerate(("b-1=", "b+1=")):
+            feats = [f for f in index if f.startswith(head)]
+            for f in feats:
+                c = f[4:]
+                x, _, y = c.partition("|")
+                if "|" in y:  # a word with "|": every split
+                    for x, y in _splits(c, 2):  # noqa: PLW2901
+                        kind.append(k)
+                        xs.append(x)
+                        ys.append(y)
+                        ids.append(index[f])
+                else:
                     kind.append(k)
-                    ka.append(words.setdefault(x, len(words)))
-                    kb.append(words.setdefault(y, len(words)))
-                    kc.append(0)
-                    ids.append(fid)
-            elif n_attr and f[:1] == "a" and "|" in f:
+                    xs.append(x)
+                    ys.append(y)
+                    ids.append(index[f])
+        words = {w: i for i, w in enumerate(dict.fromkeys(itertools.chain(xs, ys)))}
+        ka = list(map(words.__getitem__, xs))
+        kb = list(map(words.__getitem__, ys))
+        kc = [0] * len(ka)
+        values: dict[tuple[int, str], int] = {}
+        if self.n_attr:
+            for f in (f for f in index if f[:1] == "a" and "|" in f):
                 k, j, n = _attr_kind(f)
-                if k < 0 or j >= n_attr:
+                if k < 0 or j >= self.n_attr:
                     continue
-                rest = f[f.index("]=") + 2:]
-                for parts in _splits(rest, n):
+                for parts in _splits(f[f.index("]=") + 2:], n):
                     c = [values.setdefault((j, p), len(values)) for p in parts]
                     kind.append(k)
                     ka.append(c[0])
                     kb.append(c[1])
                     kc.append(c[2] if n == 3 else 0)
-                    ids.append(fid)
+                    ids.append(index[f])
         self.bigram_words = words
         self.ngram_values = values
         arr = [np.array(x, np.int64) for x in (kind, ka, kb, kc)]
@@ -361,16 +371,27 @@ class TypeTables:
                                        count=missing.shape[0])
         return ids
 
-    def assemble(self, sent_ptr: np.ndarray, tok_type: np.ndarray,
-                 attr: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(feat_ptr, feat_idx) of the tokens of types ``tok_type`` (attribute value ids
-        ``attr[t, j]``)."""
-        if attr is None:
-            attr = np.zeros((tok_type.shape[0], 0), np.int64)
-        return assemble_kernel(sent_ptr, tok_type, self.type_ptr.view, self.type_ids.view,
-                               self.ctx.view, self.bos, self.eos, self.lw.view, self.bos_lw,
-                               self.eos_lw, attr, self.uni.view, self.cid.view, self.pad,
-                               self.keys, self.vals, self.bits)
+    def encode(self, sent_ptr: np.ndarray, words: list[str], local: np.ndarray | None = None,
+               values: list[list[str]] | None = None,
+               vlocal: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(feat_ptr, feat_idx) of the tokens of sentences ``sent_ptr``: token t is the word
+        words[local[t]] (local None: words[t]) with the value values[j][vlocal[j][t]] in
+        attribute column j (vlocal None: values[j][t]). Thread-safe: the tables are updated
+        under a lock, the kernel runs on a snapshot of them."""
+        with self.lock:
+            self.begin(len(words) + sum(map(len, values or ())))
+            tok_type = self.type_ids_of(words)
+            if local is not None:
+                tok_type = tok_type[local]
+            attr = np.empty((tok_type.shape[0], self.n_attr), np.int64)
+            for j in range(self.n_attr):
+                v = self.value_ids(j, values[j])
+                attr[:, j] = v if vlocal is None else v[vlocal[j]]
+            types = (self.type_ptr.view, self.type_ids.view, self.ctx.view, self.bos, self.eos,
+                     self.lw.view, self.bos_lw, self.eos_lw)
+            vals = (self.uni.view, self.cid.view, self.pad)
+        return assemble_kernel(sent_ptr, tok_type, *types, attr, *vals, self.keys, self.vals,
+                               self.bits)
 
 
 def _attr_kind(f: str) -> tuple[int, int, int]:
