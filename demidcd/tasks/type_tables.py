@@ -95,7 +95,7 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
     """(feat_ptr int64, feat_idx int32): per token the sorted unique ids of its features.
 
     ``tok_type[t]``: the type of token t; ``type_ids[type_ptr[k]:type_ptr[k+1]]``: own(k) (ids
-    ≥ 0); ``ctx[k, j]``: ctx_{o_j}(k), o = (−2, −1, 1, 2), with ``bos[j]`` / ``eos[j]`` outside
+    ≥ 0, sorted: the insertion sort then only moves the other ids); ``ctx[k, j]``: ctx_{o_j}(k), o = (−2, −1, 1, 2), with ``bos[j]`` / ``eos[j]`` outside
     the sentence; ``lw[k]``: the bigram word id of lower(k) (−1: in no bigram feature), bos_lw /
     eos_lw those of <s> / </s>. ``attr[t, j]``: the value id of column j at token t (values of
     all columns numbered together; ``pad[j, 0/1]``: the ids of <s> / </s> of column j),
@@ -312,11 +312,10 @@ class TypeTables:
         lw = np.empty(len(words), np.int32)
         bw = self.bigram_words.get
         base = self.type_ptr.a[self.type_ptr.n - 1]
-        for k, word in enumerate(words):
-            for f in self.word_features(word):
-                v = get(f, -1)
-                if v >= 0:
-                    rows.append(v)
+        for k, word in enumerate(words):  # own ids sorted: the kernel's sort then has
+            # only the few context ids to move into place
+            rows.extend(sorted({v for v in map(get, self.word_features(word),
+                                                  itertools.repeat(-1)) if v >= 0}))
             ends[k] = base + len(rows)
             low = word.lower()
             c = lower_ctx.get(low)
