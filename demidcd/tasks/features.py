@@ -465,7 +465,8 @@ class SequenceFeaturizer:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.pop("_type_tables", None)  # a cache, rebuilt on first use
+        state.pop("_type_tables", None)  # caches, rebuilt on first use
+        state.pop("_blob", None)
         return state
 
     def _word_features(self, word: str) -> list[str]:
@@ -548,7 +549,8 @@ class SequenceFeaturizer:
 
         t = self.__dict__.get("_type_tables")
         if t is None or t.n_attr != n_attr or t.index is not self._index:
-            t = TypeTables(self._index, self._word_features, n_attr)
+            t = TypeTables(self._index, self._word_features, n_attr,
+                           self.__dict__.get("_blob"))
             self._type_tables = t
         return t
 
@@ -615,7 +617,7 @@ class SequenceFeaturizer:
         kept = [names[j] for j in sorted(keep, key=lambda j: (-counts[j], names[j]))]
         self.features = kept
         self._index = {f: j for j, f in enumerate(kept)}
-        self._type_tables = None
+        self._type_tables = self._blob = None
 
     def transform(self, tokens: list[list[str]]) -> EncodedSequences:
         """Encode sentences; features unknown to the dictionary are dropped."""
@@ -667,12 +669,14 @@ class SequenceFeaturizer:
             if n != obj.hashing:
                 raise ValueError("n_features does not match hashing")
             return obj
-        blob = np.asarray(arrays["feature_strings"], np.uint8).tobytes().decode("utf-8")
+        raw = np.asarray(arrays["feature_strings"], np.uint8)
+        blob = raw.tobytes().decode("utf-8")
         feats = blob.split("\n") if n else []
         if len(feats) != n:
             raise ValueError(f"expected {n} feature strings, found {len(feats)}")
         obj.features = feats
         obj._index = dict(zip(feats, range(n), strict=True))
+        obj._blob = raw  # the strings in id order, newline-joined (for the type tables)
         if len(obj._index) != n:
             raise ValueError("duplicate feature strings")
         return obj

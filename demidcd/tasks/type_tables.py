@@ -34,6 +34,8 @@ import threading
 import numba as nb
 import numpy as np
 
+from ..io.stream import intern_spans
+
 MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start afresh
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
@@ -95,12 +97,13 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
     """(feat_ptr int64, feat_idx int32): per token the sorted unique ids of its features.
 
     ``tok_type[t]``: the type of token t; ``type_ids[type_ptr[k]:type_ptr[k+1]]``: own(k) (ids
-    ≥ 0, sorted: the insertion sort then only moves the other ids); ``ctx[k, j]``: ctx_{o_j}(k), o = (−2, −1, 1, 2), with ``bos[j]`` / ``eos[j]`` outside
-    the sentence; ``lw[k]``: the bigram word id of lower(k) (−1: in no bigram feature), bos_lw /
-    eos_lw those of <s> / </s>. ``attr[t, j]``: the value id of column j at token t (values of
-    all columns numbered together; ``pad[j, 0/1]``: the ids of <s> / </s> of column j),
-    ``uni[v, o + 2]``: the id of ``a<j>[o]=v``, ``cid[v]``: v among the n-gram values (−1:
-    none). (keys, vals, bits): the n-gram table (kinds 0 = b-1, 1 = b+1, then 7 per column).
+    ≥ 0, sorted: the insertion sort then only moves the other ids); ``ctx[k, j]``:
+    ctx_{o_j}(k), o = (−2, −1, 1, 2), with ``bos[j]`` / ``eos[j]`` outside the sentence;
+    ``lw[k]``: the bigram word id of lower(k) (−1: in no bigram feature), bos_lw / eos_lw those
+    of <s> / </s>. ``attr[t, j]``: the value id of column j at token t (values of all columns
+    numbered together; ``pad[j, 0/1]``: the ids of <s> / </s> of column j), ``uni[v, o + 2]``:
+    the id of ``a<j>[o]=v``, ``cid[v]``: v among the n-gram values (−1: none). (keys, vals,
+    bits): the n-gram table (kinds 0 = b-1, 1 = b+1, then 7 per column).
     """
     n_tok = tok_type.shape[0]
     n_attr = attr.shape[1]
@@ -191,6 +194,43 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
     return feat_ptr, feat_idx[:pos].copy()
 
 
+@nb.njit(cache=True, nogil=True)
+def bigram_keys(blob):
+    """The word-bigram features in ``blob``, the newline-joined UTF-8 feature strings (the
+    feature of line l has id l): one key per ``|`` of X in ``b-1=X`` / ``b+1=X``, as (kind
+    0 / 1, start and end of the piece before the ``|``, of the piece after it, id)."""
+    n = blob.shape[0]
+    cap = 0
+    for q in range(n):
+        if blob[q] == 124:
+            cap += 1
+    kind = np.empty(cap, np.int64)
+    spans = np.empty((2 * cap, 2), np.int64)
+    ids = np.empty(cap, np.int32)
+    m = 0
+    line = 0
+    i = 0
+    while i <= n:
+        j = i
+        while j < n and blob[j] != 10:
+            j += 1
+        if (j - i >= 4 and blob[i] == 98 and (blob[i + 1] == 45 or blob[i + 1] == 43)
+                and blob[i + 2] == 49 and blob[i + 3] == 61):
+            for q in range(i + 4, j):
+                if blob[q] == 124:
+                    kind[m] = 0 if blob[i + 1] == 45 else 1
+                    spans[m, 0] = i + 4
+                    spans[m, 1] = q
+                    spans[cap + m, 0] = q + 1
+                    spans[cap + m, 1] = j
+                    ids[m] = line
+                    m += 1
+        line += 1
+        i = j + 1
+    both = np.concatenate((spans[:m], spans[cap:cap + m]))
+    return kind[:m].copy(), both, ids[:m].copy()
+
+
 class _Grow:
     """A numpy array grown by doubling along its first axis (``a[:n]`` is the content)."""
 
@@ -229,8 +269,10 @@ class TypeTables:
     word's own feature strings. :meth:`encode` returns what
     :meth:`~demidcd.tasks.features.SequenceFeaturizer._encode` returns for the same tokens."""
 
-    def __init__(self, index: dict[str, int], word_features, n_attr: int):
+    def __init__(self, index: dict[str, int], word_features, n_attr: int,
+                 blob: np.ndarray | None = None):
         self.index, self.word_features, self.n_attr = index, word_features, int(n_attr)
+        self.blob = blob  # the feature strings joined by newlines, in id order (or None)
         get = index.get
         self.bos = np.array([get(f"w{o:+d}={_BOS}", -1) for o in _OFFSETS], np.int32)
         self.eos = np.array([get(f"w{o:+d}={_EOS}", -1) for o in _OFFSETS], np.int32)
@@ -241,30 +283,23 @@ class TypeTables:
     def _build_ngrams(self) -> None:
         """The n-gram table and the word / attribute-value ids its keys use."""
         index = self.index
-        kind: list[int] = []
-        xs: list[str] = []  # the pieces of each key, as strings (numbered below)
-        ys: list[str] = []
-        ids: list[int] = []
-        for k, head in enumerate(("b-1=", "b+1=")):
-            feats = [f for f in index if f.startswith(head)]
-            for f in feats:
-                c = f[4:]
-                x, _, y = c.partition("|")
-                if "|" in y:  # a word with "|": every split
-                    for x, y in _splits(c, 2):  # noqa: PLW2901
-                        kind.append(k)
-                        xs.append(x)
-                        ys.append(y)
-                        ids.append(index[f])
-                else:
-                    kind.append(k)
-                    xs.append(x)
-                    ys.append(y)
-                    ids.append(index[f])
-        words = {w: i for i, w in enumerate(dict.fromkeys(itertools.chain(xs, ys)))}
-        ka = list(map(words.__getitem__, xs))
-        kb = list(map(words.__getitem__, ys))
-        kc = [0] * len(ka)
+        blob = self.blob
+        if blob is None:
+            blob = np.frombuffer("\n".join(index).encode("utf-8"), np.uint8)
+        karr, spans, iarr = bigram_keys(blob)
+        m = karr.shape[0]
+        starts = np.ascontiguousarray(spans[:, :1])
+        ends = np.ascontiguousarray(spans[:, 1:])
+        pieces, first = intern_spans(blob, starts, ends, 0)
+        raw = blob.tobytes()
+        words = {raw[a:b].decode("utf-8"): i for i, (a, b) in
+                 enumerate(zip(starts[first, 0].tolist(), ends[first, 0].tolist(),
+                               strict=True))}
+        kind = karr.tolist()
+        ka = pieces[:m].tolist()
+        kb = pieces[m:].tolist()
+        kc = [0] * m
+        ids = iarr.tolist()
         values: dict[tuple[int, str], int] = {}
         if self.n_attr:
             for f in (f for f in index if f[:1] == "a" and "|" in f):
