@@ -289,3 +289,21 @@ def test_blocks_cut_only_after_sentences():
     cols = b"-DOCSTART- X O\n\na N\n\n-DOCSTART- X O\n\nb N\n\n"
     blocks = [b for _, b in stream.iter_blocks(io.BytesIO(cols), False, 1)]
     assert blocks == [b"-DOCSTART- X O\n\na N\n\n", b"-DOCSTART- X O\n\nb N\n\n"]
+
+
+def test_stdin_streams_plain_and_gzip(models, tmp_path):
+    """``--data -`` is read as a stream (format told from its first bytes, gzip or not)."""
+    import subprocess
+    import sys
+
+    d, m = models
+    X, Y = _sentences(40, 10)
+    data = tmp_path / "t.conllu"
+    data.write_text(_conllu(X, Y), encoding="utf-8")
+    _whole_file(m["conllu"], data, tmp_path / "ref")
+    for payload in (data.read_bytes(), gzip.compress(data.read_bytes())):
+        r = subprocess.run([sys.executable, "-m", "demidcd", "predict", "--model",
+                            str(m["conllu"]), "--data", "-", "--out", "-", "--quiet"],
+                           input=payload, capture_output=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == (tmp_path / "ref").read_bytes()

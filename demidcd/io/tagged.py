@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import gc
 import gzip
+import io
 import os
 import re
 import sys
@@ -145,19 +146,77 @@ def sniff_format(text: str) -> str:
     return "columns"
 
 
-_STDIN_DATA: list[bytes] = []  # standard input, read once (it cannot be read twice)
+_STDIN_DATA: list[tuple[str, bytes]] = []
+"""Standard input as read so far (it cannot be read twice): [] nothing yet, [("head", the
+first bytes as they came, read to tell the format)], [("all", everything, decompressed)] or
+[("streamed", b"")] (handed out as a stream by :func:`open_source`)."""
+_HEAD = 65536
+
+
+class _HeadThen(io.RawIOBase):
+    """A binary stream: ``head``, then what ``rest`` still holds."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if len(self.head):
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        return self.rest.readinto(b)
+
+
+def _stdin_head() -> bytes:
+    """The first bytes of standard input, as they came (gzip or not)."""
+    if not _STDIN_DATA:
+        if sys.stdin is None:
+            raise InputError(STDIN_NAME, None, "standard input is not open")
+        parts, n = [], 0
+        while n < _HEAD:
+            b = sys.stdin.buffer.read(_HEAD - n)
+            if not b:
+                break
+            parts.append(b)
+            n += len(b)
+        _STDIN_DATA.append(("head", b"".join(parts)))
+    kind, data = _STDIN_DATA[0]
+    if kind == "streamed":
+        raise InputError(STDIN_NAME, None, "standard input was already read")
+    return data[:_HEAD]
+
+
+def _stdin_stream():
+    """Standard input as a binary file to read once, gzip-decompressed when it is gzip."""
+    head = _stdin_head()
+    kind, data = _STDIN_DATA[0]
+    if kind == "all":
+        return io.BytesIO(data)
+    _STDIN_DATA[0] = ("streamed", b"")
+    raw = io.BufferedReader(_HeadThen(head, sys.stdin.buffer))
+    return gzip.GzipFile(fileobj=raw, mode="rb") if head[:2] == b"\x1f\x8b" else raw
 
 
 def _stdin_bytes() -> bytes:
     """Everything on standard input (gzip-decompressed when it is gzip), read on first use."""
-    if not _STDIN_DATA:
-        if sys.stdin is None:
-            raise InputError(STDIN_NAME, None, "standard input is not open")
-        data = sys.stdin.buffer.read()
-        if data[:2] == b"\x1f\x8b":  # gzip magic
-            data = gzip.decompress(data)
-        _STDIN_DATA.append(data)
-    return _STDIN_DATA[0]
+    _stdin_head()
+    if _STDIN_DATA[0][0] != "all":
+        with _stdin_stream() as f:
+            data = f.read()
+        _STDIN_DATA[0] = ("all", data)
+    return _STDIN_DATA[0][1]
+
+
+def _stdin_sniff() -> bytes:
+    """The first bytes of standard input, decompressed (as far as they go) when gzip."""
+    head = _stdin_head()
+    if _STDIN_DATA[0][0] == "all" or head[:2] != b"\x1f\x8b":
+        return head
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
 
 
 def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
@@ -168,7 +227,7 @@ def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
     if os.fspath(path) != STDIN:
         return guess_format(path)
     try:
-        return sniff_format(_stdin_bytes()[:65536].decode("latin-1"))
+        return sniff_format(_stdin_sniff()[:_HEAD].decode("latin-1"))
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return "columns"  # the reader reports the problem
 
@@ -232,11 +291,9 @@ class _read_errors:
 def open_source(path: str):
     """``path`` (``-``: standard input; ``.gz``: decompressed) as a binary file to read in
     pieces (:func:`read_source`), errors as :func:`_read_text` gives them."""
-    import io
-
     with _read_errors(source_name(path)):
         if path == STDIN:
-            return io.BytesIO(_stdin_bytes())
+            return _stdin_stream()
         if path.endswith(".gz"):
             return gzip.open(path, "rb")
         return open(path, "rb")
