@@ -676,7 +676,9 @@ class SequenceFeaturizer:
             raise ValueError(f"expected {n} feature strings, found {len(feats)}")
         obj.features = feats
         obj._index = dict(zip(feats, range(n), strict=True))
-        obj._blob = raw  # the strings in id order, newline-joined (for the type tables)
+        # the strings in id order, newline-joined (for the type tables); read-only as the
+        # input blocks are, so that the kernels reading both are compiled (and loaded) once
+        obj._blob = np.frombuffer(raw.tobytes(), np.uint8)
         if len(obj._index) != n:
             raise ValueError("duplicate feature strings")
         return obj
