@@ -198,6 +198,7 @@ EDGE_COLUMNS = [
     "The N\ncat N X\n\n",  # a wrong field count
     "a N\n\nb N\n\nc N\n\nd N\ne\n\n",  # a wrong field count in a later sentence
     "caf\u00e9 N\n\u00a0 N\n\n",  # a non-breaking space: a word of its own
+    "a N\n\n\r-DOCSTART- X O\n\nb N\n\n",  # -DOCSTART- after a carriage return
 ]
 
 
@@ -307,3 +308,52 @@ def test_stdin_streams_plain_and_gzip(models, tmp_path):
                            input=payload, capture_output=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert r.stdout == (tmp_path / "ref").read_bytes()
+
+
+def _random_file(rng: random.Random, conllu: bool) -> str:
+    """A small file mixing the lines a reader meets: comments, multiword tokens, empty nodes,
+    blank lines of spaces, CRLF ends, -DOCSTART- lines, Unicode words."""
+    lines = []
+    for _ in range(rng.randint(1, 12)):
+        for _ in range(rng.randint(0, 2)):
+            lines.append(rng.choice(["# c", "#", "", "  ", "\t"] if conllu else
+                                    ["-DOCSTART- -X- O", "-DOCSTART-", "", "  ", "\t"]))
+        if rng.random() < 0.03:
+            lines.append("bad")  # an error: a line of one field
+        n = rng.randint(1, 6)
+        for t in range(1, n + 1):
+            w = rng.choice(WORDS)
+            if conllu:
+                if rng.random() < 0.1:
+                    lines.append(f"{t}-{t + 1}\tmw\t_\t_\t_\t_\t_\t_\t_\t_")
+                lines.append(f"{t}\t{w}\t_\t_\t_\t_\t_\t_\t_\t_")
+                if rng.random() < 0.1:
+                    lines.append(f"{t}.1\te\t_\t_\t_\t_\t_\t_\t_\t_")
+                if rng.random() < 0.05:
+                    lines.append("# inside")
+            else:
+                lines.append(rng.choice(["", " ", "\t"]) + f"{w}{rng.choice([' ', '  ', chr(9)])}"
+                             f"{rng.choice(['N', 'V'])}")
+        lines.append(rng.choice(["", "", " ", "\t "]))
+    ends = rng.choice(["\n", "\r\n"])
+    text = ends.join(lines)
+    return text + rng.choice(["", ends, ends * 2])
+
+
+@pytest.mark.parametrize("conllu", [True, False])
+def test_streamed_random_files_match_the_whole_file_path(models, tmp_path, monkeypatch, conllu):
+    d, m = models
+    model = m["conllu" if conllu else "chunk"]
+    rng = random.Random(11 if conllu else 12)
+    data = tmp_path / ("r.conllu" if conllu else "r.txt")
+    for k in range(25):
+        data.write_bytes(_random_file(rng, conllu).encode("utf-8"))
+        ref = _outcome(_whole_file, model, data, tmp_path / "ref")
+        monkeypatch.setattr(stream, "BLOCK_BYTES", rng.choice([1, 30, 200, 1 << 20]))
+        new = _outcome(lambda *a: main([*a, "--quiet", "--debug"]) == 0 or 1 / 0, "predict",
+                       "--model", str(model), "--data", str(data), "--out",
+                       str(tmp_path / "new"), "--threads", rng.choice(["1", "2"]))
+        assert new == ref, (k, data.read_bytes())
+        if ref is None:
+            assert (tmp_path / "new").read_bytes() == (tmp_path / "ref").read_bytes(), \
+                (k, data.read_bytes())

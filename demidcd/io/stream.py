@@ -106,13 +106,11 @@ def last_cut(buf, conllu):
                 q = i
                 while q < e and 48 <= buf[q] <= 57:
                     q += 1
-                if q > i and q < e and buf[q] == 9:
-                    pending = True
-                elif pending:
-                    pass  # a multiword line inside a sentence
+                if q > i and q < e and buf[q] == 9:  # a token line (else: a multiword
+                    pending = True  # line or an empty node, inside a sentence or before one)
         else:
             q = i
-            while q < e and (buf[q] == 32 or buf[q] == 9 or buf[q] == 11 or buf[q] == 12):
+            while q < e and (buf[q] == 32 or 9 <= buf[q] <= 13):
                 q += 1
             odd = False
             for r in range(i, e):
