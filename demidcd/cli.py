@@ -642,7 +642,7 @@ def cmd_predict(args) -> int:
 
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
-    if hasattr(spec, "predict_stream"):
+    if hasattr(spec, "predict_stream") and _OWN_PROCESS:
         _numba_without_blas()
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise OptionError(f"--threads must be >= 1, got {args.threads}")
@@ -665,8 +665,9 @@ def _numba_without_blas() -> None:
     """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
     numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
     which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
-    2-3 s ``predict`` of EWT test x10. Only for this process, which compiles no training
-    kernel; SciPy stays importable afterwards."""
+    2-3 s ``predict`` of EWT test x10. Only when the process is the command's own (not that
+    of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
+    afterwards."""
     if "numba.np.arraymath" in sys.modules:
         return  # already set up
     missing = object()
@@ -790,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
     interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
     from_command_line = argv is None  # the process is ours: it may end at once
+    global _OWN_PROCESS
+    _OWN_PROCESS = from_command_line
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -867,6 +870,7 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+_OWN_PROCESS = False  # main() runs as the process's entry point (python -m demidcd, demidcd)
 
 
 _default_showwarning = warnings.showwarning
