@@ -56,18 +56,20 @@ def _help(o: Any, command: str) -> str:
     return f"{text} (default: {shown})".replace("%", "%%")
 
 
-def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool) -> None:
+def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
+                       helps: bool = True) -> None:
     """The options of ``command`` from the option table, in its groups; the advanced tier is
     listed by ``--help-all`` only (always accepted). Every option defaults to None (or the
     table's value for the CLI-only data options), so that only the options given reach the
-    estimators, whose defaults are the table's too."""
+    estimators, whose defaults are the table's too. ``helps`` False: no help texts (they
+    import every task's module; only --help shows them)."""
     from . import options as T
 
     groups = {g: p.add_argument_group(g) for g in (T.DATA, T.LEARNER, T.OUTPUT)}
     for o in T.options_for(None, command):
         kw: dict[str, Any] = {"dest": o.name,
-                              "help": _help(o, command) if show_all or o.tier == T.BASIC
-                              else argparse.SUPPRESS}
+                              "help": (_help(o, command) if helps else None)
+                              if show_all or o.tier == T.BASIC else argparse.SUPPRESS}
         if o.type is bool:
             kw["action"] = argparse.BooleanOptionalAction if o.default is None \
                 else "store_true"
@@ -118,8 +120,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
-    """The parser; ``show_all``: list the advanced options too (``train --help-all``)."""
+def build_parser(show_all: bool = False, helps: bool = True) -> argparse.ArgumentParser:
+    """The parser; ``show_all``: list the advanced options too (``train --help-all``);
+    ``helps`` False: without the table options' help texts (when no help is asked for:
+    building them imports every task's module)."""
     parser = _Parser(
         prog="demidcd", description="Fast multi-core structural SVM training (DEMI-DCD).",
         formatter_class=_HelpFormatter)
@@ -135,7 +139,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
                        epilog=None if show_all else "demidcd train --help-all: every option; "
                        "demidcd learners NAME: a learner's own options")
     t.add_argument("--help-all", action="help", help="show every option and exit")
-    _add_table_options(t, "train", show_all)
+    _add_table_options(t, "train", show_all, helps)
 
     for name, hlp in (("predict", "tag a file"), ("evaluate", "score a model on a file")):
         q = sub.add_parser(name, help=hlp)
@@ -143,7 +147,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
         q.add_argument("--data", required=True, metavar="FILE",
                        help="input data (- : standard input; --format auto then tells CoNLL-U "
                             "from columns by the content)")
-        _add_table_options(q, name, True)
+        _add_table_options(q, name, True, helps)
         if name == "predict":
             q.add_argument("--out", required=True, metavar="FILE",
                            help="output file (the input's format and encoding; - or "
@@ -156,7 +160,7 @@ def build_parser(show_all: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--train", required=True, metavar="FILE", help="data the primal is taken on")
     e.add_argument("--test", metavar="FILE", help="data the metric is taken on (default: train)")
     e.add_argument("--out", required=True, metavar="CSV", help="CSV file to write")
-    _add_table_options(e, "evaluate-snapshots", True)
+    _add_table_options(e, "evaluate-snapshots", True, helps)
 
     d = sub.add_parser("dump", help="print a model's features and weights, largest |weight| "
                                     "first (as crf_learn's text model, wapiti dump)")
@@ -279,10 +283,16 @@ def _spec(args):
 def _read(spec, path: str, args, labeled: bool = True):
     """``spec.read``; a sentence longer than --max-sentence-length is refused saying what
     inference on it would cost (the task's ``length_cost``)."""
+    return _length_checked(spec, spec.read, path, args, labeled)
+
+
+def _length_checked(spec, fn, *a: Any) -> Any:
+    """``fn(*a)``, a :class:`SentenceTooLong` it raises completed with what inference on a
+    long sentence costs (the task's ``length_cost``)."""
     from .errors import SentenceTooLong
 
     try:
-        return spec.read(path, args, labeled)
+        return fn(*a)
     except SentenceTooLong as e:
         if e.why:
             raise
@@ -632,13 +642,47 @@ def cmd_predict(args) -> int:
 
     _check_outputs(("--out", args.out))
     spec, est = _load(args)
-    data = _read(spec, args.data, args, labeled=False)
-    predicted = _interruptible(spec.predict, est, data, args)
-    spec.write(args.out, data, predicted, args)
+    if hasattr(spec, "predict_stream") and _OWN_PROCESS:
+        _numba_without_blas()
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {args.threads}")
+    if hasattr(spec, "predict_stream"):  # read, tag and write block by block
+        if args.threads is None:
+            args.threads = os.cpu_count() or 1
+        n = _length_checked(spec, spec.predict_stream, est, args, _interruptible)
+    else:
+        data = _read(spec, args.data, args, labeled=False)
+        predicted = _interruptible(spec.predict, est, data, args)
+        spec.write(args.out, data, predicted, args)
+        n = len(data)
     if not args.quiet:
-        print(f"wrote {shown_name(args.out)} ({len(data):,} sentences)",
+        print(f"wrote {shown_name(args.out)} ({n:,} sentences)",
               file=_status_stream(args.out), flush=True)
     return 0
+
+
+def _numba_without_blas() -> None:
+    """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
+    numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
+    which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
+    2-3 s ``predict`` of EWT test x10. Only when the process is the command's own (not that
+    of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
+    afterwards."""
+    if "numba.np.arraymath" in sys.modules:
+        return  # already set up
+    missing = object()
+    saved = sys.modules.get("scipy.linalg", missing)
+    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # import -> ImportError
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    finally:
+        if saved is missing:
+            del sys.modules["scipy.linalg"]
+        else:
+            sys.modules["scipy.linalg"] = saved
 
 
 def cmd_evaluate_snapshots(args) -> int:
@@ -747,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
     interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
     from_command_line = argv is None  # the process is ours: it may end at once
+    global _OWN_PROCESS
+    _OWN_PROCESS = from_command_line
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -782,7 +828,8 @@ def _main(argv: list[str], debug: bool) -> int:
         signal.signal(signal.SIGINT, _early_exit)
         signal.signal(signal.SIGTERM, _early_exit)
     try:
-        args = build_parser(show_all="--help-all" in argv).parse_args(argv)
+        helps = any(a in ("-h", "--help", "--help-all") for a in argv)
+        args = build_parser(show_all="--help-all" in argv, helps=helps).parse_args(argv)
         debug = getattr(args, "debug", False)
         from .primitives.shm import sweep_stale
 
@@ -823,6 +870,7 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+_OWN_PROCESS = False  # main() runs as the process's entry point (python -m demidcd, demidcd)
 
 
 _default_showwarning = warnings.showwarning

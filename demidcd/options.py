@@ -165,7 +165,9 @@ OPTIONS: tuple[Option, ...] = (
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
-    _o("threads", "--threads", int, 1, "processes", BASIC, cli_default="all cores",
+    _o("threads", "--threads", int, 1, "processes (predict: threads tagging blocks of "
+       "sentences at once, output in input order)", BASIC, cli_default="all cores",
+       commands=("train", "predict"),
        rule="the library uses 1 so that a script never takes every core unasked; the command "
             "line uses all cores"),
     _o("C", "--C", float, 0.1, "regularisation C of Eq. (1)", BASIC),

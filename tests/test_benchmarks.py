@@ -253,6 +253,39 @@ def test_learners_end_to_end_with_crfsuite_peers(tiny, tmp_path):
     assert_png(tmp_path / "l.png")
 
 
+def _columns_to_conllu(src: Path, dst: Path) -> int:
+    """The synthetic ``word TAG`` file as CoNLL-U with the tag as XPOS; returns its tokens."""
+    out, n, t = [], 0, 0
+    for line in src.read_text().split("\n"):
+        if line.strip():
+            t += 1
+            n += 1
+            w, tag = line.split()
+            out.append(f"{t}\t{w}\t_\t_\t{tag}\t_\t_\t_\t_\t_")
+        elif t:
+            out.append("")
+            t = 0
+    dst.write_text("\n".join(out) + "\n\n")
+    return n
+
+
+def test_predict_speed_end_to_end(tiny, tmp_path):
+    predict_speed = importlib.import_module("predict_speed")
+    train, test = tmp_path / "train.conllu", tmp_path / "test.conllu"
+    _columns_to_conllu(tiny / "train.txt", train)
+    n = _columns_to_conllu(tiny / "test.txt", test)
+    assert predict_speed.main(["--train", str(train), "--test", str(test), "--repeat", "2",
+                               "--time-limit", "2", "--runs", "1", "--out-dir", str(tmp_path),
+                               "--name", "p", "--quiet"]) == 0
+    res = json.loads((tmp_path / "p.json").read_text())
+    assert res["tokens"] == 2 * n and res["p2_output_equals_p1"]
+    assert res["library_warm"]["tokens"] == n and res["library_warm"]["predict_tokens_per_s"] > 0
+    assert res["tokens_per_s"]["p1"] > 0 and res["tokens_per_s"]["p2"] > 0
+    if importlib.util.find_spec("pycrfsuite") is not None:
+        assert res["peer_tokens"] == 2 * n
+        assert res["ratios"]["p1_over_crfsuite"] > 0
+
+
 def test_convergence_end_to_end(tiny, tmp_path):
     convergence = importlib.import_module("convergence")
     assert convergence.main([*_data(tiny), "--budget", "0.4", "--snapshot-every", "0.05",

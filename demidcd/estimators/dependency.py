@@ -201,10 +201,10 @@ class DependencyParser(StructuredEstimator):
         save_model(path, self.coef_, {}, {**self._meta(), "featurizer": fm})
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> DependencyParser:
+    def load(cls, path: str | os.PathLike[str], _loaded: tuple | None = None) -> DependencyParser:
         """Read a model written by :meth:`save` (``allow_pickle=False``); a model of template
         version 1 (before labels) loads as an unlabelled parser."""
-        w, _, meta = load_model(path, task=cls.task_name)
+        w, _, meta = _loaded or load_model(path, task=cls.task_name)
         try:
             fm = meta["featurizer"]
             if fm.get("kind") != "DependencyFeatures":

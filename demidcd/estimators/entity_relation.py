@@ -188,12 +188,13 @@ class EntityRelationExtractor(StructuredEstimator):
         save_model(path, self.coef_, {"featurizer_json": blob}, self._meta())
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> EntityRelationExtractor:
+    def load(cls, path: str | os.PathLike[str],
+             _loaded: tuple | None = None) -> EntityRelationExtractor:
         import json
 
         from ..tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
 
-        w, arrays, meta = load_model(path, task=cls.task_name)
+        w, arrays, meta = _loaded or load_model(path, task=cls.task_name)
         try:
             hp = dict(meta.get("hyper_parameters", {}))
             hp["relation_loss_weight"] = float(hp.get("relation_loss_weight", 1.0))

@@ -187,13 +187,24 @@ class SequenceTagger(StructuredEstimator):
         return self
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
+        return self._names(*self._decode_ids(task, w))
+
+    def _decode_ids(self, task: SequenceTask, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Viterbi of every sentence of ``task`` (under the label-scheme constraints, if any):
+        (flat int32 tag ids, int64 ptr)."""
         examples = np.arange(task.n_examples)
         constraints = self._constraints()
         if constraints is None:
-            tags, ptr = task.decode_flat(w, examples)
-        else:
-            tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
-        return self._names(tags, ptr)
+            return task.decode_flat(w, examples)
+        tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
+        return tags, ptr
+
+    def decode_encoded(self, enc) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict` of sentences already encoded by ``featurizer_`` (an
+        :class:`~demidcd.tasks.features.EncodedSequences`), as tag ids: (flat int32 ids into
+        ``classes_``, int64 ptr, sentence e holding ids[ptr[e]:ptr[e+1]])."""
+        self._check_fitted()
+        return self._decode_ids(self._task(None, None, enc), self.coef_)
 
     def _names(self, tags: np.ndarray, ptr: np.ndarray) -> list[list[str]]:
         """Flat tag ids cut by ptr into per-sentence lists of tag names."""
@@ -390,10 +401,10 @@ class SequenceTagger(StructuredEstimator):
         save_model(path, self.coef_, arrays, meta)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SequenceTagger:
+    def load(cls, path: str | os.PathLike[str], _loaded: tuple | None = None) -> SequenceTagger:
         """Read a model written by :meth:`save` (``allow_pickle=False``); the featurizer is
         rebuilt by the ``kind`` its state records (models without one: the built-in)."""
-        w, arrays, meta = load_model(path, task=cls.task_name)
+        w, arrays, meta = _loaded or load_model(path, task=cls.task_name)
         try:
             hp = meta.get("hyper_parameters", {})
             fmeta = meta["featurizer"]

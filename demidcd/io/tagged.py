@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import gc
 import gzip
+import io
 import os
 import re
 import sys
@@ -145,19 +146,77 @@ def sniff_format(text: str) -> str:
     return "columns"
 
 
-_STDIN_DATA: list[bytes] = []  # standard input, read once (it cannot be read twice)
+_STDIN_DATA: list[tuple[str, bytes]] = []
+"""Standard input as read so far (it cannot be read twice): [] nothing yet, [("head", the
+first bytes as they came, read to tell the format)], [("all", everything, decompressed)] or
+[("streamed", b"")] (handed out as a stream by :func:`open_source`)."""
+_HEAD = 65536
+
+
+class _HeadThen(io.RawIOBase):
+    """A binary stream: ``head``, then what ``rest`` still holds."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if len(self.head):
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        return self.rest.readinto(b)
+
+
+def _stdin_head() -> bytes:
+    """The first bytes of standard input, as they came (gzip or not)."""
+    if not _STDIN_DATA:
+        if sys.stdin is None:
+            raise InputError(STDIN_NAME, None, "standard input is not open")
+        parts, n = [], 0
+        while n < _HEAD:
+            b = sys.stdin.buffer.read(_HEAD - n)
+            if not b:
+                break
+            parts.append(b)
+            n += len(b)
+        _STDIN_DATA.append(("head", b"".join(parts)))
+    kind, data = _STDIN_DATA[0]
+    if kind == "streamed":
+        raise InputError(STDIN_NAME, None, "standard input was already read")
+    return data[:_HEAD]
+
+
+def _stdin_stream():
+    """Standard input as a binary file to read once, gzip-decompressed when it is gzip."""
+    head = _stdin_head()
+    kind, data = _STDIN_DATA[0]
+    if kind == "all":
+        return io.BytesIO(data)
+    _STDIN_DATA[0] = ("streamed", b"")
+    raw = io.BufferedReader(_HeadThen(head, sys.stdin.buffer))
+    return gzip.GzipFile(fileobj=raw, mode="rb") if head[:2] == b"\x1f\x8b" else raw
 
 
 def _stdin_bytes() -> bytes:
     """Everything on standard input (gzip-decompressed when it is gzip), read on first use."""
-    if not _STDIN_DATA:
-        if sys.stdin is None:
-            raise InputError(STDIN_NAME, None, "standard input is not open")
-        data = sys.stdin.buffer.read()
-        if data[:2] == b"\x1f\x8b":  # gzip magic
-            data = gzip.decompress(data)
-        _STDIN_DATA.append(data)
-    return _STDIN_DATA[0]
+    _stdin_head()
+    if _STDIN_DATA[0][0] != "all":
+        with _stdin_stream() as f:
+            data = f.read()
+        _STDIN_DATA[0] = ("all", data)
+    return _STDIN_DATA[0][1]
+
+
+def _stdin_sniff() -> bytes:
+    """The first bytes of standard input, decompressed (as far as they go) when gzip."""
+    head = _stdin_head()
+    if _STDIN_DATA[0][0] == "all" or head[:2] != b"\x1f\x8b":
+        return head
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
 
 
 def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
@@ -168,7 +227,7 @@ def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
     if os.fspath(path) != STDIN:
         return guess_format(path)
     try:
-        return sniff_format(_stdin_bytes()[:65536].decode("latin-1"))
+        return sniff_format(_stdin_sniff()[:_HEAD].decode("latin-1"))
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return "columns"  # the reader reports the problem
 
@@ -176,12 +235,9 @@ def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
 def _read_text(path: str, encoding: str) -> str:
     """Whole file (``-``: standard input) as text; decoding errors name the line where the bad
     bytes are."""
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        raise OptionError(f"unknown encoding {encoding!r}") from None
+    check_encoding(encoding)
     name = source_name(path)
-    try:
+    with _read_errors(name):
         if path == STDIN:
             data = _stdin_bytes()
         elif path.endswith(".gz"):
@@ -190,20 +246,71 @@ def _read_text(path: str, encoding: str) -> str:
         else:
             with open(path, "rb") as f:
                 data = f.read()
-    except FileNotFoundError:
-        raise InputError(name, None, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(name, None, "is a directory, not a file") from None
-    except PermissionError:
-        raise InputError(name, None, "permission denied") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error):
-        raise InputError(name, None, "not a valid gzip file (truncated or corrupt)") from None
-    except OSError as e:
-        raise InputError(name, None, f"cannot read file ({e.strerror or e})") from None
+    text = decode_block(data, name, encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    _check_utf8_read_as_other(data, text, name, encoding)
+    return text
+
+
+def check_encoding(encoding: str) -> None:
+    """An unknown encoding name is an :class:`OptionError`."""
     try:
-        text = data.decode(encoding)
+        codecs.lookup(encoding)
+    except LookupError:
+        raise OptionError(f"unknown encoding {encoding!r}") from None
+
+
+class _read_errors:
+    """Context: the errors of opening and reading ``name`` as one-line InputErrors."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ, e, tb) -> bool:
+        name = self.name
+        if e is None:
+            return False
+        if isinstance(e, FileNotFoundError):
+            raise InputError(name, None, "no such file") from None
+        if isinstance(e, IsADirectoryError):
+            raise InputError(name, None, "is a directory, not a file") from None
+        if isinstance(e, PermissionError):
+            raise InputError(name, None, "permission denied") from None
+        if isinstance(e, gzip.BadGzipFile | EOFError | zlib.error):
+            raise InputError(name, None, "not a valid gzip file (truncated or corrupt)") \
+                from None
+        if isinstance(e, OSError):
+            raise InputError(name, None, f"cannot read file ({e.strerror or e})") from None
+        return False
+
+
+def open_source(path: str):
+    """``path`` (``-``: standard input; ``.gz``: decompressed) as a binary file to read in
+    pieces (:func:`read_source`), errors as :func:`_read_text` gives them."""
+    with _read_errors(source_name(path)):
+        if path == STDIN:
+            return _stdin_stream()
+        if path.endswith(".gz"):
+            return gzip.open(path, "rb")
+        return open(path, "rb")
+
+
+def read_source(f, name: str, size: int) -> bytes:
+    """Up to ``size`` bytes of a file from :func:`open_source` (−1: the rest)."""
+    with _read_errors(name):
+        return f.read(size)
+
+
+def decode_block(data: bytes, name: str, encoding: str, line0: int = 0) -> str:
+    """``data`` (lines ``line0 + 1``… of ``name``) as text; bad bytes name their line."""
+    try:
+        return data.decode(encoding)
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
+        line = line0 + data.count(b"\n", 0, e.start) + 1
         msg = f"not valid {encoding} text; pass --encoding (e.g. latin-1)"
         if codecs.lookup(encoding).name == "utf-8":
             msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
@@ -212,30 +319,29 @@ def _read_text(path: str, encoding: str) -> str:
         raise OptionError(f"{encoding!r} is not a text encoding") from None
     except UnicodeError:  # codecs (idna, punycode) that give no position
         raise InputError(name, None, f"not valid {encoding} text") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    _check_utf8_read_as_other(data, text, name, encoding)
-    return text
 
 
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 
-def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str) -> None:
+def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
+                              line0: int = 0) -> bool:
     """Warn (:class:`InputWarning`) when bytes that are valid UTF-8 with non-ASCII characters
     are decoded with another encoding (``--encoding latin-1`` on a UTF-8 file): every accented
     word then becomes another word (``España`` → ``EspaÃ±a``) and silently misses the features
-    a model learnt. Pure-ASCII files and UTF-8 reads are never flagged."""
+    a model learnt. Pure-ASCII files and UTF-8 reads are never flagged. Returns whether the
+    question is settled (False: ``data`` is ASCII, the rest of a file read in blocks still
+    has to be looked at); ``line0``: the lines of the file before ``data``."""
     if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):
-        return
+        return True
     first = _NON_ASCII.search(data)
     if first is None:
-        return
+        return False
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        return
-    line = data.count(b"\n", 0, first.start()) + 1
+        return True
+    line = line0 + data.count(b"\n", 0, first.start()) + 1
     start = data.rfind(b"\n", 0, first.start()) + 1
     end = data.find(b"\n", first.start())
     raw = data[start:end if end >= 0 else len(data)]
@@ -244,6 +350,7 @@ def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str) 
         f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
         f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8; "
         f"give --encoding utf-8 unless it really is {encoding}"), stacklevel=3)
+    return True
 
 
 def too_long(path: str, first: int, lines: list[str], lineno: int, limit: int,
@@ -310,27 +417,36 @@ def read_tagged(
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = _read_text(path, encoding)
     path = source_name(path)
+    corpus = parse_text(text, path, fmt, li, max_sentence_length, labeled, keep_raw,
+                        feature_columns)
+    if not corpus.tokens:
+        raise InputError(path, None, "no sentences found (empty file?)")
+    return corpus
+
+
+def parse_text(text: str, path: str, fmt: str, li: int | None, max_sentence_length: int,
+               labeled: bool, keep_raw: bool = True, feature_columns: tuple = (),
+               line0: int = 0, state: dict | None = None) -> TaggedCorpus:
+    """The corpus in ``text`` (lines ``line0 + 1``… of ``path``, format ``fmt``, labels in
+    field ``li``), as :func:`read_tagged` reads it, without the check that it has sentences;
+    ``state`` carries what the columns parser needs from block to block."""
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
     try:
-        if fmt == "conllu":
-            corpus = _parse_conllu(text, path, li, max_sentence_length, labeled, keep_raw)
-        else:
-            corpus = _parse_columns(text, path, li, max_sentence_length, labeled, keep_raw)
+        parse = _parse_conllu if fmt == "conllu" else _parse_columns
+        corpus = parse(text, path, li, max_sentence_length, labeled, keep_raw, line0, state)
     finally:
         if gc_was_enabled:
             gc.enable()
-    if not corpus.tokens:
-        raise InputError(path, None, "no sentences found (empty file?)")
-    if feature_columns:
+    if feature_columns and corpus.tokens:
         corpus.attributes = _attributes(corpus, fmt, feature_columns, labeled)
     return corpus
 
 
-def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
-    """The values of ``feature_columns`` per token, from the raw lines of ``corpus``."""
-    if corpus.raw is None:
-        raise OptionError("feature columns need the original lines (keep_raw=True)")
+def feature_indices(fmt: str, feature_columns, path: str, label_column: int | None = None,
+                    labeled: bool = False) -> list[int]:
+    """The 0-based fields of ``feature_columns`` (1-based, or ``upos`` / ``xpos`` in
+    CoNLL-U); OptionError for a bad one."""
     idx = []
     for c in feature_columns:
         try:
@@ -338,13 +454,21 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
         except (OptionError, ValueError):
             use = "upos, xpos or a column number 3..10" if fmt == "conllu" else \
                 "a 1-based column number"
-            raise OptionError(f"bad feature column {c!r} for {corpus.path} "
+            raise OptionError(f"bad feature column {c!r} for {path} "
                               f"({_FORMAT_NAMES[fmt]}); use {use}") from None
         if j < 1 or (fmt == "conllu" and j > 9):
             raise OptionError(f"bad feature column {c!r}: column 1 is the word; use 2 or more")
-        if labeled and corpus.label_column is not None and j == corpus.label_column:
+        if labeled and label_column is not None and j == label_column:
             raise OptionError(f"feature column {c} is the label column")
         idx.append(j)
+    return idx
+
+
+def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
+    """The values of ``feature_columns`` per token, from the raw lines of ``corpus``."""
+    if corpus.raw is None:
+        raise OptionError("feature columns need the original lines (keep_raw=True)")
+    idx = feature_indices(fmt, feature_columns, corpus.path, corpus.label_column, labeled)
     out = []
     for rl in corpus.raw:
         toks = _token_fields(rl, fmt)
@@ -442,13 +566,16 @@ class _Sentences:
 
 
 def _parse_conllu(
-    text: str, path: str, li: int, max_len: int, labeled: bool, keep_raw: bool
+    text: str, path: str, li: int, max_len: int, labeled: bool, keep_raw: bool,
+    line0: int = 0, state: dict | None = None
 ) -> TaggedCorpus:
+    """``line0``: the lines of the file before ``text`` (a block of it); ``state``: unused
+    (the columns parser's)."""
     out = _Sentences(labeled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
-    lineno = 0
     lines = text.split("\n")
-    for lineno, line in enumerate(lines, 1):  # noqa: B007
+    for idx, line in enumerate(lines, 1):
+        lineno = line0 + idx
         if line.endswith("\r"):
             line = line[:-1]
         if not line or line.isspace():
@@ -474,7 +601,7 @@ def _parse_conllu(
         if int(tid) != expect:
             raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
         if expect > max_len:
-            raise too_long(path, out.first, lines, lineno, max_len, _conllu_kind)
+            raise too_long(path, out.first, lines, idx, max_len, _conllu_kind)
         w = f[1]
         if not w or w.isspace():
             raise InputError(path, lineno, "empty word (column 2)")
@@ -492,17 +619,22 @@ def _parse_conllu(
 
 
 def _parse_columns(
-    text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool
+    text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool,
+    line0: int = 0, state: dict | None = None
 ) -> TaggedCorpus:
+    """``line0``: the lines of the file before ``text`` (a block of it); ``state``: the
+    token lines' field count and where it was set (``ncols``, ``ncols_line``), carried from
+    block to block."""
     out = _Sentences(labeled, keep_raw)
-    ncols = 0
-    ncols_line = 0
+    state = {} if state is None else state
+    ncols = state.get("ncols", 0)
+    ncols_line = state.get("ncols_line", 0)
     min_cols = 2 if labeled else 1
     if li is not None:
         min_cols = max(min_cols, li + 1) if labeled else 1
-    lineno = 0
     lines = text.split("\n")
-    for lineno, line in enumerate(lines, 1):  # noqa: B007
+    for idx, line in enumerate(lines, 1):
+        lineno = line0 + idx
         # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
         # UTF-8) inside a word must not split it
         f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
@@ -525,7 +657,7 @@ def _parse_columns(
                 path, lineno, f"expected {ncols} columns (as on line {ncols_line}), found {n}"
             )
         if len(out.words) >= max_len:
-            raise too_long(path, out.first, lines, lineno, max_len, _columns_kind)
+            raise too_long(path, out.first, lines, idx, max_len, _columns_kind)
         if not out.words:
             out.first = lineno
         out.words.append(f[0])
@@ -533,6 +665,7 @@ def _parse_columns(
             out.labs.append(f[-1] if li is None else f[li])
         if keep_raw:
             out.rlines.append(f)
+    state["ncols"], state["ncols_line"] = ncols, ncols_line
     label_col = (ncols - 1 if li is None else li) if (labeled and ncols) else li
     return out.corpus(path, "columns", label_col)
 
@@ -601,17 +734,23 @@ def _blocks(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks) -> Blocks
 def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
     """Every block's tags (and extra fields) match its sentence and hold no separator."""
     bad = "\t\n\r" if fmt == "conllu" else _ASCII_WS_CHARS + "\n"
+    good: set = set()  # tags seen and found fine (most repeat: each is looked at once)
     for b, s in enumerate(blocks.order):
         n = len(corpus.tokens[s])
         fields = [blocks.tags[b]] + ([blocks.extra[b]] if blocks.extra is not None else [])
         for p in fields:
             if len(p) != n:
                 raise ValueError(f"sentence {s}: {len(p)} predicted tags for {n} tokens")
+            if all(t.__class__ is str for t in p) and good.issuperset(p):
+                continue
             for t in p:
                 if not isinstance(t, str) or not t:
                     raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
+                if t in good:
+                    continue
                 if any(c in t for c in bad):
                     raise ValueError(f"sentence {s}: tag {t!r} contains a separator")
+                good.add(t)
         if blocks.headers is not None and blocks.headers[b] is not None and \
                 any(c in blocks.headers[b] for c in "\n\r"):
             raise ValueError(f"sentence {s}: header {blocks.headers[b]!r} spans lines")
@@ -755,23 +894,7 @@ def write_tagged(
     field of token lines; an in-memory corpus gets ``_`` in the unknown fields.
     """
     path = os.fspath(path)
-    fmt = corpus.fmt
-    if fmt not in FORMATS:
-        raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if column is not None:
-        li = _label_index(fmt, column)
-    elif corpus.label_column is not None:
-        li = corpus.label_column
-    else:
-        li = _label_index(fmt, None)
-        if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
-            li = None  # unlabeled file: append the predictions
-    blocks = _blocks(corpus, predicted)
-    _check_blocks(corpus, blocks, fmt)
-    gen = _conllu_lines(corpus, blocks, li) if fmt == "conllu" else _columns_lines(
-        corpus, blocks, li
-    )
-    text = "\n".join(gen) + "\n"
+    text = render_tagged(corpus, predicted, column)
     try:
         data = text.encode(encoding)
     except UnicodeEncodeError as e:
@@ -782,6 +905,33 @@ def write_tagged(
     from .model import atomic_write
 
     atomic_write(path, lambda f: f.write(data))
+
+
+def output_label_index(corpus: TaggedCorpus, column: str | int | None) -> int | None:
+    """The field :func:`write_tagged` writes the labels to (None: a new last field)."""
+    fmt = corpus.fmt
+    if fmt not in FORMATS:
+        raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if column is not None:
+        return _label_index(fmt, column)
+    if corpus.label_column is not None:
+        return corpus.label_column
+    li = _label_index(fmt, None)
+    if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
+        li = None  # unlabeled file: append the predictions
+    return li
+
+
+def render_tagged(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks,
+                  column: str | int | None = None) -> str:
+    """The text :func:`write_tagged` writes (before encoding)."""
+    li = output_label_index(corpus, column)
+    blocks = _blocks(corpus, predicted)
+    _check_blocks(corpus, blocks, corpus.fmt)
+    gen = _conllu_lines(corpus, blocks, li) if corpus.fmt == "conllu" else _columns_lines(
+        corpus, blocks, li
+    )
+    return "\n".join(gen) + "\n"
 
 
 def _token_fields(raw_lines: list[list[str]], fmt: str) -> list[list[str]]:

@@ -56,6 +56,7 @@ kernel 1.2x faster than with string-order ids (medians of 6 interleaved pairs).
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -416,11 +417,16 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, tok_ids):
     return feat_ptr, feat_idx[:pos].copy()
 
 
+def _sent_ptr(tokens: list[list]) -> np.ndarray:
+    """Sentence s holds tokens sent_ptr[s]:sent_ptr[s+1]."""
+    sent_ptr = np.zeros(len(tokens) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, tokens), np.int64, count=len(tokens)), out=sent_ptr[1:])
+    return sent_ptr
+
+
 def _types(tokens: list[list[str]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(sent_ptr, type id per token, type strings) for a list of sentences."""
-    lengths = np.fromiter((len(s) for s in tokens), np.int64, count=len(tokens))
-    sent_ptr = np.zeros(len(tokens) + 1, np.int64)
-    np.cumsum(lengths, out=sent_ptr[1:])
+    sent_ptr = _sent_ptr(tokens)
     vocab: dict[str, int] = {}
     setdefault = vocab.setdefault
     tok_type = np.fromiter(
@@ -457,6 +463,12 @@ class SequenceFeaturizer:
         self._index: dict[str, int] | None = None
         self.log = log
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_type_tables", None)  # caches, rebuilt on first use
+        state.pop("_blob", None)
+        return state
+
     def _word_features(self, word: str) -> list[str]:
         feats = word_features(word)
         c = self.clusters.get(word.lower()) if self.clusters else None
@@ -491,6 +503,8 @@ class SequenceFeaturizer:
         if self.n_attributes is not None and n_attr != self.n_attributes:
             raise ValueError(f"tokens carry {n_attr} attribute columns, the model was fitted "
                              f"with {self.n_attributes}")
+        if index is not None and index is self._index and self.template == "base":
+            return self._encode_types(tokens, attrs, n_attr)
         sent_ptr, tok_type, types = _types(tokens)
         fid = self._id_fn(index)
         n_types = len(types)
@@ -523,6 +537,34 @@ class SequenceFeaturizer:
             tok_ids = np.ascontiguousarray(np.hstack(parts))
         feat_ptr, feat_idx = _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos,
                                        tok_ids)
+        return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
+
+    def type_tables(self, n_attr: int):
+        """The :class:`~demidcd.tasks.type_tables.TypeTables` of the fitted dictionary for
+        tokens with ``n_attr`` attribute columns (built on first use, kept across calls);
+        None when the features are hashed or of the ``ner`` template (no tables for them)."""
+        if self.hashing or self.template != "base" or self._index is None:
+            return None
+        from .type_tables import TypeTables
+
+        t = self.__dict__.get("_type_tables")
+        if t is None or t.n_attr != n_attr or t.index is not self._index:
+            t = TypeTables(self._index, self._word_features, n_attr,
+                           self.__dict__.get("_blob"))
+            self._type_tables = t
+        return t
+
+    def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int) -> EncodedSequences:
+        """:meth:`_encode` with the dictionary, from tables kept per word type (the same
+        ids: :mod:`~demidcd.tasks.type_tables`)."""
+        tables = self.type_tables(n_attr)
+        flat = list(itertools.chain.from_iterable(tokens))
+        values = None
+        if n_attr:
+            rows = list(itertools.chain.from_iterable(attrs))
+            values = [[a[j] for a in rows] for j in range(n_attr)]
+        sent_ptr = _sent_ptr(tokens)
+        feat_ptr, feat_idx = tables.encode(sent_ptr, flat, values=values)
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
 
     # -- public ------------------------------------------------------------------------------
@@ -575,6 +617,7 @@ class SequenceFeaturizer:
         kept = [names[j] for j in sorted(keep, key=lambda j: (-counts[j], names[j]))]
         self.features = kept
         self._index = {f: j for j, f in enumerate(kept)}
+        self._type_tables = self._blob = None
 
     def transform(self, tokens: list[list[str]]) -> EncodedSequences:
         """Encode sentences; features unknown to the dictionary are dropped."""
@@ -626,12 +669,16 @@ class SequenceFeaturizer:
             if n != obj.hashing:
                 raise ValueError("n_features does not match hashing")
             return obj
-        blob = np.asarray(arrays["feature_strings"], np.uint8).tobytes().decode("utf-8")
+        raw = np.asarray(arrays["feature_strings"], np.uint8)
+        blob = raw.tobytes().decode("utf-8")
         feats = blob.split("\n") if n else []
         if len(feats) != n:
             raise ValueError(f"expected {n} feature strings, found {len(feats)}")
         obj.features = feats
-        obj._index = {f: j for j, f in enumerate(feats)}
+        obj._index = dict(zip(feats, range(n), strict=True))
+        # the strings in id order, newline-joined (for the type tables); read-only as the
+        # input blocks are, so that the kernels reading both are compiled (and loaded) once
+        obj._blob = np.frombuffer(raw.tobytes(), np.uint8)
         if len(obj._index) != n:
             raise ValueError("duplicate feature strings")
         return obj

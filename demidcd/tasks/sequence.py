@@ -1223,6 +1223,18 @@ class SequenceSpec(TaskSpec):
     def read(self, path: str, args, labeled: bool = True):
         from ..io.tagged import read_tagged, token_columns
 
+        fmt, column, features, templated = self.read_plan(path, args, labeled)
+        data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
+                           max_sentence_length=args.max_sentence_length, labeled=labeled,
+                           feature_columns=features)
+        if templated:
+            data.columns = token_columns(data, getattr(args, "template_width", None))
+        return data
+
+    def read_plan(self, path: str, args, labeled: bool = True
+                  ) -> tuple[str, str | int | None, tuple[str | int, ...], bool]:
+        """How :meth:`read` reads ``path``: (format, label column, feature columns, whether
+        the tokens are a template's columns)."""
         fmt = self._format(path, args)
         column, features = self._columns(fmt, path, args, labeled)
         if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
@@ -1234,12 +1246,7 @@ class SequenceSpec(TaskSpec):
 
             raise OptionError("--feature-columns is for the built-in features; with --template "
                               "every column but the label is a token column")
-        data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
-                           max_sentence_length=args.max_sentence_length, labeled=labeled,
-                           feature_columns=features)
-        if templated:
-            data.columns = token_columns(data, getattr(args, "template_width", None))
-        return data
+        return fmt, column, features, templated
 
     def _columns(self, fmt: str, path: str, args, labeled: bool
                  ) -> tuple[str | int | None, tuple[str | int, ...]]:
@@ -1388,10 +1395,25 @@ class SequenceSpec(TaskSpec):
     def write(self, path: str, data, predicted, args) -> None:
         from ..io.tagged import write_tagged
 
+        write_tagged(path, data, predicted, column=self.write_column(data.fmt, args),
+                     encoding=args.encoding)
+
+    @staticmethod
+    def write_column(fmt: str, args) -> str | int | None:
+        """The column :meth:`write` puts the labels in (None: the one read, or a new last
+        column of a columns file)."""
         column = _parse_column(args.column)
-        if data.fmt == "columns" and not getattr(args, "column_given", False):
+        if fmt == "columns" and not getattr(args, "column_given", False):
             column = None
-        write_tagged(path, data, predicted, column=column, encoding=args.encoding)
+        return column
+
+    def predict_stream(self, est, args, run=None) -> int:
+        """``predict``: read ``args.data`` in blocks of sentences, tag them and write them to
+        ``args.out`` in order (constant memory; ``--threads`` blocks at once); returns the
+        number of sentences (:mod:`~demidcd.tasks.chain_stream`)."""
+        from .chain_stream import predict_stream
+
+        return predict_stream(self, est, args, run)
 
     # -- predict: n best, forced labels, confidences ----------------------------------------
     def check_options(self, est, args) -> None:
