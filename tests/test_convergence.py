@@ -45,12 +45,6 @@ def _cells():
                     continue  # sdm-hinge minimises the hinge (L1) objective only
                 for task in ("sequence", "entity-relation"):
                     marks = []
-                    if backend == "fake" and loss == "l1" and task == "sequence":
-                        # measured: P 8.8-8.9 against P* 7.83 (demi-dcd and ms-dcd); the same
-                        # schedules over shared memory reach P*: FakeTransport or the schedule
-                        # mishandles the L1 loss there (open, reported)
-                        marks.append(pytest.mark.xfail(strict=True, reason="L1 over the fake "
-                                                       "transport misses P* on sequences"))
                     if backend == "ray":
                         marks.append(pytest.mark.skipif(not HAVE_RAY, reason="ray not installed"))
                     yield pytest.param(task, loss, alg, threads, kw, backend, marks=marks,

@@ -62,7 +62,7 @@ class FakeTransport(Transport):
         ex = s["order"][s["at"]:s["at"] + CHUNK]
         s["at"] += len(ex)
         b = task.loss_augmented(self.wbar[:task.dim], ex)
-        viol, slack = violation_and_slack(b, self.wbar, task.dim, spec.C)
+        viol, slack = violation_and_slack(b, self.wbar, task.dim, spec.tail_C)
         self.stats[j, INFER] += len(ex)
         if s["v0"] < 0:
             s["v0"] = self.ver
