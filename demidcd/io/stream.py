@@ -86,14 +86,10 @@ def last_cut(buf, conllu):
     pending = False
     cut = -1
     while i < n:
-        j = i
-        while j < n and buf[j] != 10:
-            j += 1
+        j = _line_end(buf, i)
         if j == n:
             break  # an unfinished line: not cut here
-        e = j
-        if e > i and buf[e - 1] == 13:
-            e -= 1
+        e = _content_end(buf, i, j)
         kind = _blank_kind(buf, i, e)
         if kind == 0:
             if pending:
@@ -249,13 +245,9 @@ def scan_conllu(buf, max_len, cols):
     words = 0
     pending = False
     while i < n:
-        j = i
-        while j < n and buf[j] != 10:
-            j += 1
+        j = _line_end(buf, i)
         lineno += 1
-        e = j
-        if e > i and buf[e - 1] == 13:
-            e -= 1
+        e = _content_end(buf, i, j)
         nxt = j + 1
         kind = _blank_kind(buf, i, e)
         if kind == 2:
@@ -373,9 +365,7 @@ def scan_columns(buf, max_len, cols, ncols):
     pending = False
     set_at = 0
     while i < n:
-        j = i
-        while j < n and buf[j] != 10:
-            j += 1
+        j = _line_end(buf, i)
         lineno += 1
         e = j
         nxt = j + 1
@@ -435,6 +425,27 @@ def _put(out, pos, buf, a, b):
 
 
 @nb.njit(cache=True, nogil=True)
+def _line_end(buf, i):
+    """The index of the newline ending the line that starts at ``i`` (len(buf): none)."""
+    j = i
+    while j < buf.shape[0] and buf[j] != 10:
+        j += 1
+    return j
+
+
+@nb.njit(cache=True, nogil=True)
+def _content_end(buf, i, j):
+    """The end of line ``[i, j)`` without its carriage return."""
+    return j - 1 if j > i and buf[j - 1] == 13 else j
+
+
+@nb.njit(cache=True, nogil=True)
+def _put_byte(out, pos, c):
+    out[pos] = c
+    return pos + 1
+
+
+@nb.njit(cache=True, nogil=True)
 def _out_size(n, tags, tag_off, extra):
     """Bytes enough for a block of n bytes with the labels of ``tags`` written in."""
     size = 2 * n + extra + 16
@@ -456,17 +467,12 @@ def render_conllu(buf, li, tags, tag_bytes, tag_off):
     t = 0
     words = 0
     while i < n:
-        j = i
-        while j < n and buf[j] != 10:
-            j += 1
-        e = j
-        if e > i and buf[e - 1] == 13:
-            e -= 1
+        j = _line_end(buf, i)
+        e = _content_end(buf, i, j)
         nxt = j + 1
         if _blank_kind(buf, i, e) == 0:
             if words:
-                out[pos] = 10
-                pos += 1
+                pos = _put_byte(out, pos, 10)
                 words = 0
             i = nxt
             continue
@@ -494,12 +500,10 @@ def render_conllu(buf, li, tags, tag_bytes, tag_off):
             pos = _put(out, pos, buf, b, e)
             t += 1
             words += 1
-        out[pos] = 10
-        pos += 1
+        pos = _put_byte(out, pos, 10)
         i = nxt
     if words:
-        out[pos] = 10
-        pos += 1
+        pos = _put_byte(out, pos, 10)
     return out[:pos]
 
 
@@ -520,44 +524,36 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
     t = 0
     words = 0
     while i < n:
-        j = i
-        while j < n and buf[j] != 10:
-            j += 1
+        j = _line_end(buf, i)
         nxt = j + 1
         nf = _fields(buf, i, j, fstart, fend)
         if nf == 0:
             if words:
-                out[pos] = 10
-                pos += 1
+                pos = _put_byte(out, pos, 10)
                 words = 0
             i = nxt
             continue
         doc = _starts(buf, fstart[0], fend[0], _DOCSTART)
         if doc and words:
-            out[pos] = 10
-            pos += 1
+            pos = _put_byte(out, pos, 10)
             words = 0
         k = tags[t] if not doc else -1
         written = 0
         for f in range(nf):
             if f:
-                out[pos] = 32
-                pos += 1
+                pos = _put_byte(out, pos, 32)
             if f == li:
                 if doc:
-                    out[pos] = 79
-                    pos += 1
+                    pos = _put_byte(out, pos, 79)
                 else:
                     pos = _put(out, pos, tag_bytes, tag_off[k], tag_off[k + 1])
             else:
                 pos = _put(out, pos, buf, fstart[f], fend[f])
             written += 1
         if li < 0:
-            out[pos] = 32
-            pos += 1
+            pos = _put_byte(out, pos, 32)
             if doc:
-                out[pos] = 79
-                pos += 1
+                pos = _put_byte(out, pos, 79)
             else:
                 pos = _put(out, pos, tag_bytes, tag_off[k], tag_off[k + 1])
             written += 1
@@ -567,15 +563,12 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
                 out[pos + 1] = 79
                 pos += 2
                 written += 1
-            out[pos] = 10
-            pos += 1
+            pos = _put_byte(out, pos, 10)
         else:
             t += 1
             words += 1
-        out[pos] = 10
-        pos += 1
+        pos = _put_byte(out, pos, 10)
         i = nxt
     if words:
-        out[pos] = 10
-        pos += 1
+        pos = _put_byte(out, pos, 10)
     return out[:pos]

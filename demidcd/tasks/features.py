@@ -350,6 +350,67 @@ def split_attributes(tokens: list[list]) -> tuple[list[list[str]], list[list[tup
     return words, attrs, n_attr
 
 
+@nb.njit(cache=True, nogil=True)
+def add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos) -> int:
+    """Append token t's context features (the words at offsets −2, −1, +1, +2 of its
+    sentence ``[a, b)``: ``ctx[type, j]``, or ``bos[j]`` / ``eos[j]`` past its ends; −1 = none)
+    to ``feat_idx`` at ``pos``; returns the new end."""
+    for j in range(4):
+        u = t + (j - 2 if j < 2 else j - 1)
+        if u < a:
+            v = bos[j]
+        elif u >= b:
+            v = eos[j]
+        else:
+            v = ctx[tok_type[u], j]
+        if v >= 0:
+            feat_idx[pos] = v
+            pos += 1
+    return pos
+
+
+@nb.njit(cache=True, nogil=True)
+def add_ids(feat_idx, pos, ids) -> int:
+    """Append the ids ≥ 0 of ``ids`` to ``feat_idx`` at ``pos``; returns the new end."""
+    for v in ids:
+        if v >= 0:
+            feat_idx[pos] = v
+            pos += 1
+    return pos
+
+
+@nb.njit(cache=True, nogil=True)
+def feature_rows(tok_type, type_ptr, extra: int):
+    """CSR arrays for the tokens' feature ids: ``feat_ptr`` (zeros, one per token + 1) and
+    ``feat_idx`` with room for each token's type ids plus ``extra``."""
+    cap = 0
+    for t in range(tok_type.shape[0]):
+        ty = tok_type[t]
+        cap += type_ptr[ty + 1] - type_ptr[ty] + extra
+    return np.zeros(tok_type.shape[0] + 1, np.int64), np.empty(cap, np.int32)
+
+
+@nb.njit(cache=True, nogil=True)
+def sort_unique(a: np.ndarray, start: int, stop: int) -> int:
+    """Sort ``a[start:stop]`` in place (insertion sort: a token's slice is short) and drop
+    repeats; returns the new end of the slice."""
+    for i in range(start + 1, stop):
+        x = a[i]
+        k = i - 1
+        while k >= start and a[k] > x:
+            a[k + 1] = a[k]
+            k -= 1
+        a[k + 1] = x
+    if stop <= start:
+        return stop
+    m = start + 1
+    for i in range(start + 1, stop):
+        if a[i] != a[m - 1]:
+            a[m] = a[i]
+            m += 1
+    return m
+
+
 def _ctx_name(o: int, lw: str) -> str:
     return f"w{o:+d}={lw}"
 
@@ -361,15 +422,8 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, tok_ids):
     ctx[type, j] is the id of feature ``w{o_j}=lower(type)`` with o = (−2, −1, +1, +2);
     bos[j] / eos[j] are the ids used when the neighbour lies before / after the sentence.
     """
-    n_tok = tok_type.shape[0]
     n_sent = sent_ptr.shape[0] - 1
-    cap = 0
-    for t in range(n_tok):
-        ty = tok_type[t]
-        cap += type_ptr[ty + 1] - type_ptr[ty] + 4 + tok_ids.shape[1]
-    feat_ptr = np.zeros(n_tok + 1, np.int64)
-    feat_idx = np.empty(cap, np.int32)
-    offs = np.array([-2, -1, 1, 2], np.int64)
+    feat_ptr, feat_idx = feature_rows(tok_type, type_ptr, 4 + tok_ids.shape[1])
     pos = 0
     for s in range(n_sent):
         a = sent_ptr[s]
@@ -377,42 +431,14 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, tok_ids):
         for t in range(a, b):
             start = pos
             ty = tok_type[t]
-            for q in range(type_ptr[ty], type_ptr[ty + 1]):
-                v = type_ids[q]
-                if v >= 0:
-                    feat_idx[pos] = v
-                    pos += 1
+            pos = add_ids(feat_idx, pos, type_ids[type_ptr[ty]:type_ptr[ty + 1]])
             for j in range(tok_ids.shape[1]):
                 v = tok_ids[t, j]
                 if v >= 0:
                     feat_idx[pos] = v
                     pos += 1
-            for j in range(4):
-                u = t + offs[j]
-                if u < a:
-                    v = bos[j]
-                elif u >= b:
-                    v = eos[j]
-                else:
-                    v = ctx[tok_type[u], j]
-                if v >= 0:
-                    feat_idx[pos] = v
-                    pos += 1
-            # insertion sort + dedupe of this token's (short) slice
-            for i in range(start + 1, pos):
-                x = feat_idx[i]
-                k = i - 1
-                while k >= start and feat_idx[k] > x:
-                    feat_idx[k + 1] = feat_idx[k]
-                    k -= 1
-                feat_idx[k + 1] = x
-            if pos > start:
-                m = start + 1
-                for i in range(start + 1, pos):
-                    if feat_idx[i] != feat_idx[m - 1]:
-                        feat_idx[m] = feat_idx[i]
-                        m += 1
-                pos = m
+            pos = add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos)
+            pos = sort_unique(feat_idx, start, pos)
             feat_ptr[t + 1] = pos
     return feat_ptr, feat_idx[:pos].copy()
 

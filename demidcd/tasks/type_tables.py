@@ -35,6 +35,7 @@ import numba as nb
 import numpy as np
 
 from ..io.stream import intern_spans
+from .features import add_context_ids, add_ids, feature_rows, sort_unique
 
 MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start afresh
 _BOS, _EOS = "<s>", "</s>"
@@ -105,15 +106,8 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
     the id of ``a<j>[o]=v``, ``cid[v]``: v among the n-gram values (−1: none). (keys, vals,
     bits): the n-gram table (kinds 0 = b-1, 1 = b+1, then 7 per column).
     """
-    n_tok = tok_type.shape[0]
     n_attr = attr.shape[1]
-    cap = 0
-    for t in range(n_tok):
-        ty = tok_type[t]
-        cap += type_ptr[ty + 1] - type_ptr[ty] + 6 + 12 * n_attr
-    feat_ptr = np.zeros(n_tok + 1, np.int64)
-    feat_idx = np.empty(cap, np.int32)
-    offs = np.array([-2, -1, 1, 2], np.int64)
+    feat_ptr, feat_idx = feature_rows(tok_type, type_ptr, 6 + 12 * n_attr)
     win = np.empty(5, np.int64)
     pos = 0
     for s in range(sent_ptr.shape[0] - 1):
@@ -122,20 +116,8 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
         for t in range(a, b):
             start = pos
             ty = tok_type[t]
-            for q in range(type_ptr[ty], type_ptr[ty + 1]):
-                feat_idx[pos] = type_ids[q]
-                pos += 1
-            for j in range(4):
-                u = t + offs[j]
-                if u < a:
-                    v = bos[j]
-                elif u >= b:
-                    v = eos[j]
-                else:
-                    v = ctx[tok_type[u], j]
-                if v >= 0:
-                    feat_idx[pos] = v
-                    pos += 1
+            pos = add_ids(feat_idx, pos, type_ids[type_ptr[ty]:type_ptr[ty + 1]])
+            pos = add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos)
             lt = lw[ty]
             if lt >= 0:
                 la = lw[tok_type[t - 1]] if t > a else bos_lw
@@ -176,20 +158,7 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
                         if v >= 0:
                             feat_idx[pos] = v
                             pos += 1
-            for i in range(start + 1, pos):  # insertion sort + dedupe of the (short) slice
-                x = feat_idx[i]
-                k = i - 1
-                while k >= start and feat_idx[k] > x:
-                    feat_idx[k + 1] = feat_idx[k]
-                    k -= 1
-                feat_idx[k + 1] = x
-            if pos > start:
-                m = start + 1
-                for i in range(start + 1, pos):
-                    if feat_idx[i] != feat_idx[m - 1]:
-                        feat_idx[m] = feat_idx[i]
-                        m += 1
-                pos = m
+            pos = sort_unique(feat_idx, start, pos)
             feat_ptr[t + 1] = pos
     return feat_ptr, feat_idx[:pos].copy()
 
