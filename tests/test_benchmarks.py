@@ -275,7 +275,7 @@ def test_predict_speed_end_to_end(tiny, tmp_path):
     _columns_to_conllu(tiny / "train.txt", train)
     n = _columns_to_conllu(tiny / "test.txt", test)
     assert predict_speed.main(["--train", str(train), "--test", str(test), "--repeat", "2",
-                               "--time-limit", "2", "--runs", "1", "--out-dir", str(tmp_path),
+                               "--time-limit", "0.5", "--runs", "1", "--out-dir", str(tmp_path),
                                "--name", "p", "--quiet"]) == 0
     res = json.loads((tmp_path / "p.json").read_text())
     assert res["tokens"] == 2 * n and res["p2_output_equals_p1"]
