@@ -40,7 +40,8 @@ class DependencyParser(StructuredEstimator):
     s(h, d) = max_l s(h, d, l) and the argmax label remembered per arc; Δ = 1 per wrong head
     + 0.5 per right head with a wrong label. :meth:`predict` returns trees in the form Y was
     given to :meth:`fit` ((head, DEPREL) pairs; the root word's DEPREL is the label seen on
-    root words in training, ``root`` in UD).
+    root words in training, ``root`` in UD); ``predict(X, fixed=...)`` keeps heads (and
+    DEPRELs) given in advance and decodes the rest of the tree around them.
 
     Extra hyper-parameters: ``decoder`` (``eisner``: projective, ``cle``: non-projective
     Chu-Liu-Edmonds; used in training and prediction) and ``hashing`` (D, the number of hashed

@@ -64,6 +64,15 @@ words with a wrong head or label contribute: +F(y_{i,d}, d) − F(y_d, d) for a 
 +G(y_{i,d}, d)⊗l_{i,d} − G(y_d, d)⊗l_d) with sorted unique indices, Δ, w·φ and an FNV-1a
 hash of (y, l).
 
+Given heads (``predict --force``, ``DependencyParser.predict(X, fixed=...)``): a word d with
+a given head g keeps it by masking, s(h, d) = −1e300 for every h ≠ g (the masked arcs' features
+are not computed), and a given label l replaces the max over labels, s(h, d) = s(h, d, l); the
+decoders are unchanged and return the best tree of unmasked arcs whenever one exists. Such a
+tree exists iff at most one word is given head 0 and the given heads have no cycle
+(:func:`fixed_heads_check`); a *projective* one may not (given arcs that cross), and then the
+Eisner optimum uses a masked arc, which :func:`parse_kernel` detects to decode that sentence
+with Chu-Liu-Edmonds instead.
+
 Metric: unlabelled attachment score UAS = #{d : y_d = y_{i,d}} / #words and labelled LAS =
 #{d : y_d = y_{i,d}, l_d = l_{i,d}} / #words (full DEPREL, subtypes included; the CoNLL 2018
 evaluator compares the universal part only), with and without punctuation. A word is
@@ -75,6 +84,7 @@ same for UPOS, XPOS and CoNLL-X columns.
 from __future__ import annotations
 
 import unicodedata
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -582,8 +592,8 @@ def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf
             keep = flab[a + d] if fixing else -1
             best = -np.inf
             arg = -1
-            for q in range(L):
-                if (lab_arcs[q] & need == 0) if keep < 0 else q != keep:
+            for q in range(L) if keep < 0 else range(keep, keep + 1):
+                if keep < 0 and lab_arcs[q] & need == 0:
                     continue
                 v = acc[q] + (_arc_loss(h, q, g, gl) if augment else 0.0)
                 if v > best:
@@ -1664,8 +1674,6 @@ class DependencySpec(TaskSpec):
         kept: given heads that no tree keeps are an error naming the file and the sentence's
         first line, and a sentence whose given heads no projective tree keeps (Eisner) is
         decoded with Chu-Liu-Edmonds, with one warning line naming the first such sentence."""
-        import warnings
-
         X = self.xy(data)[0]
         if not getattr(args, "force", False):
             return est.predict(X)
