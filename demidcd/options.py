@@ -157,8 +157,10 @@ OPTIONS: tuple[Option, ...] = (
        SEQUENCE_TASKS, metavar="K", commands=("predict",), rule="the best tagging only",
        param=False),
     _o("force", "--force", bool, False, "keep the labels of the input's label column that the "
-       "model knows, decode the rest around them (Wapiti's --force)", ADVANCED, OUTPUT,
-       SEQUENCE_TASKS, commands=("predict",), param=False),
+       "model knows, decode the rest around them (Wapiti's --force); dependency: keep each "
+       "HEAD (column 7) in 0..n, with its DEPREL when the model knows it, and decode the rest "
+       "of the tree around them", ADVANCED, OUTPUT, SEQUENCE_TASKS + ("dependency",),
+       commands=("predict",), param=False),
     _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
        "token-margin column after the label (max-marginal minus the best other label's)",
        ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),

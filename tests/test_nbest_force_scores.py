@@ -371,7 +371,7 @@ def test_cli_refuses_chain_options_for_dependency(tmp_path, capsys):
     model = tmp_path / "dep.npz"
     DependencyParser(max_epochs=1, hashing=1 << 10).fit(X, Y).save(model)
     capsys.readouterr()
-    for opt in (["--nbest", "2"], ["--force"], ["--scores"]):
+    for opt in (["--nbest", "2"], ["--scores"]):  # --force: tests/test_dependency_force.py
         assert main(["predict", "--model", str(model), "--data", str(tmp_path / "none.conllx"),
                      "--out", str(tmp_path / "o"), *opt]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -379,6 +379,9 @@ def test_cli_refuses_chain_options_for_dependency(tmp_path, capsys):
                        "(only for sequence, chunking and ner)"]
     with pytest.raises(OptionError, match="scores is not available for entity-relation"):
         get_task("entity-relation").check_options(None, type("A", (), {"scores": True})())
+    with pytest.raises(OptionError, match="force is not available for entity-relation models "
+                                          r"\(only for sequence, chunking, ner and dependency\)"):
+        get_task("entity-relation").check_options(None, type("A", (), {"force": True})())
 
 
 def test_cli_conllu_headers_follow_comments_and_margins_go_to_misc(tmp_path):

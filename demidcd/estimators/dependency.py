@@ -4,6 +4,7 @@ task's maths, kernels and data flow are in :mod:`demidcd.tasks.dependency`."""
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..tasks.dependency import (
     TEMPLATE_VERSION,
     DependencyTask,
     Heads,
+    ProjectiveFallback,
     Sentence,
     encode_trees,
     label_set,
@@ -38,7 +40,8 @@ class DependencyParser(StructuredEstimator):
     s(h, d) = max_l s(h, d, l) and the argmax label remembered per arc; Δ = 1 per wrong head
     + 0.5 per right head with a wrong label. :meth:`predict` returns trees in the form Y was
     given to :meth:`fit` ((head, DEPREL) pairs; the root word's DEPREL is the label seen on
-    root words in training, ``root`` in UD).
+    root words in training, ``root`` in UD); ``predict(X, fixed=...)`` keeps heads (and
+    DEPRELs) given in advance and decodes the rest of the tree around them.
 
     Extra hyper-parameters: ``decoder`` (``eisner``: projective, ``cle``: non-projective
     Chu-Liu-Edmonds; used in training and prediction) and ``hashing`` (D, the number of hashed
@@ -134,19 +137,76 @@ class DependencyParser(StructuredEstimator):
         self._train(task, dev_eval)
         return self
 
-    def predict(self, X: list[Sentence]) -> list[Heads]:
+    def predict(self, X: list[Sentence], fixed: list[list[Any]] | None = None) -> list[Heads]:
         """The argmax tree of each sentence: (head, DEPREL) pairs of words 1..n (0 = root), or
-        heads alone for a parser fitted on heads alone."""
+        heads alone for a parser fitted on heads alone.
+
+        ``fixed`` (``predict --force``): per sentence one entry per word, None (free), a head
+        (0..n, not the word itself) or a (head or None, DEPREL or None) pair; the given heads
+        and DEPRELs are kept and the rest decoded around them, i.e. argmax w·Φ(x, y, l) over
+        the single-root trees (projective for Eisner) with y_d and l_d as given wherever
+        given, by masking the arc scores s(h, d) (a given head g: s(h, d) = −∞ for h ≠ g; a
+        given label l: s(h, d) = s(h, d, l)). A DEPREL the parser does not know, a head out
+        of range and given heads that no tree keeps (two words on the root, a cycle:
+        :class:`~demidcd.tasks.dependency.FixedHeadsError`) raise OptionError. With Eisner,
+        a sentence whose given heads no *projective* tree keeps is decoded with
+        Chu-Liu-Edmonds (non-projective) instead, with a :class:`ProjectiveFallback`
+        warning."""
         self._check_fitted()
         self._check()
         if not check_sentences(X):
             return []
         task = self._task(X, None)
         labels = self._labels()
-        trees = task.decode(self.coef_, np.arange(len(X)))
+        examples = np.arange(len(X))
+        if fixed is None:
+            trees = task.decode(self.coef_, examples)
+        else:
+            fhead, flab = self._fixed_ids(task, X, fixed)
+            trees, fell = task.decode_fixed(self.coef_, examples, fhead, flab)
+            if fell.any():
+                where = np.flatnonzero(fell)
+                warnings.warn(ProjectiveFallback(
+                    where.tolist(), f"{where.shape[0]:,} sentence(s) (the first: fixed"
+                    f"[{where[0]}]) have given heads that no projective tree keeps: decoded "
+                    "with Chu-Liu-Edmonds (non-projective)"), stacklevel=2)
         if labels is None:
             return [t[0].tolist() for t in trees]
         return [[(int(h), labels[k]) for h, k in t.T] for t in trees]
+
+    def _fixed_ids(self, task: DependencyTask, X: list[Sentence], fixed: list[list[Any]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``fixed`` (see :meth:`predict`) as given heads and label ids per position of the
+        task's encoding (−1: free)."""
+        if isinstance(fixed, str | bytes) or len(fixed) != len(X):
+            raise OptionError(f"fixed must hold one list per sentence ({len(X)})")
+        labels = self._labels()
+        index = {r: k for k, r in enumerate(labels or ())}
+        tp = task.enc.tok_ptr
+        fhead = np.full(int(tp[-1]), -1, np.int32)
+        flab = np.full(int(tp[-1]), -1, np.int32)
+        for k, (s, f) in enumerate(zip(X, fixed, strict=True)):
+            n = len(s)
+            if isinstance(f, str | bytes) or len(f) != n:
+                raise OptionError(f"fixed[{k}] must hold one entry per word ({n}): None, a "
+                                  "head or a (head, DEPREL) pair")
+            a = int(tp[k])
+            for t, g in enumerate(f):
+                if g is None:
+                    continue
+                h, r = (g if isinstance(g, tuple | list) and len(g) == 2 else (g, None))
+                if h is not None:
+                    if isinstance(h, bool) or not isinstance(h, int | np.integer) \
+                            or not 0 <= h <= n or h == t + 1:
+                        raise OptionError(f"fixed[{k}][{t}]: a head must be an integer in "
+                                          f"0..{n} other than the word's own {t + 1}, got {g!r}")
+                    fhead[a + t + 1] = h
+                if r is not None:
+                    if r not in index:
+                        raise OptionError(f"fixed[{k}][{t}]: the parser has no DEPREL {r!r}" +
+                                          ("" if labels else " (it is unlabelled)"))
+                    flab[a + t + 1] = index[r]
+        return fhead, flab
 
     def metrics(self, X: list[Sentence], Y: list[Heads]) -> dict[str, float]:
         """UAS with punctuation (``score``, ``uas``) and without (``uas_no_punct``); LAS

@@ -55,6 +55,7 @@ import importlib
 from typing import Any
 
 from ..errors import OptionError
+from ..options import option
 
 __all__ = ["TaskSpec", "TASKS", "register", "get_task", "task_names"]
 
@@ -103,19 +104,22 @@ class TaskSpec:
     def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
         raise NotImplementedError
 
-    # -- predict / evaluate options of the chain taggers ------------------------------------
-    CHAIN_OPTIONS = (("nbest", "--nbest"), ("force", "--force"), ("scores", "--scores"),
-                     ("constraints", "--constraints"))
-    """Options of ``predict`` / ``evaluate`` that only the chain taggers (sequence, chunking,
-    ner) take: (attribute of args, flag)."""
+    # -- predict / evaluate options of some tasks only ---------------------------------------
+    CHAIN_OPTIONS = ("nbest", "force", "scores", "constraints")
+    """Options of ``predict`` / ``evaluate`` that only some tasks take (their owners in
+    :mod:`demidcd.options`: the chain taggers, and ``--force`` for dependency too)."""
 
     def check_options(self, est: Any, args: Any) -> None:
-        """Refuse options this task's models do not take, before the data is read (here: the
-        chain taggers' :attr:`CHAIN_OPTIONS`), with one line."""
-        for attr, flag in self.CHAIN_OPTIONS:
-            if getattr(args, attr, None) not in (None, False):
-                raise OptionError(f"{flag} is not available for {self.name} models (only for "
-                                  "sequence, chunking and ner)")
+        """Refuse the :attr:`CHAIN_OPTIONS` this task's models do not take (the option table's
+        owners), before the data is read, with one line."""
+        for name in self.CHAIN_OPTIONS:
+            o = option(name)
+            if self.name not in o.owners and getattr(args, name, None) not in (None, False):
+                owners = list(o.owners)
+                who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
+                    else owners[0]
+                raise OptionError(f"{o.flag} is not available for {self.name} models (only "
+                                  f"for {who})")
 
     def predict(self, est: Any, data: Any, args: Any) -> Any:
         """What ``predict`` writes (:meth:`write`) for ``data``: ``est.predict`` of it."""

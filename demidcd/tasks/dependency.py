@@ -64,6 +64,15 @@ words with a wrong head or label contribute: +F(y_{i,d}, d) − F(y_d, d) for a 
 +G(y_{i,d}, d)⊗l_{i,d} − G(y_d, d)⊗l_d) with sorted unique indices, Δ, w·φ and an FNV-1a
 hash of (y, l).
 
+Given heads (``predict --force``, ``DependencyParser.predict(X, fixed=...)``): a word d with
+a given head g keeps it by masking, s(h, d) = −1e300 for every h ≠ g (the masked arcs' features
+are not computed), and a given label l replaces the max over labels, s(h, d) = s(h, d, l); the
+decoders are unchanged and return the best tree of unmasked arcs whenever one exists. Such a
+tree exists iff at most one word is given head 0 and the given heads have no cycle
+(:func:`fixed_heads_check`); a *projective* one may not (given arcs that cross), and then the
+Eisner optimum uses a masked arc, which :func:`parse_kernel` detects to decode that sentence
+with Chu-Liu-Edmonds instead.
+
 Metric: unlabelled attachment score UAS = #{d : y_d = y_{i,d}} / #words and labelled LAS =
 #{d : y_d = y_{i,d}, l_d = l_{i,d}} / #words (full DEPREL, subtypes included; the CoNLL 2018
 evaluator compares the universal part only), with and without punctuation. A word is
@@ -75,6 +84,7 @@ same for UPOS, XPOS and CoNLL-X columns.
 from __future__ import annotations
 
 import unicodedata
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -82,7 +92,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from ..errors import InputError, OptionError
+from ..errors import InputError, InputWarning, OptionError
 from ..io.dependency import (
     DEP_FORMATS,
     DepCorpus,
@@ -110,6 +120,25 @@ _S29 = _U(29)
 _S33 = _U(33)
 _S32 = _U(32)
 _NEG = -1e300  # score of an impossible arc
+_NONE = np.zeros(0, np.int32)  # no given heads / labels (parse_kernel)
+
+
+class ProjectiveFallback(InputWarning):
+    """Eisner could keep the given heads of these ``sentences`` (indices) in no projective
+    tree: they were decoded with Chu-Liu-Edmonds (non-projective) instead."""
+
+    def __init__(self, sentences: list[int], message: str):
+        self.sentences = list(sentences)
+        super().__init__(message)
+
+
+class FixedHeadsError(OptionError):
+    """Given heads (``predict(fixed=...)``, ``predict --force``) that no single-root tree
+    keeps: ``sentence`` (its index) and ``reason``."""
+
+    def __init__(self, sentence: int, reason: str):
+        self.sentence, self.reason = int(sentence), reason
+        super().__init__(f"fixed[{sentence}]: {reason}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,11 +517,25 @@ def _arc_loss(h, l, g, gl):
     return LABEL_LOSS if l != gl else 0.0
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _masked(fhead, a, h, d):
+    """True when arc h → d is ruled out by a given head of d (``fhead`` per position from
+    ``a``, −1 free)."""
+    g = fhead[a + d]
+    return g >= 0 and g != h
+
+
 @nb.njit(cache=True, nogil=True)
 def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf,
-                lab_arcs, gold, glab, augment, S, Lab, LD, LH, acc, kbuf):
+                lab_arcs, gold, glab, augment, S, Lab, LD, LH, acc, kbuf, fhead, flab):
     """S[h·N + d] = max_l s(h, d, l) (+ Δ of the arc when ``augment``) for all h ≠ d, d ≥ 1, and
     Lab[h·N + d] = its argmax label (−1 unlabelled); impossible arcs (into ROOT, self) get −1e300.
+
+    Given heads and labels (``predict --force``; ``fhead``/``flab`` per position, −1 free, or
+    empty arrays: none): a word d with a given head g has every other arc h → d masked to
+    −1e300 (its features are not even computed), and a word with a given label l scores
+    s(h, d) = s(h, d, l) instead of the max (the label kept even where training never saw it
+    on such an arc).
 
     s(h, d, l) = Σ_{f∈F(h,d)} w[f] + Σ_{k∈G(h,d)} w[base(k) + l], l ranging over the labels
     allowed on the arc (``lab_arcs[l]`` bit 1: on root arcs h = 0, bit 2: on the others). G
@@ -519,9 +562,14 @@ def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf
                 c = _head_label_keys(h, right, a, word, pos, cpos, D, L, kbuf, 0)
                 for q in range(c):
                     _add_block(w, kbuf[q], L, row)
+    fixing = fhead.shape[0] > 0
     for h in range(N):
         for d in range(1, N):
             if h == d:
+                continue
+            if fixing and _masked(fhead, a, h, d):
+                S[h * N + d] = _NEG
+                Lab[h * N + d] = -1
                 continue
             m = _arc_features(h, d, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf)
             mark += 1
@@ -541,10 +589,11 @@ def _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf
                 _add_block(w, kbuf[q], L, acc)
             need = 1 if h == 0 else 2
             gl = glab[a + d] if augment else -1
+            keep = flab[a + d] if fixing else -1
             best = -np.inf
             arg = -1
-            for q in range(L):
-                if lab_arcs[q] & need == 0:
+            for q in range(L) if keep < 0 else range(keep, keep + 1):
+                if keep < 0 and lab_arcs[q] & need == 0:
                     continue
                 v = acc[q] + (_arc_loss(h, q, g, gl) if augment else 0.0)
                 if v > best:
@@ -845,12 +894,114 @@ def _max_len(tok_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
+def _decode_tree(S, N, y, decoder, fhead, a, wf, wi, wb, cf, ci, cb):
+    """The best single-root tree over the arc scores S into y with the ``decoder``'s scratch
+    wf, wi, wb; with given heads ``fhead`` (from position ``a``; empty: none), already masked
+    in S, and Eisner: when the projective optimum drops one of them (no projective tree keeps
+    them all), decode again with Chu-Liu-Edmonds in the scratch cf, ci, cb and return 1
+    (else 0)."""
+    if decoder != _EISNER:
+        cle_ws(S, N, y, wf, wi, wb)
+        return 0
+    eisner_ws(S, N, y, wf, wi)
+    if fhead.shape[0] == 0:
+        return 0
+    for d in range(1, N):
+        if _masked(fhead, a, y[d], d):
+            cle_ws(S, N, y, cf, ci, cb)
+            return 1
+    return 0
+
+
+def decode_given(S: np.ndarray, given: np.ndarray, decoder: str = "eisner"
+                 ) -> tuple[np.ndarray, float, bool]:
+    """The best single-root tree over the (n+1)×(n+1) arc scores S keeping the heads ``given``
+    (int per position 0..n, −1 free; no two 0s and no cycle, see :func:`fixed_heads_check`),
+    decoded as :func:`parse_kernel` does: (heads of positions 0..n, heads[0] = −1; its score
+    Σ_d S(heads[d], d); True when Eisner fell back to Chu-Liu-Edmonds). For tests and one-off
+    calls."""
+    N = S.shape[0]
+    heads = np.empty(N, np.int32)
+    total, fell = _decode_given(np.array(S, np.float64).ravel(), N, heads,
+                                np.ascontiguousarray(given, np.int32),
+                                _EISNER if decoder == "eisner" else _CLE)
+    return heads, float(total), bool(fell)
+
+
+@nb.njit(cache=True, nogil=True)
+def _decode_given(S, N, heads, given, decoder):
+    for h in range(N):
+        for d in range(1, N):
+            if _masked(given, 0, h, d):
+                S[h * N + d] = _NEG
+    wf, wi, wb = _workspace(N, decoder)
+    cf, ci, cb = _workspace(N if decoder == _EISNER else 0, _CLE)
+    fell = _decode_tree(S, N, heads, decoder, given, 0, wf, wi, wb, cf, ci, cb)
+    total = 0.0
+    for d in range(1, N):
+        total += S[heads[d] * N + d]
+    return total, fell
+
+
+@nb.njit(cache=True, nogil=True)
+def fixed_heads_check(tok_ptr, fhead, examples):
+    """Whether some single-root tree keeps the given heads ``fhead`` (per position, −1 free) of
+    each example: (code, word) per example, code 0 yes, 1 two words given head 0 (word: the
+    second), 2 the given heads form a cycle (word: one on it). Otherwise a tree exists: the
+    given arcs form a forest; hang every other forest root below the word given head 0, or
+    below any forest root when none is. (A *projective* one may still not exist: see
+    :func:`parse_kernel`.)"""
+    n_ex = examples.shape[0]
+    code = np.zeros(n_ex, np.int64)
+    where = np.zeros(n_ex, np.int64)
+    state = np.zeros(_max_len(tok_ptr, examples), np.int64)
+    for e in range(n_ex):
+        i = examples[e]
+        a = tok_ptr[i]
+        N = tok_ptr[i + 1] - a
+        root = 0
+        for d in range(1, N):
+            if fhead[a + d] == 0:
+                if root:
+                    code[e] = 1
+                    where[e] = d
+                    break
+                root = d
+        if code[e]:
+            continue
+        # state: 0 unseen, d on the path walked from d, −1 reaches the root or a free word
+        state[:N] = 0
+        for d in range(1, N):
+            x = d
+            while x > 0 and state[x] == 0 and fhead[a + x] >= 0:
+                state[x] = d
+                x = fhead[a + x]
+            if x > 0 and state[x] == d:
+                code[e] = 2
+                where[e] = x
+                break
+            x = d
+            while x > 0 and state[x] == d:
+                state[x] = -1
+                x = fhead[a + x]
+    return code, where
+
+
+@nb.njit(cache=True, nogil=True)
 def parse_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, lab_arcs, gold, glab,
-                 examples, augment, decoder):
+                 examples, augment, decoder, fhead, flab):
     """Heads and labels of every example, flat: example e's positions 0..n at
-    out_ptr[e]:out_ptr[e+1] (ROOT's entries −1; labels −1 when unlabelled, L = 0).
+    out_ptr[e]:out_ptr[e+1] (ROOT's entries −1; labels −1 when unlabelled, L = 0), and per
+    example 1 where Eisner fell back to Chu-Liu-Edmonds (else 0).
     ``augment``: argmax of w·Φ + Δ (Δ added per arc and label, see :func:`_arc_loss`).
-    Scratch is allocated once per call, for the longest sentence."""
+    ``fhead``, ``flab``: given heads and labels per position (−1 free; empty arrays: none),
+    kept by masking the arc scores (:func:`_score_arcs`); the caller checks with
+    :func:`fixed_heads_check` that some single-root tree keeps them. When no *projective* one
+    does (given arcs that cross, or that the root arc must cross), the best projective tree
+    Eisner finds uses a masked arc (score ≤ −1e300 against a finite score for any tree of
+    unmasked arcs); that sentence is decoded again with Chu-Liu-Edmonds, which finds the best
+    non-projective tree keeping them. Scratch is allocated once per call, for the longest
+    sentence."""
     n_ex = examples.shape[0]
     out_ptr = np.zeros(n_ex + 1, np.int64)
     for e in range(n_ex):
@@ -869,23 +1020,23 @@ def parse_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, lab_ar
     fbuf = np.empty(_max_features(maxN), np.int64)
     stamp = np.full(max(n_pos, 1), -1, np.int64)
     wf, wi, wb = _workspace(maxN, decoder)
+    fixing = fhead.shape[0] > 0
+    cf, ci, cb = _workspace(maxN if fixing and decoder == _EISNER else 0, _CLE)
+    fell = np.zeros(n_ex, np.int8)
     mark = np.int64(0)
     for e in range(n_ex):
         i = examples[e]
         a = tok_ptr[i]
         N = tok_ptr[i + 1] - a
         mark = _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, mark, fbuf,
-                           lab_arcs, gold, glab, augment, S, Lab, LD, LH, acc, kbuf)
+                           lab_arcs, gold, glab, augment, S, Lab, LD, LH, acc, kbuf, fhead, flab)
         y = out[out_ptr[e]:out_ptr[e + 1]]
-        if decoder == _EISNER:
-            eisner_ws(S, N, y, wf, wi)
-        else:
-            cle_ws(S, N, y, wf, wi, wb)
+        fell[e] = _decode_tree(S, N, y, decoder, fhead, a, wf, wi, wb, cf, ci, cb)
         lab = out_lab[out_ptr[e]:out_ptr[e + 1]]
         lab[0] = -1
         for d in range(1, N):
             lab[d] = Lab[y[d] * N + d]
-    return out, out_lab, out_ptr
+    return out, out_lab, out_ptr, fell
 
 
 @nb.njit(cache=True, nogil=True)
@@ -1033,7 +1184,7 @@ def arc_scores_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, l
     none = np.zeros(0, np.int32)
     _score_arcs(w, a, N, word, pre, pos, posk, cpos, cposk, D, stamp, np.int64(0), fbuf,
                 lab_arcs, none, none, False, S, Lab, np.empty(N * L), np.empty(2 * N * L),
-                np.empty(L), np.empty(_MAX_LABEL_KEYS, np.int64))
+                np.empty(L), np.empty(_MAX_LABEL_KEYS, np.int64), none, none)
     return S, Lab
 
 
@@ -1182,7 +1333,8 @@ class DependencyTask(Task):
         if augment:
             self._need_gold()
         return parse_kernel(self._w(w, True), self.D, *self._arrays(), self._gold, self._glab,
-                            self._examples(examples), bool(augment), self._dec)
+                            self._examples(examples), bool(augment), self._dec, _NONE,
+                            _NONE)[:3]
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: bool) -> RecordBatch:
         examples = self._examples(examples)
@@ -1190,8 +1342,8 @@ class DependencyTask(Task):
             return RecordBatch.empty()
         gold = self._need_gold()
         w = self._w(w, True)
-        heads, labs, hptr = parse_kernel(w, self.D, *self._arrays(), gold, self._glab, examples,
-                                         augment, self._dec)
+        heads, labs, hptr, _ = parse_kernel(w, self.D, *self._arrays(), gold, self._glab,
+                                            examples, augment, self._dec, _NONE, _NONE)
         ex, h, delta, margin, ptr, idx, val = records_kernel(
             w, self.D, *self._arrays(), gold, self._glab, examples, heads, labs, hptr, False)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
@@ -1211,6 +1363,57 @@ class DependencyTask(Task):
         heads, labs, ptr = self.parse(w, examples, False)
         return [np.stack([heads[ptr[e] + 1:ptr[e + 1]], labs[ptr[e] + 1:ptr[e + 1]]])
                 for e in range(ptr.shape[0] - 1)]
+
+    def decode_fixed(self, w: np.ndarray, examples: np.ndarray, fhead: np.ndarray,
+                     flab: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+        """argmax_y w·Φ(x_i, y) over the single-root trees (projective for Eisner) with
+        y_d = fhead[d] wherever fhead[d] ≥ 0 and l_d = flab[d] wherever flab[d] ≥ 0: the
+        structures as :meth:`decode`'s, and the bool mask of the examples where no projective
+        tree keeps the given heads, decoded with Chu-Liu-Edmonds instead (Eisner only).
+
+        ``fhead``, ``flab``: int per position of the encoding (``enc.tok_ptr`` layout, ROOT
+        entries −1), −1 where free. Raises :class:`FixedHeadsError` for the first example whose
+        given heads no single-root tree keeps (two words given head 0, a cycle) and
+        ``ValueError`` for heads outside 0..n or on the word itself and unknown label ids."""
+        examples = self._examples(examples)
+        fhead, flab = self._fixed_arrays(fhead, flab)
+        code, where = fixed_heads_check(self.enc.tok_ptr, fhead, examples)
+        bad = np.flatnonzero(code)
+        if bad.shape[0]:
+            e = int(bad[0])
+            i, d = int(examples[e]), int(where[e])
+            if code[e] == 1:
+                first = int(np.flatnonzero(fhead[self.enc.tok_ptr[i] + 1:
+                                                 self.enc.tok_ptr[i] + d] == 0)[0]) + 1
+                raise FixedHeadsError(i, f"words {first} and {d} are both given head 0, but a "
+                                         "tree has one root word")
+            raise FixedHeadsError(i, f"the given heads form a cycle through word {d}")
+        heads, labs, ptr, fell = parse_kernel(
+            self._w(w, True), self.D, *self._arrays(), self._gold, self._glab, examples, False,
+            self._dec, fhead, flab)
+        return ([np.stack([heads[ptr[e] + 1:ptr[e + 1]], labs[ptr[e] + 1:ptr[e + 1]]])
+                 for e in range(ptr.shape[0] - 1)], fell.astype(bool))
+
+    def _fixed_arrays(self, fhead: np.ndarray, flab: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Given heads and labels as checked int32 arrays over the encoding's positions."""
+        tp = self.enc.tok_ptr
+        total = int(tp[-1])
+        fhead = np.ascontiguousarray(fhead, np.int32).reshape(-1)
+        flab = np.full(total, -1, np.int32) if flab is None else \
+            np.ascontiguousarray(flab, np.int32).reshape(-1)
+        if fhead.shape[0] != total or flab.shape[0] != total:
+            raise ValueError(f"given heads and labels need one entry per position ({total})")
+        lens = np.diff(tp)
+        n = np.repeat(lens - 1, lens)
+        at = np.arange(total) - np.repeat(tp[:-1], lens)
+        if np.any((fhead < -1) | (fhead > n) | (fhead == at)) or np.any(fhead[tp[:-1]] != -1):
+            raise ValueError("given heads must lie in 0..n (−1: free, and at ROOT), none on "
+                             "its own word")
+        if np.any((flab < -1) | (flab >= self.n_labels)) or np.any(flab[tp[:-1]] != -1):
+            raise ValueError(f"given label ids must lie in 0..{self.n_labels - 1} (−1: free, "
+                             "and at ROOT)")
+        return fhead, flab
 
     def gold(self, examples: np.ndarray) -> list[np.ndarray]:
         """The gold structures, int32 (2, n) arrays like :meth:`decode`'s."""
@@ -1444,6 +1647,55 @@ class DependencySpec(TaskSpec):
             lines += [f"{prefix}LAS: {100 * m['las']:.2f}",
                       f"{prefix}LAS without punctuation: {100 * m['las_no_punct']:.2f} {words}"]
         return lines
+
+    def given(self, est: Any, data: DepCorpus) -> list[list[Any]]:
+        """``predict --force``: per word of ``data`` its given head, with its DEPREL when the
+        model knows it ((head, DEPREL)), or None: HEAD (column 7) holding an integer in 0..n
+        other than the word's own id is kept; ``_``, ``?`` or anything else is free (and so is
+        the DEPREL of a word with a free head)."""
+        known = set(getattr(est, "labels_", None) or ())
+        fixed: list[list[Any]] = []
+        for s, words in enumerate(data.words):
+            n = len(words)
+            rows = [f for f in data.raw[s] if len(f) == 10 and f[0].isdigit() and
+                    f[0].isascii()] if data.raw is not None else []
+            out: list[Any] = []
+            for d, f in enumerate(rows, 1):
+                h, r = f[6], f[7]
+                if not (h.isdigit() and h.isascii()) or int(h) > n or int(h) == d:
+                    out.append(None)
+                else:
+                    out.append((int(h), r) if r in known else (int(h), None))
+            fixed.append(out if len(out) == n else [None] * n)
+        return fixed
+
+    def predict(self, est: Any, data: DepCorpus, args: Any) -> Any:
+        """``est.predict`` of ``data``; with ``--force`` the given heads (:meth:`given`) are
+        kept: given heads that no tree keeps are an error naming the file and the sentence's
+        first line, and a sentence whose given heads no projective tree keeps (Eisner) is
+        decoded with Chu-Liu-Edmonds, with one warning line naming the first such sentence."""
+        X = self.xy(data)[0]
+        if not getattr(args, "force", False):
+            return est.predict(X)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                trees = est.predict(X, fixed=self.given(est, data))
+        except FixedHeadsError as e:
+            raise InputError(data.path, data.lines[e.sentence],
+                             f"--force: no tree keeps the given heads of the sentence starting "
+                             f"on this line: {e.reason}") from None
+        for w in caught:
+            if not isinstance(w.message, ProjectiveFallback):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                continue
+            first, k = w.message.sentences[0], len(w.message.sentences)
+            warnings.warn(InputWarning(
+                f"{data.path}:{data.lines[first]}: --force: no projective tree keeps the given "
+                "heads of the sentence starting on this line" +
+                (f" nor those of {k - 1:,} more" if k > 1 else "") +
+                ": decoded with Chu-Liu-Edmonds (non-projective)"), stacklevel=2)
+        return trees
 
     def write(self, path: str, data: DepCorpus, predicted: Any, args: Any) -> None:
         labelled = any(bool(t) and isinstance(t[0], tuple) for t in predicted)
