@@ -35,7 +35,7 @@ import numba as nb
 import numpy as np
 
 from ..io.stream import intern_spans
-from .features import add_context_ids, add_ids, feature_rows, sort_unique
+from .feature_rows import add_context_ids, add_ids, feature_rows, sort_unique
 
 MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start afresh
 _BOS, _EOS = "<s>", "</s>"
