@@ -27,6 +27,10 @@ and a markdown table on stdout. Timings need a quiet machine:
 
     python benchmarks/templates.py                      # the three configurations, 120 s each
 
+A converged ``crf_learn`` on the acceptance template takes ~17 min on 2 cores: to reuse one run,
+``--crfpp-from DIR`` (DIR: ``crf.model``, ``crf.log``, ``crf.time`` of ``/usr/bin/time -v
+crf_learn -p 2 chunk.template train.txt crf.model``) with ``--no-crfpp`` for the others.
+
 A smoke run (a few minutes; its timings mean nothing):
 
     python benchmarks/templates.py --max-sentences 300 --budget 10 --crfpp-maxiter 5 \\
@@ -238,6 +242,37 @@ def run_crfpp(config: str, template: Path, args, work: Path) -> dict | None:
     return res
 
 
+def reuse_crfpp(config: str, src: Path, args, work: Path) -> dict:
+    """CRF++'s figures from an earlier ``/usr/bin/time -v crf_learn ...`` run on the
+    ``acceptance`` template (a converged crf_learn takes ~17 min here: run it once): ``src``
+    holds ``crf.model``, ``crf.log`` (crf_learn's output) and ``crf.time`` (time -v's report:
+    wall seconds, CPU seconds, peak RSS); crf_test is run again on ``args.test``."""
+    d = work / f"crfpp_{config}"
+    rmtree(d)
+    d.mkdir(parents=True)
+    with open(d / "pred.txt", "w") as out:
+        subprocess.run(["crf_test", "-m", str(src / "crf.model"), args.test], stdout=out,
+                       check=True)
+    f1 = chunk_f1_of_columns(d / "pred.txt")
+    text, tv = (src / "crf.log").read_text(), (src / "crf.time").read_text()
+    h, m, sec = (["0", "0"] + re.search(r"Elapsed \(wall clock\) time.*: ([0-9:.]+)", tv)
+                 .group(1).split(":"))[-3:]
+    wall = 3600 * float(h) + 60 * float(m) + float(sec)
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([0-9.]+)", tv))
+    rss = float(re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv).group(1)) / 1024
+    n = re.search(r"Number of features:\s*(\d+)", text)
+    it = re.findall(r"^iter=(\d+)", text, re.M)
+    cmd = re.search(r"Command being timed: \"(.*)\"", tv)
+    res = {"system": "CRF++", "config": config, "test_f1": f1, "train_seconds": wall,
+           "cpu_seconds": cpu, "reused_from": str(src),
+           "command": cmd.group(1) if cmd else None, "peak_memory_mib": rss,
+           "model_bytes": os.path.getsize(src / "crf.model"),
+           "features": int(n.group(1)) if n else None,
+           "iterations": int(it[-1]) + 1 if it else None}
+    say(f"CRF++ {config} (earlier run, {src}): F1 {f1:.2f} in {wall:.1f}s", args.quiet)
+    return res
+
+
 def run_crfsuite(config: str, template: str, args, work: Path) -> dict | None:
     try:
         import pycrfsuite  # noqa: F401
@@ -324,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crf-iterations", type=int, default=100,
                     help="python-crfsuite L-BFGS max_iterations")
     ap.add_argument("--no-crfpp", action="store_true")
+    ap.add_argument("--crfpp-from", metavar="DIR", default=None,
+                    help="acceptance: CRF++'s figures from an earlier /usr/bin/time -v "
+                         "crf_learn run in DIR (crf.model, crf.log, crf.time; see reuse_crfpp)")
     ap.add_argument("--no-crfsuite", action="store_true")
     ap.add_argument("--max-sentences", type=int, default=None,
                     help="only the first N sentences of train and test (smoke runs)")
@@ -346,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         with load.span(config):
             dd = run_demidcd(config, template, args, work)
             peers = []
-            if crfpp_template is not None and not args.no_crfpp:
+            if args.crfpp_from and config == "acceptance":
+                peers.append(reuse_crfpp(config, Path(args.crfpp_from), args, work))
+            elif crfpp_template is not None and not args.no_crfpp:
                 peers.append(run_crfpp(config, crfpp_template, args, work))
             if not args.no_crfsuite:
                 peers.append(run_crfsuite(config, template, args, work))

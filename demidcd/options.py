@@ -74,6 +74,25 @@ class Option:
         return f"{text}; {self.rule}" if self.rule and self.cli_default is None else text
 
 
+C_DEFAULT = 0.1
+"""What ``C=None`` means (:func:`default_C`), except for feature dicts."""
+C_DICTS = 0.3
+"""What ``C=None`` means for a sequence estimator fitted on feature dicts: such dicts hold few
+features per token (the sklearn-crfsuite tutorial's ~16, the built-in templates ~30-60), so the
+weights must be larger and less regularisation pays. Measured with the tutorial's dicts
+(``../shared/acceptance/lib/dict_ner.py``'s), 60 s, 2 threads, DEMI-DCD, L1 loss, one run each
+unless a range: CoNLL-2000 test chunk F1 92.92 / 93.11 / 92.60 at C = 0.1 / 0.3 / 1
+(sklearn-crfsuite L-BFGS c1 = c2 = 0.1: 93.00); CoNLL-2002 Spanish esp.testb entity F1
+73.4-73.8 (3 runs) / 74.90 / 75.8-76.6 (6 runs) / 75.6-75.7 (2) / 75.67 / 75.48 at C = 0.1 /
+0.2 / 0.3 / 0.4 / 0.5 / 1 (sklearn-crfsuite: 76.77)."""
+
+
+def default_C(feature_kind: str | None = None) -> float:
+    """``C`` when it is None (the ``C`` row's rule): :data:`C_DICTS` for ``feature_kind``
+    ``"dict"`` (a sequence estimator fitted on feature dicts), else :data:`C_DEFAULT`."""
+    return C_DICTS if feature_kind == "dict" else C_DEFAULT
+
+
 DCD = ("dcd", "dcd-light", "demi-dcd", "ms-dcd")
 SP_IPM = ("sp-ipm",)
 SEQUENCE_TASKS = ("sequence", "chunking", "ner")
@@ -172,7 +191,9 @@ OPTIONS: tuple[Option, ...] = (
        commands=("train", "predict"),
        rule="the library uses 1 so that a script never takes every core unasked; the command "
             "line uses all cores"),
-    _o("C", "--C", float, 0.1, "regularisation C of Eq. (1)", BASIC),
+    _o("C", "--C", float, None, "regularisation C of Eq. (1)", BASIC,
+       rule=f"{C_DEFAULT:g}; {C_DICTS:g} for feature dicts (the library's sequence "
+            "estimators; measured: options.C_DICTS)"),
     _o("time_limit", "--time-limit", float, None, "wall-clock seconds of training, worker "
        "start-up included", BASIC, metavar="SECONDS", rule="none: until converged"),
     _o("loss", "--loss", str, None, "the SSVM's loss: l2 (squared hinge, Eq. 1) or l1 (hinge)",

@@ -70,9 +70,26 @@ def test_estimator_parameters_default_to_the_table():
 def test_solver_config_defaults_are_the_table():
     cfg = SolverConfig()
     for f in fields(SolverConfig):
-        if f.name != "loss":  # loss: the table's rule (l1 for chunking and ner, l2 otherwise)
-            assert getattr(cfg, f.name) == T.default(f.name), f.name
-    assert T.option("loss").rule
+        if f.name not in ("loss", "C"):  # their defaults are rules (l1 for chunking and ner,
+            assert getattr(cfg, f.name) == T.default(f.name), f.name  # ...; C by features)
+    assert T.option("loss").rule and T.option("C").rule
+    assert T.default("C") is None and cfg.C == T.default_C() == T.C_DEFAULT
+
+
+def test_c_default_is_the_rule_by_feature_kind():
+    """C=None: 0.1 for words, tuples and templates, C_DICTS for feature dicts, resolved in
+    solver_config (the one place) and recorded; a given C is kept."""
+    X = [["the", "dog"], ["a", "cat", "runs"]] * 3
+    Y = [["D", "N"], ["D", "N", "V"]] * 3
+    D = [[{"w": w, "len": float(len(w))} for w in s] for s in X]
+    fit = {"algorithm": "dcd", "threads": 1, "max_epochs": 2}
+    words, dicts = SequenceTagger(**fit).fit(X, Y), SequenceTagger(**fit).fit(D, Y)
+    assert words.C is None and dicts.C is None
+    assert words.solver_config().C == T.C_DEFAULT and dicts.solver_config().C == T.C_DICTS
+    assert words.hyper_parameters()["C"] == T.C_DEFAULT
+    assert dicts.hyper_parameters()["C"] == T.C_DICTS != T.C_DEFAULT
+    assert SequenceTagger(C=0.7, **fit).fit(D, Y).solver_config().C == 0.7
+    assert ChunkTagger().solver_config().C == T.C_DEFAULT  # before fit: the general rule
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
-from ..options import BY_NAME, LEARNER, Option, learner_params
+from ..options import BY_NAME, LEARNER, Option, default_C, learner_params
 from ..options import default as table_default
 from ..solvers import check_loss, get_learner, train
 from ..solvers.common import SolverConfig, TrainResult, objective
@@ -473,11 +473,19 @@ class StructuredEstimator:
         """The validated :class:`SolverConfig`: the options that are set, defaults for the
         rest."""
         opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
+        if opts.get("C") is None:  # the option table's rule, by the featurizer's kind
+            opts["C"] = default_C(self._feature_kind())
         if opts.get("loss") is None and "loss" in get_learner(self._algorithm()).options:
             opts["loss"] = self._default_loss
         config = SolverConfig.from_options(**opts)
         config.validate()
         return config
+
+    def _feature_kind(self) -> str | None:
+        """What the model's features are, for the defaults that depend on it (``C``:
+        :func:`~demidcd.options.default_C`): ``"dict"`` for feature dicts, None otherwise (and
+        before fit)."""
+        return None
 
     def _algorithm(self) -> str:
         """The learner's name: ``algorithm``, else DEMI-DCD on several threads, 1-DCD on one."""

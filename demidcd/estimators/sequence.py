@@ -79,7 +79,9 @@ class SequenceTagger(StructuredEstimator):
     ``min_count`` (feature dictionary cut-off; None: 1 for dicts and templates, which keep
     every feature as CRFsuite and CRF++ do, else
     :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
-    dictionary; None: 0) and ``template``; the others are those of :class:`StructuredEstimator`.
+    dictionary; None: 0) and ``template``; the others are those of :class:`StructuredEstimator`,
+    except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
+    dicts have few features per token; measured there).
     Template B lines (``B01:%x[0,1]``, Wapiti's ``*``) give label-bigram features (G of them, K²
     weights each); the label transitions are always part of the chain (as if the template had
     its bare ``B`` line). Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
@@ -138,6 +140,9 @@ class SequenceTagger(StructuredEstimator):
             raise
         except (TypeError, ValueError) as e:
             raise InputTypeError(f"X: {e}") from None
+
+    def _feature_kind(self) -> str | None:
+        return "dict" if isinstance(self.__dict__.get("_featurizer"), DictFeaturizer) else None
 
     @property
     def _n_bfeatures(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
-from ..options import default
+from ..options import default, default_C
 from ..tasks.base import InferenceInterrupted, Task
 
 
@@ -44,7 +44,7 @@ class SolverConfig:
     gap; the stopping rule is otherwise the same.
     """
 
-    C: float = default("C")
+    C: float = default_C()  # the option table's rule for C=None (feature dicts: the estimator's)
     tol: float = default("tol")
     delta: float = default("delta")
     max_epochs: int | None = default("max_epochs")
