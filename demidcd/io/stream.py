@@ -226,23 +226,41 @@ def _n_lines(buf):
 
 
 @nb.njit(cache=True, nogil=True)
+def _block_arrays(buf, nc, width):
+    """A block's output arrays (a token a line at most) and a field-span scratch of width."""
+    cap = _n_lines(buf)
+    return (np.empty((cap, 2 + 2 * nc), np.int64), np.zeros(cap + 1, np.int64),
+            np.empty(width, np.int64), np.empty(width, np.int64))
+
+
+@nb.njit(cache=True, nogil=True)
+def _close_sentence(sent_ptr, n_sent, n_tok, words):
+    """End the open sentence if it has words; the number of sentences."""
+    if words:
+        n_sent += 1
+        sent_ptr[n_sent] = n_tok
+    return n_sent
+
+
+@nb.njit(cache=True, nogil=True)
+def _put_token(spans, t, ws, we, cols, fstart, fend):
+    """Token t: its word buf[ws:we] and the spans of the fields cols."""
+    spans[t, 0] = ws
+    spans[t, 1] = we
+    for c in range(cols.shape[0]):
+        spans[t, 2 + 2 * c] = fstart[cols[c]]
+        spans[t, 3 + 2 * c] = fend[cols[c]]
+
+
+@nb.njit(cache=True, nogil=True)
 def scan_conllu(buf, max_len, cols):
     """A CoNLL-U block: (anomaly, sent_ptr, spans) with spans[t, 0] / spans[t, 1] the start /
     end of token t's word and spans[t, 2 + 2c] / spans[t, 3 + 2c] those of field cols[c];
     anomaly the 1-based line (in the block) of the first line the fast reading does not take
     (0: none)."""
     n = buf.shape[0]
-    cap = _n_lines(buf)
-    nc = cols.shape[0]
-    spans = np.empty((cap, 2 + 2 * nc), np.int64)
-    sent_ptr = np.zeros(cap + 1, np.int64)
-    fstart = np.empty(10, np.int64)
-    fend = np.empty(10, np.int64)
-    i = 0
-    lineno = 0
-    n_tok = 0
-    n_sent = 0
-    words = 0
+    spans, sent_ptr, fstart, fend = _block_arrays(buf, cols.shape[0], 10)
+    i = lineno = n_tok = n_sent = words = 0
     pending = False
     while i < n:
         j = _line_end(buf, i)
@@ -253,10 +271,8 @@ def scan_conllu(buf, max_len, cols):
         if kind == 2:
             return lineno, sent_ptr[:1], spans[:0]
         if kind == 0:
-            if words:
-                n_sent += 1
-                sent_ptr[n_sent] = n_tok
-                words = 0
+            n_sent = _close_sentence(sent_ptr, n_sent, n_tok, words)
+            words = 0
             i = nxt
             continue
         if buf[i] == 35:  # comment
@@ -287,11 +303,7 @@ def scan_conllu(buf, max_len, cols):
             we = fend[1]
             if _blank_kind(buf, ws, we) == 0:
                 return lineno, sent_ptr[:1], spans[:0]
-            spans[n_tok, 0] = ws
-            spans[n_tok, 1] = we
-            for c in range(nc):
-                spans[n_tok, 2 + 2 * c] = fstart[cols[c]]
-                spans[n_tok, 3 + 2 * c] = fend[cols[c]]
+            _put_token(spans, n_tok, ws, we, cols, fstart, fend)
             n_tok += 1
             words += 1
             pending = False
@@ -307,11 +319,9 @@ def scan_conllu(buf, max_len, cols):
             if not words:
                 pending = True
         i = nxt
-    if words:
-        n_sent += 1
-        sent_ptr[n_sent] = n_tok
-    elif pending:
+    if pending and not words:
         return lineno, sent_ptr[:1], spans[:0]  # lines after the last sentence
+    n_sent = _close_sentence(sent_ptr, n_sent, n_tok, words)
     return 0, sent_ptr[:n_sent + 1].copy(), spans[:n_tok].copy()
 
 
@@ -350,18 +360,12 @@ def scan_columns(buf, max_len, cols, ncols):
     sent_ptr, spans, ncols, the block line that set ncols (0: none)) as :func:`scan_conllu`
     (cols: 0-based fields)."""
     n = buf.shape[0]
-    cap = _n_lines(buf)
-    nc = cols.shape[0]
-    spans = np.empty((cap, 2 + 2 * nc), np.int64)
-    sent_ptr = np.zeros(cap + 1, np.int64)
     width = 64
-    fstart = np.empty(width, np.int64)
-    fend = np.empty(width, np.int64)
-    i = 0
-    lineno = 0
-    n_tok = 0
-    n_sent = 0
-    words = 0
+    spans, sent_ptr, fstart, fend = _block_arrays(buf, cols.shape[0], width)
+    need = 0  # the fields a token line must have for cols
+    for c in range(cols.shape[0]):
+        need = max(need, cols[c] + 1)
+    i = lineno = n_tok = n_sent = words = 0
     pending = False
     set_at = 0
     while i < n:
@@ -373,17 +377,13 @@ def scan_columns(buf, max_len, cols, ncols):
         if nf < 0 or nf > width:
             return lineno, sent_ptr[:1], spans[:0], ncols, set_at
         if nf == 0:
-            if words:
-                n_sent += 1
-                sent_ptr[n_sent] = n_tok
-                words = 0
+            n_sent = _close_sentence(sent_ptr, n_sent, n_tok, words)
+            words = 0
             i = nxt
             continue
         if _starts(buf, fstart[0], fend[0], _DOCSTART):
-            if words:
-                n_sent += 1
-                sent_ptr[n_sent] = n_tok
-                words = 0
+            n_sent = _close_sentence(sent_ptr, n_sent, n_tok, words)
+            words = 0
             pending = True
             i = nxt
             continue
@@ -394,22 +394,16 @@ def scan_columns(buf, max_len, cols, ncols):
             return lineno, sent_ptr[:1], spans[:0], ncols, set_at
         if words >= max_len:
             return lineno, sent_ptr[:1], spans[:0], ncols, set_at
-        spans[n_tok, 0] = fstart[0]
-        spans[n_tok, 1] = fend[0]
-        for c in range(nc):
-            if cols[c] >= nf:
-                return lineno, sent_ptr[:1], spans[:0], ncols, set_at
-            spans[n_tok, 2 + 2 * c] = fstart[cols[c]]
-            spans[n_tok, 3 + 2 * c] = fend[cols[c]]
+        if nf < need:
+            return lineno, sent_ptr[:1], spans[:0], ncols, set_at
+        _put_token(spans, n_tok, fstart[0], fend[0], cols, fstart, fend)
         n_tok += 1
         words += 1
         pending = False
         i = nxt
-    if words:
-        n_sent += 1
-        sent_ptr[n_sent] = n_tok
-    elif pending:
+    if pending and not words:
         return lineno, sent_ptr[:1], spans[:0], ncols, set_at
+    n_sent = _close_sentence(sent_ptr, n_sent, n_tok, words)
     return 0, sent_ptr[:n_sent + 1].copy(), spans[:n_tok].copy(), ncols, set_at
 
 
@@ -462,10 +456,7 @@ def render_conllu(buf, li, tags, tag_bytes, tag_off):
     after each sentence."""
     n = buf.shape[0]
     out = np.empty(_out_size(n, tags, tag_off, 0), np.uint8)
-    pos = 0
-    i = 0
-    t = 0
-    words = 0
+    pos = i = t = words = 0
     while i < n:
         j = _line_end(buf, i)
         e = _content_end(buf, i, j)
@@ -502,6 +493,20 @@ def render_conllu(buf, li, tags, tag_bytes, tag_off):
             words += 1
         pos = _put_byte(out, pos, 10)
         i = nxt
+    return _end_block(out, pos, words)
+
+
+@nb.njit(cache=True, nogil=True)
+def _put_label(out, pos, doc, tag_bytes, tag_off, k):
+    """Label k's bytes (O on a -DOCSTART- line)."""
+    if doc:
+        return _put_byte(out, pos, 79)
+    return _put(out, pos, tag_bytes, tag_off[k], tag_off[k + 1])
+
+
+@nb.njit(cache=True, nogil=True)
+def _end_block(out, pos, words):
+    """The rendered block, with the blank line that ends its open sentence."""
     if words:
         pos = _put_byte(out, pos, 10)
     return out[:pos]
@@ -519,10 +524,7 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
     width = 64
     fstart = np.empty(width, np.int64)
     fend = np.empty(width, np.int64)
-    pos = 0
-    i = 0
-    t = 0
-    words = 0
+    pos = i = t = words = 0
     while i < n:
         j = _line_end(buf, i)
         nxt = j + 1
@@ -543,19 +545,13 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
             if f:
                 pos = _put_byte(out, pos, 32)
             if f == li:
-                if doc:
-                    pos = _put_byte(out, pos, 79)
-                else:
-                    pos = _put(out, pos, tag_bytes, tag_off[k], tag_off[k + 1])
+                pos = _put_label(out, pos, doc, tag_bytes, tag_off, k)
             else:
                 pos = _put(out, pos, buf, fstart[f], fend[f])
             written += 1
         if li < 0:
             pos = _put_byte(out, pos, 32)
-            if doc:
-                pos = _put_byte(out, pos, 79)
-            else:
-                pos = _put(out, pos, tag_bytes, tag_off[k], tag_off[k + 1])
+            pos = _put_label(out, pos, doc, tag_bytes, tag_off, k)
             written += 1
         if doc:
             while written < n_out:
@@ -569,6 +565,4 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
             words += 1
         pos = _put_byte(out, pos, 10)
         i = nxt
-    if words:
-        pos = _put_byte(out, pos, 10)
-    return out[:pos]
+    return _end_block(out, pos, words)

@@ -47,6 +47,15 @@ def add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos) -> int:
 
 
 @nb.njit(cache=True, nogil=True)
+def add_word_ids(feat_idx, pos, t, a, b, tok_type, type_ptr, type_ids, ctx, bos, eos) -> int:
+    """Append token t's own-word ids (``type_ids[type_ptr[k]:type_ptr[k+1]]`` for its type k)
+    and its context ids (:func:`add_context_ids`); returns the new end."""
+    ty = tok_type[t]
+    pos = add_ids(feat_idx, pos, type_ids[type_ptr[ty]:type_ptr[ty + 1]])
+    return add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos)
+
+
+@nb.njit(cache=True, nogil=True)
 def sort_unique(a: np.ndarray, start: int, stop: int) -> int:
     """Sort ``a[start:stop]`` in place (insertion sort: a token's slice is short) and drop
     repeats; returns the new end of the slice."""

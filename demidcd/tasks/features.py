@@ -65,7 +65,7 @@ import numba as nb
 import numpy as np
 
 from ..primitives.monitor import timed_step
-from .feature_rows import add_context_ids, add_ids, feature_rows, sort_unique
+from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
 # Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
 # 33,191 features for min_count 1 / 2 / 3 / 5; an averaged structured perceptron (10 epochs)
@@ -374,14 +374,8 @@ def _assemble(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, tok_ids):
         b = sent_ptr[s + 1]
         for t in range(a, b):
             start = pos
-            ty = tok_type[t]
-            pos = add_ids(feat_idx, pos, type_ids[type_ptr[ty]:type_ptr[ty + 1]])
-            for j in range(tok_ids.shape[1]):
-                v = tok_ids[t, j]
-                if v >= 0:
-                    feat_idx[pos] = v
-                    pos += 1
-            pos = add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos)
+            pos = add_word_ids(feat_idx, pos, t, a, b, tok_type, type_ptr, type_ids, ctx, bos, eos)
+            pos = add_ids(feat_idx, pos, tok_ids[t])
             pos = sort_unique(feat_idx, start, pos)
             feat_ptr[t + 1] = pos
     return feat_ptr, feat_idx[:pos].copy()

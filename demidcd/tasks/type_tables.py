@@ -35,7 +35,7 @@ import numba as nb
 import numpy as np
 
 from ..io.stream import intern_spans
-from .feature_rows import add_context_ids, add_ids, feature_rows, sort_unique
+from .feature_rows import add_word_ids, feature_rows, sort_unique
 
 MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start afresh
 _BOS, _EOS = "<s>", "</s>"
@@ -116,8 +116,7 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
         for t in range(a, b):
             start = pos
             ty = tok_type[t]
-            pos = add_ids(feat_idx, pos, type_ids[type_ptr[ty]:type_ptr[ty + 1]])
-            pos = add_context_ids(feat_idx, pos, t, a, b, tok_type, ctx, bos, eos)
+            pos = add_word_ids(feat_idx, pos, t, a, b, tok_type, type_ptr, type_ids, ctx, bos, eos)
             lt = lw[ty]
             if lt >= 0:
                 la = lw[tok_type[t - 1]] if t > a else bos_lw
