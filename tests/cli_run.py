@@ -6,7 +6,10 @@ take, so ``run`` forks each command from a server process that imported ``demidc
 (one server per calling thread): the command still runs in its own process, from
 ``demidcd.__main__.run`` with its own ``sys.argv``, file descriptors 0-2, exit status and
 signal handlers, exactly as the console script does. A call with ``env=`` (read at import)
-starts a fresh interpreter instead. Tests that signal the process use ``CLI`` with ``Popen``.
+starts a fresh interpreter instead. ``spawn(*args)`` starts a command the same way without
+waiting for it and returns a handle with :class:`subprocess.Popen`'s ``pid``, ``poll``, ``wait``,
+``communicate``, ``send_signal`` and ``returncode``, for the tests that signal a run; the tests
+of a cold start (Ctrl-C while modules load or numba compiles) start ``CLI`` with ``Popen``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,7 @@ for line in requests:
                 os.dup2(f, fd)
                 os.close(f)
             sys.argv = ["demidcd", *q["argv"]]
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             entry.run()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -69,6 +76,8 @@ for line in requests:
             except Exception:
                 pass
         os._exit(code)
+    if q["detach"]:
+        replies.write(json.dumps({"pid": pid}) + "\n"); replies.flush()
     deadline = time.monotonic() + q["timeout"]
     status = None
     while status is None:
@@ -86,38 +95,36 @@ for line in requests:
 
 
 class _Server:
-    """One forking server: a process that imported the CLI and forks a child per command."""
+    """One forking server: a process that imported the CLI and forks a child per command; it
+    replies with the child's pid (detached commands) and then its exit status."""
 
     def __init__(self) -> None:
         r, w = os.pipe()
         self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(w)], pass_fds=(w,),
                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         os.close(w)
-        self.replies = os.fdopen(r, "r")
+        self.fd, self.buf = r, b""
 
-    def run(self, args: list[str], timeout: float, cwd: Any, input: Any, merge: bool
-            ) -> subprocess.CompletedProcess:
-        with tempfile.TemporaryDirectory(prefix="cli_run") as d:
-            paths = {k: os.path.join(d, k) for k in ("stdin", "stdout", "stderr")}
-            data = input if input is not None else ""
-            Path(paths["stdin"]).write_bytes(data if isinstance(data, bytes) else data.encode())
-            for k in ("stdout", "stderr"):
-                Path(paths[k]).touch()
-            req = {"argv": [str(a) for a in args], "timeout": timeout,
-                   "cwd": str(cwd) if cwd else None, **paths}
-            if merge:
-                req["stderr"] = None
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
-            line = self.replies.readline()
-            if not line:
+    def request(self, args: list[str], timeout: float, cwd: Any, paths: dict[str, str | None],
+                detach: bool) -> None:
+        req = {"argv": [str(a) for a in args], "timeout": timeout, "detach": detach,
+               "cwd": str(cwd) if cwd else None, **paths}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+
+    def reply(self, timeout: float | None = None) -> dict | None:
+        """The next reply, or None when none came within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
                 raise RuntimeError("the CLI fork server died")
-            status = json.loads(line)["status"]
-            out = Path(paths["stdout"]).read_text(errors="replace")
-            err = None if merge else Path(paths["stderr"]).read_text(errors="replace")
-        if status == "timeout":
-            raise subprocess.TimeoutExpired([*CLI, *args], timeout, out, err)
-        return subprocess.CompletedProcess([*CLI, *args], status, out, err)
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line)
 
     def close(self) -> None:
         try:
@@ -125,9 +132,11 @@ class _Server:
             self.proc.wait(timeout=10)
         except Exception:
             self.proc.kill()
+        os.close(self.fd)
 
 
-_local = threading.local()
+_lock = threading.Lock()
+_idle: list[_Server] = []  # servers waiting for a command
 _servers: list[_Server] = []
 
 
@@ -137,18 +146,111 @@ def _close_servers() -> None:
         s.close()
 
 
+def _take() -> _Server:
+    with _lock:
+        while _idle:
+            s = _idle.pop()
+            if s.proc.poll() is None:
+                return s
+        s = _Server()
+        _servers.append(s)
+        return s
+
+
+def _give(s: _Server) -> None:
+    with _lock:
+        _idle.append(s)
+
+
+def _stdio(d: str, input: Any, stdout: Any, stderr: Any) -> tuple[dict, dict]:
+    """The files of a child's descriptors 0-2 (stderr None: the stdout file) and those the
+    caller reads afterwards."""
+    paths: dict[str, str | None] = {"stdin": os.path.join(d, "stdin")}
+    data = input if input is not None else ""
+    Path(paths["stdin"]).write_bytes(data if isinstance(data, bytes) else data.encode())
+    ours = {}
+    for k, v in (("stdout", stdout), ("stderr", stderr)):
+        if k == "stderr" and v == subprocess.STDOUT:
+            paths[k] = None
+        elif hasattr(v, "name"):  # an open file
+            v.flush()
+            paths[k] = v.name
+        else:
+            paths[k] = ours[k] = os.path.join(d, k)
+            Path(ours[k]).touch()
+    return paths, ours
+
+
 def run(*args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess:
     """``demidcd *args``, its output captured as text (``cwd=``, ``input=``, ``env=`` and
     ``stderr=subprocess.STDOUT`` as for :func:`subprocess.run`)."""
-    merge = kw.pop("stderr", None) == subprocess.STDOUT
+    stderr = kw.pop("stderr", None)
     if set(kw) - {"cwd", "input"}:
-        return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                              **kw)
-    server = getattr(_local, "server", None)
-    if server is None or server.proc.poll() is not None:
-        server = _local.server = _Server()
-        _servers.append(server)
-    return server.run(list(args), timeout, kw.get("cwd"), kw.get("input"), merge)
+        return subprocess.run([*CLI, *args], stdout=subprocess.PIPE, text=True, timeout=timeout,
+                              stderr=subprocess.STDOUT if stderr == subprocess.STDOUT
+                              else subprocess.PIPE, **kw)
+    server = _take()
+    with tempfile.TemporaryDirectory(prefix="cli_run") as d:
+        paths, ours = _stdio(d, kw.get("input"), None, stderr)
+        server.request(list(args), timeout, kw.get("cwd"), paths, False)
+        status = server.reply()["status"]
+        _give(server)
+        out = Path(ours["stdout"]).read_text(errors="replace")
+        err = Path(ours["stderr"]).read_text(errors="replace") if "stderr" in ours else None
+    if status == "timeout":
+        raise subprocess.TimeoutExpired([*CLI, *args], timeout, out, err)
+    return subprocess.CompletedProcess([*CLI, *args], status, out, err)
+
+
+class Spawned:
+    """A command forked by a server and not waited for: :class:`subprocess.Popen`'s interface
+    (text output; ``stdout``/``stderr``: PIPE, an open file, or ``STDOUT`` for stderr)."""
+
+    def __init__(self, args: list[str], stdout: Any, stderr: Any, cwd: Any) -> None:
+        self.args = [*CLI, *args]
+        self.returncode: int | None = None
+        self._server = _take()
+        self._dir = tempfile.TemporaryDirectory(prefix="cli_spawn")
+        paths, self._ours = _stdio(self._dir.name, None, stdout, stderr)
+        self._server.request(list(args), 3600, cwd, paths, True)
+        self.pid = int(self._server.reply()["pid"])
+
+    def _done(self, reply: dict | None) -> int | None:
+        if reply is not None:
+            self.returncode = -signal.SIGKILL if reply["status"] == "timeout" else reply["status"]
+            _give(self._server)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            return self._done(self._server.reply(0))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and self._done(self._server.reply(timeout)) is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        self.wait(timeout)
+        return tuple(Path(self._ours[k]).read_text(errors="replace") if k in self._ours
+                     else None for k in ("stdout", "stderr"))
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __del__(self) -> None:
+        self._dir.cleanup()
+
+
+def spawn(*args: str, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+          cwd: Any = None) -> Spawned:
+    """``demidcd *args`` started in the background (see the module docstring)."""
+    return Spawned(list(args), stdout, stderr, cwd)
 
 
 def train_model(corpus: Path, max_epochs: int) -> Path:

@@ -8,6 +8,17 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_sessionstart(session) -> None:
+    """Byte-compile the package once: the suite starts a few hundred interpreters, and where
+    PYTHONDONTWRITEBYTECODE is set each of them would compile every module it imports again."""
+    import compileall
+
+    import demidcd
+
+    compileall.compile_dir(os.path.dirname(demidcd.__file__), quiet=1)
+
 from small_fit import conll04_task, small_corpus, tiny_sequence_task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

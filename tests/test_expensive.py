@@ -75,7 +75,7 @@ def test_sigint_stops_within_one_second_plus_one_inference(algorithm, tmp_path, 
     try:
         line = p.stdout.readline()  # the first iteration: training runs
         assert line.startswith("iter"), line + p.stderr.read()
-        time.sleep(1.0)
+        time.sleep(0.5)
         sent = time.time()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=20)

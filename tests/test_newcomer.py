@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_run import CLI, run, train_model
+from cli_run import CLI, run, spawn, train_model
 
 from demidcd.cli import main
 from demidcd.io import tagged
@@ -159,14 +159,16 @@ def test_split_and_generate_say_why_an_out_dir_fails(tmp_path, where, cli):
 # ================================================================== item 11: one training per model
 def test_a_second_training_of_one_model_fails_at_once(tmp_path, corpus, cli):
     m = tmp_path / "m.npz"
-    first = subprocess.Popen([*CLI, "train", "--train", str(corpus / "train.txt"), "--threads",
-                              "1", "--time-limit", "60", "--tol", "1e-12", "--model", str(m)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "first.log"
+    with open(log, "w") as f:
+        first = spawn("train", "--train", str(corpus / "train.txt"), "--threads", "1",
+                      "--time-limit", "60", "--tol", "1e-12", "--model", str(m), stdout=f)
     try:
         lock = tmp_path / "m.npz.lock"
-        for line in first.stdout:  # until it trains
-            if line.startswith("iter"):
-                break
+        t0 = time.monotonic()
+        while not re.search(r"^iter", log.read_text(), re.M) and time.monotonic() - t0 < 60:
+            assert first.poll() is None, first.communicate()[1]
+            time.sleep(0.02)
         assert lock.read_text().strip() == str(first.pid)
         code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
                              "--max-epochs", "1", "--model", m)
@@ -174,7 +176,7 @@ def test_a_second_training_of_one_model_fails_at_once(tmp_path, corpus, cli):
         assert f"another training (pid {first.pid})" in err and "--model" in err, err
         assert "data:" not in out and not m.exists()
         first.send_signal(signal.SIGINT)  # the first run still ends normally, model written
-        assert first.wait(60) == 130, first.stderr.read()
+        assert first.wait(60) == 130, first.communicate()[1]
     finally:
         if first.poll() is None:
             first.kill()
@@ -238,9 +240,8 @@ def test_dev_labels_unknown_to_training_are_reported_before_training(tmp_path, c
     assert "1 label: XX" in warn[0] and str(dev) in warn[0]
     # before training: stderr and stdout interleave in a real process; the warning must come
     # before the first iteration line
-    r = subprocess.run([*CLI, "train", "--train", str(corpus / "train.txt"), "--dev", str(dev),
-                        "--threads", "1", "--max-epochs", "1"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    r = run("train", "--train", str(corpus / "train.txt"), "--dev", str(dev), "--threads", "1",
+            "--max-epochs", "1", stderr=subprocess.STDOUT)
     text = r.stdout
     assert text.index("demidcd: warning: --dev") < text.index("iter ")
 

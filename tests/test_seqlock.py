@@ -263,7 +263,7 @@ def _reader(spec, flags_spec, mode, res_spec):
 
 
 @pytest.mark.parametrize("mode,dim,n_pub", [("full", 200_000, 1500),
-                                             ("marked", 500_000, 1500)])
+                                             ("marked", 300_000, 1500)])
 def test_reader_never_sees_torn_vector(arena, mode, dim, n_pub):
     sw = SharedWeights.allocate(arena, dim)
     flags = arena.create("flags", (4,), np.int64)

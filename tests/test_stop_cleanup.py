@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from cli_run import CLI, run
+from cli_run import CLI, Spawned, run, spawn
 
 from demidcd.io.model import load_model
 from demidcd.primitives.shm import list_segments
@@ -36,12 +36,12 @@ DEMI = ["train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "1",
         "60", "--tol", "1e-9"]
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen:
+def _start(args: list[str], log: Path) -> Spawned:
     with open(log, "w") as f:
-        return subprocess.Popen([*CLI, *args], stdout=f, stderr=subprocess.STDOUT)
+        return spawn(*args, stdout=f, stderr=subprocess.STDOUT)
 
 
-def _wait_for(log: Path, proc: subprocess.Popen, pattern: str, timeout: float = 120) -> re.Match:
+def _wait_for(log: Path, proc: Spawned, pattern: str, timeout: float = 120) -> re.Match:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         m = re.search(pattern, log.read_text(), re.M)
@@ -97,7 +97,7 @@ def _kill_all(procs: list[psutil.Process]) -> None:
             pass
 
 
-def _started(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, list[psutil.Process], int]:
+def _started(tmp_path: Path) -> tuple[Spawned, Path, Path, list[psutil.Process], int]:
     """A DEMI-DCD run on the synthetic default, in its training loop; the log names its pids."""
     model, log = tmp_path / "out" / "m.npz", tmp_path / "log.txt"
     model.parent.mkdir()
@@ -111,7 +111,7 @@ def _started(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, list[psutil.
     return p, model, log, family, worker
 
 
-def _stop_with(p: subprocess.Popen, log: Path, family: list[psutil.Process], sig: int,
+def _stop_with(p: Spawned, log: Path, family: list[psutil.Process], sig: int,
                before: Callable[[], None] | None = None) -> tuple[float, list, list, str]:
     """Send ``sig`` to the run (after ``before()``) and wait for it to exit 130 without a
     traceback: (seconds from ``sig`` to the exit, processes and segments left, the log)."""
@@ -282,10 +282,8 @@ def test_a_one_process_run_sweeps_the_segments_of_dead_runs(corpus: Path) -> Non
 
 
 # ==================================== SIGINT, killed and raising workers (from test_demi_dcd)
-def _run(args, env=None):
-    return subprocess.Popen([*CLI, "train", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+def _run(args):
+    return spawn("train", *args)
 
 
 def _wait_for_worker(proc, timeout=60):
@@ -320,10 +318,9 @@ def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
 def test_killed_worker_is_restarted(tmp_path, shm_guard):
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
-        p = subprocess.Popen([*CLI, "train", "--threads", "2",
-                              "--algorithm", "demi-dcd", "--learners", "1",
-                              "--time-limit", "4", "--tol", "1e-9",
-                              "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
+        p = spawn("train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "1",
+                  "--time-limit", "3", "--tol", "1e-9", "--model", str(model), stdout=f,
+                  stderr=subprocess.STDOUT)
         pid = int(_wait_for(logf, p, r"worker \d+ pid (\d+)").group(1))
         kids = _children(p.pid)
         time.sleep(0.7)
@@ -374,10 +371,9 @@ def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
 def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_guard):
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     with open(logf, "w") as f:
-        p = subprocess.Popen([*CLI, "train", "--threads", "2",
-                              "--algorithm", "demi-dcd", "--learners", "2",
-                              "--time-limit", "30", "--tol", "1e-9",
-                              "--model", str(model)], stdout=f, stderr=subprocess.STDOUT)
+        p = spawn("train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "2",
+                  "--time-limit", "30", "--tol", "1e-9", "--model", str(model), stdout=f,
+                  stderr=subprocess.STDOUT)
         t0 = time.time()
         while "worker 2 pid" not in logf.read_text() and time.time() - t0 < 60:
             time.sleep(0.1)
