@@ -331,9 +331,10 @@ def split_attributes(tokens: list[list]) -> tuple[list[list[str]], list[list[tup
     first = next((t for s in tokens for t in s), "")
     if isinstance(first, str):
         for s in tokens:
-            for t in s:
-                if not isinstance(t, str):
-                    raise ValueError(f"mixed tokens: {t!r} after plain words")
+            if not set(map(type, s)) <= {str}:
+                for t in s:
+                    if not isinstance(t, str):
+                        raise ValueError(f"mixed tokens: {t!r} after plain words")
         return tokens, None, 0
     n_attr = len(first) - 1
     words: list[list[str]] = []
