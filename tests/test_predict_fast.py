@@ -210,38 +210,27 @@ def _outcome(fn, *a):
         return str(e)
 
 
-@pytest.mark.parametrize("k", range(len(EDGE_CONLLU)))
-@pytest.mark.parametrize("block", [16, 1 << 20])
-def test_streamed_edge_cases_conllu(models, tmp_path, monkeypatch, k, block):
+EDGE_CASES = ([("conllu", "e.conllu", t, block) for t in EDGE_CONLLU for block in (16, 1 << 20)]
+              + [("chunk", "e.txt", t, block) for t in EDGE_COLUMNS for block in (8, 1 << 20)])
+
+
+@pytest.mark.parametrize("model,name,text,block", EDGE_CASES)
+def test_streamed_edge_cases(models, tmp_path, monkeypatch, model, name, text, block):
+    """Each edge case, read in small blocks and in one: the same output or the same error as
+    the whole-file path, and nothing written on an error."""
     d, m = models
-    data = tmp_path / "e.conllu"
-    data.write_bytes(EDGE_CONLLU[k].encode("utf-8"))
-    ref = _outcome(_whole_file, m["conllu"], data, tmp_path / "ref")
+    data = tmp_path / name
+    data.write_bytes(text.encode("utf-8"))
+    ref = _outcome(_whole_file, m[model], data, tmp_path / "ref")
     monkeypatch.setattr(stream, "BLOCK_BYTES", block)
     new = _outcome(lambda *a: main([*a, "--quiet", "--debug"]) == 0 or 1 / 0, "predict",
-                   "--model", str(m["conllu"]), "--data", str(data), "--out",
+                   "--model", str(m[model]), "--data", str(data), "--out",
                    str(tmp_path / "new"))
     assert new == ref
     if ref is None:
         assert (tmp_path / "new").read_bytes() == (tmp_path / "ref").read_bytes()
     else:
         assert not (tmp_path / "new").exists()
-
-
-@pytest.mark.parametrize("k", range(len(EDGE_COLUMNS)))
-@pytest.mark.parametrize("block", [8, 1 << 20])
-def test_streamed_edge_cases_columns(models, tmp_path, monkeypatch, k, block):
-    d, m = models
-    data = tmp_path / "e.txt"
-    data.write_bytes(EDGE_COLUMNS[k].encode("utf-8"))
-    ref = _outcome(_whole_file, m["chunk"], data, tmp_path / "ref")
-    monkeypatch.setattr(stream, "BLOCK_BYTES", block)
-    new = _outcome(lambda *a: main([*a, "--quiet", "--debug"]) == 0 or 1 / 0, "predict",
-                   "--model", str(m["chunk"]), "--data", str(data), "--out",
-                   str(tmp_path / "new"))
-    assert new == ref
-    if ref is None:
-        assert (tmp_path / "new").read_bytes() == (tmp_path / "ref").read_bytes()
 
 
 @pytest.mark.parametrize("which", ["template", "ner"])
