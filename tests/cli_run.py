@@ -243,9 +243,6 @@ class Spawned:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def __del__(self) -> None:
-        self._dir.cleanup()
-
 
 def spawn(*args: str, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
           cwd: Any = None) -> Spawned:
