@@ -73,6 +73,19 @@ def schedule_keywords(monkeypatch):
         learner, options=(*learner.options, "update_mode", "check", "rebuild_every")))
 
 
+@pytest.fixture
+def cli(capsys):
+    """``cli(*args) -> (status, stdout, stderr)``: the command line in this process (fast)."""
+    from demidcd.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return call
+
+
 @pytest.fixture(scope="module")
 def small():
     """The small synthetic tagging problem of :mod:`small_fit`: (tokens, tags)."""

@@ -24,17 +24,6 @@ from demidcd.io import tagged
 from demidcd.io.tagged import read_tagged
 
 
-@pytest.fixture
-def cli(capsys):
-    """``cli(*args) -> (status, stdout, stderr)``: the command line in this process (fast)."""
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-    return call
-
-
 @pytest.fixture(scope="module")
 def model(corpus: Path) -> Path:
     return train_model(corpus, max_epochs=2)

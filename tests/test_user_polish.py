@@ -17,7 +17,6 @@ import pytest
 from cli_run import run, train_model
 
 from demidcd.api import ChunkTagger, EntityRelationExtractor, NamedEntityTagger, SequenceTagger
-from demidcd.cli import main
 from demidcd.errors import DemidcdError, InputTypeError, NotFittedError, OptionError
 from demidcd.estimators import DependencyParser
 from demidcd.io.model import atomic_write
@@ -28,17 +27,6 @@ ESTIMATORS = (SequenceTagger, ChunkTagger, NamedEntityTagger, EntityRelationExtr
               DependencyParser)
 X = [["the", "cat", "sat"], ["a", "dog", "ran"], ["the", "dog", "sat"], ["a", "cat", "ran"]] * 5
 Y = [["D", "N", "V"]] * 20
-
-
-@pytest.fixture
-def cli(capsys):
-    """``cli(*args) -> (status, stdout, stderr)``: the command line in this process (fast)."""
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-    return call
 
 
 @pytest.fixture(scope="module")
