@@ -83,7 +83,7 @@ def _viterbi_pass(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment
     return total
 
 
-def _best_of(fn, reps: int) -> tuple[float, list[float]]:
+def best_of(fn, reps: int) -> tuple[float, list[float]]:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def inference_throughput(task, w: np.ndarray, reps: int) -> dict:
     for name, fn in (("viterbi", lambda: _viterbi_pass(*args, ex, False)),
                      ("loss_augmented_viterbi", lambda: _viterbi_pass(*args, ex, True)),
                      ("loss_augmented_records", lambda: task.loss_augmented(w, ex))):
-        best, times = _best_of(fn, reps)
+        best, times = best_of(fn, reps)
         out[name] = {"best_seconds": best, "median_seconds": float(np.median(times)),
                      "tokens_per_s": n_tok / best,
                      "tokens_per_s_median": n_tok / float(np.median(times))}
