@@ -142,8 +142,17 @@ def test_sklearn_crfsuite_tutorial_features_run_unchanged():
     assert {"bias", "word.lower():the", "len", "word.istitle()", "tags:a", "nested:x:y",
             "nested:n", "BOS", "postag:DT"} <= feats
     assert est.score(X, Y) > 0.8
+    # n-best, confidences and forced labels take the dicts as predict does
+    pred = est.predict(X)
+    assert [nb[0][0] for nb in est.predict_nbest(X, 2)] == pred
+    assert [r[0] for r in est.predict_scores(X)] == pred
+    fixed = [[s[0]] + [None] * (len(s) - 1) for s in Y]
+    assert [p[0] for p in est.predict(X, fixed=fixed)] == [s[0] for s in Y]
+    assert [r[0][0] for r in est.predict_scores(X, fixed=fixed)] == [s[0] for s in Y]
     with pytest.raises(InputTypeError, match="feature dicts"):
         est.predict([[t[0] for t in corpus[0]]])  # words for a dict model
+    with pytest.raises(InputTypeError, match="feature dicts"):
+        est.predict_nbest([[t[0] for t in corpus[0]]], 2)
     with pytest.raises(OptionError, match="feature dicts"):
         NamedEntityTagger(template="chunking", **FIT).fit(X, Y)
     with pytest.raises(InputTypeError, match="mix"):

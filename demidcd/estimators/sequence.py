@@ -271,7 +271,7 @@ class SequenceTagger(StructuredEstimator):
         fewer than k when fewer taggings are admissible. The first is :meth:`predict`'s.
         ``fixed`` and the label-scheme constraints as in :meth:`predict`."""
         self._check_fitted()
-        X = check_sentences(X)
+        X = check_sentences(X, dicts=True)
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise OptionError(f"k must be an integer >= 1, got {k!r}")
         if not X:
@@ -293,7 +293,7 @@ class SequenceTagger(StructuredEstimator):
         margin = best − second-best score = the least token margin (+inf when the tagging is
         the only admissible one). Over the same admissible taggings as :meth:`predict`."""
         self._check_fitted()
-        X = check_sentences(X)
+        X = check_sentences(X, dicts=True)
         if not X:
             return []
         task = self._task(X, None)
