@@ -375,3 +375,21 @@ def test_learners_train_b_features_and_values_unchanged(shm_guard):
     assert np.abs(one.w[task.bigram_base:]).max() > 1e-3  # the B block is trained
     ex = np.arange(task.n_examples)
     assert task.metric(task.gold(ex), task.decode(one.w, ex))["score"] > 0.95
+
+
+@pytest.mark.parametrize("name", ["dcd-light", "ms-dcd", "sp-ipm", "perceptron", "mira",
+                                  "pegasos", "adagrad", "sdm-hinge", "sdm-ramp"])
+def test_every_other_learner_trains_b_features_and_values(name, shm_guard):
+    """The remaining learners take the same valued U + B task through the registry, as they take
+    a binary one: the B block gets weights and the model fits the training data (1-DCD and
+    DEMI-DCD are held to the optimum above)."""
+    from demidcd.solvers import train
+    from demidcd.solvers.common import SolverConfig
+
+    task = _valued_bigram_task()
+    threads = 2 if name in ("ms-dcd", "sp-ipm") else 1
+    r = train(task, name, SolverConfig(C=0.1, tol=1e-3, time_limit=1.5), threads=threads)
+    assert np.all(np.isfinite(r.w))
+    assert np.abs(r.w[task.bigram_base:]).max() > 1e-3
+    ex = np.arange(task.n_examples)
+    assert task.metric(task.gold(ex), task.decode(r.w, ex))["score"] > 0.98
