@@ -180,13 +180,8 @@ class WorkerPool(ProcessGroup, Transport):
 
     def _spawn(self, j: int) -> None:
         self.stats[j, ERROR] = 0
-        p = self._ctx.Process(target=self._worker_main, args=(j,), daemon=True,
-                              name=f"demidcd-worker-{j + 1}")
-        p.start()
-        self.procs[j] = p
-        self.monitor.add(f"worker {j + 1}", p.pid, fresh=True)
-        self.log(f"worker {j + 1} pid {p.pid} (shard of {len(self.shards[j]):,} examples, "
-                 f"{int(self.task.costs()[self.shards[j]].sum()):,} cost units)")
+        self._start(j, self._worker_main, f"shard of {len(self.shards[j]):,} examples, "
+                    f"{int(self.task.costs()[self.shards[j]].sum()):,} cost units")
 
     def check(self, min_interval: float = 0.05) -> None:
         """Detect dead workers (at most every ``min_interval`` s) and restart or fail."""

@@ -145,13 +145,8 @@ class LearnerGroup(ProcessGroup):
         self.start_paused = paused
         self.seen = load_word(self.ctrl, GEN)
         store_word(self.stats[j], ACK, self.seen)
-        p = self._ctx.Process(target=self._main, args=(j,), daemon=True,
-                              name=f"demidcd-learner-{j + 1}")
-        p.start()
-        self.procs[j] = p
-        self.monitor.add(f"learner {j + 1}", p.pid, fresh=True)
-        self.log(f"worker {j + 1} pid {p.pid} (learner {j + 1}: infers and learns on a part of "
-                 f"{len(self.parts[j]):,} examples)")
+        self._start(j, self._main, f"learner {j + 1}: infers and learns on a part of "
+                    f"{len(self.parts[j]):,} examples")
 
     def dead(self) -> list[int]:
         """Learners that died since they were (re)started; reports each (a traceback under

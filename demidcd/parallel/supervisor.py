@@ -73,7 +73,8 @@ class ProcessGroup:
     """Mixin: a group of forked processes ``procs`` (None where none runs) watched by the
     parent. The subclass provides ``procs``, ``stats`` (its ``error_column`` set by a process
     that raised), ``err`` (the traceback bytes), ``restarts``, ``max_restarts``, ``debug``,
-    ``log``, ``monitor``, ``arena`` and ``_spawn(j)``; ``noun`` names a process in the log."""
+    ``log``, ``monitor``, ``arena``, ``_ctx`` (a fork context) and ``_spawn(j)``; ``noun``
+    names a process in the log."""
 
     noun = "worker"
     error_column = 0
@@ -98,6 +99,16 @@ class ProcessGroup:
             self._gate.open()
             self.spawn_seconds = time.perf_counter() - self.spawn_began
         self.monitor.start()
+
+    def _start(self, j: int, target: Callable[[int], None], what: str) -> None:
+        """Fork process j (a daemon running ``target(j)``), keep it in ``procs``, let the
+        monitor watch it and log its pid with ``what`` it does."""
+        p = self._ctx.Process(target=target, args=(j,), daemon=True,
+                              name=f"demidcd-{self.noun}-{j + 1}")
+        p.start()
+        self.procs[j] = p
+        self.monitor.add(f"{self.noun} {j + 1}", p.pid, fresh=True)
+        self.log(f"worker {j + 1} pid {p.pid} ({what})")
 
     def _failure(self, j: int) -> str:
         """Why process j (no longer alive) ended, in a few words, with its traceback under
