@@ -29,7 +29,7 @@ def task(small):
 
 
 def _cfg(limit: float) -> SolverConfig:
-    return SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=limit)  # never converges
+    return SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=limit)  # certified only after 2.5+ s
 
 
 @pytest.mark.parametrize("learners", [1, 2])
