@@ -29,7 +29,8 @@ def task(small):
 
 
 def _cfg(limit: float) -> SolverConfig:
-    return SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=limit)  # certified only after 2.5+ s
+    """tol 1e-12: this task certifies it only after 2.5 s or more, past these limits."""
+    return SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=limit)
 
 
 @pytest.mark.parametrize("learners", [1, 2])
