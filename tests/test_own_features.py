@@ -287,6 +287,22 @@ def test_cli_template_model_predicts_and_evaluates(files, capsys):
     assert len(err) == 1 and "drop --template" in err[0]
 
 
+def test_cli_refuses_a_dict_model_in_one_line(files, capsys):
+    """A model fitted on feature dicts cannot read a file (its features are the user's dicts):
+    predict and evaluate say so in one line naming the model, exit 2 and write nothing."""
+    corpus = chunk_corpus(20)
+    X = [[{"w": t[0], "p": t[1]} for t in s] for s in corpus]
+    m = files["dir"] / "dicts.npz"
+    ChunkTagger(**FIT).fit(X, [[t[-1] for t in s] for s in corpus]).save(m)
+    out = files["dir"] / "never.txt"
+    for cmd in (["predict", "--out", str(out)], ["evaluate"]):
+        capsys.readouterr()
+        assert main([*cmd, "--model", str(m), "--data", str(files["test"])]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(m) in err[0] and "feature dicts" in err[0]
+    assert not out.exists()
+
+
 def test_cli_bad_template_names_its_line(files, capsys):
     bad = files["dir"] / "bad.template"
     bad.write_text("# a comment\nU00:%x[0,0]\n\nU01:%x[0,1/%x[0,0]\nB\n")

@@ -1418,9 +1418,15 @@ class SequenceSpec(TaskSpec):
     # -- predict: n best, forced labels, confidences ----------------------------------------
     def check_options(self, est, args) -> None:
         """``--nbest K`` (K >= 1, not with ``--scores``), ``--force``, ``--scores``; and
-        ``--constraints`` only for models that have a label scheme (chunking, ner)."""
+        ``--constraints`` only for models that have a label scheme (chunking, ner). A model
+        fitted on feature dicts cannot read a file: its features are the user's dicts."""
         from ..errors import OptionError
+        from .template import DictFeaturizer
 
+        if isinstance(getattr(est, "featurizer_", None), DictFeaturizer):
+            raise OptionError(f"{getattr(args, 'model', 'the model')}: this model was fitted on "
+                              "feature dicts in Python, which a file cannot give; tag with "
+                              "its predict() on dicts made the same way")
         nbest = getattr(args, "nbest", None)
         if nbest is not None and nbest < 1:
             raise OptionError(f"--nbest must be >= 1, got {nbest}")
