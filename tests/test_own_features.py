@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,15 @@ def test_sklearn_crfsuite_tutorial_features_run_unchanged():
     assert {"bias", "word.lower():the", "len", "word.istitle()", "tags:a", "nested:x:y",
             "nested:n", "BOS", "postag:DT"} <= feats
     assert est.score(X, Y) > 0.8
+    # the tutorial's inspection: Counter(crf.state_features_ / transition_features_)
+    top = Counter(est.state_features_).most_common(1)[0]
+    line = list(est.weight_lines(1))[2].split("\t")
+    assert (line[0], line[1]) == top[0] and float(line[2]) == pytest.approx(top[1], rel=1e-5)
+    F, K = est.n_features_, len(est.classes_)
+    assert len(est.state_features_) == np.count_nonzero(est.coef_[:F * K])
+    j, k = est.classes_.index("B-NP"), est.classes_.index("I-NP")
+    assert est.transition_features_[("B-NP", "I-NP")] == est.coef_[F * K + j * (K + 1) + k]
+    assert len(est.transition_features_) == K * K
     # n-best, confidences and forced labels take the dicts as predict does
     pred = est.predict(X)
     assert [nb[0][0] for nb in est.predict_nbest(X, 2)] == pred

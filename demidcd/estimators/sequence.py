@@ -390,6 +390,30 @@ class SequenceTagger(StructuredEstimator):
             a, b = divmod(i, K + 1)
             yield f"{ends[0][a]}->{ends[1][b]}\t{trans[i]:+.6g}"
 
+    @property
+    def state_features_(self) -> dict[tuple[str, str], float]:
+        """{(feature, label): weight} for every non-zero observation-feature weight, as
+        sklearn-crfsuite's ``state_features_`` (``Counter(tagger.state_features_)
+        .most_common(20)`` as in its tutorial); hashed features are named ``bucket F``."""
+        self._check_fitted()
+        F, K = self.n_features_, len(self.classes_)
+        U = self.coef_[:F * K].reshape(F, K)
+        names = self.featurizer_.features
+        fs, ks = np.nonzero(U)
+        return {(names[f] if names is not None else f"bucket {f}", self.classes_[k]):
+                float(U[f, k]) for f, k in zip(fs.tolist(), ks.tolist(), strict=True)}
+
+    @property
+    def transition_features_(self) -> dict[tuple[str, str], float]:
+        """{(previous label, label): weight} of the label transitions T, as sklearn-crfsuite's
+        ``transition_features_`` (the sentence start and end, which CRFsuite does not have,
+        are in :meth:`weight_lines`)."""
+        self._check_fitted()
+        F, K = self.n_features_, len(self.classes_)
+        T = self.coef_[F * K:F * K + (K + 1) ** 2].reshape(K + 1, K + 1)
+        return {(a, b): float(T[i, j]) for i, a in enumerate(self.classes_)
+                for j, b in enumerate(self.classes_)}
+
     def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
         self._check_fitted("featurizer_")
