@@ -19,7 +19,6 @@ Writes ``<name>.json`` to ``--out-dir`` and a markdown table to stdout.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,29 +28,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATA, RESULTS, machine_info, machine_line, say, write_json  # noqa: E402
-from foundation import best_of, pin_one_core  # noqa: E402
+from foundation import best_of, one_core  # noqa: E402
 from templates import ACCEPTANCE_TEMPLATE, star_template  # noqa: E402
 
 from demidcd.api import ChunkTagger  # noqa: E402
-
-
-def read_columns(path: Path) -> tuple[list[list[tuple[str, str]]], list[list[str]]]:
-    """CoNLL-2000 (word POS chunk per line, a blank line between sentences) as (X, Y)."""
-    X: list[list[tuple[str, str]]] = [[]]
-    Y: list[list[str]] = [[]]
-    for line in path.read_text(encoding="utf-8").splitlines():
-        parts = line.split()
-        if not parts:
-            if X[-1]:
-                X.append([])
-                Y.append([])
-            continue
-        X[-1].append((parts[0], parts[1]))
-        Y[-1].append(parts[-1])
-    if not X[-1]:
-        X.pop()
-        Y.pop()
-    return X, Y
+from demidcd.datasets import load_tagged  # noqa: E402
 
 
 def measure(template: str, X, Y, fit_seconds: float, reps: int) -> dict:
@@ -90,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if not train.exists():
         print(f"bigram_cost: {train} not found (see ../shared/data/README.md)", file=sys.stderr)
         return 2
-    X, Y = read_columns(train)
+    X, Y = load_tagged(train, format="columns", all_columns=True)  # (word, POS) tokens
     work = Path(args.out_dir)
     work.mkdir(parents=True, exist_ok=True)
     star = work / "star.template"
@@ -99,12 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     rows = {}
     for config, template in (("acceptance", str(ACCEPTANCE_TEMPLATE)), ("star", str(star))):
-        old = pin_one_core()
-        try:
+        with one_core():
             rows[config] = measure(template, X, Y, args.fit_seconds, args.reps)
-        finally:
-            if old is not None:
-                os.sched_setaffinity(0, old)
     star.unlink()
     a, s = rows["acceptance"], rows["star"]
     ratios = {k: s[k]["best_seconds"] / a[k]["best_seconds"] for k in ("decode", "loss_augmented")}

@@ -26,10 +26,12 @@ Writes ``<name>.json``, ``<name>_convergence.csv`` and ``<name>.png`` to ``--out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numba as nb
@@ -92,13 +94,20 @@ def best_of(fn, reps: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
-def pin_one_core() -> set[int] | None:
+@contextlib.contextmanager
+def one_core() -> Iterator[None]:
+    """This process pinned to one core (the last it may use) inside the block, then as before
+    (no pinning where the OS has no affinity)."""
     try:
         old = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {sorted(old)[-1]})
-        return old
     except (AttributeError, OSError):
-        return None
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            os.sched_setaffinity(0, old)
 
 
 def inference_throughput(task, w: np.ndarray, reps: int) -> dict:
@@ -299,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     prog.note("training 1-DCD")
     with load.span("dcd"):
         dcd, tagger, task = train_dcd(train, dev, test, args, prog)
-    old = pin_one_core()
-    try:
+    with one_core():
         prog.note("inference throughput on one core")
         with load.span("inference"):
             inf = inference_throughput(task, tagger.coef_, args.reps)
@@ -309,9 +317,6 @@ def main(argv: list[str] | None = None) -> int:
         with load.span("learner"):
             lrn = learner_throughput(task, args.C, args.fill_epochs, args.passes, progress=prog)
         prog.step("learner throughput")
-    finally:
-        if old is not None:
-            os.sched_setaffinity(0, old)
     load.stop()
     prog.close()
     out = {

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import sys
 import tempfile
 import time
@@ -71,7 +70,7 @@ from common import (  # noqa: E402
     write_json,
 )
 from convergence import cpu_normalised, data_setup, run_method  # noqa: E402
-from foundation import learner_throughput, pin_one_core  # noqa: E402
+from foundation import learner_throughput, one_core  # noqa: E402
 
 CHUNK = 16  # examples per worker inference call (DEMI-DCD's default rho_worker)
 
@@ -100,8 +99,7 @@ def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -
     from demidcd.primitives.shm import SharedArena
     from demidcd.solvers.activeset import ActiveSets
 
-    old = pin_one_core()
-    try:
+    with one_core():
         n = task.n_examples
         ex = np.arange(n, dtype=np.int64)
         task.loss_augmented(w, ex[:CHUNK])
@@ -136,9 +134,6 @@ def calibrate(task, w: np.ndarray, C: float, fill_epochs: int, prog: Progress) -
         nnz_transport = float(np.diff(batch.ptr).mean()) if nrec else 0.0
         prog.note("calibration: learner updates")
         lrn = learner_throughput(task, C, fill_epochs, 3)
-    finally:
-        if old is not None:
-            os.sched_setaffinity(0, old)
     return {"t_inf_seconds_per_example": t_inf, "inference_chunk": CHUNK,
             "t_upd_seconds_per_update": 1.0 / lrn["no_shrink"]["updates_per_s"],
             "t_upd_demi_seconds_per_update": 1.0 / lrn["blocks_of_64"]["updates_per_s"],
