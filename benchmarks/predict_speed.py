@@ -8,7 +8,7 @@ and the library's warm ``predict``, on EWT test written ``--repeat`` times (10: 
 * python-crfsuite end to end: a model trained on EWT train (averaged perceptron, 10
   iterations) with the observation features of the acceptance check's peers (word, lower case,
   shape, prefixes and suffixes 1-4, capitalisation, digit, hyphen, lower-cased words at ±1, ±2;
-  written out here as they are in ``shared/acceptance/lib/peerlib.py``), then, timed in this
+  written out here as they are in the acceptance check's ``peerlib.py``), then, timed in this
   process as the acceptance check times it: reading the file, the features, ``Tagger.tag``,
   writing ``word<TAB>tag`` lines.
 * library warm ``predict``: ``SequenceTagger.predict`` on EWT test's token lists, called once

@@ -3,8 +3,9 @@ python-crfsuite on the same features, p = 2.
 
 Configurations (``--configs``, in this order):
 
-  acceptance  ``../shared/acceptance/lib/chunk.template`` (plain CRF++ syntax: words, POS
-              window, POS bigrams and trigrams, a bare ``B``)
+  plain       ``benchmarks/chunk_crfpp.template`` (plain CRF++ syntax: words, POS window, POS
+              bigrams and trigrams, a bare ``B``; named acceptance in the results written
+              before it was kept here)
   star        the same with every U line on POS alone also a label-bigram feature (Wapiti's
               ``*``; written for CRF++ as the U line plus a B line with the same macros, which
               are the same features)
@@ -27,7 +28,7 @@ and a markdown table on stdout. Timings need a quiet machine:
 
     python benchmarks/templates.py                      # the three configurations, 120 s each
 
-A converged ``crf_learn`` on the acceptance template takes ~17 min on 2 cores: to reuse one run,
+A converged ``crf_learn`` on the plain template takes ~17 min on 2 cores: to reuse one run,
 ``--crfpp-from DIR`` (DIR: ``crf.model``, ``crf.log``, ``crf.time`` of ``/usr/bin/time -v
 crf_learn -p 2 chunk.template train.txt crf.model``) with ``--no-crfpp`` for the others.
 
@@ -73,8 +74,8 @@ from common import (  # noqa: E402
 
 sys.path.insert(0, str(ROOT))  # this tree's demidcd, also in the python-crfsuite child
 CONLL2000 = DATA / "conll2000"
-ACCEPTANCE_TEMPLATE = ROOT.parent / "shared" / "acceptance" / "lib" / "chunk.template"
-CONFIGS = ("acceptance", "star", "shipped")
+PLAIN_TEMPLATE = Path(__file__).resolve().parent / "chunk_crfpp.template"
+CONFIGS = ("plain", "star", "shipped")
 
 
 # --------------------------------------------------------------------------- templates
@@ -98,10 +99,10 @@ def star_template(text: str) -> tuple[str, str]:
 
 def template_files(config: str, work: Path) -> tuple[str, Path | None]:
     """(demidcd's --template, CRF++'s template file or None) of a configuration."""
-    if config == "acceptance":
-        return str(ACCEPTANCE_TEMPLATE), ACCEPTANCE_TEMPLATE
+    if config == "plain":
+        return str(PLAIN_TEMPLATE), PLAIN_TEMPLATE
     if config == "star":
-        wapiti, crfpp = star_template(ACCEPTANCE_TEMPLATE.read_text())
+        wapiti, crfpp = star_template(PLAIN_TEMPLATE.read_text())
         (work / "star.template").write_text(wapiti)
         (work / "star_crfpp.template").write_text(crfpp)
         return str(work / "star.template"), work / "star_crfpp.template"
@@ -244,7 +245,7 @@ def run_crfpp(config: str, template: Path, args, work: Path) -> dict | None:
 
 def reuse_crfpp(config: str, src: Path, args, work: Path) -> dict:
     """CRF++'s figures from an earlier ``/usr/bin/time -v crf_learn ...`` run on the
-    ``acceptance`` template (a converged crf_learn takes ~17 min here: run it once): ``src``
+    ``plain`` template (a converged crf_learn takes ~17 min here: run it once): ``src``
     holds ``crf.model``, ``crf.log`` (crf_learn's output) and ``crf.time`` (time -v's report:
     wall seconds, CPU seconds, peak RSS); crf_test is run again on ``args.test``."""
     d = work / f"crfpp_{config}"
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="python-crfsuite L-BFGS max_iterations")
     ap.add_argument("--no-crfpp", action="store_true")
     ap.add_argument("--crfpp-from", metavar="DIR", default=None,
-                    help="acceptance: CRF++'s figures from an earlier /usr/bin/time -v "
+                    help="plain: CRF++'s figures from an earlier /usr/bin/time -v "
                          "crf_learn run in DIR (crf.model, crf.log, crf.time; see reuse_crfpp)")
     ap.add_argument("--no-crfsuite", action="store_true")
     ap.add_argument("--max-sentences", type=int, default=None,
@@ -384,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         with load.span(config):
             dd = run_demidcd(config, template, args, work)
             peers = []
-            if args.crfpp_from and config == "acceptance":
+            if args.crfpp_from and config == "plain":
                 peers.append(reuse_crfpp(config, Path(args.crfpp_from), args, work))
             elif crfpp_template is not None and not args.no_crfpp:
                 peers.append(run_crfpp(config, crfpp_template, args, work))

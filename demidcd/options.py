@@ -80,8 +80,8 @@ C_DICTS = 0.3
 """What ``C=None`` means for a sequence estimator fitted on feature dicts: such dicts hold few
 features per token (the sklearn-crfsuite tutorial's ~16, the built-in templates ~30-60), so the
 weights must be larger and less regularisation pays. Measured with the tutorial's dicts
-(``../shared/acceptance/lib/dict_ner.py``'s), 60 s, 2 threads, DEMI-DCD, L1 loss, one run each
-unless a range: CoNLL-2000 test chunk F1 92.92 / 93.11 / 92.60 at C = 0.1 / 0.3 / 1
+(the tutorial's ``word2features``), 60 s, 2 threads, DEMI-DCD, L1 loss, one run each unless a
+range: CoNLL-2000 test chunk F1 92.92 / 93.11 / 92.60 at C = 0.1 / 0.3 / 1
 (sklearn-crfsuite L-BFGS c1 = c2 = 0.1: 93.00); CoNLL-2002 Spanish esp.testb entity F1
 73.4-73.8 (3 runs) / 74.90 / 75.8-76.6 (6 runs) / 75.6-75.7 (2) / 75.67 / 75.48 at C = 0.1 /
 0.2 / 0.3 / 0.4 / 0.5 / 1 (sklearn-crfsuite: 76.77)."""

@@ -10,6 +10,7 @@ import string
 import zlib
 from collections import Counter
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,7 +111,8 @@ def test_plain_string_tokens_are_one_column():
         uni("U:%x[0,1]", ["a", "b"])
 
 
-# the syntax of the acceptance templates (lib/chunk.template and lib/chunk_star.template)
+# CoNLL-2000 chunking templates: plain CRF++ syntax (benchmarks/chunk_crfpp.template) and
+# Wapiti's extensions
 CHUNK = """# CRF++ syntax: column 0 = word, column 1 = POS
 U00:%x[-2,0]
 U05:%x[-1,0]/%x[0,0]
@@ -134,7 +136,7 @@ B
 """
 
 
-def test_acceptance_template_syntax():
+def test_chunk_template_syntax():
     sent = [("He", "PRP"), ("reckons", "VBZ"), (",", ",")]
     t = Template(CHUNK)
     assert t.transitions and len(t.lines) == 4
@@ -148,13 +150,15 @@ def test_acceptance_template_syntax():
     assert got[2][0][-1] == "U:punct=true"
 
 
-@pytest.mark.parametrize("name", ["chunk.template", "chunk_star.template"])
-def test_acceptance_template_files_parse(name):
-    path = DATA.parent / "acceptance" / "lib" / name
-    if not path.exists():
-        pytest.skip(f"{path} absent")
-    t = Template.from_file(path)
+def test_benchmark_chunk_template_file_parses():
+    """The plain CRF++ template the benchmarks keep (templates.py, bigram_cost.py): 19 U lines
+    on two columns, a bare B."""
+    t = Template.from_file(Path(__file__).resolve().parents[1] / "benchmarks"
+                           / "chunk_crfpp.template")
     assert t.transitions and t.n_columns == 2
+    assert len(t.unigram_lines) == 19 and not t.bigram_lines
+    got = t.expand([[("He", "PRP"), ("reckons", "VBZ")]])[0]
+    assert got[1][0][:3] == ["U00:_B-1", "U01:He", "U02:reckons"] and got[1][1] == []
     got = t.expand([[("He", "PRP"), ("reckons", "VBZ")]])[0]
     assert len(got[0][0]) == len(t.unigram_lines) and len(got[0][1]) == len(t.bigram_lines)
 
