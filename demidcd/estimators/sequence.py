@@ -560,5 +560,6 @@ class NamedEntityTagger(ChunkTagger):
     78.48 with 2, 79.04 with 1)."""
 
     task_name = "ner"
+    score_name = "entity F1"
     _template = "ner"
     _default_min_count = 1

@@ -16,6 +16,7 @@ class ChunkingSpec(SequenceSpec):
     name = "chunking"
     help = "chunking (BIO/IOB1/IOB2/BIOES), scored by chunk F1 as conlleval"
     estimator = "demidcd.estimators.sequence:ChunkTagger"
+    unit = "chunk"  # what the report calls a chunk (chunk F1, entity F1)
 
     def estimator_params(self, args) -> dict:
         return {"label_scheme": getattr(args, "label_scheme", None) or "auto",
@@ -30,7 +31,7 @@ class ChunkingSpec(SequenceSpec):
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)
-        return format_report(est.metrics(X, Y), prefix)
+        return format_report(est.metrics(X, Y), prefix, self.unit)
 
 
 class NERSpec(ChunkingSpec):
@@ -39,6 +40,7 @@ class NERSpec(ChunkingSpec):
     name = "ner"
     help = "named entities (BIO/IOB1/IOB2/BIOES), scored by entity F1 as conlleval"
     estimator = "demidcd.estimators.sequence:NamedEntityTagger"
+    unit = "entity"
 
 
 CHUNKING = ChunkingSpec()

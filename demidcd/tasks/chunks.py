@@ -250,12 +250,17 @@ def chunk_scores(gold: list[list[str]], predicted: list[list[str]],
     return ChunkScores(int(c.sum()), int(fc.sum()), int(fg.sum()), int(ct), int(ntok), per)
 
 
-def format_report(m: dict, prefix: str = "") -> list[str]:
-    """The ``chunk F1: NN.NN (P NN.NN, R NN.NN)`` line, token accuracy and a per-type table."""
-    lines = [f"{prefix}chunk F1: {100 * m['f1']:.2f} (P {100 * m['precision']:.2f}, "
+_PLURAL = {"chunk": "chunks", "entity": "entities"}
+
+
+def format_report(m: dict, prefix: str = "", unit: str = "chunk") -> list[str]:
+    """The ``chunk F1: NN.NN (P NN.NN, R NN.NN)`` line, token accuracy and a per-type table;
+    ``unit``: what a chunk is called (``"entity"`` for named entities: ``entity F1: …``)."""
+    lines = [f"{prefix}{unit} F1: {100 * m['f1']:.2f} (P {100 * m['precision']:.2f}, "
              f"R {100 * m['recall']:.2f})",
              f"{prefix}accuracy: {100 * m['accuracy']:.2f}% ({m['tokens']:,} tokens, "
-             f"{m['gold_chunks']:,} chunks, {m['predicted_chunks']:,} found, "
+             f"{m['gold_chunks']:,} {_PLURAL.get(unit, unit + 's')}, "
+             f"{m['predicted_chunks']:,} found, "
              f"{m['correct_chunks']:,} correct)"]
     per = m.get("per_type", {})
     if per:

@@ -1,0 +1,48 @@
+"""Issue 45: what the commands and the library print and say (entity F1 for NER, the input's
+separator kept by predict, fit's progress and how it ended, a first run in one screen, the
+metrics helpers of :mod:`demidcd.metrics`, --quiet, the CoNLL-U label column)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+NAMES = ["Ana", "Juan", "Rosa", "Luis"]
+PLACES = ["Madrid", "Lima", "Quito"]
+
+
+def _ner_lines(n: int) -> list[str]:
+    """``n`` tiny sentences with B-PER, I-PER and B-LOC entities, one ``word TAG`` a line."""
+    lines = []
+    for k in range(n):
+        first, last, place = NAMES[k % 4], NAMES[(k + 1) % 4], PLACES[k % 3]
+        for word, tag in ((first, "B-PER"), (last, "I-PER"), ("vive", "O"), ("en", "O"),
+                          (place, "B-LOC"), (".", "O")):
+            lines.append(f"{word} {tag}")
+        lines.append("")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def ner_file(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("ner") / "ner.txt"
+    p.write_text("\n".join(_ner_lines(24)) + "\n")
+    return p
+
+
+# ================================================================== 6: entity F1 for NER
+@pytest.mark.parametrize("task, unit, other", [("ner", "entity", "chunk"),
+                                              ("chunking", "chunk", "entity")])
+def test_ner_reports_entity_f1_and_chunking_chunk_f1(cli, tmp_path, ner_file, task, unit, other):
+    model = tmp_path / "m.npz"
+    code, out, err = cli("train", "--task", task, "--train", ner_file, "--dev", ner_file,
+                         "--threads", "1", "--max-epochs", "3", "--model", model)
+    assert code == 0, err
+    assert f"dev {unit} F1 " in out and f"{other} F1" not in out  # iteration lines
+    assert f"dev {unit} F1: " in out  # the dev report
+    code, out, err = cli("evaluate", "--model", model, "--data", ner_file)
+    assert code == 0, err
+    assert out.startswith(f"{unit} F1: ") and f"{other} F1" not in out
+    plural = {"chunk": "chunks", "entity": "entities"}[unit]
+    assert f" {plural}, " in out.splitlines()[1]
