@@ -46,3 +46,41 @@ def test_ner_reports_entity_f1_and_chunking_chunk_f1(cli, tmp_path, ner_file, ta
     assert out.startswith(f"{unit} F1: ") and f"{other} F1" not in out
     plural = {"chunk": "chunks", "entity": "entities"}[unit]
     assert f" {plural}, " in out.splitlines()[1]
+
+
+# ================================================================== 8: predict keeps tabs
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory, corpus) -> Path:
+    """A sequence model trained on the synthetic corpus (3 iterations, one process)."""
+    from demidcd.cli import main
+
+    model = tmp_path_factory.mktemp("tagger") / "m.npz"
+    assert main(["train", "--train", str(corpus / "train.txt"), "--threads", "1",
+                 "--max-epochs", "3", "--min-count", "1", "--model", str(model),
+                 "--quiet"]) == 0
+    return model
+
+
+@pytest.mark.parametrize("flags", [(), ("--threads", "2"), ("--nbest", "2"), ("--scores",),
+                                   ("--force",)])
+def test_predict_writes_tab_separated_lines_back_with_tabs(cli, tmp_path, corpus, tagger,
+                                                           flags):
+    """The fast (kernel) route and the general one (n-best, scores, force): a tab-separated
+    input line comes back tab-separated, a space-separated one with spaces (per line)."""
+    lines = [line for line in (corpus / "test.txt").read_text().splitlines()[:300]
+             if not line.startswith("#")]  # (a "#" token would pass for a header line below)
+    first_blank = lines.index("")
+    tabbed = [line if k < first_blank else line.replace(" ", "\t")
+              for k, line in enumerate(lines)]  # the first sentence with spaces, the rest tabs
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(tabbed) + "\n\n")
+    out = tmp_path / "out.txt"
+    code, _, err = cli("predict", "--model", tagger, "--data", src, "--out", out, *flags)
+    assert code == 0, err
+    n_first, n_tokens = first_blank, sum(1 for line in lines if line)
+    copies = 2 if "--nbest" in flags else 1  # each sentence K times, the first sentence first
+    got = [line for line in out.read_text().splitlines() if line and not line.startswith("#")]
+    assert len(got) == copies * n_tokens
+    assert all(("\t" in line) != (" " in line) for line in got), got
+    spaced = [k for k, line in enumerate(got) if " " in line]
+    assert spaced == list(range(copies * n_first))

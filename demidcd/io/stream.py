@@ -513,9 +513,21 @@ def _end_block(out, pos, words):
 
 
 @nb.njit(cache=True, nogil=True)
+def _separator(buf, i, e):
+    """The byte that joins the fields written back for the line buf[i:e]: a tab when the line
+    holds one (its fields were tab-separated, as CRF++'s and Wapiti's files often are), else
+    a space (:func:`demidcd.io.tagged.line_separator`, for the lines the parser keeps)."""
+    for q in range(i, e):
+        if buf[q] == 9:
+            return 9
+    return 32
+
+
+@nb.njit(cache=True, nogil=True)
 def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
     """The block (read by :func:`scan_columns` without anomaly) as write_tagged writes it:
-    fields joined by one space, the label in field ``li`` (−1: a new last field),
+    fields joined by one space (one tab on a line that holds a tab: :func:`_separator`), the
+    label in field ``li`` (−1: a new last field),
     ``-DOCSTART-`` lines with the label O there (when their fields reach it) and padded with O
     to ``n_out`` fields, each followed by a blank line, and one blank line after each
     sentence."""
@@ -540,22 +552,23 @@ def render_columns(buf, li, n_out, tags, tag_bytes, tag_off):
             pos = _put_byte(out, pos, 10)
             words = 0
         k = tags[t] if not doc else -1
+        sep = _separator(buf, i, j)
         written = 0
         for f in range(nf):
             if f:
-                pos = _put_byte(out, pos, 32)
+                pos = _put_byte(out, pos, sep)
             if f == li:
                 pos = _put_label(out, pos, doc, tag_bytes, tag_off, k)
             else:
                 pos = _put(out, pos, buf, fstart[f], fend[f])
             written += 1
         if li < 0:
-            pos = _put_byte(out, pos, 32)
+            pos = _put_byte(out, pos, sep)
             pos = _put_label(out, pos, doc, tag_bytes, tag_off, k)
             written += 1
         if doc:
             while written < n_out:
-                out[pos] = 32
+                out[pos] = sep
                 out[pos + 1] = 79
                 pos += 2
                 written += 1

@@ -348,8 +348,10 @@ def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
     word = next((w for w in raw.split() if _NON_ASCII.search(w)), raw)[:40]
     warnings.warn(InputWarning(
         f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
-        f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8; "
-        f"give --encoding utf-8 unless it really is {encoding}"), stacklevel=3)
+        f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8, and "
+        f"so every word with a non-ASCII character becomes another word; unless the file really "
+        f"is {encoding}, train and read it without --encoding {encoding} (utf-8 is train's "
+        f"default, the model's that of evaluate and predict)"), stacklevel=3)
     return True
 
 
@@ -618,6 +620,20 @@ def _parse_conllu(
     return out.corpus(path, "conllu", li)
 
 
+class TabFields(list):
+    """The fields of a columns line that held a tab (as the parser keeps them): written back
+    joined by tabs, as read (:func:`line_separator`)."""
+
+    __slots__ = ()
+
+
+def line_separator(fields: list[str]) -> str:
+    """What joins the fields of a kept columns line when written back: a tab for a line that
+    held one (:class:`TabFields`), else a space (the streamed kernels decide alike:
+    :func:`demidcd.io.stream._separator`)."""
+    return "\t" if isinstance(fields, TabFields) else " "
+
+
 def _parse_columns(
     text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool,
     line0: int = 0, state: dict | None = None
@@ -641,6 +657,8 @@ def _parse_columns(
         if not f or not f[0]:
             out.end()
             continue
+        if keep_raw and "\t" in line:
+            f = TabFields(f)
         if f[0].startswith(_DOCSTART):
             out.end()
             if keep_raw:
@@ -830,7 +848,7 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
                     elif li < len(g):
                         g[li] = "O"
                     g.extend(["O"] * (n_out - len(g)))
-                    yield " ".join(g)
+                    yield line_separator(f).join(g)
                     yield ""
                     continue
                 if k == 0 and head is not None:
@@ -845,7 +863,7 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
                 if ext is not None:
                     g.insert(at, ext[k])
                 k += 1
-                yield " ".join(g)
+                yield line_separator(f).join(g)
         yield ""
 
 
@@ -890,8 +908,9 @@ def write_tagged(
     ``column=None`` uses the column the corpus was read from (``corpus.label_column``); for an
     unlabeled columns file, or an in-memory corpus, predicted labels go into a new last column
     (in memory: ``word tag`` lines). A columns-format ``column`` beyond the existing columns
-    appends one new last column. CoNLL-U keeps every original line and replaces only the label
-    field of token lines; an in-memory corpus gets ``_`` in the unknown fields.
+    appends one new last column. A columns line comes back joined by a tab when it held one,
+    else by a space (:func:`line_separator`). CoNLL-U keeps every original line and replaces
+    only the label field of token lines; an in-memory corpus gets ``_`` in the unknown fields.
     """
     path = os.fspath(path)
     text = render_tagged(corpus, predicted, column)
