@@ -581,8 +581,8 @@ def _train(args) -> int:
             metrics["test"] = _metric_values(est, spec, test)
     if res.extra.get("memory_line"):
         log.info(res.extra["memory_line"])
-    if res.extra.get("cpu_line"):
-        print(res.extra["cpu_line"], flush=True)
+    if res.extra.get("cpu_line"):  # a measurement of the run, not a result: not with --quiet
+        log.info(res.extra["cpu_line"])
     if args.summary_json:
         from .solvers.recorder import write_summary
 

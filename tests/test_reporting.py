@@ -84,3 +84,41 @@ def test_predict_writes_tab_separated_lines_back_with_tabs(cli, tmp_path, corpus
     assert all(("\t" in line) != (" " in line) for line in got), got
     spaced = [k for k, line in enumerate(got) if " " in line]
     assert spaced == list(range(copies * n_first))
+
+
+# ================================================================== 17: --quiet, CoNLL-U column
+def test_quiet_train_prints_only_results(cli, corpus):
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--test", corpus / "test.txt",
+                         "--threads", "1", "--max-epochs", "2", "--quiet")
+    assert code == 0, err
+    assert out.startswith("test accuracy: ") and "CPU" not in out + err
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "1",
+                         "--max-epochs", "2")
+    assert code == 0 and "average CPU: " in out  # without --quiet: still there
+
+
+def _conllu(sentences: list[list[tuple[str, str]]]) -> str:
+    """CoNLL-U text with the tags in UPOS and ``X`` in XPOS."""
+    out = []
+    for s in sentences:
+        out += [f"{k}\t{w}\t_\t{t}\tX\t_\t_\t_\t_\t_" for k, (w, t) in enumerate(s, 1)] + [""]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("column, shown", [(None, "UPOS"), ("xpos", "XPOS")])
+def test_conllu_model_on_columns_file_names_the_conllu_column(cli, tmp_path, column, shown):
+    sents = [[("the", "D"), ("cat", "N"), ("sat", "V")], [("a", "D"), ("dog", "N"), ("ran", "V")]]
+    train = tmp_path / "train.conllu"
+    train.write_text(_conllu(sents * 10).replace("\tX\t", "\t{}\t").format(
+        *[t for s in sents * 10 for _, t in s]))  # XPOS = UPOS: either column is the tags
+    cols = tmp_path / "test.txt"
+    cols.write_text("".join(f"{w} {t}\n" for w, t in sents[0]) + "\n")
+    model = tmp_path / "m.npz"
+    code, _, err = cli("train", "--train", train, "--threads", "1", "--max-epochs", "2",
+                       "--min-count", "1", "--model", model, "--quiet",
+                       *(("--column", column) if column else ()))
+    assert code == 0, err
+    code, out, err = cli("evaluate", "--model", model, "--data", cols)
+    assert code == 0, err
+    assert f"the model was trained on CoNLL-U (labels in {shown}); " in err
+    assert "last column)" not in err and out.startswith("accuracy: ")

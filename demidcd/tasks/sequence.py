@@ -1276,7 +1276,10 @@ class SequenceSpec(TaskSpec):
                 f"--feature-columns {use}")
         if getattr(args, "column_given", True):
             return column, features
-        was = "the last column" if column is None else f"column {column}"
+        if trained == "conllu":  # None: CoNLL-U's default label column, UPOS
+            was = {None: "UPOS", "upos": "UPOS", "xpos": "XPOS"}.get(column, f"column {column}")
+        else:
+            was = "the last column" if column is None else f"column {column}"
         if fmt == "columns":  # the label (or the prediction) is the last column
             if labeled:
                 warnings.warn(InputWarning(
