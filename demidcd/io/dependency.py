@@ -113,11 +113,14 @@ def _cycle(heads: list[int]) -> int:
 
 def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_column: str = "upos",
                     encoding: str = "utf-8", labeled: bool = True,
-                    max_sentence_length: int = 5000) -> DepCorpus:
+                    max_sentence_length: int = 5000, missing_pos: bool = False) -> DepCorpus:
     """Read a CoNLL-U (``fmt="conllu"``) or CoNLL-X (``"conllx"``) treebank.
 
     ``labeled=False`` reads neither HEAD nor DEPREL (they may be ``_``); otherwise HEAD must be
     an integer in 0..n for every word of an n-word sentence and DEPREL non-empty (``_`` allowed).
+    ``missing_pos=True`` accepts a ``pos_column`` that is ``_`` for every word of the file when
+    the other POS column has a tag for every word (a tagger's output that filled the other
+    one): ``pos`` then holds ``_`` for every word. Otherwise an empty POS tag is an error.
     """
     path = os.fspath(path)
     pi = _check_options(fmt, pos_column)
@@ -142,6 +145,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     hline: list[int] = []
     rl: list[list[str]] = []
     first = 0
+    no_pos_line = 0  # the first line with an empty POS tag (missing_pos)
+    some_pos = False
     colname = ("UPOS" if pi == 3 else "XPOS") if fmt == "conllu" else (
         "CPOSTAG" if pi == 3 else "POSTAG")
 
@@ -201,8 +206,13 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             if not w or w.isspace():
                 raise InputError(path, lineno, "empty word (column 2)")
             if not p or p.isspace() or p == "_":
-                raise InputError(path, lineno, f"empty POS tag in {colname} (column {pi + 1}); "
-                                               "try the other --pos-column")
+                if not missing_pos:
+                    raise InputError(path, lineno, f"empty POS tag in {colname} (column "
+                                                   f"{pi + 1}); try the other --pos-column")
+                no_pos_line = no_pos_line or lineno
+                p = "_"
+            else:
+                some_pos = True
             if labeled:
                 h = f[_HEAD]
                 if not (h.isdigit() and h.isascii()):
@@ -234,6 +244,11 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             gc.enable()
     if not words_all:
         raise InputError(path, None, "no sentences found (empty file?)")
+    if no_pos_line and (some_pos or not other_ok):
+        raise InputError(path, no_pos_line, f"empty POS tag in {colname} (column {pi + 1})" +
+                         (": give a tag to every word or to none" if some_pos else
+                          ", and the other POS column lacks tags too: give every word a tag "
+                          "in one of them"))
     return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw,
                      other_all if other_ok else None, rels_all)
 

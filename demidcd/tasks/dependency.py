@@ -74,8 +74,10 @@ Eisner optimum uses a masked arc, which :func:`parse_kernel` detects to decode t
 with Chu-Liu-Edmonds instead.
 
 Metric: unlabelled attachment score UAS = #{d : y_d = y_{i,d}} / #words and labelled LAS =
-#{d : y_d = y_{i,d}, l_d = l_{i,d}} / #words (full DEPREL, subtypes included; the CoNLL 2018
-evaluator compares the universal part only), with and without punctuation. A word is
+#{d : y_d = y_{i,d}, u(l_d) = u(l_{i,d})} / #words, where u(l) is the universal part of the
+DEPREL (before the first ':', so ``nmod:poss`` counts as ``nmod``): the LAS of the CoNLL 2018
+shared task's evaluator ``conll18_ud_eval.py``; LAS with subtypes compares the full DEPREL.
+Each with and without punctuation. A word is
 punctuation when every character of its form is Unicode punctuation (general category P*): the
 convention of the CoNLL-X shared-task scorer ``eval.pl``; it needs no POS tag set, so it is the
 same for UPOS, XPOS and CoNLL-X columns.
@@ -154,7 +156,9 @@ class EncodedTrees:
     "distinct between-POS" test only); heads: int32 gold head per position (−1 at ROOT; None
     without gold trees); labels: int32 gold label id per position (−1 at ROOT and for labels
     the parser does not know; None without gold labels); punct: bool per position
-    (True = punctuation, ROOT False).
+    (True = punctuation, ROOT False); groups: int32 gold universal-DEPREL group per position
+    (see :func:`label_groups`; −1 at ROOT and where the parser knows no label of the group;
+    None: the group of the gold label id).
     """
 
     tok_ptr: np.ndarray
@@ -169,6 +173,7 @@ class EncodedTrees:
     heads: np.ndarray | None
     punct: np.ndarray
     labels: np.ndarray | None = None
+    groups: np.ndarray | None = None
 
     @property
     def n_sentences(self) -> int:
@@ -190,10 +195,12 @@ _ROOT = "<root>"
 def encode_trees(words: list[list[str]], pos: list[list[str]],
                  heads: list[list[int]] | None = None,
                  cpos: list[list[str]] | None = None,
-                 labels: list[list[int]] | None = None) -> EncodedTrees:
+                 labels: list[list[int]] | None = None,
+                 groups: list[list[int]] | None = None) -> EncodedTrees:
     """Encode sentences: word and POS lists, heads of words 1..n (0 = root) or None,
     optionally a second, coarse POS per word (CoNLL-U UPOS next to XPOS) for extra features,
-    and optionally gold label ids of words 1..n (−1: unknown label; needs heads)."""
+    optionally gold label ids of words 1..n (−1: unknown label; needs heads) and their
+    universal-DEPREL groups (−1: a group the parser does not know; needs labels)."""
     n_sent = len(words)
     lens = np.fromiter((len(s) + 1 for s in words), np.int64, count=n_sent)
     tok_ptr = np.zeros(n_sent + 1, np.int64)
@@ -272,7 +279,18 @@ def encode_trees(words: list[list[str]], pos: list[list[str]],
                 raise ValueError(f"sentence {s}: {len(words[s])} words but {ls.shape[0]} "
                                  "labels, or a label id below −1")
             LB[tok_ptr[s] + 1:tok_ptr[s + 1]] = ls
-    return EncodedTrees(tok_ptr, W, P5, PT, PK, n_pos, CT, CK, len(ccache), H, PU, LB)
+    GR = None
+    if groups is not None:
+        if LB is None or len(groups) != n_sent:
+            raise ValueError("label groups need labels and one entry per sentence")
+        GR = np.full(total, -1, np.int32)
+        for s, gs in enumerate(groups):
+            gs = np.asarray(gs, np.int64)
+            if gs.shape != (len(words[s]),) or (gs.size and gs.min() < -1):
+                raise ValueError(f"sentence {s}: {len(words[s])} words but {gs.shape[0]} "
+                                 "label groups, or a group id below −1")
+            GR[tok_ptr[s] + 1:tok_ptr[s + 1]] = gs
+    return EncodedTrees(tok_ptr, W, P5, PT, PK, n_pos, CT, CK, len(ccache), H, PU, LB, GR)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1232,13 +1250,15 @@ class DependencyTask(Task):
     bit 2: on any other arc), None or empty for an unlabelled parser. Structures (decode, gold)
     are int32 arrays of shape (2, n): the heads of words 1..n and their label ids (−1 when
     unlabelled); :meth:`score` and :meth:`phi_delta` of an unlabelled task also take a plain
-    head vector.
+    head vector. ``label_groups``: per label its universal-DEPREL group id (:func:`label_groups`;
+    None: every label its own group), for the LAS of :meth:`metric`.
     """
 
     name = "dependency"
 
     def __init__(self, enc: EncodedTrees, hashing: int = DEFAULT_HASHING,
-                 decoder: str = "eisner", label_arcs: np.ndarray | None = None):
+                 decoder: str = "eisner", label_arcs: np.ndarray | None = None,
+                 label_groups: np.ndarray | None = None):
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}; use eisner or cle")
         if not 16 <= int(hashing) < 2**31 or int(hashing) % 16:
@@ -1255,6 +1275,11 @@ class DependencyTask(Task):
         self._dec = _EISNER if decoder == "eisner" else _CLE
         self.label_arcs = arcs
         self.n_labels = int(arcs.shape[0])
+        self.label_groups = np.arange(self.n_labels, dtype=np.int32) if label_groups is None \
+            else np.ascontiguousarray(label_groups, np.int32).reshape(-1)
+        if self.label_groups.shape[0] != self.n_labels or (self.n_labels and
+                                                           self.label_groups.min() < 0):
+            raise ValueError("label_groups must give every label a group id >= 0")
         self._gold = enc.heads if enc.heads is not None else np.zeros(0, np.int32)
         self._glab = self._gold_labels() if enc.heads is not None else np.zeros(0, np.int32)
 
@@ -1425,15 +1450,19 @@ class DependencyTask(Task):
     def metric(self, gold: list[Any], predicted: list[Any],
                examples: np.ndarray | None = None) -> dict[str, float]:
         """UAS = words with the right head / words and, for a labelled task, LAS = words with
-        the right head and label / words, each with punctuation (``uas``, ``las``; ``score`` is
-        the UAS) and without (``uas_no_punct``, ``las_no_punct``); ``examples`` (default: all,
-        in order) says which sentences the lists hold, for the punctuation marks."""
+        the right head and the right universal DEPREL (the group of :func:`label_groups`: the
+        part before ':', as the CoNLL 2018 evaluator) / words and LAS with subtypes = words with
+        the right head and label / words, each with punctuation (``uas``, ``las``,
+        ``las_subtypes``; ``score`` is the UAS) and without (``uas_no_punct``,
+        ``las_no_punct``, ``las_subtypes_no_punct``); ``examples`` (default: all, in order)
+        says which sentences the lists hold, for the punctuation marks and the gold groups."""
         ex = np.arange(self.n_examples) if examples is None else self._examples(examples)
         if len(gold) != len(predicted) or len(gold) != ex.shape[0]:
             raise ValueError("gold, predicted and examples differ in number of sentences")
-        tp, pu = self.enc.tok_ptr, self.enc.punct
+        tp, pu, gr = self.enc.tok_ptr, self.enc.punct, self.enc.groups
+        group = np.append(self.label_groups, -2)  # id −1 (none) → −2, never a gold group
         n = n_np = 0
-        c = np.zeros(4, np.int64)  # heads, heads without punct., labelled, without punct.
+        c = np.zeros(6, np.int64)  # heads, labelled, universal labelled; each without punct.
         for i, g, p in zip(ex, gold, predicted, strict=True):
             g = np.asarray(g).reshape(-1, tp[i + 1] - tp[i] - 1)
             p = np.asarray(p).reshape(-1, tp[i + 1] - tp[i] - 1)
@@ -1441,16 +1470,24 @@ class DependencyTask(Task):
             if g.shape[1] != p.shape[1] or g.shape[1] != mask.shape[0]:
                 raise ValueError(f"sentence {i}: gold and predicted differ in length")
             ok = g[0] == p[0]
-            lok = ok & (g[1] == p[1]) if g.shape[0] == p.shape[0] == 2 else np.zeros_like(ok)
+            lok = uok = np.zeros_like(ok)
+            if g.shape[0] == p.shape[0] == 2 and self.n_labels:
+                lok = ok & (g[1] == p[1])
+                gg = gr[tp[i] + 1:tp[i + 1]] if gr is not None else \
+                    np.where(g[1] >= 0, group[g[1]], -1)
+                uok = ok & (gg >= 0) & (gg == group[p[1]])
             n += mask.shape[0]
             n_np += int((~mask).sum())
-            c += [ok.sum(), (ok & ~mask).sum(), lok.sum(), (lok & ~mask).sum()]
+            c += [ok.sum(), (ok & ~mask).sum(), lok.sum(), (lok & ~mask).sum(),
+                  uok.sum(), (uok & ~mask).sum()]
         uas = c[0] / n if n else 0.0
         m = {"score": uas, "uas": uas, "uas_no_punct": c[1] / n_np if n_np else 0.0,
              "words": float(n), "words_no_punct": float(n_np)}
         if self.n_labels:
-            m["las"] = c[2] / n if n else 0.0
-            m["las_no_punct"] = c[3] / n_np if n_np else 0.0
+            m["las"] = c[4] / n if n else 0.0
+            m["las_no_punct"] = c[5] / n_np if n_np else 0.0
+            m["las_subtypes"] = c[2] / n if n else 0.0
+            m["las_subtypes_no_punct"] = c[3] / n_np if n_np else 0.0
         return {k: float(v) for k, v in m.items()}
 
     # -- records --------------------------------------------------------------------------
@@ -1561,6 +1598,42 @@ def label_set(heads: list[list[int]], rels: list[list[str]]) -> tuple[list[str],
     return labels, arcs
 
 
+def universal_deprel(deprel: str) -> str:
+    """The universal part of a DEPREL: what comes before the first ':' (``nmod:poss`` →
+    ``nmod``), the relation the CoNLL 2018 evaluator compares."""
+    return deprel.split(":", 1)[0]
+
+
+def label_groups(labels: list[str]) -> tuple[np.ndarray, dict[str, int]]:
+    """Per label its universal-DEPREL group id (int32) and the groups' index (universal DEPREL
+    → id, in order of first appearance in ``labels``)."""
+    index: dict[str, int] = {}
+    ids = [index.setdefault(universal_deprel(r), len(index)) for r in labels]
+    return np.asarray(ids, np.int32), index
+
+
+def pos_maps(tags: list[list[str]], second: list[list[str]]
+             ) -> tuple[dict[str, str], dict[str, str]]:
+    """(POS → the second POS seen most often with it, second POS → the POS seen most often
+    with it) over a corpus with both columns; ties go to the tag first in sorted order, so the
+    maps depend on the counts only."""
+    counts: dict[tuple[str, str], int] = {}
+    for ps, qs in zip(tags, second, strict=True):
+        for pq in zip(ps, qs, strict=True):
+            counts[pq] = counts.get(pq, 0) + 1
+
+    def most(key: int) -> dict[str, str]:
+        best: dict[str, tuple[int, str]] = {}
+        for pq, k in counts.items():
+            a, b = pq[key], pq[1 - key]
+            old = best.get(a)
+            if old is None or k > old[0] or (k == old[0] and b < old[1]):
+                best[a] = (k, b)
+        return {a: b for a, (_, b) in sorted(best.items())}
+
+    return most(0), most(1)
+
+
 def _dep_format(path: str, args: Any) -> str:
     fmt = getattr(args, "format", None) or "auto"
     if fmt == "auto":
@@ -1574,7 +1647,8 @@ def _dep_format(path: str, args: Any) -> str:
 
 class DependencySpec(TaskSpec):
     """First-order labelled dependency parsing of CoNLL-U / CoNLL-X files (HEAD and DEPREL,
-    one root word per sentence), scored by UAS and LAS."""
+    one root word per sentence), scored by UAS and LAS (as the CoNLL 2018 evaluator) and LAS
+    with subtypes."""
 
     name = "dependency"
     help = ("first-order labelled dependency parsing (CoNLL-U / CoNLL-X HEAD and DEPREL), "
@@ -1597,18 +1671,26 @@ class DependencySpec(TaskSpec):
         if getattr(args, "decoder", None):
             est.decoder = args.decoder
         args.second_pos = est.second_pos_
+        args.fill_pos = getattr(est, "pos_by_second_", None) is not None
 
     def read(self, path: str, args: Any, labeled: bool = True) -> DepCorpus:
+        """The file; for a model trained on both POS columns that learnt the map between them
+        (``fill_pos``), one column may be ``_`` for every word: the estimator fills it from the
+        other (:meth:`~demidcd.estimators.dependency.DependencyParser._fill_pos`)."""
+        fill = bool(getattr(args, "fill_pos", False))
         data = read_dependency(path, _dep_format(path, args),
                                getattr(args, "pos_column", None) or "upos",
                                encoding=args.encoding, labeled=labeled,
-                               max_sentence_length=args.max_sentence_length)
+                               max_sentence_length=args.max_sentence_length, missing_pos=fill)
         second = getattr(args, "second_pos", None)
         if second is False:
             data.other_pos = None
         elif second and data.other_pos is None:
-            raise InputError(path, None, "the model was trained with both POS columns (UPOS "
-                                         "and XPOS) but this file leaves the second one empty")
+            if not fill:
+                raise InputError(path, None, "the model was trained with both POS columns "
+                                             "(UPOS and XPOS) but this file leaves the second "
+                                             "one empty")
+            data.other_pos = [["_"] * len(w) for w in data.words]
         return data
 
     def xy(self, data: DepCorpus) -> tuple[list[Sentence], list[Heads] | None]:
@@ -1635,7 +1717,8 @@ class DependencySpec(TaskSpec):
             return []
         top = ", ".join(sorted(unknown, key=unknown.get, reverse=True)[:5])
         return [f"{sum(unknown.values()):,} words carry DEPRELs the model never saw "
-                f"in training ({top}): they count as label errors in LAS"]
+                f"in training ({top}): they count as label errors in LAS with subtypes, and "
+                "in LAS when the model knows no DEPREL with the same part before ':'"]
 
     def report(self, est: Any, data: DepCorpus, prefix: str = "") -> list[str]:
         m = est.metrics(*self.xy(data))
@@ -1644,8 +1727,13 @@ class DependencySpec(TaskSpec):
         lines = [f"{prefix}UAS: {100 * m['uas']:.2f}",
                  f"{prefix}UAS without punctuation: {100 * m['uas_no_punct']:.2f} {words}"]
         if "las" in m:
-            lines += [f"{prefix}LAS: {100 * m['las']:.2f}",
-                      f"{prefix}LAS without punctuation: {100 * m['las_no_punct']:.2f} {words}"]
+            lines += [f"{prefix}LAS: {100 * m['las']:.2f} (universal DEPREL, the part before "
+                      "':', as the CoNLL 2018 evaluator)",
+                      f"{prefix}LAS without punctuation: {100 * m['las_no_punct']:.2f} {words}",
+                      f"{prefix}LAS with subtypes: {100 * m['las_subtypes']:.2f} (the full "
+                      "DEPREL)",
+                      f"{prefix}LAS with subtypes without punctuation: "
+                      f"{100 * m['las_subtypes_no_punct']:.2f} {words}"]
         return lines
 
     def given(self, est: Any, data: DepCorpus) -> list[list[Any]]:
