@@ -241,18 +241,39 @@ def _write_through(shown: str, opener, write) -> None:
         raise DemidcdError(f"{shown}: cannot write ({e.strerror or e})") from None
 
 
+_HELD_LOCKS: set[int] = set()  # descriptors of the model locks this process holds
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child (an inference worker, a learner): close the descriptors of the
+    parent's model locks. A ``flock`` belongs to the open file, which an inherited descriptor
+    keeps open: a worker left stopped (SIGSTOP) after its parent was SIGKILLed kept the lock,
+    and the next training of the model was refused, naming the dead parent."""
+    for fd in _HELD_LOCKS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class ModelLock:
     """An advisory lock on the model file ``path`` for one training run: ``flock`` on
     ``PATH.lock`` (beside the symlink-resolved model file), which holds the owner's pid. A second
     run for the same model fails at once, naming the first; the lock file is removed on
-    :meth:`release` (the kernel drops the lock itself if the process dies). Devices, fifos and
-    standard output are not locked; nor is a path whose directory refuses the lock file (the
-    output check reports that)."""
+    :meth:`release`. The kernel drops the lock when the owner dies, whatever way: only the owner
+    holds it (forked children close their copy of the descriptor), so a stale lock file whose
+    pid is dead never blocks. Devices, fifos and standard output are not locked; nor is a path
+    whose directory refuses the lock file (the output check reports that)."""
 
     def __init__(self, path: str | os.PathLike[str], option: str = "--model") -> None:
         self.path, self.option = os.fspath(path), option
         self.lock_path: Path | None = None
         self._fd: int | None = None
+        self._owner = os.getpid()
 
     def acquire(self) -> ModelLock:
         """Take the lock, or raise :class:`DemidcdError` naming the process that holds it."""
@@ -285,15 +306,20 @@ class ModelLock:
             os.close(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.lock_path, self._fd = lock, fd
+        self.lock_path, self._fd, self._owner = lock, fd, os.getpid()
+        _HELD_LOCKS.add(fd)
         return self
 
     def release(self) -> None:
         """Remove the lock file, then drop the lock (in this order: a waiting run then opens
         a new file). Idempotent; only the process that took the lock releases it."""
+        if os.getpid() != self._owner:  # a forked child: its copy was closed at the fork
+            self._fd = None
+            return
         fd, self._fd = self._fd, None
         if fd is None:
             return
+        _HELD_LOCKS.discard(fd)
         try:
             if os.getpid() == int(os.pread(fd, 64, 0).decode("ascii", "replace") or 0):
                 os.unlink(self.lock_path)  # type: ignore[arg-type]

@@ -12,6 +12,35 @@ from collections.abc import Callable
 from ..errors import WorkerError
 from ..primitives.monitor import timed_step
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (None off Linux), looked up once in the parent, before any fork."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def die_with_parent(parent: int) -> None:
+    """In a forked child: have the kernel SIGKILL this process when its parent dies (Linux's
+    ``PR_SET_PDEATHSIG``; a stopped child is killed too), then leave at once if the parent
+    died before that took effect. Polling ``getppid`` alone left a worker that was stopped
+    (SIGSTOP) when its parent was SIGKILLed running for ever, holding its shared memory."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+
 
 def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
     """Wait up to ``timeout`` s for the processes (told to stop) to exit by themselves, then
@@ -103,7 +132,13 @@ class ProcessGroup:
     def _start(self, j: int, target: Callable[[int], None], what: str) -> None:
         """Fork process j (a daemon running ``target(j)``), keep it in ``procs``, let the
         monitor watch it and log its pid with ``what`` it does."""
-        p = self._ctx.Process(target=target, args=(j,), daemon=True,
+        parent = os.getpid()
+
+        def main(j: int) -> None:
+            die_with_parent(parent)
+            target(j)
+
+        p = self._ctx.Process(target=main, args=(j,), daemon=True,
                               name=f"demidcd-{self.noun}-{j + 1}")
         p.start()
         self.procs[j] = p

@@ -1,0 +1,79 @@
+"""What the machine allows a run to start (issue 45, defects 14, 16 and 17): a small /dev/shm,
+a worker that outlives its killed parent and the model lock it kept, a limit on processes, and
+a model and its saved state written apart by an interrupted run.
+
+Each failure must end in one line and exit 2 (or succeed), with no process and no
+shared-memory segment left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+from cli_run import CLI, run
+from test_stop_cleanup import DEMI, _children, _kill_all, _until_gone, _wait_for
+
+from demidcd.io.model import ModelLock
+
+
+# ============================== defect 16: orphaned workers and the model lock they kept
+def test_a_stopped_worker_dies_with_its_killed_parent_and_frees_the_model(tmp_path: Path) -> None:
+    """The worker is stopped (SIGSTOP), so it cannot notice that its parent is gone; the
+    parent is SIGKILLed. The worker must die anyway, its segments must go, and the next
+    training of the same model must not be refused by the lock. The run is started in this
+    test's process group (as by a script, not as a job of an interactive shell, whose group
+    the kernel would send SIGHUP once orphaned with a stopped member)."""
+    model, log = tmp_path / "m.npz", tmp_path / "log.txt"
+    with open(log, "w") as f:
+        p = subprocess.Popen([*CLI, *DEMI, "--model", str(model)], stdout=f,
+                             stderr=subprocess.STDOUT)
+    family: list[psutil.Process] = []
+    try:
+        worker = int(_wait_for(log, p, r"^worker 1 pid (\d+)").group(1))
+        _wait_for(log, p, r"^iter +2 ")
+        family = _children(p.pid)
+        assert worker in {k.pid for k in family}
+        os.kill(worker, signal.SIGSTOP)
+        p.kill()
+        p.wait(timeout=10)
+        alive, segs = _until_gone(family, p.pid, 5.0)
+    finally:
+        p.kill()
+        _kill_all(family)
+    assert not alive, f"left running: {[(k.pid, k.status()) for k in alive]}"
+    assert not segs, f"segments of the killed parent left in /dev/shm: {segs}"
+    r = run("train", "--threads", "1", "--max-epochs", "2", "--model", str(model), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert model.exists()
+
+
+def test_a_forked_child_does_not_keep_the_model_lock(tmp_path: Path) -> None:
+    """A lock whose owner died is free, even while a child the owner forked still runs."""
+    model = tmp_path / "m.npz"
+    r, w = os.pipe()
+    owner = os.fork()
+    if owner == 0:  # takes the lock, forks a child that sleeps, dies without releasing
+        try:
+            ModelLock(model).acquire()
+            child = os.fork()
+            if child == 0:
+                time.sleep(10)
+                os._exit(0)
+            os.write(w, f"{child}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = int(os.read(r, 64) or 0)
+    os.close(r)
+    os.waitpid(owner, 0)
+    try:
+        assert child and psutil.pid_exists(child)
+        ModelLock(model).acquire().release()  # refused while the child kept the lock
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
