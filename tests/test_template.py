@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run as cli_run
 from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from demidcd.tasks.template import (
     Template,
     TemplateEncoding,
     TemplateFeaturizer,
+    WapitiRegex,
     compile_regex,
     dict_features,
 )
@@ -282,6 +284,48 @@ def test_regex_equals_wapiti_matcher(rx, s):
         return
     m = compile_regex(rx).search(s)
     assert (m.group(0) if m else None) == _wapiti_match(rx, s)
+
+
+# the dialect in full: every class, escapes of other characters, literal ^ $ + ( | inside
+_ALL_ATOMS = [*_ATOMS, "\\^", "\\*", "\\?", "\\\\", "\\x", "+", "(", "|", "ñ", "É", "٣"]
+_all_regexes = st.builds(
+    lambda anchor, atoms, end: ("^" if anchor else "") + "".join(atoms) + ("$" if end else ""),
+    st.booleans(),
+    st.lists(st.builds(lambda a, q: a + q, st.sampled_from(_ALL_ATOMS),
+                       st.sampled_from(["", "*", "?"])), min_size=1, max_size=6),
+    st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_all_regexes, st.lists(st.text(alphabet="abAB1٣ñÉ, \t\n.$^*+?\\x€_-", max_size=10),
+                              max_size=6))
+def test_linear_matcher_equals_re(rx, values):
+    # the non-backtracking matcher of %t / %m finds the match of its backtracking reference,
+    # for a batch of values at once (its state is reset between them)
+    if rx.removeprefix("^")[:1] in ("*", "?"):
+        with pytest.raises(ValueError, match="repeats nothing"):
+            WapitiRegex(rx)
+        return
+    ref = compile_regex(rx)
+    want = [m.span() if (m := ref.search(v)) else (-1, -1) for v in values]
+    start, end = WapitiRegex(rx).search(values)
+    assert list(zip(start.tolist(), end.tolist(), strict=True)) == want
+    start, _ = WapitiRegex(rx).search(values, any_match=True)
+    assert (start >= 0).tolist() == [s >= 0 for s, _ in want]
+
+
+def test_catastrophic_regex_trains_within_the_time_limit(tmp_path):
+    # Python's re took time exponential in the number of * (a*a*…a*b on a 40-letter token: no
+    # end in sight, past --time-limit); the NFA simulation is linear in the token's length
+    tpl = tmp_path / "re.tpl"
+    tpl.write_text('U00:%t[0,0,"a*a*a*a*a*a*a*a*a*a*a*a*b"]\nU01:%m[0,0,"a*a*a*a*a*a*a*a*b?$"]\nB\n')
+    data = tmp_path / "re.txt"
+    data.write_text(f"{'a' * 40} NN B-NP\nx VB B-VP\n\n" * 200)
+    r = cli_run("train", "--task", "chunking", "--template", tpl, "--train", data,
+                "--format", "columns", "--threads", "1", "--time-limit", "10", "--model",
+                tmp_path / "re.npz", "--quiet", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "re.npz").exists()
 
 
 # ---------------------------------------------------------------------------------------------
