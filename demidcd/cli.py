@@ -76,7 +76,9 @@ def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
             kw["default"] = None if o.default is None else False
         else:
             kw["type"] = o.type
-            kw["default"] = o.default if not o.param and o.name in _CLI_DEFAULTS else None
+            from_model = command != "train" and o.rule.endswith("model's")  # set by _load
+            kw["default"] = o.default if not o.param and o.name in _CLI_DEFAULTS \
+                and not from_model else None
             if o.metavar:
                 kw["metavar"] = o.metavar
             if o.choices:
@@ -84,7 +86,8 @@ def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
         groups[o.group].add_argument(o.flag, **kw)
 
 
-_CLI_DEFAULTS = ("task", "format", "encoding")  # data options whose value is always set
+# data options whose value is always set (evaluate / predict: the model's, once it is loaded)
+_CLI_DEFAULTS = ("task", "format", "encoding")
 
 
 def _choices(o: Any) -> tuple[str, ...]:
@@ -603,7 +606,9 @@ def _load(args):
     spec.check_options(est, args)
     spec.configure(est, args)
     trained = (getattr(est, "data_options_", None) or {}).get("encoding")
-    if trained and _encoding_name(args.encoding) != trained:
+    if args.encoding is None:  # the model's (utf-8 for a model that does not say)
+        args.encoding = trained or default("encoding")
+    elif trained and _encoding_name(args.encoding) != trained:
         warnings.warn(InputWarning(
             f"the model was trained on text read as {trained}, --encoding {args.encoding} "
             f"differs: words with non-ASCII characters will not match what it learnt unless "

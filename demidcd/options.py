@@ -133,7 +133,8 @@ OPTIONS: tuple[Option, ...] = (
        metavar="FILE|NAME", commands=DATA_COMMANDS,
        rule="the built-in features; evaluate / predict: the model's"),
     _o("encoding", "--encoding", str, "utf-8", "text encoding of the input (predict writes in "
-       "it)", BASIC, DATA, commands=DATA_COMMANDS, param=False),
+       "it)", BASIC, DATA, commands=DATA_COMMANDS, rule="evaluate / predict: the model's",
+       param=False),
     _o("max_sentence_length", "--max-sentence-length", int, None, "longest sentence accepted",
        ADVANCED, DATA, metavar="N", commands=DATA_COMMANDS,
        rule="the task's (TaskSpec.max_sentence_length, with what a long sentence costs)",

@@ -175,7 +175,8 @@ def test_latin1_with_and_without_encoding(tmp_path: Path) -> None:
     text = "El DA O\nrey NC O\n\nEspaña NP B-LOC\nhoy RG O\n"
     p = _write(tmp_path, "esp.train", text, encoding="latin-1")
     e = _error(p, fmt="columns")
-    assert e.line == 4 and "not valid utf-8 text; pass --encoding (e.g. latin-1)" in str(e)
+    assert e.line == 4 and "not valid utf-8 text; it reads cleanly as latin-1: pass " \
+        "--encoding latin-1" in str(e)
     assert str(e).startswith(f"{p}:4: ")
     c = read_tagged(p, fmt="columns", encoding="latin-1")
     assert c.tokens == [["El", "rey"], ["España", "hoy"]]

@@ -310,11 +310,12 @@ def decode_block(data: bytes, name: str, encoding: str, line0: int = 0) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as e:
+        from .encodings import encoding_hint
+
         line = line0 + data.count(b"\n", 0, e.start) + 1
-        msg = f"not valid {encoding} text; pass --encoding (e.g. latin-1)"
-        if codecs.lookup(encoding).name == "utf-8":
-            msg = "not valid utf-8 text; pass --encoding (e.g. latin-1)"
-        raise InputError(name, line, msg) from None
+        shown = "utf-8" if codecs.lookup(encoding).name == "utf-8" else encoding
+        raise InputError(name, line, f"not valid {shown} text; "
+                         f"{encoding_hint(data, encoding, e.start)}") from None
     except LookupError:  # a bytes-to-bytes codec such as base64 or rot13
         raise OptionError(f"{encoding!r} is not a text encoding") from None
     except UnicodeError:  # codecs (idna, punycode) that give no position
@@ -350,8 +351,8 @@ def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
         f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
         f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8, and "
         f"so every word with a non-ASCII character becomes another word; unless the file really "
-        f"is {encoding}, train and read it without --encoding {encoding} (utf-8 is train's "
-        f"default, the model's that of evaluate and predict)"), stacklevel=3)
+        f"is {encoding}, train and read it as utf-8 (train's default; evaluate and predict "
+        f"read as the model was trained)"), stacklevel=3)
     return True
 
 
