@@ -494,6 +494,7 @@ def _train(args) -> int:
 
         require_ray()  # a clear one-line error before any data is read
     spec = _spec(args)
+    spec.check_options(None, args)  # options of other tasks: refused, not ignored
     log = Log(args.quiet, args.log_json)
     if sequential_note:
         log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")

@@ -128,3 +128,29 @@ def test_removed_options_are_refused():
     for flag in ("--update-mode", "--rho", "--rho-worker", "--publish-interval"):
         p = run("train", flag, "1")
         assert p.returncode == 2 and flag in p.stderr
+
+
+def _given(o: T.Option) -> list[str]:
+    """Option ``o`` on the command line with a value it accepts."""
+    if o.type is bool:
+        return [o.flag]
+    return [o.flag, o.choices[-1] if o.choices else "chunking" if o.name == "template" else "2"]
+
+
+_FOREIGN = [(o, task) for o in T.options_for(None, "train") if o.group != T.LEARNER and o.owners
+            for task in ("sequence", "chunking", "ner", "dependency", "entity-relation")
+            if task not in o.owners]
+
+
+@pytest.mark.parametrize("o, task", _FOREIGN, ids=[f"{o.flag}-{t}" for o, t in _FOREIGN])
+def test_train_refuses_the_options_of_other_tasks(cli, tmp_path, o, task):
+    # --template with --task dependency was ignored without a word: every option the table
+    # gives to other tasks is refused in one line naming it, before any data is read
+    model = tmp_path / "m.npz"
+    code, out, err = cli("train", "--task", task, *_given(o), "--train", tmp_path / "none.txt",
+                         "--model", model, "--quiet")
+    owners = list(o.owners)
+    who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 else owners[0]
+    assert (code, err.splitlines()) == (2, [f"demidcd: error: {o.flag} is not available for "
+                                            f"{task} models (only for {who})"])
+    assert not model.exists()

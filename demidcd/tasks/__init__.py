@@ -55,7 +55,7 @@ import importlib
 from typing import Any
 
 from ..errors import OptionError
-from ..options import option
+from ..options import LEARNER, OPTIONS
 
 __all__ = ["TaskSpec", "TASKS", "register", "get_task", "task_names"]
 
@@ -104,17 +104,17 @@ class TaskSpec:
     def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
         raise NotImplementedError
 
-    # -- predict / evaluate options of some tasks only ---------------------------------------
-    CHAIN_OPTIONS = ("nbest", "force", "scores", "constraints")
-    """Options of ``predict`` / ``evaluate`` that only some tasks take (their owners in
-    :mod:`demidcd.options`: the chain taggers, and ``--force`` for dependency too)."""
-
+    # -- options of some tasks only ----------------------------------------------------------
     def check_options(self, est: Any, args: Any) -> None:
-        """Refuse the :attr:`CHAIN_OPTIONS` this task's models do not take (the option table's
-        owners), before the data is read, with one line."""
-        for name in self.CHAIN_OPTIONS:
-            o = option(name)
-            if self.name not in o.owners and getattr(args, name, None) not in (None, False):
+        """Refuse, with one line before the data is read, every option given in ``args`` that
+        this task does not read: the data and output options of the table
+        :mod:`demidcd.options` owned by other tasks (``--template`` for dependency, ``--nbest``
+        for entity-relation …), which would be ignored without a word. ``est``: the loaded
+        model (evaluate / predict), None in ``train``; a spec may check more against it."""
+        for o in OPTIONS:
+            if o.group == LEARNER or not o.owners or self.name in o.owners:
+                continue
+            if getattr(args, o.name, None) not in (None, False):
                 owners = list(o.owners)
                 who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
                     else owners[0]

@@ -1326,8 +1326,7 @@ class SequenceSpec(TaskSpec):
                    **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:
-        if getattr(args, "constraints", None) is not None:
-            self.check_options(self.estimator_class()(), args)  # refuses --constraints
+        """The estimator's keyword arguments of this task's own options (chunking, ner)."""
         return {}
 
     def data_options(self, args) -> dict:
@@ -1420,12 +1419,14 @@ class SequenceSpec(TaskSpec):
 
     # -- predict: n best, forced labels, confidences ----------------------------------------
     def check_options(self, est, args) -> None:
-        """``--nbest K`` (K >= 1, not with ``--scores``), ``--force``, ``--scores``; and
-        ``--constraints`` only for models that have a label scheme (chunking, ner). A model
-        fitted on feature dicts cannot read a file: its features are the user's dicts."""
+        """The options of other tasks (:meth:`TaskSpec.check_options`: ``--constraints`` is
+        for chunking and ner, which have a label scheme); ``--nbest K`` (K >= 1, not with
+        ``--scores``). A model fitted on feature dicts cannot read a file: its features are
+        the user's dicts."""
         from ..errors import OptionError
         from .template import DictFeaturizer
 
+        super().check_options(est, args)
         if isinstance(getattr(est, "featurizer_", None), DictFeaturizer):
             raise OptionError(f"{getattr(args, 'model', 'the model')}: this model was fitted on "
                               "feature dicts in Python, which a file cannot give; tag with "
@@ -1436,10 +1437,6 @@ class SequenceSpec(TaskSpec):
         if nbest is not None and getattr(args, "scores", False):
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")
-        if getattr(args, "constraints", None) is not None and \
-                "constraints" not in est.get_params(deep=False):
-            raise OptionError(f"--constraints is not available for {self.name} models (they "
-                              "have no label scheme; chunking and ner models do)")
 
     def _given_column(self, data, args) -> str | int | None:
         """The column ``--force`` reads the given labels from: the model's (or --column's)
