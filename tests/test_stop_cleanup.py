@@ -390,6 +390,53 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
     assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
 
 
+@pytest.mark.parametrize("stop", ["time-limit", "ctrl-c"])
+def test_a_stopped_learner_does_not_hold_the_run(tmp_path, stop, shm_guard):
+    """Issue 45, defect 13: one of two learners SIGSTOPped (a debugger, a frozen cgroup) left the
+    coordinator waiting for its answer for ever: past --time-limit, and deaf to Ctrl-C. It is
+    now treated as a dead learner (killed): the run ends at its time limit, or at once on
+    Ctrl-C, with the model of the live learner saved, no process and no segment left."""
+    limit = 4 if stop == "time-limit" else 60
+    model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
+    p = _start(["train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "2",
+                "--time-limit", str(limit), "--tol", "1e-9", "--model", str(model)], logf)
+    family: list[psutil.Process] = []
+    try:
+        learner = int(_wait_for(logf, p, r"^worker 1 pid (\d+)").group(1))
+        _wait_for(logf, p, r"^worker 2 pid")
+        family = _children(p.pid)
+        time.sleep(0.5)
+        os.kill(learner, signal.SIGSTOP)
+        t0 = time.monotonic()
+        if stop == "ctrl-c":
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)  # before: for ever (the test killed it)
+        ended = time.monotonic() - t0
+        alive, segs = _until_gone(family, p.pid, 5.0)
+    finally:
+        for k in _alive(family):
+            k.send_signal(signal.SIGCONT)
+        _kill_all(family)
+        if p.poll() is None:
+            p.kill()
+    out = logf.read_text()
+    assert p.returncode == (0 if stop == "time-limit" else 130), out[-2000:]
+    assert f"learner 1 (pid {learner}) was stopped (SIGSTOP, a debugger) while it owed an " \
+           "answer: killed" in out or f"learner 1 (pid {learner}) got no CPU time" in out, out
+    seconds = float(re.search(r"^stopped: \S+ after \d+ iterations, ([\d.]+)s", out, re.M)[1])
+    if stop == "time-limit":
+        assert seconds < limit + 2.0, out  # the solver's clock: the limit held
+    else:
+        assert ended < 10.0, f"{ended:.1f} s from Ctrl-C to the exit"  # ~1 s on an idle box
+    _, _, meta = load_model(model)
+    assert meta["finished"] is False and meta["stop_reason"] == stop.replace("ctrl-c",
+                                                                             "interrupted")
+    assert not alive, f"left running: {[(k.pid, k.name(), k.status()) for k in alive]}"
+    assert not segs
+
+
 # ======================================== Ctrl-C at start-up, restart limit (test_user_polish)
 def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_guard,
                                                                   monkeypatch):

@@ -21,8 +21,16 @@ Supervision (:meth:`LearnerGroup.dead`): a learner that died (signal or exceptio
 its traceback under ``--debug``) is found by the coordinator, which decides what its loss means
 (the schedule rebuilds w from the live learners) and restarts it on the same part with
 :meth:`LearnerGroup.respawn` (paused: it waits for the next command); after ``max_restarts``
-restarts of one learner training stops with a one-line error. Learners exit by themselves when
-``STOP`` is set or their parent dies. :meth:`LearnerGroup.close` joins with a timeout, then
+restarts of one learner training stops with a one-line error. A learner that stopped running
+(SIGSTOP, a debugger, a frozen cgroup) is a dead one: every wait for an answer has a deadline
+(:meth:`LearnerGroup.command`), and a learner that owes one and gets no CPU time for
+:data:`STALL_SECONDS` is killed (SIGKILL ends a stopped process too) and reported; once the run
+must stop (the time limit or Ctrl-C), so is a stopped one at once, one without CPU time for
+``STOP_GRACE[0]`` s and one that has not answered ``STOP_GRACE[1]`` s after the stop. Before,
+one stopped learner of two held the coordinator in its wait for the next rebuild: a 20 s run
+(EWT) ended after 188 s, when the learner was killed, and Ctrl-C did nothing meanwhile.
+Learners exit by themselves when ``STOP`` is set or their parent dies.
+:meth:`LearnerGroup.close` joins with a timeout (a stopped process is killed at once), then
 terminates and kills, then unlinks every segment; it runs in ``finally`` on every exit path.
 
 Start-up (:meth:`LearnerGroup.start`) is the transport's (:mod:`.engine`): the coordinator's
@@ -43,12 +51,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import WorkerError
 from ..primitives.monitor import CpuMonitor
 from ..primitives.seqlock import load_word, store_word
 from ..primitives.shm import SharedArena, sweep_stale
 from .engine import WORKER_NICE, balanced_shards
-from .supervisor import ProcessGroup, StartGate
+from .supervisor import ProcessGroup, StartGate, cpu_seconds
 from .transport import start_figures
 
 # ctrl words
@@ -61,6 +68,10 @@ ROW = 16
 F_STARTED = ROW - 1  # fstats column: time.perf_counter() at which the learner began work
 ERR_BYTES = 8192
 POLL = 0.0005  # seconds between polls of a waiting learner or coordinator
+STALL_SECONDS = 5.0  # a learner that owes an answer and got no CPU time for this long is killed
+STOP_GRACE = (0.5, 1.0)  # once the run must stop: no CPU time for 0.5 s, or no answer 1 s after
+# the stop (the learners abandon inferences then: a running one answers within milliseconds)
+LIVENESS_EVERY = 0.05  # seconds between the liveness checks of a waiting coordinator
 
 
 class Stopped(Exception):
@@ -113,6 +124,8 @@ class LearnerGroup(ProcessGroup):
         self._closed = False
         self.seen = 0  # in a learner: the last command generation it ran
         self.start_paused = False
+        self.expired: Callable[[], bool] = lambda: False  # the run must stop (start's clock)
+        self._stalled: dict[int, str] = {}  # learners killed for not running: why
         import multiprocess as mp
 
         self._ctx = mp.get_context("fork")
@@ -123,6 +136,8 @@ class LearnerGroup(ProcessGroup):
         ``expired`` (the coordinator's clock, already running): once true no more are
         forked (:attr:`incomplete`) and the forked ones are told to stop."""
         self.log(f"coordinator pid {os.getpid()}")
+        if expired is not None:
+            self.expired = expired
 
         def told_to_stop() -> None:
             self.incomplete = True
@@ -156,9 +171,10 @@ class LearnerGroup(ProcessGroup):
         for j, p in enumerate(self.procs):
             if p is None or p.is_alive():
                 continue
-            what = self._failure(j)
+            what = self._failure(j, self._stalled.pop(j, None))
             self.log(f"learner {j + 1} (pid {p.pid}) {what}; its α is lost: w is rebuilt "
-                     "from the other learners' and it restarts on the same part")
+                     "from the other learners'" + (" (the run is stopping)" if self.expired()
+                                                   else " and it restarts on the same part"))
             self.monitor.remove(f"learner {j + 1}")
             self.procs[j] = None
             out.append(j)
@@ -172,14 +188,16 @@ class LearnerGroup(ProcessGroup):
     def missing(self) -> list[int]:
         return [j for j, p in enumerate(self.procs) if p is None]
 
-    def command(self, cmd: int, timeout: float | None = None) -> list[int]:
-        """Issue ``cmd`` and wait until every live learner acknowledged it. Returns the
-        learners that died meanwhile (see :meth:`dead`; they are not restarted here)."""
+    def command(self, cmd: int) -> list[int]:
+        """Issue ``cmd`` and wait until every live learner acknowledged it. Returns the learners
+        that died meanwhile (see :meth:`dead`; they are not restarted here), those killed for
+        not running included (:meth:`_not_running`): the wait always ends."""
         store_word(self.ctrl, CMD, cmd)
         g = load_word(self.ctrl, GEN) + 1
         store_word(self.ctrl, GEN, g)
         died: list[int] = []
-        t0 = time.perf_counter()
+        cpu: dict[int, tuple[float, float]] = {}  # learner: (CPU seconds, when they last grew)
+        stop_at, next_check = None, time.perf_counter() + LIVENESS_EVERY
         while True:
             waiting = [j for j, p in enumerate(self.procs)
                        if p is not None and load_word(self.stats[j], ACK) < g]
@@ -188,10 +206,49 @@ class LearnerGroup(ProcessGroup):
             if any(not self.procs[j].is_alive() for j in waiting):
                 died += self.dead()
                 continue
-            if timeout is not None and time.perf_counter() - t0 > timeout:
-                raise WorkerError(f"learners {[j + 1 for j in waiting]} did not answer a "
-                                  f"command within {timeout:.0f} s")
+            now = time.perf_counter()
+            if now >= next_check:
+                next_check = now + LIVENESS_EVERY
+                if stop_at is None and self.expired():
+                    stop_at = now
+                    store_word(self.ctrl, URGENT, 1)  # abandon inferences: answer now
+                stalled = self._not_running(waiting, cpu, now, stop_at)
+                if stalled:
+                    self._kill(stalled)
+                    died += self.dead()
+                    continue
             time.sleep(POLL)
+
+    def _not_running(self, waiting: list[int], cpu: dict[int, tuple[float, float]], now: float,
+                     stop_at: float | None) -> dict[int, str]:
+        """Of the learners ``waiting`` (that owe an answer), those to give up, with why: no CPU
+        time for :data:`STALL_SECONDS`; once the run must stop (since ``stop_at``), a stopped
+        one (state T) at once, one with no CPU time for ``STOP_GRACE[0]`` s, and one with no
+        answer ``STOP_GRACE[1]`` s after the stop. ``cpu`` keeps each one's CPU seconds and
+        when they last grew, across calls of one wait."""
+        out = {}
+        for j in waiting:
+            used, state = cpu_seconds(self.procs[j].pid)
+            if j not in cpu or used != cpu[j][0]:
+                cpu[j] = (used, now)
+            idle = now - cpu[j][1]
+            stopped = state in ("T", "t")  # SIGSTOP, a debugger: at a stop, no grace
+            if idle >= STALL_SECONDS or (stop_at is not None and (
+                    stopped or idle >= STOP_GRACE[0])):
+                out[j] = ("was stopped (SIGSTOP, a debugger)" if stopped and idle < 1.0 else
+                          f"got no CPU time for {idle:.1f} s") + " while it owed an answer: killed"
+            elif stop_at is not None and now - stop_at >= STOP_GRACE[1]:
+                out[j] = f"did not answer within {now - stop_at:.1f} s of the stop: killed"
+        return out
+
+    def _kill(self, why: dict[int, str]) -> None:
+        """SIGKILL the learners of ``why`` (a stopped process too) and reap them; :meth:`dead`
+        then reports each with its reason."""
+        for j in why:
+            self.procs[j].kill()
+        for j in why:
+            self.procs[j].join(1.0)
+            self._stalled[j] = why[j]
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop every learner (join, then terminate, then kill) and unlink all shared memory."""

@@ -42,6 +42,20 @@ def die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> tuple[float, str]:
+    """(CPU seconds ``pid`` used, its state letter: ``T`` stopped, ``t`` traced, ...) from
+    ``/proc/<pid>/stat``; (nan, "") where it cannot be read (gone, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK, fields[0].decode()
+    except (OSError, IndexError, ValueError):
+        return float("nan"), ""
+
+
 def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
     """Wait up to ``timeout`` s for the processes (told to stop) to exit by themselves, then
     SIGTERM every one left at once and wait up to 0.5 s, then SIGKILL the rest; ``hurry[0]``
@@ -49,6 +63,9 @@ def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
     loaded core, a SIGTERM and a 0.5 s join per late worker, one after another, made a 5 s
     run take 6.6 s more to close."""
     live = [p for p in procs if p is not None]
+    for p in live:  # a stopped process (SIGSTOP) cannot exit by itself: only SIGKILL ends it
+        if p.pid is not None and cpu_seconds(p.pid)[1] in ("T", "t"):
+            p.kill()
     for signal_them, wait in ((None, timeout), ("terminate", 0.5), ("kill", 1.0)):
         if signal_them is not None:
             if signal_them == "terminate" and hurry[0]:
@@ -145,14 +162,16 @@ class ProcessGroup:
         self.monitor.add(f"{self.noun} {j + 1}", p.pid, fresh=True)
         self.log(f"worker {j + 1} pid {p.pid} ({what})")
 
-    def _failure(self, j: int) -> str:
-        """Why process j (no longer alive) ended, in a few words, with its traceback under
-        ``--debug``; raises :class:`WorkerError` once it ended more often than restarts
-        allow."""
+    def _failure(self, j: int, why: str | None = None) -> str:
+        """Why process j (no longer alive) ended, in a few words (``why``: the supervisor
+        killed it, for that reason), with its traceback under ``--debug``; raises
+        :class:`WorkerError` once it ended more often than restarts allow."""
         p = self.procs[j]
         code = p.exitcode
         detail = bytes(self.err[j]).rstrip(b"\0").decode(errors="replace")
-        if self.stats[j, self.error_column]:
+        if why is not None:
+            what = why
+        elif self.stats[j, self.error_column]:
             last = detail.strip().splitlines()[-1] if detail.strip() else "unknown error"
             what = f"raised {last}"
         else:

@@ -452,7 +452,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         w[:] = prior
     interval = rebuild_every
     old = np.empty(dim)
-    state = {"dual": None, "paused": False, "tail": None}
+    state = {"dual": None, "paused": False, "tail": None, "rebuilding": False}
     clock: Clock | None = None
     epoch0 = start.epoch if start else 0
     reason, epoch = "max-epochs", epoch0
@@ -466,11 +466,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         t0 = time.perf_counter()
         group.command(M.PAUSE)
         old[:] = w
+        state["rebuilding"] = True  # w is incomplete until every ADD came back: old holds it
         while True:
             w[:] = 0.0 if prior is None else prior
             if not group.command(ADD):  # a learner dying mid-add: add again without it
                 break
-        respawned = group.missing()
+        state["rebuilding"] = False
+        respawned = [] if clock.expired() else group.missing()  # none once the run stops
         for j in respawned:  # restarted with empty active sets (α = 0), paused
             group.respawn(j)
             cnt["restarts"] += 1
@@ -610,7 +612,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     finally:
         seconds = clock.elapsed() if clock else 0.0
         started = group.start_figures(clock.t0) if clock else {}
-        w_out = w.copy()
+        w_out = (old if state["rebuilding"] else w).copy()  # a second Ctrl-C mid-rebuild
         s, f = group.stats.copy(), group.fstats.copy()
         try:
             group.close()
