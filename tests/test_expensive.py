@@ -1,5 +1,10 @@
 """The expensive-inference regime (issue 22): every learner makes progress, keeps its time
-limit and stops on a signal within about one inference, whatever one inference costs."""
+limit and stops on a signal within about one inference, whatever one inference costs.
+
+The bounds hold on a loaded machine (issue 45): a learner must notice the limit at its first
+poll after it, so the overshoot is measured against the longest time it went between polls in
+the same run (which grows with the load), and the wall-clock bounds only say "ended, not hung".
+How fast the stops are on a quiet machine is measured by ``benchmarks/stop_latency.py``."""
 
 import os
 import signal
@@ -29,6 +34,13 @@ def _run(task, algorithm, threads, limit, **engine):
     return res, recs, ticks, time.perf_counter() - t0
 
 
+def _longest_between_polls(ticks: list[tuple[float, float]]) -> float:
+    """The longest time the learner went without polling the clock (its ``tick`` calls; the
+    clock's start counts as one): how late it may notice the limit in this run."""
+    times = [0.0, *sorted(s for s, _ in ticks)]
+    return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
 @pytest.mark.parametrize("algorithm", ["demi-dcd", "ms-dcd", "sp-ipm", "dcd"])
 def test_slow_inference_progress_and_time_limit(algorithm, shm_guard):
     # SP-IPM: 16 examples a round (0.8 s), 3 features (not separable: it never converges)
@@ -36,15 +48,19 @@ def test_slow_inference_progress_and_time_limit(algorithm, shm_guard):
         SlowToyTask(SLOW, n=30, seed=1)
     threads = 1 if algorithm == "dcd" else 2
     extra = {"perceptron_epochs_per_round": 1} if algorithm == "sp-ipm" else {}
-    res, recs, ticks, wall = _run(task, algorithm, threads, 3.0, **extra)
+    limit = 3.0
+    res, recs, ticks, wall = _run(task, algorithm, threads, limit, **extra)
     assert res.stop_reason == "time-limit"
-    assert res.seconds <= 3.0 + 1.0 + SLOW, res.seconds
-    assert wall <= 3.0 + 5.0, wall  # start-up (fork, warm-up) and shut-down included
-    # progress every second: the model the learner holds changes within each second
-    for a in (1.0, 2.0):
-        seen = {round(v, 12) for s, v in ticks if a - 1.0 <= s < a + 1.0}
-        assert len(seen) >= 2, (algorithm, a, sorted(seen)[:3])
-    assert ticks and max(s for s, _ in ticks) >= 2.0  # ticked until the last second
+    assert ticks and max(s for s, _ in ticks) >= limit  # polled until the limit
+    # stopped at the first poll after the limit: late by at most the longest time between
+    # polls (one block of inferences, 0.8 s here when the machine is quiet), + 1 s to stop
+    between = _longest_between_polls(ticks)
+    assert res.seconds - limit <= between + 1.0 + SLOW, (res.seconds, between)
+    assert wall <= res.seconds + 30.0, wall  # ended: start-up and shut-down, not hung
+    # progress during the run, not only at its end: the model changed at two polls or more
+    # before the limit (a poll comes every 0.8 s or so, an epoch takes 1.5 s)
+    seen = {round(v, 12) for s, v in ticks if s < limit}
+    assert len(seen) >= 3, (algorithm, sorted(seen)[:3])
     assert res.extra.get("updates", recs[-1]["updates"] if recs else 0) > 0
     if algorithm == "demi-dcd":  # the learner infers beside its worker once it is idle
         assert res.extra["learner_inferences"] > 0
@@ -86,16 +102,20 @@ def test_sigint_stops_within_one_second_plus_one_inference(algorithm, tmp_path, 
     assert stopped, err
     _, reason, at = stopped[0].split()
     assert reason == "interrupted"
-    assert float(at) - sent <= 1.0 + SLOW + 0.5  # + 0.5: scheduling on a loaded 2-core box
+    # within 1 s + one inference on a quiet machine (benchmarks/stop_latency.py); here only
+    # long before the 60 s limit, which a signal that was not honoured would run into
+    assert float(at) - sent <= 15.0, float(at) - sent
     assert p.returncode == 0
     assert not list_segments(pid=p.pid)
 
 
 def test_oversubscribed_threads_keep_the_time_limit(shm_guard):
-    """--threads 8 on 2 cores with a 5 s limit stops within 6 s (workers yield to the learner,
-    which keeps a core of its own)."""
+    """--threads 8 on 2 cores with a 5 s limit stops at the first poll after the limit, within
+    about 1 s on a quiet machine (workers yield to the learner, which keeps a core of its
+    own)."""
     task = ToyTask(n=400, m=8, dim=60, seed=3)
-    res, recs, _, wall = _run(task, "demi-dcd", 8, 5.0)
-    assert res.seconds <= 6.0, res.seconds
-    assert wall <= 6.0 + 3.0, wall
+    res, recs, ticks, wall = _run(task, "demi-dcd", 8, 5.0)
+    between = _longest_between_polls(ticks)
+    assert res.seconds - 5.0 <= between + 1.0, (res.seconds, between)
+    assert wall <= res.seconds + 30.0, wall  # ended: start-up and shut-down, not hung
     assert res.extra["updates"] > 0
