@@ -8,17 +8,20 @@ shared-memory segment left.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 from cli_run import CLI, run
 from test_stop_cleanup import DEMI, _children, _kill_all, _until_gone, _wait_for
 
 from demidcd.io.model import ModelLock
+from demidcd.primitives.shm import SharedArena, list_segments
 
 
 # ============================== defect 16: orphaned workers and the model lock they kept
@@ -77,3 +80,58 @@ def test_a_forked_child_does_not_keep_the_model_lock(tmp_path: Path) -> None:
     finally:
         if child:
             os.kill(child, signal.SIGKILL)
+
+
+# ============================== defect 17: a limit on processes
+def test_a_refused_fork_is_one_line_and_leaves_nothing(cli, corpus: Path, tmp_path: Path,
+                                                       monkeypatch, shm_guard) -> None:
+    """The system refuses the third fork (EAGAIN, as under ``ulimit -u``): one line naming
+    what fits, exit 2, no model, no process and no segment left."""
+    import multiprocess
+
+    real_fork, forks = os.fork, []
+
+    def fork() -> int:
+        forks.append(1)
+        if len(forks) == 3:
+            raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    model = tmp_path / "m.npz"
+    code, out, err = cli("train", "--train", corpus / "train.txt", "--threads", "4",
+                         "--learners", "1", "--max-epochs", "3", "--model", model)
+    assert code == 2, err
+    lines = [x for x in err.splitlines() if not x.startswith("demidcd: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("demidcd: error:"), err
+    assert "cannot start 4 processes" in err and "ulimit -u" in err, err
+    assert "try --threads 3 or fewer" in err, err
+    assert not model.exists() and not list(tmp_path.iterdir())
+    t0 = time.monotonic()
+    while multiprocess.active_children() and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not multiprocess.active_children()
+
+
+def test_an_arena_is_made_when_no_janitor_can_start() -> None:
+    """Starting the janitor is refused (EAGAIN): the arena is still made, and unlinked on
+    close (in a forked child, whose janitor is its own)."""
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            import subprocess as sp
+
+            def refused(*args, **kw):
+                raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+            sp.Popen = refused
+            arena = SharedArena()
+            arena.create("x", (4,), np.float64)[:] = 1.0
+            names = arena.names()
+            arena.close()
+            code = 0 if names and not list_segments(pid=os.getpid()) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -81,6 +81,7 @@ class Stopped(Exception):
 class LearnerGroup(ProcessGroup):
     noun = "learner"
     error_column = ERROR
+    caller_threads = 0  # the coordinator is not one of the --threads K learners
 
     """K learner processes, each owning ``parts[k]``, around a shared ``w`` (float64[dim]).
 

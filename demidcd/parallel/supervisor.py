@@ -4,12 +4,13 @@ and restart it or give up, and stop them all at once."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
 from collections.abc import Callable
 
-from ..errors import WorkerError
+from ..errors import DemidcdError, WorkerError
 from ..primitives.monitor import timed_step
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
@@ -54,6 +55,19 @@ def cpu_seconds(pid: int) -> tuple[float, str]:
         return (int(fields[11]) + int(fields[12])) / _TICK, fields[0].decode()
     except (OSError, IndexError, ValueError):
         return float("nan"), ""
+
+
+def fork_refused(e: OSError, wanted: int, started: int, noun: str, j: int,
+                 threads: int) -> DemidcdError:
+    """The one-line error for a fork the system refused (``e``: EAGAIN, a limit on processes,
+    or ENOMEM) while starting ``wanted`` processes of which ``started`` run (this one
+    included), at ``noun`` ``j`` (1-based); ``threads``: the --threads that fits."""
+    why = e.strerror or str(e)
+    if e.errno == errno.EAGAIN:
+        why += ": a limit on processes was reached, ulimit -u or a container's pids limit"
+    return DemidcdError(f"cannot start {wanted} processes: the system refused to start "
+                        f"{noun} {j} with {started} running ({why}); try --threads "
+                        f"{max(threads, 1)}{' or fewer' if threads > 1 else ''}")
 
 
 def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
@@ -124,6 +138,7 @@ class ProcessGroup:
 
     noun = "worker"
     error_column = 0
+    caller_threads = 1  # how many of --threads the forking process is (the learner: 1)
 
     def _fork_all(self, n: int, expired: Callable[[], bool] | None,
                   spawn: Callable[[int], None], on_expired: Callable[[], None]) -> None:
@@ -140,7 +155,11 @@ class ProcessGroup:
                         self.log(f"the time limit ran out while spawning {self.noun}s: {j} "
                                  f"of {n} started, told to stop")
                         break
-                    spawn(j)
+                    try:
+                        spawn(j)
+                    except OSError as e:  # the fork itself: nothing else in spawn raises it
+                        raise fork_refused(e, n + 1, j + 1, self.noun, j + 1,
+                                           j + self.caller_threads) from None
         finally:
             self._gate.open()
             self.spawn_seconds = time.perf_counter() - self.spawn_began

@@ -279,7 +279,10 @@ class CpuMonitor:
                 self._reading(r, monitored, ppids)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="cpu-monitor", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had (a limit on processes counts threads):
+            self._thread = None  # the run goes on unmonitored, as a monitor never kills it
         return self
 
     def stop(self) -> None:

@@ -141,6 +141,9 @@ class _Janitor:
                          str(r), SHM_DIR], pass_fds=(r,), stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         start_new_session=True)
+                except OSError:  # no process to be had (a limit on processes): without a
+                    os.close(w)  # janitor, close() and sweep_stale still unlink; the forks
+                    return  # that follow fail with their own message
                 except BaseException:
                     os.close(w)
                     raise
