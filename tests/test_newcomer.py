@@ -382,7 +382,8 @@ def test_a_long_sentence_is_refused_before_any_work(tmp_path, dep_model, cli):
                                           ("evaluate", signal.SIGINT)])
 def test_a_signal_during_a_long_parse_ends_it_at_once(tmp_path, dep_model, command, sig):
     """The kernel parsing a 2,000-word sentence (tens of seconds) never returns to Python:
-    the signal is still honoured within a second, exit 130, no output or temporary file."""
+    the signal is still honoured at once (within a second on a quiet machine), exit 130, no
+    output or temporary file."""
     psutil = pytest.importorskip("psutil")
     long = _long_conllu(tmp_path / "long.conllu", 2000)
     out = tmp_path / "out.conllu"
@@ -407,5 +408,7 @@ def test_a_signal_during_a_long_parse_ends_it_at_once(tmp_path, dep_model, comma
             p.kill()
             p.wait()
     assert p.returncode == 130 and err.strip() == "demidcd: interrupted", err
-    assert latency < 2.0, latency
+    # within a second on a quiet machine; the bound holds on a loaded one and still fails a
+    # signal left waiting for the kernel (tens of seconds)
+    assert latency < 8.0, latency
     assert sorted(x.name for x in tmp_path.iterdir()) == ["long.conllu"]
