@@ -275,7 +275,7 @@ def test_a_conllu_model_evaluates_a_columns_file_without_column(corpus, xpos_mod
     dev = corpus / "dev.txt"  # word TAG: the label is the last column
     code, out, err = cli("evaluate", "--model", xpos_model, "--data", dev, "--format", "columns")
     assert code == 0, err
-    assert "trained on CoNLL-U (labels in column xpos)" in err and "last column" in err
+    assert "trained on CoNLL-U (labels in XPOS)" in err and "last column" in err
     code, same, err2 = cli("evaluate", "--model", xpos_model, "--data", dev, "--column", "2")
     assert code == 0 and same == out and "trained on CoNLL-U" not in err2
     assert float(re.search(r"accuracy: ([\d.]+)%", out).group(1)) > 50
