@@ -19,8 +19,9 @@ import time
 import warnings
 from typing import Any
 
-from .errors import DemidcdError, InputWarning, OptionError
+from .errors import ConvergenceWarning, DemidcdError, InputWarning, OptionError
 from .options import default
+from .progress import Cadence, cli_flag, format_dev, stop_line
 
 
 # --------------------------------------------------------------------------- options
@@ -205,11 +206,15 @@ class Log:
     """Human log on stdout (unless quiet); JSON lines to a file, written atomically at the end.
 
     On a terminal the per-iteration lines become a tqdm progress bar (elapsed time, iterations,
-    and the latest record as its status); elsewhere (files, pipes, CI) plain lines.
+    and the latest record as its status); elsewhere (files, pipes, CI) plain lines at the
+    cadence of ``--verbose`` (:class:`~demidcd.progress.Cadence`: 1, the first ones, then at
+    powers of two and every few seconds, and the last; 2 every one). The JSON lines keep every
+    record.
     """
 
-    def __init__(self, quiet: bool, json_path: str | None):
+    def __init__(self, quiet: bool, json_path: str | None, verbose: int = 1):
         self.quiet, self.json_path, self.records = quiet, json_path, []
+        self.cadence = Cadence(verbose, "--verbose 2")
         self.bar = None
         if not quiet and sys.stdout.isatty():
             try:
@@ -231,45 +236,25 @@ class Log:
         self.records.append(rec)
         if self.bar is not None:
             self.bar.update(1)
-            dev = f" {_fmt_dev(rec)}" if "dev" in rec else ""
+            dev = f" {format_dev(rec)}" if "dev" in rec else ""
             self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,} active "
                                      f"{rec.get('active', 0):,} max_pg "
                                      f"{rec.get('max_pg', 0.0):.3g}{dev}", refresh=False)
         else:
-            self.info(_fmt_iter(rec))
+            for line in self.cadence.lines(rec):
+                self.info(line)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        for line in self.cadence.final():  # the log ends with the last iteration's figures
+            self.info(line)
         if self.json_path:
             from .io.model import atomic_write
 
             text = "".join(json.dumps(r) + "\n" for r in self.records)
             atomic_write(self.json_path, lambda f: f.write(text), mode="w")
-
-
-def _fmt_dev(rec: dict) -> str:
-    """``dev 95.12%`` (accuracy) or ``dev chunk F1 93.60`` (any other headline metric)."""
-    name = rec.get("dev_metric", "accuracy")
-    if name == "accuracy":
-        return f"dev {100 * rec['dev']:.2f}%"
-    return f"dev {name} {100 * rec['dev']:.2f}"
-
-
-def _fmt_iter(rec: dict) -> str:
-    parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
-             f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}",
-             f"active {rec.get('active', 0):>8,}", f"shrunk {rec.get('shrunk', 0):>7,}",
-             f"admitted {rec.get('admitted', 0):>7,}", f"max_pg {rec.get('max_pg', 0.0):.4f}"]
-    for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
-        if k in rec:
-            parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
-    if "dev" in rec:
-        parts.append(_fmt_dev(rec))
-    if "primal" in rec:
-        parts.append(f"primal {rec['primal']:.6g} dual {rec['dual']:.6g} gap {rec['gap']:.3g}")
-    return "  ".join(parts)
 
 
 # --------------------------------------------------------------------------- commands
@@ -397,20 +382,6 @@ def _check_out_dir(option: str, path: str) -> None:
     check_out_dir(path, option)
 
 
-def _why_not_converged(res, config) -> str:
-    """Why a run stopped before the tolerance test passed, and what to change."""
-    last = res.history[-1] if res.history else {}
-    pg = last.get("max_pg")
-    what = "largest KKT gap" if config.loss == "l1" else "largest projected gradient"
-    state = f"{what} {pg:.3g}, --tol {config.tol:g}" if pg is not None else \
-        f"--tol {config.tol:g}"
-    hint = {"max-epochs": "raise --max-epochs or --tol",
-            "time-limit": "raise --time-limit or --tol",
-            "interrupted": "interrupted by a signal",
-            "worker-failed": "a worker failed"}.get(res.stop_reason, res.stop_reason)
-    return f"not converged ({state}): {hint}"
-
-
 def _check_start(args, learner) -> None:
     """Refuse, before any data is read: --save-state, --resume or --init for a learner without
     a dual state, --save-state without --model, --resume with --init, and a --resume model
@@ -495,7 +466,9 @@ def _train(args) -> int:
         require_ray()  # a clear one-line error before any data is read
     spec = _spec(args)
     spec.check_options(None, args)  # options of other tasks: refused, not ignored
-    log = Log(args.quiet, args.log_json)
+    if args.verbose is not None and args.verbose < 0:
+        raise OptionError(f"--verbose must be 0, 1 or 2, got {args.verbose}")
+    log = Log(args.quiet, args.log_json, 1 if args.verbose is None else args.verbose)
     if sequential_note:
         log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")
 
@@ -509,7 +482,7 @@ def _train(args) -> int:
     given["snapshot_dir"] = args.snapshot_dir or (
         os.path.splitext(args.model)[0] + ".snapshots"
         if args.snapshot_every and args.model else None)
-    common = {k: v for k, v in given.items() if v is not None}
+    common = {k: v for k, v in given.items() if v is not None and k != "verbose"}  # (Log's)
     common.update(algorithm=algorithm, threads=threads, callback=callback, log=log.info,
                   debug=args.debug)
     est = spec.make_estimator(args, common)
@@ -560,8 +533,7 @@ def _train(args) -> int:
     log.close()
     res = est.result_
     log.info(f"features: {est.feature_summary()}")
-    log.info(f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
-             + ("" if res.finished else f"; {_why_not_converged(res, config)}"))
+    log.info(stop_line(res, config.tol, config.loss, cli_flag))
     if args.model:
         save_with_fallback(est.save, args.model)
         ended = {"time-limit": " (the model reached within --time-limit)",
@@ -808,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():  # the caller's warning filters and hook come back
             warnings.simplefilter("ignore" if "--quiet" in argv else "always", InputWarning)
+            warnings.simplefilter("ignore", ConvergenceWarning)  # train's stopped: line says it
             warnings.showwarning = _show_warning
             code = _main(argv, debug)
         if from_command_line and any(not done.is_set() for done in _RUNNING):

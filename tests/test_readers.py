@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from demidcd.errors import InputError, OptionError
+from demidcd.errors import InputError, InputWarning, OptionError
 from demidcd.io.tagged import corpus_from_lists, guess_format, read_tagged, write_tagged
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -264,11 +265,17 @@ def test_fuzz_only_input_errors(tmp_path: Path, data: bytes, fmt: str, enc: str)
     p = tmp_path / "fuzz.txt"
     p.write_bytes(data)
     try:
-        c = read_tagged(str(p), fmt=fmt, encoding=enc, max_sentence_length=8)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            c = read_tagged(str(p), fmt=fmt, encoding=enc, max_sentence_length=8)
     except InputError as e:
         assert "\n" not in str(e)
         assert e.line is None or 1 <= e.line <= data.count(b"\n") + 1
         return
+    # the one warning there is: UTF-8 text read as latin-1, one line naming the file
+    for w in caught:
+        assert w.category is InputWarning and enc == "latin-1", w.message
+        assert str(w.message).startswith(f"{p}:") and "\n" not in str(w.message)
     assert c.tokens and all(c.tokens) and all(
         len(t) == len(w) for t, w in zip(c.tags, c.tokens, strict=True))
     write_tagged(str(tmp_path / "fuzz.out"), c, c.tags)  # the writer accepts what was read
@@ -290,7 +297,20 @@ def test_real_corpora(tmp_path: Path, rel: str, fmt: str, enc: str, n_sent: int,
     path = DATA / rel
     if not path.exists():
         pytest.skip(f"{path} absent")
-    c = read_tagged(path, fmt=fmt, encoding=enc)
+    raw = path.read_bytes()
+    try:
+        utf8_text = not raw.isascii() and bool(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        utf8_text = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = read_tagged(path, fmt=fmt, encoding=enc)
+    # the UTF-8 copy read as latin-1 is warned about, once; nothing else is
+    said = [str(w.message) for w in caught if w.category is InputWarning]
+    if enc == "latin-1" and utf8_text:
+        assert len(said) == 1 and "valid UTF-8 but is read as latin-1" in said[0], said
+    else:
+        assert not said, said
     assert (len(c), c.n_tokens) == (n_sent, n_tok)
     out = tmp_path / "copy"
     write_tagged(out, c, c.tags, encoding=enc)
