@@ -40,6 +40,13 @@ class InputWarning(UserWarning):
     prints it as one ``demidcd: warning: …`` line on stderr."""
 
 
+class ConvergenceWarning(UserWarning):
+    """``fit`` stopped before its tolerance test passed, for a reason other than its time limit
+    or a signal: at ``max_epochs`` (as scikit-learn's ``ConvergenceWarning`` at ``max_iter``).
+    The model is usable; the message says how far it was and what to raise. The command line
+    does not show it: its ``stopped:`` line says the same."""
+
+
 class ModelFileError(DemidcdError):
     """A model file that is truncated, corrupt, of another format version or another task."""
 

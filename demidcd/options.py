@@ -268,6 +268,13 @@ OPTIONS: tuple[Option, ...] = (
        metavar="DIR", rule="MODEL without .npz + .snapshots"),
     _o("quiet", "--quiet", bool, False, "print only results and errors", BASIC, OUTPUT,
        commands=DATA_COMMANDS, param=False),
+    _o("verbose", "--verbose", int, 0, "iteration lines: 0 none; 1 the first 5, then at powers "
+       "of two, at most one more every 10 s, and the last; 2 every one (the library prints "
+       "them, with its progress lines and how fit ended, on stdout, or to log when given)",
+       group=OUTPUT, metavar="LEVEL", cli_default=1,
+       rule="the library prints nothing: its lines go to the 'demidcd' logger, and a "
+            "ConvergenceWarning says when fit stopped at max_epochs; the command line shows 1 "
+            "(on a terminal: a progress bar)"),
     _o("debug", "--debug", bool, False, "show tracebacks", BASIC, OUTPUT,
        commands=DATA_COMMANDS),
     _o("save_state", "--save-state", bool, False, "keep the dual state beside --model "

@@ -4,9 +4,15 @@ metrics helpers of :mod:`demidcd.metrics`, --quiet, the CoNLL-U label column).""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import warnings
 from pathlib import Path
 
 import pytest
+
+from demidcd.progress import format_iteration
 
 NAMES = ["Ana", "Juan", "Rosa", "Luis"]
 PLACES = ["Madrid", "Lima", "Quito"]
@@ -122,3 +128,85 @@ def test_conllu_model_on_columns_file_names_the_conllu_column(cli, tmp_path, col
     assert code == 0, err
     assert f"the model was trained on CoNLL-U (labels in {shown}); " in err
     assert "last column)" not in err and out.startswith("accuracy: ")
+
+
+# ================================================================== 11: a first run in one screen
+def _iterations(out: str) -> list[tuple[int, float]]:
+    """(iteration, seconds) of the iteration lines of a log."""
+    return [(int(m[1]), float(m[2])) for m in re.finditer(r"^iter +(\d+) +([\d.]+)s ", out, re.M)]
+
+
+def test_train_log_thins_iteration_lines_and_ends_with_the_last(cli, tmp_path, corpus):
+    log, train = tmp_path / "log.jsonl", tmp_path / "train.txt"
+    train.write_text("\n\n".join((corpus / "train.txt").read_text().split("\n\n")[:40]))
+    args = ("train", "--train", train, "--threads", "1", "--max-epochs", "100",
+            "--tol", "1e-9", "--log-json", log)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(records) == 100  # the JSON log keeps every record
+    shown = _iterations(out)
+    assert len(out.splitlines()) <= 30 and len(shown) <= 15
+    cadence = {1, 2, 3, 4, 5, 8, 16, 32, 64, 100}  # the first 5, powers of two, the last
+    assert cadence <= {e for e, _ in shown}
+    for (_, before), (e, t) in zip(shown, shown[1:], strict=False):
+        assert e in cadence or t - before >= 10  # (one every 10 s: only on a slow machine)
+    last = out[out.rindex("\niter "):].splitlines()[1]
+    assert last == format_iteration(records[-1]) and shown[-1][0] == 100  # the true final line
+    assert "--verbose 2: every one" in out and "stopped: max-epochs after 100 iterations" in out
+    code, out, err = cli(*args, "--verbose", "2")
+    assert code == 0 and [e for e, _ in _iterations(out)] == list(range(1, 101))
+    code, out, err = cli(*args, "--verbose", "0")
+    assert code == 0 and not _iterations(out) and "stopped: max-epochs" in out
+    assert "ConvergenceWarning" not in err  # the stopped: line says it
+
+
+# ================================================================== 10: fit's progress, its end
+X = [["the", "cat", "sat"], ["a", "dog", "ran"], ["the", "dog", "sat"], ["a", "cat", "ran"]] * 5
+Y = [["D", "N", "V"]] * 20
+
+
+def test_fit_is_quiet_by_default_and_logs_how_it_ended(capsys, caplog):
+    from demidcd.api import SequenceTagger
+
+    with caplog.at_level(logging.INFO, logger="demidcd"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a converged fit warns nothing
+        est = SequenceTagger(threads=1, min_count=1).fit(X, Y)
+    assert est.verbose == 0 and est.result_.stop_reason == "converged"
+    assert capsys.readouterr().out == ""
+    ended = [r.getMessage() for r in caplog.records if r.name == "demidcd"]
+    assert ended[-1] == f"stopped: converged after {est.result_.epochs} iterations, " \
+                        f"{est.result_.seconds:.1f}s"
+
+
+def test_fit_stopped_at_max_epochs_gives_a_convergence_warning():
+    from demidcd.api import SequenceTagger
+    from demidcd.errors import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match=r"SequenceTagger: stopped: max-epochs after 2 "
+                      r"iterations.*not converged \(largest projected gradient .*, tol 1e-09\): "
+                      r"raise max_epochs or tol") as rec:
+        SequenceTagger(threads=1, min_count=1, max_epochs=2, tol=1e-9).fit(X, Y)
+    assert rec[0].filename == __file__  # points at the caller's fit
+    with warnings.catch_warnings():  # a perceptron stops at max_epochs by design
+        warnings.simplefilter("error")
+        SequenceTagger(threads=1, min_count=1, algorithm="perceptron", max_epochs=2).fit(X, Y)
+
+
+def test_fit_verbose_prints_progress_and_the_end(capsys):
+    from demidcd.api import SequenceTagger
+    from demidcd.errors import OptionError
+
+    est = SequenceTagger(threads=1, min_count=1, verbose=1, tol=1e-9, max_epochs=40)
+    with pytest.warns(Warning):
+        est.fit(X, Y)
+    out = capsys.readouterr().out
+    assert [e for e, _ in _iterations(out)] == [1, 2, 3, 4, 5, 8, 16, 32, 40]
+    assert out.splitlines()[-1].startswith("stopped: max-epochs after 40 iterations, ")
+    lines: list[str] = []
+    with pytest.warns(Warning):
+        est.set_params(verbose=2, log=lines.append).fit(X, Y)
+    assert capsys.readouterr().out == "" and len(_iterations("\n".join(lines))) == 40
+    assert lines[-1].startswith("stopped: max-epochs after 40 iterations")
+    with pytest.raises(OptionError, match="verbose must be an integer >= 0, got -1"):
+        est.set_params(verbose=-1).fit(X, Y)

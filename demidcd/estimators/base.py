@@ -24,6 +24,7 @@ engine options).
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields
@@ -32,13 +33,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
-from ..options import BY_NAME, LEARNER, Option, default_C, learner_params
+from ..options import BY_NAME, DCD, LEARNER, Option, default_C, learner_params
 from ..options import default as table_default
+from ..progress import LOGGER, Cadence, format_iteration, print_line, stop_line
 from ..solvers import check_loss, get_learner, train
 from ..solvers.common import SolverConfig, TrainResult, objective
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
+TOLERANCE_LEARNERS = (*DCD, "sdm-hinge")
+"""The learners that stop when a tolerance test passes: one that stops at ``max_epochs``
+instead gives a ConvergenceWarning (the others, perceptrons and online learners, stop there by
+design)."""
 START_OPTIONS = ("resume", "init", "save_state")
 """Constructor arguments of where a DCD learner starts and what it keeps
 (:meth:`StructuredEstimator._start_point`): not engine options, nor hyper-parameters."""
@@ -250,6 +256,18 @@ def saved_result(path: str, w: np.ndarray, meta: dict) -> TrainResult:
                        dual=None if dual is None else float(dual))
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning given by the function that calls this one that names
+    the first frame outside the package (the user's call of ``fit``, however deep the
+    estimators' ``fit`` chain)."""
+    import sys
+
+    f, level = sys._getframe(1), 1
+    while f is not None and str(f.f_globals.get("__name__", "")).startswith("demidcd."):
+        f, level = f.f_back, level + 1
+    return level
+
+
 class StructuredEstimator:
     """Hyper-parameters shared by every estimator (see ``demidcd train --help``); None means
     the default.
@@ -266,7 +284,13 @@ class StructuredEstimator:
     batch_size, lam, projection, eta, regularizer: options of the learners that read them
     (README, "Learners"). cpu_log: CSV path for the CPU timeline. snapshot_every /
     snapshot_dir: save w every so many seconds. callback(record, w): per outer iteration.
-    log(line): progress lines (e.g. ``print``). debug: worker tracebacks. backend: ``"shm"``
+    verbose: 0 (default) prints nothing; 1 prints the progress lines, the iteration lines at
+    a thinning cadence (:class:`~demidcd.progress.Cadence`) and the ``stopped:`` line on
+    stdout; 2 every iteration line. log(line): where those lines go instead of stdout (e.g.
+    ``print``). Whatever ``verbose``, how fit ended is an INFO record of the ``demidcd`` logger
+    (and, without ``log`` and at verbose 0, so are the progress lines; each iteration at
+    DEBUG), and a learner with a tolerance test that stops at ``max_epochs`` gives a
+    :class:`~demidcd.errors.ConvergenceWarning`. debug: worker tracebacks. backend: ``"shm"``
     (None: forked workers on this machine) or ``"ray"``, the workers as Ray actors (``pip
     install 'demidcd[ray]'``) on the cluster at ``ray_address`` ("HOST:PORT"; None: a local
     Ray instance for the run). Where training ran is not saved with the model.
@@ -424,7 +448,7 @@ class StructuredEstimator:
                                     f"{' …' if len(extra) > 5 else ''}): not the same data")
             return old_labels
         if kind == "init":
-            return extend_featurizer(old.featurizer_, value, self.log)
+            return extend_featurizer(old.featurizer_, value, self._say())
         return old.featurizer_
 
     def _start_point(self, task: Any) -> Any:
@@ -448,9 +472,8 @@ class StructuredEstimator:
         except ModelFileError as e:
             raise ModelFileError(f"--resume {self.resume}", str(e)) from None
         state = DualState(arrays, meta)
-        if self.log is not None:
-            self.log(f"resuming {self.resume}: {state.epoch} iterations done, "
-                     f"{state.n_structures:,} structures in the active sets")
+        self._say()(f"resuming {self.resume}: {state.epoch} iterations done, "
+                    f"{state.n_structures:,} structures in the active sets")
         return Start(state=state, keep_state=keep)
 
     def write_state(self, path: str | os.PathLike[str]) -> None:
@@ -548,6 +571,10 @@ class StructuredEstimator:
             self.coef_, self.result_ = np.zeros(task.dim), None
             self.save(os.path.join(self.snapshot_dir, "base.npz"))
 
+        say = self._say()
+        cadence = Cadence(self._verbosity(), "verbose=2")
+        debug_lines = say is LOGGER.info and LOGGER.isEnabledFor(logging.DEBUG)
+
         def cb(rec: dict, w: np.ndarray) -> None:
             if snap is not None:
                 snap.maybe(rec["seconds"], w)
@@ -556,10 +583,14 @@ class StructuredEstimator:
                 rec["dev_metric"] = self.score_name
             if self.callback is not None:
                 self.callback(rec, w)
+            for line in cadence.lines(rec):
+                say(line)
+            if debug_lines:
+                LOGGER.debug(format_iteration(rec))
 
         try:
             result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
-                           log=self.log, debug=bool(self.debug),
+                           log=say, debug=bool(self.debug),
                            tick=snap.maybe if snap else None, backend=self.backend,
                            ray_address=self.ray_address, start=start, **engine)
         except StateMismatch as e:
@@ -576,6 +607,7 @@ class StructuredEstimator:
         finally:
             if snap is not None:
                 snap.close()
+        self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:
             snap = Snapshotter(self.snapshot_dir, 1.0)
             snap.maybe(result.seconds, result.w, force=True)
@@ -588,6 +620,46 @@ class StructuredEstimator:
             if start.keep_state:
                 self.state_ = result.state
         return result
+
+    def _verbosity(self) -> int:
+        """``verbose`` checked (None: 0)."""
+        v = self.verbose
+        if v is None:
+            return 0
+        if not isinstance(v, int | np.integer) or v < 0:
+            raise OptionError(f"--verbose must be an integer >= 0, got {v!r}")
+        return int(v)
+
+    def _say(self) -> Callable[[str], None]:
+        """Where fit's lines go: ``log`` when given, else stdout at ``verbose`` >= 1, else
+        the ``demidcd`` logger at INFO (:data:`~demidcd.progress.LOGGER`)."""
+        if self.log is not None:
+            return self.log
+        return print_line if self._verbosity() > 0 else LOGGER.info
+
+    def _say_how_it_ended(self, result: TrainResult, config: SolverConfig, algorithm: str,
+                          cadence: Cadence) -> None:
+        """After fit: the last iteration's line if the cadence left it out, the ``stopped:``
+        line (where the iteration lines go at ``verbose`` >= 1; always a ``demidcd`` logger
+        record) and, when a learner with a tolerance test stopped at ``max_epochs``, a
+        :class:`~demidcd.errors.ConvergenceWarning`."""
+        import warnings
+
+        from ..errors import ConvergenceWarning
+
+        say = self._say()
+        for line in cadence.final():
+            say(line)
+        line = stop_line(result, config.tol, config.loss)
+        if say is not LOGGER.info:
+            if cadence.verbose > 0:
+                say(line)
+            LOGGER.info(line)
+        else:
+            say(line)
+        if result.stop_reason == "max-epochs" and algorithm in TOLERANCE_LEARNERS:
+            warnings.warn(ConvergenceWarning(f"{type(self).__name__}: {line}"),
+                          stacklevel=_caller_level())
 
     def _meta(self) -> dict[str, Any]:
         """Metadata every model file carries: task, the constructor arguments as given

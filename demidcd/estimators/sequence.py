@@ -113,7 +113,8 @@ class SequenceTagger(StructuredEstimator):
                 return DictFeaturizer(int(min_count), int(hashing))
             if template is not None:
                 return TemplateFeaturizer(template, int(min_count), int(hashing))
-            return SequenceFeaturizer(int(min_count), int(hashing), self._template, log=self.log)
+            return SequenceFeaturizer(int(min_count), int(hashing), self._template,
+                                      log=self._say())
         except (TypeError, ValueError) as e:
             raise OptionError(f"--min-count/--hashing: {e}") from None
 
@@ -134,7 +135,7 @@ class SequenceTagger(StructuredEstimator):
                 return f.transform(X)
             if isinstance(f, SequenceFeaturizer):
                 return f.fit(X).transform(X)
-            with timed_step(self.log, f"building features of {len(X):,} sentences"):
+            with timed_step(self._say(), f"building features of {len(X):,} sentences"):
                 return f.fit_transform(X)
         except DemidcdError:
             raise

@@ -1,0 +1,115 @@
+"""A training run's progress as text, for the command line's log and the estimators'
+``verbose``: the iteration lines, the cadence at which they are shown, and the ``stopped:`` line
+that says how the run ended.
+
+At ``verbose`` 1 (the command line's default) a run of hundreds of iterations stays within a
+screen: the first :data:`FIRST_ITERATIONS` iterations are shown, then those whose number is a
+power of two, any that carries the primal (``eval_every``'s, paced by the user), at most one
+more every :data:`SECONDS_BETWEEN` seconds, and the last one, so the log ends with the final
+figures. ``verbose`` 2 shows every iteration, 0 none. Lines the library does not print go to
+the ``demidcd`` logger (:data:`LOGGER`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+LOGGER = logging.getLogger("demidcd")
+"""Where the estimators' lines go when they print none (``verbose=0``, no ``log``): the engine's
+progress lines and how fit ended at INFO, each iteration's line at DEBUG."""
+
+FIRST_ITERATIONS = 5
+SECONDS_BETWEEN = 10.0
+
+
+def format_dev(rec: dict) -> str:
+    """``dev 95.12%`` (accuracy) or ``dev chunk F1 93.60`` (any other headline metric)."""
+    name = rec.get("dev_metric", "accuracy")
+    if name == "accuracy":
+        return f"dev {100 * rec['dev']:.2f}%"
+    return f"dev {name} {100 * rec['dev']:.2f}"
+
+
+def format_iteration(rec: dict) -> str:
+    """One iteration's log record as a line (``iter   3  1.23s  updates …``)."""
+    parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
+             f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}",
+             f"active {rec.get('active', 0):>8,}", f"shrunk {rec.get('shrunk', 0):>7,}",
+             f"admitted {rec.get('admitted', 0):>7,}", f"max_pg {rec.get('max_pg', 0.0):.4f}"]
+    for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
+        if k in rec:
+            parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
+    if "dev" in rec:
+        parts.append(format_dev(rec))
+    if "primal" in rec:
+        parts.append(f"primal {rec['primal']:.6g} dual {rec['dual']:.6g} gap {rec['gap']:.3g}")
+    return "  ".join(parts)
+
+
+class Cadence:
+    """Which iteration lines a log shows at ``verbose`` (see the module docstring).
+    ``every_line`` names how to ask for all of them (``--verbose 2``, ``verbose=2``): the one
+    line that says the log thins them out, before the first it leaves out, names it."""
+
+    def __init__(self, verbose: int, every_line: str):
+        self.verbose, self.every_line = verbose, every_line
+        self.shown_at = -math.inf  # seconds of the last line shown
+        self.pending: dict | None = None  # the latest record not shown
+        self.noted = False
+
+    def lines(self, rec: dict) -> list[str]:
+        """The lines to show for the record of one iteration (none, its own, or the note that
+        lines are left out from now on)."""
+        if self.verbose <= 0:
+            return []
+        epoch, seconds = rec.get("epoch", 0), rec.get("seconds", 0.0)
+        if (self.verbose >= 2 or epoch <= FIRST_ITERATIONS or epoch & (epoch - 1) == 0
+                or "primal" in rec or seconds - self.shown_at >= SECONDS_BETWEEN):
+            self.shown_at, self.pending = seconds, None
+            return [format_iteration(rec)]
+        self.pending = rec
+        if self.noted:
+            return []
+        self.noted = True
+        return [f"(iteration lines from here on: powers of two, at most one more every "
+                f"{SECONDS_BETWEEN:g} s, and the last; {self.every_line}: every one)"]
+
+    def final(self) -> list[str]:
+        """At the end of the run: the last iteration's line when it was not shown."""
+        rec, self.pending = self.pending, None
+        return [] if rec is None else [format_iteration(rec)]
+
+
+_HINTS = {"max-epochs": "raise {max_epochs} or {tol}", "time-limit": "raise {time_limit} or {tol}",
+          "interrupted": "interrupted by a signal", "worker-failed": "a worker failed"}
+
+
+def stop_line(res: Any, tol: float, loss: str | None,
+              name: Callable[[str], str] = str) -> str:
+    """``stopped: REASON after N iterations, S.Ss`` of a :class:`~demidcd.solvers.common.
+    TrainResult`, and when it did not converge, how far it was from the tolerance ``tol`` and
+    what to change; ``name(option)`` spells an option (the command line: ``--max-epochs``)."""
+    line = f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
+    if res.finished:
+        return line
+    last = res.history[-1] if res.history else {}
+    pg = last.get("max_pg")
+    what = "largest KKT gap" if loss == "l1" else "largest projected gradient"
+    state = f"{what} {pg:.3g}, {name('tol')} {tol:g}" if pg is not None else \
+        f"{name('tol')} {tol:g}"
+    hint = _HINTS.get(res.stop_reason, res.stop_reason).format(
+        **{k: name(k) for k in ("max_epochs", "time_limit", "tol")})
+    return f"{line}; not converged ({state}): {hint}"
+
+
+def print_line(line: str) -> None:
+    """A line on stdout, at once (the estimators' lines at ``verbose`` >= 1)."""
+    print(line, flush=True)
+
+
+def cli_flag(option: str) -> str:
+    """An option as the command line spells it: ``max_epochs`` → ``--max-epochs``."""
+    return "--" + option.replace("_", "-")
