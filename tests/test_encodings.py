@@ -130,7 +130,7 @@ def test_likely_encodings_name_the_right_one_only(text, encoding, expected):
 
 
 def test_likely_encodings_of_other_bytes():
-    assert likely_encodings("España año\n".encode("utf-8"), "euc-jp") == ["utf-8"]
+    assert likely_encodings("España año\n".encode(), "euc-jp") == ["utf-8"]
     assert likely_encodings("a X\n".encode("utf-16"), "utf-8") == ["utf-16"]
     rng = random.Random(0)
     noise = bytes(rng.randrange(128, 256) for _ in range(4000))
