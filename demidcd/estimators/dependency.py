@@ -21,6 +21,7 @@ from ..tasks.dependency import (
     ProjectiveFallback,
     Sentence,
     encode_trees,
+    fill_pos,
     label_groups,
     label_set,
     pos_maps,
@@ -48,9 +49,10 @@ class DependencyParser(StructuredEstimator):
 
     A parser fitted on two POS columns takes, in :meth:`predict` and :meth:`metrics`, sentences
     whose POS or second POS is ``"_"`` for every word of X (what a tagger that fills one column
-    leaves, e.g. XPOS only): that column is filled from the other through the map learnt in
-    :meth:`fit` (``pos_by_second_``, ``second_by_pos_``: each tag → the tag of the other column
-    seen most often with it in training; a tag never seen there → ``"_"``).
+    leaves, e.g. XPOS only): that column is filled from the other through the maps learnt in
+    :meth:`fit` (``pos_by_second_``, ``second_by_pos_``; see
+    :func:`~demidcd.tasks.dependency.pos_maps`): per word the tag of the other column seen most
+    often in training with its form and tag, else with its tag; a tag never seen there → ``"_"``.
 
     Extra hyper-parameters: ``decoder`` (``eisner``: projective, ``cle``: non-projective
     Chu-Liu-Edmonds; used in training and prediction) and ``hashing`` (D, the number of hashed
@@ -103,7 +105,7 @@ class DependencyParser(StructuredEstimator):
                               "second POS)" if fitted else "one POS column (word, POS)") +
                               " per token; give the data the same way")
         if coarse is not None:
-            tags, coarse = self._fill_pos(tags, coarse)
+            tags, coarse = self._fill_pos(words, tags, coarse)
         if Y is not None and len(Y) != len(X):
             raise OptionError(f"X has {len(X)} sentences but Y has {len(Y)}")
         heads, rels = split_trees(Y) if Y is not None else (None, None)
@@ -124,7 +126,7 @@ class DependencyParser(StructuredEstimator):
         except ValueError as e:
             raise OptionError(str(e)) from None
 
-    def _fill_pos(self, tags: list[list[str]], second: list[list[str]]
+    def _fill_pos(self, words: list[list[str]], tags: list[list[str]], second: list[list[str]]
                   ) -> tuple[list[list[str]], list[list[str]]]:
         """The two POS columns, one that is ``"_"`` for every word filled from the other
         through the maps learnt in :meth:`fit` (unchanged before fit, or when both are
@@ -139,9 +141,9 @@ class DependencyParser(StructuredEstimator):
             raise OptionError("every POS tag of X is '_' in both columns: the parser needs one "
                               "of them")
         if no_pos:
-            tags = [[by_second.get(q, "_") for q in qs] for qs in second]
+            tags = fill_pos(words, second, by_second)
         elif no_second:
-            second = [[by_pos.get(p, "_") for p in ps] for ps in tags]
+            second = fill_pos(words, tags, by_pos)
         return tags, second
 
     def fit(self, X: list[Sentence], Y: list[Heads], X_dev: list[Sentence] | None = None,
@@ -164,8 +166,7 @@ class DependencyParser(StructuredEstimator):
         task = self._task(X, Y)
         self.second_pos_ = task.enc.cpos.shape[0] > 0
         if self.second_pos_:
-            _, tags, second = split_sentences(X)
-            self.second_by_pos_, self.pos_by_second_ = pos_maps(tags, second)
+            self.second_by_pos_, self.pos_by_second_ = pos_maps(*split_sentences(X))
         dev_eval = None
         if X_dev is not None and Y_dev is not None:
             dtask = self._task(X_dev, Y_dev)

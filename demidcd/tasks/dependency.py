@@ -1612,26 +1612,53 @@ def label_groups(labels: list[str]) -> tuple[np.ndarray, dict[str, int]]:
     return np.asarray(ids, np.int32), index
 
 
-def pos_maps(tags: list[list[str]], second: list[list[str]]
+def pos_maps(words: list[list[str]], tags: list[list[str]], second: list[list[str]]
              ) -> tuple[dict[str, str], dict[str, str]]:
-    """(POS → the second POS seen most often with it, second POS → the POS seen most often
-    with it) over a corpus with both columns; ties go to the tag first in sorted order, so the
-    maps depend on the counts only."""
-    counts: dict[tuple[str, str], int] = {}
-    for ps, qs in zip(tags, second, strict=True):
-        for pq in zip(ps, qs, strict=True):
-            counts[pq] = counts.get(pq, 0) + 1
+    """(POS → second POS, second POS → POS) learnt from a corpus with both columns, for
+    :func:`fill_pos`. Each maps a tag t to the tag of the other column seen most often with it
+    and, under the key ``word + "\t" + t`` (the word lower-cased), a word whose own most
+    frequent tag of the other column differs from that (``is``/VBZ → AUX where VBZ → VERB):
+    only those exceptions are kept. Ties go to the tag first in sorted order, so the maps
+    depend on the counts only."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for ws, ps, qs in zip(words, tags, second, strict=True):
+        for w, p, q in zip(ws, ps, qs, strict=True):
+            key = (w.lower(), p, q)
+            counts[key] = counts.get(key, 0) + 1
 
-    def most(key: int) -> dict[str, str]:
+    def most(pairs: dict[tuple[str, str], int]) -> dict[str, str]:
         best: dict[str, tuple[int, str]] = {}
-        for pq, k in counts.items():
-            a, b = pq[key], pq[1 - key]
+        for (a, b), k in pairs.items():
             old = best.get(a)
             if old is None or k > old[0] or (k == old[0] and b < old[1]):
                 best[a] = (k, b)
-        return {a: b for a, (_, b) in sorted(best.items())}
+        return {a: b for a, (_, b) in best.items()}
 
-    return most(0), most(1)
+    def one_way(t: int) -> dict[str, str]:
+        by_tag: dict[tuple[str, str], int] = {}
+        by_word: dict[tuple[str, str], int] = {}
+        for wpq, k in counts.items():
+            a, b = wpq[1 + t], wpq[2 - t]
+            by_tag[a, b] = by_tag.get((a, b), 0) + k
+            by_word[f"{wpq[0]}\t{a}", b] = k
+        tag_map = most(by_tag)
+        word_map = {key: b for key, b in most(by_word).items()
+                    if b != tag_map[key.rsplit("\t", 1)[1]]}
+        return dict(sorted({**tag_map, **word_map}.items()))
+
+    return one_way(0), one_way(1)
+
+
+def fill_pos(words: list[list[str]], given: list[list[str]], pos_map: dict[str, str]
+             ) -> list[list[str]]:
+    """The other POS column of sentences whose column ``given`` is known, through a map of
+    :func:`pos_maps`: per word the tag its (lower-cased) form and given tag map to, else the one
+    its given tag maps to, else ``_`` (a tag never seen in training)."""
+    out = []
+    for ws, ps in zip(words, given, strict=True):
+        out.append([pos_map.get(f"{w.lower()}\t{p}") or pos_map.get(p, "_")
+                    for w, p in zip(ws, ps, strict=True)])
+    return out
 
 
 def _dep_format(path: str, args: Any) -> str:
