@@ -123,7 +123,8 @@ def run_method(alg: str, args, data: dict, work: Path, load: LoadSampler, prog: 
            "--log-json", str(d / "log.jsonl"), "--model", str(d / "model.npz"),
            "--summary-json", str(d / "summary.json"), "--seed", str(args.seed)]
     if alg == "demi-dcd":
-        cmd += ["--learners", "1"]  # DEMI-DCD as published: one learner (see multi_learner.py)
+        # DEMI-DCD as published is one learner (see multi_learner.py); scaling.py also runs auto
+        cmd += ["--learners", str(getattr(args, "learners", "1"))]
     if args.task == "entity-relation" and getattr(args, "ilp_solver", None):
         cmd += ["--ilp-solver", args.ilp_solver]  # training only: evaluation solves exactly
     if alg != "dcd":

@@ -259,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill-epochs", type=int, default=10,
                     help="DCD epochs that fill the active sets for the t_upd calibration")
     ap.add_argument("--project-max", type=int, default=32)
+    ap.add_argument("--learners", default="1",
+                    help="DEMI-DCD's --learners in the main series (1: the published layout)")
+    ap.add_argument("--also-learners", default="",
+                    help="further --learners layouts of DEMI-DCD (e.g. auto) run at every p >= 2 "
+                         "beside the published one-learner layout and reported in their own table")
     ap.add_argument("--work-dir")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--name")
@@ -279,12 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     if over:
         say(f"WARNING: asked for {', '.join(map(str, over))} threads on a machine with {cores} "
             "cores: those runs are oversubscribed and do not measure scaling", q)
-    prog = Progress(len(threads) + 1, "scaling", q)
+    prog = Progress(len(threads) + 1 + (len(threads) - 1) * len(
+        [x for x in args.also_learners.split(",") if x.strip() not in ("", args.learners)]),
+        "scaling", q)
     work = Path(args.work_dir).resolve() if args.work_dir else Path(tempfile.mkdtemp(
         prefix="demidcd-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     load = LoadSampler().start()
     runs: dict[int, dict] = {}
+    layouts = [x.strip() for x in args.also_learners.split(",")
+               if x.strip() not in ("", args.learners)]
+    extra: dict[str, dict[int, dict]] = {lay: {} for lay in layouts}
     try:
         data = data_setup(args, work, prog)
         for p in threads:
@@ -293,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
             alg = "dcd" if p == 1 else "demi-dcd"
             runs[p] = run_method(alg, a, data, work / f"p{p}", load, prog, label=f"p{p}")
             runs[p]["records"] = read_jsonl(work / f"p{p}" / alg / "log.jsonl")
+            for lay in layouts if p > 1 else ():
+                b = copy.copy(a)
+                b.learners = lay
+                extra[lay][p] = run_method(alg, b, data, work / f"p{p}_{lay}", load, prog,
+                                           label=f"p{p} learners {lay}")
         # calibration on the 1-DCD model's task
         prog.note("calibration")
         from demidcd.api import load_estimator
@@ -320,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     # ---- measured
     pts = {p: [(r["seconds"], r["primal"]) for r in run["curve"] if r["primal"] is not None]
            for p, run in runs.items()}
-    fstar = fstar_of(pts)
+    xpts = {(lay, p): [(r["seconds"], r["primal"]) for r in run["curve"]
+                       if r["primal"] is not None]
+            for lay, by_p in extra.items() for p, run in by_p.items()}
+    fstar = fstar_of({**pts, **xpts})
     T, S, Tn = {}, {}, {}
     for p, run in runs.items():
         annotate_relative(run["curve"], fstar)
@@ -329,6 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     for p in runs:
         S[p] = (T[1] / T[p] if math.isfinite(T[p]) and T[p] > 0 and math.isfinite(T[1])
                 else math.nan)
+    x_rows = []  # the other layouts: one row per (layout, p), against the same f* and 1-DCD
+    for (lay, p), pp in xpts.items():
+        run = extra[lay][p]
+        annotate_relative(run["curve"], fstar)
+        t = time_to_gap(pp, fstar, 0.01)
+        x_rows.append({"learners": lay, "p": p, "time_to_1pct": t,
+                       "speedup_vs_p1": T[1] / t if math.isfinite(t) and t > 0 and
+                       math.isfinite(T[1]) else math.nan,
+                       "cpu_percent": (run["cpu"] or {}).get("average"),
+                       "learner_processes": (run.get("learner") or {}).get("learners")})
     # ---- projection
     w1 = work_at(runs[1]["records"], T[1], "dcd")
     proj: dict = {"pmax": args.project_max, "inputs": {}}
@@ -385,17 +413,29 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([x["p"], f"PROJECTION {key}", x["time_to_1pct"],
                          proj[key][0]["time_to_1pct"] / x["time_to_1pct"],
                          x["busy_cpu_percent"], x["useful_cpu_percent"], x["bottleneck"]])
+    rows += [[x["p"], f"measured learners={x['learners']}", x["time_to_1pct"],
+              x["speedup_vs_p1"], x["cpu_percent"], "", ""] for x in x_rows]
     write_csv(od / f"{name}.csv", ["p", "kind", "time_to_1pct", "speedup_vs_p1",
                                    "cpu_percent", "useful_cpu_percent", "bottleneck"], rows)
     table = markdown_table(
         ["p", "method", "time to 1%", "speed-up vs 1-DCD", "time to 1%, CPU-normalised",
          "average CPU", "other load (cores)"],
-        [[p, "1-DCD" if p == 1 else "DEMI-DCD" + (" (oversubscribed)" if p > cores else ""),
+        [[p, "1-DCD" if p == 1 else f"DEMI-DCD --learners {args.learners}" +
+          (" (oversubscribed)" if p > cores else ""),
           fmt_s(T[p]), f"{S[p]:.2f}x" if math.isfinite(S[p]) else "n/a", fmt_s(Tn[p]),
           f"{(runs[p]['cpu'] or {}).get('average', math.nan):.0f}% of {100 * p}%",
           f"{load.spans.get(f'p{p}', {}).get('foreign_cores', math.nan)}"]
          for p in threads])
     res["table_markdown"] = table
+    if x_rows:
+        res["other_layouts"] = x_rows
+        res["other_runs"] = {f"{lay}/p{p}": run for lay, by_p in extra.items()
+                             for p, run in by_p.items()}
+        res["other_layouts_markdown"] = markdown_table(
+            ["p", "DEMI-DCD --learners", "time to 1%", "speed-up vs 1-DCD", "average CPU"],
+            [[x["p"], x["learners"], fmt_s(x["time_to_1pct"]),
+              f"{x['speedup_vs_p1']:.2f}x" if math.isfinite(x["speedup_vs_p1"]) else "n/a",
+              f"{x['cpu_percent'] or math.nan:.0f}% of {100 * x['p']}%"] for x in x_rows])
     if "validation" in proj:
         vt = markdown_table(["p", "measured time to 1%", "measured, CPU-normalised",
                              "PROJECTION (same work)", "PROJECTION (fitted s, u)",
@@ -417,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         res["validation_markdown"], res["projection_markdown"] = vt, pt
     write_json(od / f"{name}.json", res)
     say(table, q)
+    if x_rows:
+        say("other layouts (same f*, same 1-DCD reference):\n" + res["other_layouts_markdown"], q)
     if "validation_markdown" in res:
         say("validation of the PROJECTION against the measured points:\n" +
             res["validation_markdown"], q)
