@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 from cli_run import CLI, run
 from test_stop_cleanup import DEMI, _children, _kill_all, _until_gone, _wait_for
 
@@ -135,3 +138,56 @@ def test_an_arena_is_made_when_no_janitor_can_start() -> None:
             os._exit(code)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ============================== defect 14: a small /dev/shm
+def _small_shm(*argv: str, size: str = "1m", cwd: Path | None = None
+               ) -> subprocess.CompletedProcess:
+    """``argv`` in a mount namespace of its own whose /dev/shm is a tmpfs of ``size`` (as a
+    container's: Docker's default is 64m); skips where this process may not make one."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    mount = f"mount -t tmpfs -o size={size} tmpfs /dev/shm"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", mount],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a tmpfs in a new mount namespace (not root?)")
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           f'{mount} && exec "$@"', "sh", *argv], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_training_with_a_small_dev_shm_says_so_in_one_line(corpus: Path, tmp_path: Path) -> None:
+    """Two processes on a 256 KiB /dev/shm, less than w̄ alone: one line naming shared
+    memory, what the run needs and how to get it, exit 2, no model (it died of SIGBUS with
+    nothing on stderr)."""
+    model = tmp_path / "m.npz"
+    r = _small_shm(*CLI, "train", "--train", str(corpus / "train.txt"), "--threads", "2",
+                   "--learners", "1", "--max-epochs", "3", "--model", str(model), "--quiet",
+                   size="256k")
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "shared memory" in lines[0] and "/dev/shm" in lines[0], lines[0]
+    assert "--shm-size" in lines[0] and "--threads 1" in lines[0], lines[0]
+    assert not model.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_segment_the_dev_shm_cannot_back_fails_at_creation(tmp_path: Path) -> None:
+    """Past the check (the tmpfs filled meanwhile), a segment larger than the space left
+    fails when it is created, not with SIGBUS at its first write; nothing is left."""
+    code = (
+        "import numpy as np\n"
+        "from demidcd.primitives.shm import SharedArena, SharedMemoryFull, list_segments\n"
+        "arena = SharedArena()\n"
+        "try:\n"
+        "    arena.create('w', (1 << 20,), np.float64)[:] = 1.0\n"  # 8 MiB
+        "except SharedMemoryFull as e:\n"
+        "    print(e)\n"
+        "arena.close()\n"
+        "print(list_segments())\n")
+    r = _small_shm(sys.executable, "-c", code, cwd=tmp_path)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    out = r.stdout.splitlines()
+    assert out[0].startswith("shared memory: cannot back a segment of 8.0 MiB"), r.stdout
+    assert out[1] == "[]"

@@ -69,7 +69,7 @@ from ..errors import WorkerError
 from ..primitives.monitor import CpuMonitor
 from ..primitives.ring import RING_WORDS, RecordRing
 from ..primitives.seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
-from ..primitives.shm import SharedArena, sweep_stale
+from ..primitives.shm import SharedArena, require_space, segment_bytes, sweep_stale
 from ..tasks.base import RecordBatch, Task
 from .supervisor import ProcessGroup, StartGate
 from .transport import Transport, balanced_shards, concat_batches
@@ -118,20 +118,26 @@ class WorkerPool(ProcessGroup, Transport):
         self.debug, self.max_restarts = debug, max_restarts
         self.dim, self.n = task.dim, task.n_examples
         sweep_stale()
+        arrays = {"ctrl": ((8,), np.int64), "stats": ((n_workers, N_STATS), np.int64),
+                  "fstats": ((n_workers, N_FSTATS), np.float64),
+                  "err": ((n_workers, ERR_BYTES), np.uint8),
+                  **{f"out-{k}": ((n_workers, *shape), dt) for k, (shape, dt) in
+                     spec.outputs.items()},
+                  **{f"in-{k}": (shape, dt) for k, (shape, dt) in spec.inputs.items()}}
+        require_space(SharedWeights.footprint(self.dim + self.n, spec.wbar_dtype(task))
+                      + n_workers * RecordRing.footprint(ring_words)
+                      + sum(segment_bytes(*a) for a in arrays.values()), n_workers + 1)
         self.arena = SharedArena()
         try:
             self.wbar = SharedWeights.allocate(self.arena, self.dim + self.n,
                                                dtype=spec.wbar_dtype(task))
             self.rings = [RecordRing.allocate(self.arena, f"ring{j}", ring_words)
                           for j in range(n_workers)]
-            self.ctrl = self.arena.create("ctrl", (8,), np.int64)
-            self.stats = self.arena.create("stats", (n_workers, N_STATS), np.int64)
-            self.fstats = self.arena.create("fstats", (n_workers, N_FSTATS), np.float64)
-            self.err = self.arena.create("err", (n_workers, ERR_BYTES), np.uint8)
-            self.outputs = {k: self.arena.create(f"out-{k}", (n_workers, *shape), dt)
-                            for k, (shape, dt) in spec.outputs.items()}
-            self.inputs = {k: self.arena.create(f"in-{k}", shape, dt)
-                           for k, (shape, dt) in spec.inputs.items()}
+            made = {key: self.arena.create(key, *a) for key, a in arrays.items()}
+            self.ctrl, self.stats, self.fstats, self.err = (
+                made[k] for k in ("ctrl", "stats", "fstats", "err"))
+            self.outputs = {k: made[f"out-{k}"] for k in spec.outputs}
+            self.inputs = {k: made[f"in-{k}"] for k in spec.inputs}
         except BaseException:
             self.arena.close()
             raise

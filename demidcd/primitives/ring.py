@@ -208,6 +208,13 @@ class RecordRing:
         self._spec: dict | None = None
 
     @staticmethod
+    def footprint(capacity_words: int) -> int:
+        """The shared-memory bytes :meth:`allocate` takes for a ring of this capacity."""
+        from .shm import segment_bytes
+
+        return segment_bytes(int(capacity_words), np.int64) + segment_bytes(CTRL_WORDS, np.int64)
+
+    @staticmethod
     def allocate(arena: Any, key: str, capacity_words: int) -> RecordRing:
         """Create an empty ring of ``capacity_words`` int64 words (8 bytes each) in ``arena``."""
         cap = int(capacity_words)

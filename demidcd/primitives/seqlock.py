@@ -167,6 +167,13 @@ class SharedWeights:
 
     # -- construction ----------------------------------------------------------------------
     @staticmethod
+    def footprint(dim: int, dtype: type = np.float64) -> int:
+        """The shared-memory bytes :meth:`allocate` takes for ``dim`` entries of ``dtype``."""
+        from .shm import segment_bytes
+
+        return segment_bytes((2, int(dim)), dtype) + segment_bytes(HDR_WORDS, np.int64)
+
+    @staticmethod
     def allocate(arena: Any, dim: int, key: str = "wbar", max_defer: float = 0.5,
                  dtype: type = np.float64) -> SharedWeights:
         """Create w̄ = 0 (version 0) in ``arena`` (a :class:`~demidcd.primitives.shm.SharedArena`),

@@ -34,12 +34,21 @@ Ownership model (one place registers and unlinks every segment):
 
 Only the creating process (``os.getpid() == owner pid``) ever unlinks: an inherited ``atexit``
 handler in a forked child that exits through ``sys.exit`` does nothing.
+
+Space: ``/dev/shm`` is a tmpfs of its own size (Docker's default: 64 MiB). A segment sized with
+``ftruncate`` alone is sparse, and the first write to a page the tmpfs cannot back kills the
+process with SIGBUS (POS and dependency training died so, with nothing on stderr, in
+``publish_lines`` and ``ring.push``). So every segment is backed at creation
+(``posix_fallocate``: a shortfall is ENOSPC there, turned into :class:`SharedMemoryFull`), and
+the owners check the sum of their segments against the free space first (:func:`require_space`),
+so that the error names what the run needs.
 """
 
 from __future__ import annotations
 
 import _posixshmem
 import atexit
+import errno
 import mmap
 import os
 import re
@@ -50,20 +59,77 @@ from typing import Any
 import numpy as np
 import psutil
 
-__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR"]
+from ..errors import DemidcdError
+
+__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR",
+           "SharedMemoryFull", "segment_bytes", "require_space"]
 
 SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
 _MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
 
 
+class SharedMemoryFull(DemidcdError):
+    """The shared memory a run needs does not fit in :data:`SHM_DIR` (one line, exit 2)."""
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"
+
+
+def _space() -> tuple[int, int]:
+    """(free, total) bytes of the file system under :data:`SHM_DIR`."""
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _advice(need: int) -> str:
+    """How to get ``need`` more bytes of shared memory, or do without."""
+    free, total = _space()
+    size = -(-(total - free + need) * 5 // 4 // 2**26) * 64  # MiB, a quarter spare, 64 MiB steps
+    return (f"give {SHM_DIR} more (a container: docker run --shm-size={size}m) or train on one "
+            "process (--threads 1), which uses no shared memory")
+
+
+def segment_bytes(shape: int | tuple[int, ...], dtype: Any) -> int:
+    """The bytes a segment of this shape and dtype takes in :data:`SHM_DIR` (whole pages)."""
+    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return -(-max(n, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def require_space(need: int, threads: int) -> None:
+    """Raise :class:`SharedMemoryFull` when ``need`` bytes of segments (:func:`segment_bytes`)
+    for a run with ``--threads threads`` do not fit in the free space of :data:`SHM_DIR`.
+    Call before creating them; a file system that cannot tell (``statvfs`` fails) passes."""
+    try:
+        free, total = _space()
+    except OSError:
+        return
+    if need > free:
+        raise SharedMemoryFull(
+            f"shared memory: training with --threads {threads} needs {_mib(need)} in "
+            f"{SHM_DIR} but only {_mib(free)} of its {_mib(total)} is free; {_advice(need)}")
+
+
 def _map(name: str, nbytes: int, create: bool) -> mmap.mmap:
-    """shm_open ``name`` (exclusive create when ``create``), size it, mmap it, close the fd."""
+    """shm_open ``name`` (exclusive create when ``create``: sized and backed, see the module
+    docstring), mmap it, close the fd."""
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = _posixshmem.shm_open(name, flags, mode=0o600)
     try:
         size = max(int(nbytes), 1)  # mmap refuses length 0
         if create:
             os.ftruncate(fd, size)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                    raise
+                _unlink(name)
+                free, total = _space()
+                raise SharedMemoryFull(
+                    f"shared memory: cannot back a segment of {_mib(size)} in {SHM_DIR} "
+                    f"({e.strerror}: {_mib(free)} of its {_mib(total)} is free); "
+                    f"{_advice(size)}") from None
         elif os.fstat(fd).st_size < size:
             raise ValueError(f"shared segment {name} is smaller than its spec ({size} bytes)")
         return mmap.mmap(fd, size)
