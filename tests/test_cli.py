@@ -70,6 +70,34 @@ def test_truncated_and_foreign_model_files_are_rejected(model, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("field, value", [
+    ("column", [1]), ("column", {}), ("column", 0), ("column", "lemma"), ("feature_columns", "2"),
+    ("feature_columns", [2, None]), ("format", "csv"), ("encoding", 5),
+    ("encoding", "no-such-codec"), ("template", 3), ("pos_column", "lemma")])
+def test_hand_edited_data_options_are_named(cli, model, tmp_path, corpus_dir, field, value):
+    # a hand-edited field (column: [1]) gave a TypeError from inside the reader, or an error
+    # about an option the user never gave: the loader checks each data option the commands
+    # read and names the model file and the field
+    z = np.load(model)
+    arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["meta.json"].tobytes())
+    meta["data_options"][field] = value
+    arrays["meta.json"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    edited = tmp_path / "edited.npz"
+    np.savez(edited, **arrays)
+    out = tmp_path / "pred.txt"
+    data = corpus_dir / "test.txt"
+    for cmd in (["evaluate", "--model", edited, "--data", data],
+                ["predict", "--model", edited, "--data", data, "--out", out]):
+        code, _, err = cli(*cmd)
+        assert code == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"demidcd: error: {edited}: corrupt model metadata "
+                              f"(data_options.{field} is {json.dumps(value)}, not "), err
+    assert not out.exists()
+    with pytest.raises(ModelFileError, match=f"data_options.{field} is"):
+        SequenceTagger.load(edited)
+
+
 @pytest.mark.parametrize("content,line", [("a B\nb\n", 2), ("a B\n\nc D E\n", 3)])
 def test_reader_errors_name_file_and_line(tmp_path, content, line):
     f = tmp_path / "bad.txt"

@@ -10,6 +10,7 @@ file under the final name.
 
 from __future__ import annotations
 
+import codecs
 import fcntl
 import json
 import math
@@ -17,6 +18,7 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import psutil
 
 from .. import __version__
 from ..errors import DemidcdError, ModelFileError
+from ..options import option
 
 FORMAT = "demidcd-model"
 FORMAT_VERSION = 1
@@ -402,7 +405,35 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (or an e
 # optional metadata entries and the JSON type each must have when present
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "dim": int, "labels": list, "featurizer": dict, "hyper_parameters": dict, "finished": bool,
-    "stop_reason": str}
+    "stop_reason": str, "data_options": dict}
+
+
+def _column(v: Any) -> bool:
+    return v in ("upos", "xpos") or (type(v) is int and v >= 1)
+
+
+def _codec(v: Any) -> bool:
+    try:
+        codecs.lookup(v)
+    except (LookupError, TypeError):
+        return False
+    return True
+
+
+# the entries of "data_options" (what train remembers of its data and evaluate / predict read:
+# TaskSpec.data_options) and what each must be when present: (test, what it must be)
+_DATA_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "column": (lambda v: v is None or _column(v),
+               'null, "upos", "xpos" or a column number >= 1'),
+    "feature_columns": (lambda v: isinstance(v, list) and all(map(_column, v)),
+                        'a list of column numbers >= 1, "upos" or "xpos"'),
+    "format": (lambda v: v is None or v in option("format").choices,
+               "null or one of " + ", ".join(option("format").choices)),
+    "template": (lambda v: v is None or isinstance(v, str), "null or a file name"),
+    "encoding": (_codec, "a text encoding Python knows"),
+    "pos_column": (lambda v: v in option("pos_column").choices,
+                   " or ".join(option("pos_column").choices)),
+}
 
 
 def _no_constant(name: str) -> None:
@@ -437,6 +468,11 @@ def _check_meta(p: str, meta: Any, task: str | None) -> dict:
                                     f"{type(v).__name__})")
     if not all(isinstance(t, str) for t in meta.get("labels") or ()):
         raise ModelFileError(p, "corrupt model metadata (a label is not a string)")
+    for key, value in (meta.get("data_options") or {}).items():
+        test, must = _DATA_OPTIONS.get(key, (None, ""))
+        if test is not None and not test(value):
+            raise ModelFileError(p, f"corrupt model metadata (data_options.{key} is "
+                                    f"{json.dumps(value)[:40]}, not {must})")
     return meta
 
 
