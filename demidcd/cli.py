@@ -467,7 +467,7 @@ def _train(args) -> int:
     spec = _spec(args)
     spec.check_options(None, args)  # options of other tasks: refused, not ignored
     if args.verbose is not None and args.verbose < 0:
-        raise OptionError(f"--verbose must be 0, 1 or 2, got {args.verbose}")
+        raise OptionError(f"--verbose must be an integer >= 0, got {args.verbose}")
     log = Log(args.quiet, args.log_json, 1 if args.verbose is None else args.verbose)
     if sequential_note:
         log.info(f"{algorithm} is sequential: it runs on one process (--threads {args.threads})")

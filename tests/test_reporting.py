@@ -4,12 +4,14 @@ metrics helpers of :mod:`demidcd.metrics`, --quiet, the CoNLL-U label column).""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from demidcd.progress import format_iteration
@@ -210,3 +212,99 @@ def test_fit_verbose_prints_progress_and_the_end(capsys):
     assert lines[-1].startswith("stopped: max-epochs after 40 iterations")
     with pytest.raises(OptionError, match="verbose must be an integer >= 0, got -1"):
         est.set_params(verbose=-1).fit(X, Y)
+
+
+# ================================================================== 12: demidcd.metrics
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG"]
+
+
+def _random_sequences(rng: np.random.Generator, n: int, tags: list[str]) -> tuple[list, list]:
+    y_true, y_pred = [], []
+    for _ in range(n):
+        k = int(rng.integers(0, 9))
+        t = [tags[i] for i in rng.integers(0, len(tags), k)]
+        y_true.append(t)
+        y_pred.append([x if rng.random() < 0.6 else tags[int(rng.integers(len(tags)))]
+                       for x in t])
+    return y_true, y_pred
+
+
+@pytest.mark.parametrize("n_tags", [2, 4, 6])  # binary and multiclass
+def test_flat_scores_equal_scikit_learns(n_tags):
+    skm = pytest.importorskip("sklearn.metrics")
+    from demidcd import metrics
+
+    rng = np.random.default_rng(n_tags)
+    tags = TAGS[:n_tags]
+    y_true, y_pred = _random_sequences(rng, 30, tags)
+    flat_t, flat_p = [x for s in y_true for x in s], [x for s in y_pred for x in s]
+    w = rng.random(len(flat_t))
+    subsets = [None, tags[1:], [tags[-1], "B-MISC"]]  # "B-MISC" occurs nowhere
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scikit-learn's UndefinedMetricWarning
+        for labels, average, zero_division, weights in itertools.product(
+                subsets, ("micro", "macro", "weighted", None), ("warn", 1, np.nan),
+                (None, w)):
+            kw = {"labels": labels, "average": average, "zero_division": zero_division,
+                  "sample_weight": weights}
+            for ours, theirs in ((metrics.flat_f1_score, skm.f1_score),
+                                 (metrics.flat_precision_score, skm.precision_score),
+                                 (metrics.flat_recall_score, skm.recall_score)):
+                np.testing.assert_allclose(ours(y_true, y_pred, **kw),
+                                           theirs(flat_t, flat_p, **kw), rtol=1e-12)
+            np.testing.assert_allclose(
+                metrics.flat_fbeta_score(y_true, y_pred, beta=0.5, **kw),
+                skm.fbeta_score(flat_t, flat_p, beta=0.5, **kw), rtol=1e-12)
+        for labels in subsets:
+            for digits in (2, 4):
+                assert metrics.flat_classification_report(y_true, y_pred, labels=labels,
+                                                          digits=digits) == \
+                    skm.classification_report(flat_t, flat_p, labels=labels, digits=digits)
+            assert metrics.flat_classification_report(y_true, y_pred, labels=labels,
+                                                      output_dict=True) == \
+                skm.classification_report(flat_t, flat_p, labels=labels, output_dict=True)
+        if len(tags) == 2:
+            assert metrics.flat_f1_score(y_true, y_pred, pos_label="B-PER") == \
+                skm.f1_score(flat_t, flat_p, pos_label="B-PER")
+    assert metrics.flat_accuracy_score(y_true, y_pred) == skm.accuracy_score(flat_t, flat_p)
+
+
+def test_flat_and_sequence_scores_by_brute_force():
+    from demidcd import metrics
+
+    rng = np.random.default_rng(7)
+    y_true, y_pred = _random_sequences(rng, 40, TAGS)
+    y_pred[3] = list(y_true[3])
+    pairs = [(a, b) for s, t in zip(y_true, y_pred, strict=True) for a, b in zip(s, t,
+                                                                                 strict=True)]
+    assert metrics.flat_accuracy_score(y_true, y_pred) == \
+        sum(a == b for a, b in pairs) / len(pairs)
+    assert metrics.sequence_accuracy_score(y_true, y_pred) == \
+        sum(s == t for s, t in zip(y_true, y_pred, strict=True)) / len(y_true) > 0
+    for lab in TAGS:  # per label, and their weighted mean
+        tp = sum(a == b == lab for a, b in pairs)
+        prec = tp / max(1, sum(b == lab for _, b in pairs))
+        rec = tp / max(1, sum(a == lab for a, _ in pairs))
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        assert metrics.flat_f1_score(y_true, y_pred, labels=[lab], average="macro") == \
+            pytest.approx(f1)
+    with pytest.raises(ValueError, match="Target is multiclass but average='binary'"):
+        metrics.flat_f1_score(y_true, y_pred)
+    with pytest.raises(ValueError, match="sequence 0: 2 true labels but 1 predicted"):
+        metrics.flat_f1_score([["O", "O"]], [["O"]], average="micro")
+    assert metrics.sequence_accuracy_score([], []) == metrics.flat_accuracy_score([], []) == 0
+
+
+def test_chunk_f1_score_is_the_evaluate_scorer():
+    from demidcd import metrics
+    from demidcd.tasks.chunks import chunk_scores
+
+    y_true = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    y_pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]  # 2 of 3 entities right
+    assert metrics.chunk_f1_score(y_true, y_pred) == pytest.approx(2 / 3)
+    m = metrics.chunk_metrics(y_true, y_pred)
+    assert m == chunk_scores(y_true, y_pred).as_dict() and m["per_type"]["LOC"]["recall"] == 0
+    rng = np.random.default_rng(3)
+    y_true, y_pred = _random_sequences(rng, 50, TAGS)
+    assert metrics.chunk_f1_score(y_true, y_pred, "iob2") == \
+        chunk_scores(y_true, y_pred, "iob2").as_dict()["f1"]
