@@ -201,3 +201,23 @@ def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard):
     pgs = [rec["max_pg"] for rec in res.history]
     assert all(pg > cfg.tol for pg in pgs), pgs
     assert any(np.isfinite(pg) for pg in pgs), pgs  # once every learner finished a pass
+
+
+def test_the_log_is_true_while_costly_inference_passes_go_on(shm_guard):
+    """With costly inference a learner's first inference pass over its part lasts longer than
+    many rebuilds (Brown, 453 tags: minutes); every record taken once structures were admitted
+    shows them in the active sets and a max |PG| > 0 (it printed ``active 0``, ``max_pg 0``
+    and a stop line with "largest projected gradient 0"), and the stop line says the truth."""
+    from toy_task import SlowToyTask
+
+    from demidcd.progress import stop_line
+
+    task = SlowToyTask(0.03, n=80, seed=3)  # a part of 40 examples: 1.2 s of inference
+    cfg = SolverConfig(C=0.1, tol=1e-6, delta=1e-6, time_limit=1.5, batch=2)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.25)
+    assert res.stop_reason == "time-limit"
+    seen = [rec for rec in res.history if rec["admitted"] > 0]
+    assert len(seen) >= 2, res.history
+    for rec in seen:
+        assert rec["active"] > 0 and 0.0 < rec["max_pg"] < np.inf, rec
+    assert "largest projected gradient 0," not in stop_line(res, cfg.tol, "l2")

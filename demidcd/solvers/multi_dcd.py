@@ -311,6 +311,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             g.poll_command(k, run)
 
         fs[F_PASS_PG] = np.inf  # no pass yet: nothing is certified
+        st[M.ACTIVE] = act.size  # a restored state's structures; a restart's empty sets
         if g.start_paused:
             g.poll_command(k, run, wait=True)
         r, b = cfg.inner_passes, max(cfg.batch, 1)
@@ -333,6 +334,10 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             fs[F_UPDATE_S] += time.perf_counter() - t
             order = rng.permutation(part)
             violators, pass_pg, t_inf = 0, 0.0, 0.0
+            # the log reads |A| and max |PG| while this pass goes on: with costly inference
+            # (Brown, 453 tags: a pass over a part takes minutes) it is most of the run, and the
+            # passes before the first inference pass saw empty active sets (|PG| 0)
+            updates_pg = fs[F_PASS_PG] if np.isfinite(fs[F_PASS_PG]) else 0.0
             for s in range(0, len(order), b):
                 chunk = order[s:s + b]
                 u0, t = task.unproven, time.perf_counter()
@@ -357,6 +362,8 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                 st[M.UPDATES] += u.updates
                 st[M.STEPS] += u.nonzero_steps
                 st[M.INFER] += len(chunk)
+                st[M.ACTIVE] = act.size
+                fs[F_PASS_PG] = max(updates_pg, pass_pg)
                 poll()
             fs[F_INFER_S] += t_inf
             if r == 0:
