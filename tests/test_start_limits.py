@@ -191,3 +191,21 @@ def test_a_segment_the_dev_shm_cannot_back_fails_at_creation(tmp_path: Path) -> 
     out = r.stdout.splitlines()
     assert out[0].startswith("shared memory: cannot back a segment of 8.0 MiB"), r.stdout
     assert out[1] == "[]"
+
+
+# ============================== defect 17: a model and a state written apart
+def test_resume_refuses_a_state_that_is_not_the_models(cli, corpus: Path, tmp_path: Path) -> None:
+    """A run stopped between writing its model and its state leaves the new model beside the
+    old state: a resume must refuse the pair in one line (it restarted from the old state
+    without a word); a pair written together resumes."""
+    model, state = tmp_path / "m.npz", tmp_path / "m.state.npz"
+    train = ["train", "--train", corpus / "train.txt", "--threads", "1", "--quiet",
+             "--save-state", "--model", model]
+    assert cli(*train, "--max-epochs", "2")[0] == 0
+    first = state.read_bytes()
+    code, _, err = cli(*train, "--max-epochs", "4", "--resume", model)
+    assert code == 0, err  # the pair of the first run resumes
+    state.write_bytes(first)  # the second run "stopped" after its model, before its state
+    code, out, err = cli(*train, "--max-epochs", "6", "--resume", model)
+    assert code == 2, (code, err)
+    assert err.count("\n") == 1 and "is not the state of this model" in err, err

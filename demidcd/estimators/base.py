@@ -453,7 +453,7 @@ class StructuredEstimator:
 
     def _start_point(self, task: Any) -> Any:
         """The :class:`~demidcd.solvers.state.Start` of this fit (None: a plain one)."""
-        from ..solvers.state import DualState, Start
+        from ..solvers.state import DualState, Start, StateMismatch
 
         keep = bool(self.save_state)
         src = self._start_source()
@@ -472,6 +472,11 @@ class StructuredEstimator:
         except ModelFileError as e:
             raise ModelFileError(f"--resume {self.resume}", str(e)) from None
         state = DualState(arrays, meta)
+        if not state.belongs_to(old.coef_):
+            raise StateMismatch(f"--resume {self.resume}: the saved state {path} is not the "
+                                "state of this model (a run stopped between writing the model "
+                                "and its state?); resume from a model and the state saved with "
+                                "it, or start from this model's weights with --init")
         self._say()(f"resuming {self.resume}: {state.epoch} iterations done, "
                     f"{state.n_structures:,} structures in the active sets")
         return Start(state=state, keep_state=keep)
@@ -553,7 +558,7 @@ class StructuredEstimator:
         """Run the learner on the bound ``task``; ``dev_eval(w)`` → metrics dict for the log.
         A :class:`~demidcd.parallel.engine.WorkerError` leaves the partial model fitted."""
         from ..errors import WorkerError
-        from ..solvers.state import StateMismatch
+        from ..solvers.state import StateMismatch, weights_digest
 
         config = self.solver_config()
         algorithm, threads, engine = self._learner()
@@ -619,6 +624,8 @@ class StructuredEstimator:
                 self.prior_ = start.prior
             if start.keep_state:
                 self.state_ = result.state
+                if result.state is not None:  # the model this state belongs to (a resume checks)
+                    result.state.meta["model_weights"] = weights_digest(result.w)
         return result
 
     def _verbosity(self) -> int:

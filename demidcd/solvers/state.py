@@ -69,6 +69,13 @@ class DualState:
     def epoch(self) -> int:
         return int(self.meta.get("epoch", 0))
 
+    def belongs_to(self, w: np.ndarray) -> bool:
+        """Whether ``w`` (the weights of the model beside this state) is the w the state was
+        saved with (``meta["model_weights"]``, :func:`weights_digest`); a state that does not
+        record it (written before it did) is taken on trust."""
+        saved = self.meta.get("model_weights")
+        return saved is None or saved == weights_digest(w)
+
     def check(self, expected: dict[str, Any]) -> None:
         """Raise :class:`StateMismatch` naming the first entry of the :func:`fingerprint`
         that differs from ``expected`` (this run's)."""
@@ -96,6 +103,13 @@ class DualState:
                   and bool(np.all(np.isfinite(a["alpha"]))) and a["alpha"].min() >= 0.0)
         if not ok:
             raise StateMismatch("the saved state is damaged (inconsistent arrays)")
+
+
+def weights_digest(w: np.ndarray) -> str:
+    """A digest of the weights ``w`` (as a model file stores them: float64), kept in a saved
+    state so that a resume can tell whether the model beside it is the one the state was saved
+    with: a run stopped between writing the two leaves a new model beside an old state."""
+    return hashlib.blake2b(np.ascontiguousarray(w, np.float64), digest_size=16).hexdigest()
 
 
 def _differ(name: str, unit: str = "") -> Any:
