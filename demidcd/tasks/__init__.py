@@ -112,8 +112,8 @@ class TaskSpec:
         for entity-relation …), which would be ignored without a word. ``est``: the loaded
         model (evaluate / predict), None in ``train``; a spec may check more against it."""
         for o in OPTIONS:
-            if o.group == LEARNER or not o.owners or self.name in o.owners:
-                continue
+            if o.group == LEARNER or self.name in o.owners or not set(o.owners) & TASKS.keys():
+                continue  # every task reads it, or learners own it (--save-state: the DCD ones)
             if getattr(args, o.name, None) not in (None, False):
                 owners = list(o.owners)
                 who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
