@@ -257,3 +257,22 @@ def test_marked_lines_cover_every_change_of_w(seed):
     untracked = ActiveSets(task.n_examples, task.dim, 0.5)
     untracked.insert(recs, admit=0.01)
     assert untracked.mark.shape[0] == mark_array(0).shape[0] and not untracked.mark.any()
+
+
+@pytest.mark.parametrize("limit", [None, 0.4])
+def test_the_first_epochs_max_pg_is_the_inference_passes(limit):
+    """DCD-SSVM's first epoch runs its r update passes over empty active sets (|PG| 0), then
+    the inference pass admits structures and updates them: the epoch's record (and the stop
+    line built from it) showed max_pg 0, whether the epoch ended (max_epochs 1) or a time limit
+    cut its inference pass (Brown, one thread: the first pass takes minutes)."""
+    from toy_task import SlowToyTask
+
+    from demidcd.progress import stop_line
+
+    task = ToyTask(n=40, seed=4) if limit is None else SlowToyTask(0.02, n=40, seed=4)
+    cfg = SolverConfig(C=0.1, tol=1e-6, delta=1e-6, batch=2, max_epochs=1, time_limit=limit)
+    res = train_dcd(task, cfg)
+    rec = res.history[-1]
+    assert res.stop_reason == ("max-epochs" if limit is None else "time-limit")
+    assert rec["epoch"] == 1 and rec["active"] > 0 and rec["max_pg"] > cfg.tol, rec
+    assert "largest projected gradient 0," not in stop_line(res, cfg.tol, "l2")

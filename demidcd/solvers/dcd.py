@@ -143,6 +143,11 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             # (the sweep plan's full passes need not fall last: with an even r they never did)
             if r == 0 or (not certified and pass_pg < config.tol):
                 max_pg, certified = pass_pg, pass_pg < config.tol
+            # the log's max |PG|: at each example's last visit. The inference pass visited those
+            # it reached after their new structures came, so unless the epoch certifies, it
+            # is the pass's (the first epoch's update passes saw empty active sets: |PG| 0)
+            shown_pg = max_pg if violators == 0 and certified else \
+                pass_pg if at >= n else max(max_pg, pass_pg)
             before = carried or {}  # a finished epoch's counts made by the saved run
             totals["updates"] += updates - int(before.get("updates", 0))
             totals["inferences"] += inferred
@@ -151,7 +156,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
             recorder.epoch({"epoch": epoch, "updates": updates,
                             "total_updates": totals["updates"], "inferences": totals["inferences"],
                             "admitted": admitted, "violators": violators, "active": act.size,
-                            "shrunk": shrunk, "max_pg": max_pg}, act.w,
+                            "shrunk": shrunk, "max_pg": shown_pg}, act.w,
                            dual=act.dual_objective)
             if stop := stop_reason(violators == 0 and certified, clock):
                 reason = stop
