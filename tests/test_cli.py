@@ -98,6 +98,34 @@ def test_hand_edited_data_options_are_named(cli, model, tmp_path, corpus_dir, fi
         SequenceTagger.load(edited)
 
 
+@pytest.mark.parametrize("field, value, must", [
+    ("label_scheme", -1, "a string"), ("label_scheme", True, "a string"),
+    ("min_count", "2", "a number")])
+def test_hand_edited_parameters_are_named(cli, tmp_path, field, value, must):
+    # parameters.label_scheme: -1 gave "AttributeError: 'int' object has no attribute 'lower'"
+    # from evaluate: each saved constructor argument must have a type the argument takes
+    from demidcd.api import ChunkTagger
+
+    rng = np.random.default_rng(0)
+    tags = [["B-NP", "I-NP", "O", "B-VP"][i % 4] for i in range(8)]
+    X = [[f"w{rng.integers(20)}" for _ in tags] for _ in range(20)]
+    data = tmp_path / "chunks.txt"
+    data.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s, tags, strict=True)) + "\n"
+                            for s in X))
+    model = tmp_path / "chunk.npz"
+    ChunkTagger(min_count=1, max_epochs=2).fit(X, [tags] * len(X)).save(model)
+    z = np.load(model)
+    arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["meta.json"].tobytes())
+    meta["parameters"][field] = value
+    arrays["meta.json"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(model, **arrays)
+    code, _, err = cli("evaluate", "--model", model, "--data", data)
+    assert (code, err.splitlines()) == (2, [
+        f"demidcd: error: {model}: corrupt model metadata (parameters.{field} is "
+        f"{json.dumps(value)}, not {must})"])
+
+
 @pytest.mark.parametrize("content,line", [("a B\nb\n", 2), ("a B\n\nc D E\n", 3)])
 def test_reader_errors_name_file_and_line(tmp_path, content, line):
     f = tmp_path / "bad.txt"

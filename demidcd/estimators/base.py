@@ -24,8 +24,10 @@ engine options).
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import Any
@@ -237,6 +239,18 @@ def decode_parameters(path: str, saved: Any) -> dict[str, Any] | None:
             raise bad
         out[k] = v
     return out
+
+
+def _saved_type_error(annotation: Any, value: Any) -> str:
+    """"" when ``value``, a saved constructor argument (None, bool, int, float or str), has a
+    type the argument's ``annotation`` names, else what it should be ("a string", "a number",
+    …). Annotations that name neither strings nor numbers (Any, callables) take anything."""
+    kinds = set(typing.get_args(annotation) or (annotation,))
+    text, number = str in kinds, bool(kinds & {int, float, bool})
+    if value is None or not (text or number) or (text and isinstance(value, str)) or (
+            number and isinstance(value, int | float)):
+        return ""
+    return " or ".join([*(["a string"] if text else []), *(["a number"] if number else [])])
 
 
 def saved_result(path: str, w: np.ndarray, meta: dict) -> TrainResult:
@@ -692,13 +706,18 @@ class StructuredEstimator:
         given = decode_parameters(str(path), meta.get("parameters"))
         if given is not None:
             hp = meta.get("hyper_parameters") or {}
+            sig = inspect.signature(type(self).__init__).parameters
             for name in self._get_param_names():
-                value = given.get(name)
+                value, field = given.get(name), "parameters"
                 # None meant the default of the version that trained: where a task option
                 # (e.g. the dependency parser's hashing) now defaults otherwise, keep its value
                 if value is None and name in self._task_params and name in hp and \
                         hp[name] != self._task_defaults.get(name):
-                    value = hp[name]
+                    value, field = hp[name], "hyper_parameters"
+                must = _saved_type_error(sig[name].annotation, value)
+                if must:
+                    raise ModelFileError(str(path), f"corrupt model metadata ({field}.{name} is "
+                                                    f"{json.dumps(value)[:40]}, not {must})")
                 setattr(self, name, value)
         self.coef_, self.meta_ = w, meta
         self.result_ = saved_result(str(path), w, meta)
