@@ -306,3 +306,20 @@ def test_stress_million_records_two_processes(arena):
     print(f"\n10^6 records in {dt:.1f}s, producer saw a full ring {res[0]} times, "
           f"{res[3]} pops")
     assert list_segments("demidcdtest", os.getpid())  # arena still alive until fixture close
+
+
+def test_rings_shrink_to_fit_a_small_dev_shm() -> None:
+    """A container's 64 MiB /dev/shm: 15 rings of the default 32 MiB cannot fit, so each is
+    halved until all fit beside the other segments; never below MIN_RING_WORDS, never above
+    the asked size, unchanged when the space is unknown or ample."""
+    from demidcd.primitives.ring import MIN_RING_WORDS, RING_WORDS, RecordRing, fit_ring_words
+
+    mib = 2**20
+    assert fit_ring_words(RING_WORDS, 15, 3 * mib, None) == RING_WORDS
+    assert fit_ring_words(RING_WORDS, 15, 3 * mib, 10**12) == RING_WORDS
+    words = fit_ring_words(RING_WORDS, 15, 3 * mib, 64 * mib)
+    assert MIN_RING_WORDS <= words < RING_WORDS
+    assert 3 * mib + 15 * RecordRing.footprint(words) <= 64 * mib
+    assert 3 * mib + 15 * RecordRing.footprint(2 * words) > 64 * mib  # the largest that fits
+    assert fit_ring_words(RING_WORDS, 15, 3 * mib, 1 * mib) == MIN_RING_WORDS
+    assert fit_ring_words(1 << 10, 15, 3 * mib, 1 * mib) == 1 << 10

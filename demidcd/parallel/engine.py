@@ -67,9 +67,16 @@ import numpy as np
 
 from ..errors import WorkerError
 from ..primitives.monitor import CpuMonitor
-from ..primitives.ring import RING_WORDS, RecordRing
+from ..primitives.ring import RING_WORDS, RecordRing, fit_ring_words
 from ..primitives.seqlock import LINE_SHIFT, SharedWeights, load_word, store_word
-from ..primitives.shm import SharedArena, require_space, segment_bytes, sweep_stale
+from ..primitives.shm import (
+    SHM_DIR,
+    SharedArena,
+    free_bytes,
+    require_space,
+    segment_bytes,
+    sweep_stale,
+)
 from ..tasks.base import RecordBatch, Task
 from .supervisor import ProcessGroup, StartGate
 from .transport import Transport, balanced_shards, concat_batches
@@ -124,9 +131,15 @@ class WorkerPool(ProcessGroup, Transport):
                   **{f"out-{k}": ((n_workers, *shape), dt) for k, (shape, dt) in
                      spec.outputs.items()},
                   **{f"in-{k}": (shape, dt) for k, (shape, dt) in spec.inputs.items()}}
-        require_space(SharedWeights.footprint(self.dim + self.n, spec.wbar_dtype(task))
-                      + n_workers * RecordRing.footprint(ring_words)
-                      + sum(segment_bytes(*a) for a in arrays.values()), n_workers + 1)
+        other = (SharedWeights.footprint(self.dim + self.n, spec.wbar_dtype(task))
+                 + sum(segment_bytes(*a) for a in arrays.values()))
+        fitted = fit_ring_words(ring_words, n_workers, other, free_bytes())
+        if fitted < ring_words:
+            self.log(f"rings of {RecordRing.footprint(fitted) / 2**20:.0f} MiB, not "
+                     f"{RecordRing.footprint(ring_words) / 2**20:.0f} MiB, to fit {SHM_DIR} "
+                     f"({(free_bytes() or 0) / 2**20:.0f} MiB free)")
+            ring_words = fitted
+        require_space(other + n_workers * RecordRing.footprint(ring_words), n_workers + 1)
         self.arena = SharedArena()
         try:
             self.wbar = SharedWeights.allocate(self.arena, self.dim + self.n,

@@ -185,6 +185,22 @@ def _pop_copy(payload: np.ndarray, pf: np.ndarray, pi: np.ndarray, tail: int, he
     return t
 
 RING_WORDS = 1 << 22  # words per ring (8 bytes each: 32 MiB), the default everywhere
+MIN_RING_WORDS = 1 << 17  # 1 MiB: the smallest ring a small /dev/shm gets (fit_ring_words)
+
+
+def fit_ring_words(ring_words: int, n_rings: int, other_bytes: int, free: int | None) -> int:
+    """The capacity to give each of ``n_rings`` rings when ``other_bytes`` of other segments
+    share ``free`` bytes of /dev/shm with them: ``ring_words``, halved while the rings do not
+    fit (a container's 64 MiB /dev/shm holds 15 rings of 2 MiB, not of 32 MiB), never below
+    :data:`MIN_RING_WORDS` (nor above ``ring_words``). A smaller ring only makes a worker wait
+    sooner for the learner to drain it; what still does not fit is refused by the caller's
+    space check (:func:`~demidcd.primitives.shm.require_space`)."""
+    words = int(ring_words)
+    if free is None:
+        return words
+    while words > MIN_RING_WORDS and other_bytes + n_rings * RecordRing.footprint(words) > free:
+        words //= 2
+    return words
 
 
 class RecordRing:

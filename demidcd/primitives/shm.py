@@ -62,7 +62,7 @@ import psutil
 from ..errors import DemidcdError
 
 __all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR",
-           "SharedMemoryFull", "segment_bytes", "require_space"]
+           "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
 
 SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
 _MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
@@ -80,6 +80,14 @@ def _space() -> tuple[int, int]:
     """(free, total) bytes of the file system under :data:`SHM_DIR`."""
     st = os.statvfs(SHM_DIR)
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def free_bytes() -> int | None:
+    """Free bytes of the file system under :data:`SHM_DIR`; None when it cannot tell."""
+    try:
+        return _space()[0]
+    except OSError:
+        return None
 
 
 def _advice(need: int) -> str:
