@@ -320,6 +320,7 @@ def _interruptible(fn, *args: Any) -> Any:
 
 
 _RUNNING: list[Any] = []  # "done" events of inference threads (left running by an interrupt)
+_KEPT: list[str] = []  # what an interrupt of train now leaves of the model, said with it
 
 
 def _report(spec, est, data, name: str, quiet: bool = False) -> None:
@@ -436,6 +437,7 @@ def _train(args) -> int:
     from .errors import WorkerError
     from .io.model import save_with_fallback, stdio_fd
     from .solvers import check_loss, check_threads, get_learner, oversubscription
+    from .solvers.common import StopRequest
 
     if args.model is not None and stdio_fd(args.model) == 1:
         raise OptionError(f"--model {args.model}: standard output carries the log; give the "
@@ -522,30 +524,38 @@ def _train(args) -> int:
     X, Y = spec.xy(train)
     Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
     try:
+        if args.model:
+            _KEPT[:] = [f"{args.model} not written"]  # said if a Ctrl-C ends the run now
         est.fit(X, Y, Xd, Yd)
     except WorkerError as e:  # keep what was learnt: the partial model, marked unfinished
         log.close()
         if not args.model or getattr(est, "coef_", None) is None:
             raise
-        save_with_fallback(est.save, args.model)
+        with StopRequest.holding():  # a repeated Ctrl-C must not lose it
+            save_with_fallback(est.save, args.model)
+            _KEPT[:] = [f"the partial model was written to {args.model} (finished: false)"]
         raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
                           e.details) from e
     log.close()
     res = est.result_
     log.info(f"features: {est.feature_summary()}")
     log.info(stop_line(res, config.tol, config.loss, cli_flag))
-    if args.model:
-        save_with_fallback(est.save, args.model)
-        ended = {"time-limit": " (the model reached within --time-limit)",
-                 "max-epochs": " (the model after --max-epochs)"}
-        log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
-            res.stop_reason, f" (partial: {res.stop_reason})")))
-    if args.save_state and getattr(est, "state_", None) is not None:
-        from .io.model import state_path
+    with StopRequest.holding():  # a repeated Ctrl-C must not lose the model or its state
+        if args.model:
+            save_with_fallback(est.save, args.model)
+            _KEPT[:] = [f"the model was written to {args.model}"
+                        + ("" if res.finished else " (finished: false)")]
+            ended = {"time-limit": " (the model reached within --time-limit)",
+                     "max-epochs": " (the model after --max-epochs)"}
+            log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
+                res.stop_reason, f" (partial: {res.stop_reason})")))
+        if args.save_state and getattr(est, "state_", None) is not None:
+            from .io.model import state_path
 
-        est.write_state(state_path(args.model))
-        log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
-                 f"{args.model})")
+            est.write_state(state_path(args.model))
+            _KEPT.append(f"its dual state to {state_path(args.model)}")
+            log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
+                     f"{args.model})")
     metrics = {}
     if dev is not None:
         _report(spec, est, dev, "dev ", args.quiet)
@@ -821,6 +831,7 @@ def _main(argv: list[str], debug: bool) -> int:
         from .solvers.common import StopRequest
 
         StopRequest.requested = StopRequest.active = False
+        _KEPT.clear()
         signal.signal(signal.SIGINT, _interrupt)
         signal.signal(signal.SIGTERM, _interrupt)
         return COMMANDS[args.command](args)
@@ -832,7 +843,7 @@ def _main(argv: list[str], debug: bool) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        print("demidcd: interrupted", file=sys.stderr)
+        print("demidcd: interrupted" + "".join(f"; {k}" for k in _KEPT), file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
         _silence_stdout()

@@ -112,6 +112,29 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum,
     assert r.extra["rebuild_error"] <= 1e-9
 
 
+def test_a_second_ctrl_c_mid_rebuild_keeps_the_w_from_before_it(task, shm_guard, monkeypatch):
+    """Issue 45, item 17: a second Ctrl-C (KeyboardInterrupt) while the learners add Σ α φ into
+    the zeroed w returned that half-built w (all zeros here: a zero model was saved); now the
+    w from before the rebuild."""
+    from demidcd.parallel.multi import LearnerGroup
+    from demidcd.solvers.multi_dcd import ADD
+
+    command, adds = LearnerGroup.command, []
+
+    def interrupted(self, cmd):  # the second rebuild's ADD: the coordinator is interrupted
+        adds.append(cmd == ADD)
+        if cmd == ADD and sum(adds) == 2:
+            raise KeyboardInterrupt
+        return command(self, cmd)
+
+    monkeypatch.setattr(LearnerGroup, "command", interrupted)
+    cfg = SolverConfig(C=0.1, tol=1e-9, delta=1e-3, max_epochs=100000, time_limit=60)
+    r = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.2)
+    assert r.stop_reason == "interrupted" and sum(adds) == 2
+    zero = primal_objective(task, np.zeros_like(r.w), 0.1)[0]
+    assert primal_objective(task, r.w, 0.1)[0] < 0.5 * zero
+
+
 def test_learner_exception_restarts(task, optimum, shm_guard, monkeypatch):
     from demidcd.parallel.multi import LearnerGroup
 

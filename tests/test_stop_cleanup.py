@@ -439,6 +439,100 @@ def test_a_stopped_learner_does_not_hold_the_run(tmp_path, stop, shm_guard):
     assert not segs
 
 
+def test_ctrl_c_again_within_half_a_second_is_the_same_request(monkeypatch):
+    """Issue 45, item 17: the handler's rule. Two or three Ctrl-C in a row are one request
+    (before, the second raised KeyboardInterrupt wherever the run was, the saving of the
+    model included); a later one still hurries the run; while a file is written
+    (``holding``) signals are only counted, and reported once it is written."""
+    from demidcd.solvers.common import REPEAT_SECONDS, StopRequest
+
+    monkeypatch.setattr(StopRequest, "requested", False)
+    monkeypatch.setattr(StopRequest, "active", True)
+    StopRequest.handler(signal.SIGINT, None)
+    StopRequest.handler(signal.SIGINT, None)  # 0 ms later: the same request
+    StopRequest.handler(signal.SIGINT, None)
+    assert StopRequest.requested
+    monkeypatch.setattr(StopRequest, "first", time.monotonic() - REPEAT_SECONDS - 0.1)
+    with pytest.raises(KeyboardInterrupt):  # later: the user insists
+        StopRequest.handler(signal.SIGINT, None)
+    written = []
+    with pytest.raises(KeyboardInterrupt):
+        with StopRequest.holding():
+            for _ in range(3):
+                StopRequest.handler(signal.SIGINT, None)
+            written.append(True)
+    assert written and StopRequest.held == -1
+    with StopRequest.holding():  # no signal: nothing raised
+        pass
+
+
+def test_a_ctrl_c_while_saving_waits_for_the_model_and_says_so(cli, corpus, tmp_path,
+                                                                monkeypatch):
+    """Issue 45, item 17: Ctrl-C pressed twice while the model is written (beyond the repeat
+    window) no longer interrupts the writing: the model is written, then the run ends with
+    one line saying where; an interrupt the run could not absorb (here: in fit) says that
+    the model was not written."""
+    from demidcd.estimators.sequence import SequenceTagger
+    from demidcd.solvers.common import StopRequest
+
+    save = SequenceTagger.save
+
+    def save_under_ctrl_c(self, path):
+        for _ in range(2):
+            StopRequest.first = time.monotonic() - 10.0  # the user insists
+            StopRequest.handler(signal.SIGINT, None)
+        save(self, path)
+
+    monkeypatch.setattr(SequenceTagger, "save", save_under_ctrl_c)
+    model = tmp_path / "m.npz"
+    args = ["train", "--train", corpus / "train.txt", "--threads", "1", "--max-epochs", "2",
+            "--min-count", "1", "--model", model]
+    code, out, err = cli(*args)
+    assert code == 130 and model.exists(), err
+    assert err.strip().splitlines()[-1] == f"demidcd: interrupted; the model was written to " \
+                                           f"{model} (finished: false)", err
+
+    def fit_interrupted(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SequenceTagger, "fit", fit_interrupted)
+    model.unlink()
+    code, out, err = cli(*args)
+    assert code == 130 and not model.exists()
+    assert err.strip().splitlines() == [f"demidcd: interrupted; {model} not written"], err
+
+
+def test_three_quick_ctrl_c_keep_the_model(tmp_path, shm_guard):
+    """Issue 45, item 17: three SIGINTs 20 ms apart end the run with the partial model written
+    and said so, exit 130. Before, the second landed after the learner had stopped (one
+    process: 3 runs of 3 with 10-50 ms between the signals) and the run ended with 'demidcd:
+    interrupted' and no model. (Two learners: test_multi_dcd's mid-rebuild test.)"""
+    model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
+    p = _start(["train", "--threads", "1", "--time-limit", "60", "--tol", "1e-9", "--model",
+                str(model)], logf)
+    family: list[psutil.Process] = []
+    try:
+        _wait_for(logf, p, r"^iter +1 ")
+        family = _children(p.pid)
+        time.sleep(0.5)
+        for _ in range(3):
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        p.wait(timeout=30)
+        alive, segs = _until_gone(family, p.pid, 5.0)
+    finally:
+        _kill_all(family)
+        if p.poll() is None:
+            p.kill()
+    out = logf.read_text()
+    assert p.returncode == 130, out[-2000:]
+    assert "Traceback" not in out
+    assert f"model written to {model} (partial: interrupted)" in out, out[-2000:]
+    _, _, meta = load_model(model)
+    assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
+    assert not alive and not segs
+
+
 # ======================================== Ctrl-C at start-up, restart limit (test_user_polish)
 def test_a_worker_past_the_restart_limit_leaves_the_partial_model(tmp_path, shm_guard,
                                                                   monkeypatch):
