@@ -65,6 +65,7 @@ import numba as nb
 import numpy as np
 
 from ..primitives.monitor import timed_step
+from .feature_counts import count_base_features, frequency_order
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
 # Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
@@ -553,6 +554,12 @@ class SequenceFeaturizer:
     def _fit_dictionary(self, tokens: list[list], words: list[list[str]], attrs,
                         n_attr: int) -> None:
         """The dictionary of :meth:`fit` (features firing on ≥ min_count tokens)."""
+        if self.template == "base":  # counted per type and n-gram (no string per token)
+            names, counts = count_base_features(*_types(words), attrs, n_attr,
+                                                self._word_features, self.min_count)
+            self.n_attributes = n_attr
+            self._adopt(frequency_order(names, counts))
+            return
         # Every feature that fires on the training data, with a provisional id.
         _, _, types = _types(words)
         seen: dict[str, int] = {}
@@ -579,9 +586,12 @@ class SequenceFeaturizer:
         counts = np.bincount(enc.feat_idx, minlength=len(seen))
         names = list(seen)
         keep = np.flatnonzero(counts >= self.min_count)
-        kept = [names[j] for j in sorted(keep, key=lambda j: (-counts[j], names[j]))]
-        self.features = kept
-        self._index = {f: j for j, f in enumerate(kept)}
+        self._adopt(frequency_order([names[j] for j in keep.tolist()], counts[keep]))
+
+    def _adopt(self, features: list[str]) -> None:
+        """Take ``features`` (in id order) as the dictionary."""
+        self.features = features
+        self._index = {f: j for j, f in enumerate(features)}
         self._type_tables = self._blob = None
 
     def transform(self, tokens: list[list[str]]) -> EncodedSequences:

@@ -1,0 +1,88 @@
+"""The dictionary of the built-in features counted per word type and per n-gram
+(:mod:`demidcd.tasks.feature_counts`) is the one of counting every token's feature strings:
+random sentences whose words and attribute values hold ``|``, ``<s>``, case variants."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from demidcd.tasks.feature_counts import frequency_order
+from demidcd.tasks.features import SequenceFeaturizer
+
+WORDS = ["the", "The", "THE", "a|b", "A|B", "a", "b|c", "b", "c", "|", "||", "<s>", "</s>",
+         "<S>", "New-York", "3.14", "café", "CAFÉ", "Émile", "x", "-", "A1"]
+VALUES = ["N", "V", "a|b", "a", "b", "b|c", "c", "|", "<s>", "</s>", "P"]
+
+
+def _shape(w: str) -> str:
+    return "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c
+                   for c in w)
+
+
+def _token_features(words: list[str], cols: list[list[str]], t: int) -> set[str]:
+    """Every feature string of token t, written out from the template's description."""
+    w, lw, n = words[t], words[t].lower(), len(words)
+    sh = _shape(w)
+    f = {"b", "w=" + w, "lw=" + lw, "sh=" + sh,
+         "csh=" + "".join(c for i, c in enumerate(sh) if i == 0 or sh[i - 1] != c)}
+    f |= {f"p{k}={w[:k]}" for k in range(1, min(4, len(w)) + 1)}
+    f |= {f"s{k}={w[-k:]}" for k in range(1, min(4, len(w)) + 1)}
+    f |= {name for name, on in [("cap", w[:1].isupper()), ("hyph", "-" in w),
+                                ("dig", any(c.isdigit() for c in w)), ("allcap", w.isupper())]
+          if on}
+
+    def low(u: int) -> str:
+        return "<s>" if u < 0 else "</s>" if u >= n else words[u].lower()
+
+    f |= {f"w{o:+d}={low(t + o)}" for o in (-2, -1, 1, 2)}
+    f |= {f"b-1={low(t - 1)}|{lw}", f"b+1={lw}|{low(t + 1)}"}
+    for j, col in enumerate(cols):
+        def v(u: int, col=col) -> str:
+            return "<s>" if u < 0 else "</s>" if u >= n else col[u]
+
+        f |= {f"a{j}[{o}]={v(t + o)}" for o in range(-2, 3)}
+        f |= {f"a{j}[{o}|{o + 1}]={v(t + o)}|{v(t + o + 1)}" for o in range(-2, 2)}
+        f |= {f"a{j}[{o}|{o + 1}|{o + 2}]={v(t + o)}|{v(t + o + 1)}|{v(t + o + 2)}"
+              for o in range(-2, 1)}
+    return f
+
+
+def _sentences(seed: int, n_attr: int) -> tuple[list[list], list[list[set[str]]]]:
+    """Random sentences (tokens as the featurizer takes them) and every token's features."""
+    rng = random.Random(seed)
+    X, feats = [], []
+    for _ in range(rng.randint(60, 120)):
+        m = rng.choice([0, 1, 1, 2, 3, 5, 8])
+        words = [rng.choice(WORDS) for _ in range(m)]
+        cols = [[rng.choice(VALUES) for _ in range(m)] for _ in range(n_attr)]
+        X.append([(w, *(c[t] for c in cols)) for t, w in enumerate(words)] if n_attr
+                 else words)
+        feats.append([_token_features(words, cols, t) for t in range(m)])
+    return X, feats
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n_attr", [0, 1, 2])
+@pytest.mark.parametrize("min_count", [1, 2, 4])
+def test_dictionary_and_encoding_match_counting_every_token(seed, n_attr, min_count):
+    X, feats = _sentences(seed, n_attr)
+    counts = Counter(f for sent in feats for tok in sent for f in tok)
+    expect = sorted((f for f, c in counts.items() if c >= min_count),
+                    key=lambda f: (-counts[f], f))
+    fz = SequenceFeaturizer(min_count=min_count).fit(X)
+    assert fz.features == expect
+    enc = fz.transform(X)
+    index = {f: i for i, f in enumerate(expect)}
+    rows = [sorted(index[f] for f in tok if f in index) for sent in feats for tok in sent]
+    assert enc.feat_ptr.tolist() == np.cumsum([0] + [len(r) for r in rows]).tolist()
+    assert enc.feat_idx.tolist() == [i for r in rows for i in r]
+
+
+def test_frequency_order_breaks_ties_by_string():
+    names = ["b", "a", "c|d", "é", "A", "c"]
+    counts = np.array([2, 2, 5, 2, 1, 5])
+    assert frequency_order(names, counts) == ["c", "c|d", "a", "b", "é", "A"]
