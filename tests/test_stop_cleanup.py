@@ -398,7 +398,7 @@ def test_a_stopped_learner_does_not_hold_the_run(tmp_path, stop, shm_guard):
     coordinator waiting for its answer for ever: past --time-limit, and deaf to Ctrl-C. It is
     now treated as a dead learner (killed): the run ends at its time limit, or at once on
     Ctrl-C, with the model of the live learner saved, no process and no segment left."""
-    limit = 4 if stop == "time-limit" else 60
+    limit = 3 if stop == "time-limit" else 60
     model, logf = tmp_path / "m.npz", tmp_path / "log.txt"
     p = _start(["train", "--threads", "2", "--algorithm", "demi-dcd", "--learners", "2",
                 "--time-limit", str(limit), "--tol", "1e-9", "--model", str(model)], logf)
