@@ -49,6 +49,7 @@ sets (:mod:`demidcd.parallel.multi`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -61,7 +62,7 @@ from numba import njit
 from ..errors import OptionError
 from ..parallel import multi as M
 from ..primitives.monitor import usable_cores
-from ..primitives.seqlock import load_word, mark_array, store_word
+from ..primitives.seqlock import LINE_SHIFT, load_word, mark_array, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
@@ -153,14 +154,16 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     batch = task.loss_augmented(w, ex)
     t_inf = (time.perf_counter() - t) / max(len(ex), 1)
     # the L2 step's cost for either loss (an L1 visit after the first takes no step to time;
-    # its pair steps cost more, so the rule errs towards one learner)
-    act = ActiveSets(n, task.dim, config.C, config.delta, config.max_active, w=w)
+    # its pair steps cost more, so the rule errs towards one learner), on the sample's own
+    # entries of w renumbered 0..u−1 (in order: each φ stays sorted). On a fresh w of the
+    # task's size every first touch of a page is a fault, and with many labels (w[f·K + k])
+    # nearly every entry of φ lies on a page of its own: Brown's 453 tags (1.2 GiB w) timed
+    # 560-1,800 us per step and chose 2 learners, 1.5-3 us on pages already mapped
+    cols, idx = np.unique(batch.idx, return_inverse=True)
+    batch = dataclasses.replace(batch, idx=idx.astype(batch.idx.dtype))
+    act = ActiveSets(n, max(len(cols), 1), config.C, config.delta, config.max_active)
     act.insert(batch, 0.0)
-    # one pass untimed: its first touch of each page of the fresh w is a page fault, and with
-    # many labels (w[f·K + k]) nearly every entry of φ lies on a page of its own. Timed with
-    # the faults, Brown's 453 tags gave 1,800 us per step and chose 2 learners; a synthetic
-    # task with 200 tags 570-2,100 us against 1.4-3 us once its pages were mapped
-    act.update(ex, shrink=False)
+    act.update(ex, shrink=False)  # untimed: numba's dispatch, the pools' first touch
     # the median over the passes of 20 ms: a pause of the process (a garbage collection, the
     # scheduler) lands in one pass (it made a 2 us step read 110-170 us on a test's first call)
     per_step, t = [], time.perf_counter()
@@ -237,24 +240,38 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
 
 
 @njit(cache=True, nogil=True)
-def drift(old: np.ndarray, w: np.ndarray) -> tuple[float, int, float]:
-    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) in two passes
-    without temporaries (w has millions of entries and the learners wait)."""
+def drift(old: np.ndarray, w: np.ndarray, lines: np.ndarray) -> tuple[float, int, float]:
+    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) over the given
+    lines of ``2**LINE_SHIFT`` entries (old and w are 0 elsewhere), in two passes without
+    temporaries (w has millions of entries and the learners wait)."""
+    width, dim = 1 << LINE_SHIFT, w.shape[0]
     scale = 1.0
     sq_w = 0.0
-    for j in range(w.shape[0]):
-        a = abs(w[j])
-        sq_w += a * a
-        if a > scale:
-            scale = a
+    for q in range(lines.shape[0]):
+        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
+            a = abs(w[j])
+            sq_w += a * a
+            if a > scale:
+                scale = a
     thr = 1e-10 * scale
     sq, n = 0.0, 0
-    for j in range(w.shape[0]):
-        e = old[j] - w[j]
-        sq += e * e
-        if abs(e) > thr:
-            n += 1
+    for q in range(lines.shape[0]):
+        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
+            e = old[j] - w[j]
+            sq += e * e
+            if abs(e) > thr:
+                n += 1
     return np.sqrt(sq), n, np.sqrt(sq_w)
+
+
+@njit(cache=True, nogil=True)
+def copy_lines(dst: np.ndarray, src: np.ndarray, lines: np.ndarray) -> None:
+    """dst ← src on the given lines of ``2**LINE_SHIFT`` entries (``src`` empty: dst ← 0)."""
+    width, dim = 1 << LINE_SHIFT, dst.shape[0]
+    zero = src.shape[0] == 0
+    for q in range(lines.shape[0]):
+        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
+            dst[j] = 0.0 if zero else src[j]
 
 
 def _learner_body(task: Task, config: SolverConfig, mode: str,
@@ -419,7 +436,9 @@ def warm_up(task: Task, loss: str = "l2") -> None:
                      act.p_val, True)
     act.max_pg(np.zeros(1, np.int64))
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
-    drift(w, w)
+    lines = np.zeros(1, np.int64)
+    drift(w, w, lines)
+    copy_lines(w, w, lines)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
@@ -461,13 +480,16 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                            config.seed, log, debug,
                            arrays={"mark": (mark_array(dim).shape, np.uint8),
                                    **({"check": ((k, dim), np.float64)} if check else {})})
-    w = group.w
+    w, mark = group.w, group.arrays["mark"]
     if start and start.state is not None:
         w[:] = state_w(start.state, dim)  # w₀ + Σ α φ before any learner moves it
     elif prior is not None:
         w[:] = prior
+    if start and (start.state is not None or prior is not None):  # the learners mark their
+        mark[np.flatnonzero(w) >> LINE_SHIFT] = 1  # parts' φ too, once they began
+    base = np.zeros(0) if prior is None else prior  # w before Σ α φ is added
     interval = rebuild_every
-    old = np.empty(dim)
+    old = np.zeros(dim)  # w before a rebuild (0 off the marked lines, as w)
     state = {"dual": None, "paused": False, "tail": None, "rebuilding": False}
     clock: Clock | None = None
     epoch0 = start.epoch if start else 0
@@ -481,10 +503,14 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
         t0 = time.perf_counter()
         group.command(M.PAUSE)
-        old[:] = w
+        # w = w₀ + Σ α φ is 0 off the lines that w₀ or an admitted φ touches (marked, never
+        # cleared): only those are saved, reset and compared. Copying, zeroing and comparing
+        # all of w paused the learners 1.3 s per rebuild on Brown's 453 tags (1.2 GiB w)
+        lines = np.flatnonzero(mark)
+        copy_lines(old, w, lines)
         state["rebuilding"] = True  # w is incomplete until every ADD came back: old holds it
         while True:
-            w[:] = 0.0 if prior is None else prior
+            copy_lines(w, base, lines)
             if not group.command(ADD):  # a learner dying mid-add: add again without it
                 break
         state["rebuilding"] = False
@@ -496,7 +522,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             group.command(TAIL)  # a restarted learner takes atomic adds too
         state["paused"] = True
         cnt["rebuilds"] += 1
-        d, entries, w_norm = drift(old, w)
+        d, entries, w_norm = drift(old, w, lines)
         cnt["rebuild_seconds"] += time.perf_counter() - t0
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
