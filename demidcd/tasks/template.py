@@ -584,6 +584,10 @@ class Template:
         n = _n_columns(sentences)
         if n:
             self.check_columns(n)
+        regex_columns = {(m.col, m.fn_key) for ln in self.lines for m in ln.macros if m.regex}
+        for c, key in regex_columns:  # one matcher call for all the values (then cached)
+            self._fns[key].map(list({tok if isinstance(tok, str) else tok[c]: None
+                                     for s in sentences for tok in s}))
         uni, bi = self.unigram_lines, self.bigram_lines
         return [[([self._expand_line(ln, s, t) for ln in uni],
                   [self._expand_line(ln, s, t) for ln in bi]) for t in range(len(s))]
