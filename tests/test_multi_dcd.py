@@ -306,3 +306,29 @@ def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard):
                           callback=lambda rec, w: mapped.append(shmem() - before))
     assert res.extra["rebuilds"] >= 2 and res.extra["updates"] > 0 and np.abs(res.w).max() > 0
     assert max(mapped) < task.dim * 8 / 8, [m >> 20 for m in mapped]
+
+
+def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch):
+    """A rebuild pauses every learner; where one is costly (Brown, 453 tags: 0.7 s) the
+    periodic ones came every ``rebuild_every`` s all the same (18 in this 3 s run, paused for
+    more than half of it). Now they take at most REBUILD_SHARE of the time (the time limit's
+    rebuilds aside)."""
+    import time as _time
+
+    from demidcd.parallel.multi import LearnerGroup
+    from demidcd.solvers.multi_dcd import ADD
+
+    command = LearnerGroup.command
+
+    def slow_add(self, cmd):  # every rebuild's adds take 0.1 s
+        if cmd == ADD:
+            _time.sleep(0.1)
+        return command(self, cmd)
+
+    monkeypatch.setattr(LearnerGroup, "command", slow_add)
+    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=3.0)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.05)
+    assert res.stop_reason == "time-limit"
+    # periodic ones at 0.05 s, then 0.1 / REBUILD_SHARE = 2 s later at the earliest; the time
+    # limit adds two (the tail's and the final one)
+    assert res.extra["rebuilds"] <= 2 + 2, res.extra["rebuilds"]
