@@ -783,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     _OWN_PROCESS = from_command_line
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     hook = sys.unraisablehook
     if not debug:
         sys.unraisablehook = _quiet_interrupt
@@ -834,6 +834,8 @@ def _main(argv: list[str], debug: bool) -> int:
         _KEPT.clear()
         signal.signal(signal.SIGINT, _interrupt)
         signal.signal(signal.SIGTERM, _interrupt)
+        if _OWN_PROCESS and args.command in _HEAVY:
+            _stop_with_parent()
         return COMMANDS[args.command](args)
     except DemidcdError as e:
         if debug:
@@ -917,6 +919,27 @@ def _interrupt(signum: int, frame: Any) -> None:
                 _early_exit(signum, frame)
             f = f.f_back
     StopRequest.handler(signum, frame)
+
+
+def _stop_with_parent() -> None:
+    """A command-line run stops as on SIGTERM (the model reached is saved, the workers and the
+    shared memory go) when the process that started it dies: a killed ``timeout`` or job
+    runner, a closed terminal. Otherwise it would go on detached, holding the cores and its
+    model's lock. Not when it was started to outlive its parent: SIGHUP ignored (``nohup``) or
+    a session of its own (``setsid``). Linux's ``PR_SET_PDEATHSIG`` delivers SIGHUP; a parent
+    that died before it took effect is noticed by ``getppid``."""
+    from .parallel.supervisor import PR_SET_PDEATHSIG, prctl
+
+    if (prctl is None or signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            or os.getsid(0) == os.getpid()):
+        return
+    parent = os.getppid()
+    if parent == 1:  # already reparented, e.g. a container's init started us
+        return
+    signal.signal(signal.SIGHUP, _interrupt)
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGHUP)
 
 
 def _quiet_interrupt(u: Any) -> None:

@@ -58,6 +58,43 @@ def test_a_stopped_worker_dies_with_its_killed_parent_and_frees_the_model(tmp_pa
     assert model.exists()
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["stops", "nohup"])
+def test_a_run_whose_launcher_is_killed_stops_and_frees_the_model(tmp_path: Path,
+                                                                   keep: bool) -> None:
+    """The process that started the run (``timeout``, a job runner) is SIGKILLed while a
+    worker is stopped: the run stops as on SIGTERM, saves its model (marked partial), leaves
+    no process and no segment, and the next training of the model is not refused; started
+    under nohup (SIGHUP ignored) it goes on. Before, it went on detached for its whole time
+    limit, holding the model's lock."""
+    model, log = tmp_path / "m.npz", tmp_path / "log.txt"
+    cmd = " ".join([*(["nohup"] if keep else []), *CLI, *DEMI, "--model", str(model)])
+    with open(log, "w") as f:
+        launcher = subprocess.Popen(["sh", "-c", f"{cmd}; exit 0"], stdout=f,
+                                    stderr=subprocess.STDOUT)
+    family: list[psutil.Process] = []
+    try:
+        worker = int(_wait_for(log, launcher, r"^worker 1 pid (\d+)").group(1))
+        _wait_for(log, launcher, r"^iter +2 ")
+        family = _children(launcher.pid)
+        run_pid = next(k.pid for k in family if k.ppid() == launcher.pid)
+        os.kill(worker, signal.SIGSTOP)
+        launcher.kill()
+        launcher.wait(timeout=10)
+        if keep:
+            time.sleep(2.0)
+            assert psutil.pid_exists(run_pid), "a nohup run stopped with its launcher"
+            os.kill(worker, signal.SIGCONT)
+            return
+        alive, segs = _until_gone(family, run_pid, 30.0)
+    finally:
+        _kill_all(family)
+    assert not alive, f"left running: {[(k.pid, k.status()) for k in alive]}"
+    assert not segs, f"segments left in /dev/shm: {segs}"
+    assert "model written" in log.read_text() and model.exists()
+    r = run("train", "--threads", "1", "--max-epochs", "2", "--model", str(model), "--quiet")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_forked_child_does_not_keep_the_model_lock(tmp_path: Path) -> None:
     """A lock whose owner died is free, even while a child the owner forked still runs."""
     model = tmp_path / "m.npz"

@@ -302,6 +302,7 @@ class WorkerPool(ProcessGroup, Transport):
     def _worker_main(self, j: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner handles Ctrl-C
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the CLI's stop-with-parent is not ours
         try:
             self.monitor = None  # the parent's sampling thread does not exist here
             if self.cores:

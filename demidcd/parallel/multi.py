@@ -307,6 +307,7 @@ class LearnerGroup(ProcessGroup):
     def _main(self, j: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator handles Ctrl-C
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the CLI's stop-with-parent is not ours
         code = 0
         try:
             self.monitor = None  # the parent's sampling thread does not exist here

@@ -30,6 +30,7 @@ def _prctl() -> Callable[..., int] | None:
 
 
 _PRCTL = _prctl()
+prctl = _PRCTL  # libc's prctl for the CLI's own process (None off Linux)
 
 
 def die_with_parent(parent: int) -> None:
