@@ -243,10 +243,11 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
 
 
 @njit(cache=True, nogil=True)
-def drift(old: np.ndarray, w: np.ndarray, lines: np.ndarray) -> tuple[float, int, float]:
-    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) over the given
-    lines of ``2**LINE_SHIFT`` entries (old and w are 0 elsewhere), in two passes without
-    temporaries (w has millions of entries and the learners wait)."""
+def drift(saved: np.ndarray, w: np.ndarray, lines: np.ndarray) -> tuple[float, int, float]:
+    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) for an old w whose
+    given lines of ``2**LINE_SHIFT`` entries are ``saved`` (:func:`save_lines`; both are 0 off
+    them), in two passes without temporaries (w has millions of entries and the learners
+    wait)."""
     width, dim = 1 << LINE_SHIFT, w.shape[0]
     scale = 1.0
     sq_w = 0.0
@@ -259,12 +260,27 @@ def drift(old: np.ndarray, w: np.ndarray, lines: np.ndarray) -> tuple[float, int
     thr = 1e-10 * scale
     sq, n = 0.0, 0
     for q in range(lines.shape[0]):
-        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
-            e = old[j] - w[j]
+        first = lines[q] << LINE_SHIFT
+        for j in range(first, min(first + width, dim)):
+            e = saved[(q << LINE_SHIFT) + j - first] - w[j]
             sq += e * e
             if abs(e) > thr:
                 n += 1
     return np.sqrt(sq), n, np.sqrt(sq_w)
+
+
+@njit(cache=True, nogil=True)
+def save_lines(saved: np.ndarray, w: np.ndarray, lines: np.ndarray, back: bool) -> None:
+    """The given lines of ``2**LINE_SHIFT`` entries of w one after another in ``saved``
+    (``back``: from ``saved`` into w)."""
+    width, dim = 1 << LINE_SHIFT, w.shape[0]
+    for q in range(lines.shape[0]):
+        first = lines[q] << LINE_SHIFT
+        for j in range(first, min(first + width, dim)):
+            if back:
+                w[j] = saved[(q << LINE_SHIFT) + j - first]
+            else:
+                saved[(q << LINE_SHIFT) + j - first] = w[j]
 
 
 @njit(cache=True, nogil=True)
@@ -440,7 +456,9 @@ def warm_up(task: Task, loss: str = "l2") -> None:
     act.max_pg(np.zeros(1, np.int64))
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
     lines = np.zeros(1, np.int64)
-    drift(w, w, lines)
+    saved = np.zeros(1 << LINE_SHIFT)
+    save_lines(saved, w, lines, False)
+    drift(saved, w, lines)
     copy_lines(w, w, lines)
 
 
@@ -492,7 +510,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         mark[np.flatnonzero(w) >> LINE_SHIFT] = 1  # parts' φ too, once they began
     base = np.zeros(0) if prior is None else prior  # w before Σ α φ is added
     interval = rebuild_every
-    old = np.zeros(dim)  # w before a rebuild (0 off the marked lines, as w)
+    old = (np.zeros(0, np.int64), np.zeros(0))  # w before a rebuild: (lines, save_lines')
     state = {"dual": None, "paused": False, "tail": None, "rebuilding": False}
     clock: Clock | None = None
     epoch0 = start.epoch if start else 0
@@ -509,8 +527,10 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         # w = w₀ + Σ α φ is 0 off the lines that w₀ or an admitted φ touches (marked, never
         # cleared): only those are saved, reset and compared. Copying, zeroing and comparing
         # all of w paused the learners 1.3 s per rebuild on Brown's 453 tags (1.2 GiB w)
+        nonlocal old
         lines = np.flatnonzero(mark)
-        copy_lines(old, w, lines)
+        old = (lines, np.empty(lines.shape[0] << LINE_SHIFT))
+        save_lines(old[1], w, lines, False)
         state["rebuilding"] = True  # w is incomplete until every ADD came back: old holds it
         while True:
             copy_lines(w, base, lines)
@@ -525,7 +545,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             group.command(TAIL)  # a restarted learner takes atomic adds too
         state["paused"] = True
         cnt["rebuilds"] += 1
-        d, entries, w_norm = drift(old, w, lines)
+        d, entries, w_norm = drift(old[1], w, lines)
         cnt["rebuild_seconds"] += time.perf_counter() - t0
         live = [j for j in range(k) if group.procs[j] is not None]
         sq = float(group.fstats[live, F_SQ].sum())
@@ -659,7 +679,11 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     finally:
         seconds = clock.elapsed() if clock else 0.0
         started = group.start_figures(clock.t0) if clock else {}
-        w_out = (old if state["rebuilding"] else w).copy()  # a second Ctrl-C mid-rebuild
+        if state["rebuilding"]:  # a second Ctrl-C mid-rebuild: the w from before it
+            w_out = np.zeros(dim)
+            save_lines(old[1], w_out, old[0], True)
+        else:
+            w_out = w.copy()
         s, f = group.stats.copy(), group.fstats.copy()
         try:
             group.close()
