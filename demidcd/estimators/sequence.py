@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -154,8 +155,8 @@ class SequenceTagger(StructuredEstimator):
         y = None
         if Y is not None:
             index = {t: k for k, t in enumerate(self.classes_)}
-            y = np.fromiter((index.get(t, -1) for s in Y for t in s), np.int32,
-                            count=enc.n_tokens)
+            y = np.fromiter(map(index.get, itertools.chain.from_iterable(Y),
+                                itertools.repeat(-1)), np.int32, count=enc.n_tokens)
         return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features,
                             n_bigram_obs=self._n_bfeatures)
 
@@ -170,7 +171,7 @@ class SequenceTagger(StructuredEstimator):
         featurizer = self._new_featurizer(token_kind(X))
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        self.classes_ = sorted({t for s in Y for t in s})
+        self.classes_ = sorted(set(itertools.chain.from_iterable(Y)))
         self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
         enc = self._encode(X, fit=True)
         self.featurizer_ = featurizer  # resume keeps the saved vocabulary, init extends it

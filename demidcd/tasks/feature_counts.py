@@ -96,6 +96,14 @@ def value_window_rows(sent_ptr, vals, n_vals, bos, eos):
     return uni, bi, tri
 
 
+def _unique_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys in increasing order, how often each occurs): ``np.unique`` by sorting
+    (numpy 2.4's ``np.unique`` of int64 is 20 times slower than its sort)."""
+    keys = np.sort(keys)
+    first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    return keys[first], np.diff(np.append(first, keys.shape[0]))
+
+
 def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
     """(distinct rows, their counts) of an int64 array whose first column is below 8 and the
     others below ``radix``; one int64 key per row where the product fits."""
@@ -108,13 +116,21 @@ def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
     for c in range(1, width):
         key *= radix
         key += rows[:, c]
-    uniq, counts = np.unique(key, return_counts=True)
+    uniq, counts = _unique_counts(key)
     out = np.empty((uniq.shape[0], width), np.int64)
     for c in range(width - 1, 0, -1):
         out[:, c] = uniq % radix
         uniq //= radix
     out[:, 0] = uniq
     return out, counts
+
+
+def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    """The strings of n-gram rows (kind, value ids…): ``prefixes[kind]`` and the values
+    joined by ``|``."""
+    if rows.shape[1] == 3:
+        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in rows.tolist()]
+    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}" for k, a, b, c in rows.tolist()]
 
 
 class _Kept:
@@ -141,19 +157,16 @@ class _Kept:
         self.add(list(total), np.fromiter(total.values(), np.int64, count=len(total)))
 
     def ngrams(self, rows: np.ndarray, counts: np.ndarray, values: list[str],
-               easy: np.ndarray, name: Callable[[int, list[str]], str]) -> None:
+               easy: np.ndarray, prefixes: tuple[str, ...]) -> None:
         """The n-gram features of the distinct ``rows`` (kind, value ids…) with ``counts``:
-        ``name(kind, [value, …])``; ``easy[v]``: value v holds no ``|`` (its n-grams' strings
-        are unique)."""
+        ``prefixes[kind]`` and the values joined by ``|``; ``easy[v]``: value v holds no
+        ``|`` (its n-grams' strings are unique)."""
         ok = easy[rows[:, 1:]].all(axis=1)
         sel = np.flatnonzero(ok & (counts >= self.min_count))
-        cols = rows[sel].tolist()
-        self.add([name(r[0], [values[v] for v in r[1:]]) for r in cols], counts[sel])
+        self.add(_ngram_names(rows[sel], values, prefixes), counts[sel])
         hard = np.flatnonzero(~ok)
         if hard.shape[0]:
-            cols = rows[hard].tolist()
-            self.add_summed([name(r[0], [values[v] for v in r[1:]]) for r in cols],
-                            counts[hard])
+            self.add_summed(_ngram_names(rows[hard], values, prefixes), counts[hard])
 
     def result(self) -> tuple[list[str], np.ndarray]:
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
@@ -181,19 +194,22 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
     type_count = np.bincount(tok_type, minlength=n_types)
 
     # own(x): per type, counted as often as the type occurs
-    own: dict[str, int] = {}
-    setdefault = own.setdefault
-    ids: list[int] = []
+    feats: list[str] = []
     lens = np.empty(n_types, np.int64)
     for k, word in enumerate(types):
         if "\n" in word:
             raise ValueError(f"invalid token {word!r}: tokens must not contain newlines")
-        n = len(ids)
-        ids.extend(setdefault(f, len(own)) for f in dict.fromkeys(word_features(word)))
-        lens[k] = len(ids) - n
-    weights = np.repeat(type_count, lens).astype(np.float64)
-    counts = np.rint(np.bincount(np.array(ids, np.int64), weights, len(own))).astype(np.int64)
-    kept.add(list(own), counts)
+        fs = word_features(word)
+        feats += fs
+        lens[k] = len(fs)
+    names = list(dict.fromkeys(feats))
+    index = dict(zip(names, range(len(names)), strict=True))
+    pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1)
+    pairs += np.fromiter(map(index.__getitem__, feats), np.int64, count=len(feats))
+    pairs = _unique_counts(pairs)[0]  # a type's features once each
+    counts = np.bincount(pairs % max(len(names), 1),
+                         type_count[pairs // max(len(names), 1)].astype(np.float64), len(names))
+    kept.add(names, np.rint(counts).astype(np.int64))
 
     # context words and word bigrams, over the lower-cased types (<s> 0, </s> 1)
     low_index, low_of_type = _intern(w.lower() for w in types)
@@ -205,8 +221,7 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
         kept.add([f"w{o:+d}={lowers[i]}" for i in sel.tolist()], ctx[sel, j])
     rows, counts = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), len(lowers))
     easy = np.fromiter(("|" not in w for w in lowers), bool, count=len(lowers))
-    kept.ngrams(rows, counts, lowers, easy,
-                lambda k, v: f"b{'-' if k == 0 else '+'}1={v[0]}|{v[1]}")
+    kept.ngrams(rows, counts, lowers, easy, ("b-1=", "b+1="))
 
     # attribute windows, per column
     for j in range(n_attr):
@@ -218,9 +233,9 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
             kept.add([f"a{j}[{o - 2}]={values[v]}" for v in sel.tolist()], uni[sel, o])
         easy = np.fromiter(("|" not in v for v in values), bool, count=len(values))
         kept.ngrams(*_unique_rows(bi, len(values)), values, easy,
-                    lambda k, v, j=j: f"a{j}[{_BIGRAM_SPECS[k]}]={v[0]}|{v[1]}")
+                    tuple(f"a{j}[{spec}]=" for spec in _BIGRAM_SPECS))
         kept.ngrams(*_unique_rows(tri, len(values)), values, easy,
-                    lambda k, v, j=j: f"a{j}[{_TRIGRAM_SPECS[k]}]={v[0]}|{v[1]}|{v[2]}")
+                    tuple(f"a{j}[{spec}]=" for spec in _TRIGRAM_SPECS))
     return kept.result()
 
 

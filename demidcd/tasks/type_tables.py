@@ -163,6 +163,27 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
 
 
 @nb.njit(cache=True, nogil=True)
+def known_rows(ids, lens):
+    """Rows of ids (row k: the next ``lens[k]`` of ``ids``) cut to their ids ≥ 0, sorted
+    and unique: (ends int64[len(lens)]: where each row ends, the rows int32 one after the
+    other)."""
+    out = np.empty(ids.shape[0], np.int32)
+    ends = np.empty(lens.shape[0], np.int64)
+    pos = 0
+    q = 0
+    for k in range(lens.shape[0]):
+        start = pos
+        for i in range(q, q + lens[k]):
+            if ids[i] >= 0:
+                out[pos] = ids[i]
+                pos += 1
+        q += lens[k]
+        pos = sort_unique(out, start, pos)
+        ends[k] = pos
+    return ends, out[:pos].copy()
+
+
+@nb.njit(cache=True, nogil=True)
 def bigram_keys(blob):
     """The word-bigram features in ``blob``, the newline-joined UTF-8 feature strings (the
     feature of line l has id l): one key per ``|`` of X in ``b-1=X`` / ``b+1=X``, as (kind
@@ -308,28 +329,28 @@ class TypeTables:
     def add_types(self, words: list[str]) -> None:
         """Enter new word types (not yet in :attr:`types`, distinct) in the tables."""
         get = self.index.get
+        word_features = self.word_features
+        feats: list[str] = []
+        lens = np.empty(len(words), np.int64)
+        for k, word in enumerate(words):
+            fs = word_features(word)
+            feats += fs
+            lens[k] = len(fs)
+        # own ids sorted: the kernel's sort then has only the few context ids to move
+        ends, rows = known_rows(np.fromiter(map(get, feats, itertools.repeat(-1)), np.int32,
+                                            count=len(feats)), lens)
+        lows = [w.lower() for w in words]
         lower_ctx = self._lower_ctx
-        rows: list[int] = []
-        ends = np.empty(len(words), np.int64)
-        ctx = np.empty((len(words), 4), np.int32)
-        lw = np.empty(len(words), np.int32)
-        bw = self.bigram_words.get
-        base = self.type_ptr.a[self.type_ptr.n - 1]
-        for k, word in enumerate(words):  # own ids sorted: the kernel's sort then has
-            # only the few context ids to move into place
-            rows.extend(sorted({v for v in map(get, self.word_features(word),
-                                                  itertools.repeat(-1)) if v >= 0}))
-            ends[k] = base + len(rows)
-            low = word.lower()
-            c = lower_ctx.get(low)
-            if c is None:
-                c = lower_ctx[low] = tuple(get(f"w{o:+d}={low}", -1) for o in _OFFSETS)
-            ctx[k] = c
-            lw[k] = bw(low, -1)
+        for low in dict.fromkeys(lows):
+            if low not in lower_ctx:
+                lower_ctx[low] = tuple(get(f"w{o:+d}={low}", -1) for o in _OFFSETS)
+        ctx = np.array([lower_ctx[low] for low in lows], np.int32).reshape(-1, 4)
+        lw = np.fromiter(map(self.bigram_words.get, lows, itertools.repeat(-1)), np.int32,
+                         count=len(lows))
         n = len(self.types)
         self.types.update(zip(words, range(n, n + len(words)), strict=True))
-        self.type_ids.extend(np.array(rows, np.int32))
-        self.type_ptr.extend(ends)
+        self.type_ids.extend(rows)
+        self.type_ptr.extend(ends + self.type_ptr.a[self.type_ptr.n - 1])
         self.ctx.extend(ctx)
         self.lw.extend(lw)
 
@@ -366,10 +387,10 @@ class TypeTables:
                           count=len(words))
         missing = np.flatnonzero(ids < 0)
         if missing.shape[0]:
-            new = list(dict.fromkeys(words[i] for i in missing.tolist()))
-            self.add_types(new)
-            get = self.types.__getitem__
-            ids[missing] = np.fromiter((get(words[i]) for i in missing.tolist()), np.int64,
+            unknown = words if missing.shape[0] == len(words) else \
+                list(map(words.__getitem__, missing.tolist()))
+            self.add_types(list(dict.fromkeys(unknown)))
+            ids[missing] = np.fromiter(map(self.types.__getitem__, unknown), np.int64,
                                        count=missing.shape[0])
         return ids
 
