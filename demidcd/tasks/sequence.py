@@ -1224,8 +1224,11 @@ class SequenceSpec(TaskSpec):
         from ..io.tagged import read_tagged, token_columns
 
         fmt, column, features, templated = self.read_plan(path, args, labeled)
+        # the original lines are for writing predictions (unlabelled reads) and for the
+        # feature and template columns; a labelled corpus without them keeps only the tokens
         data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
                            max_sentence_length=args.max_sentence_length, labeled=labeled,
+                           keep_raw=not labeled or bool(features) or templated,
                            feature_columns=features)
         if templated:
             data.columns = token_columns(data, getattr(args, "template_width", None))
