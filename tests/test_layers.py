@@ -12,13 +12,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "demidcd"
 
 # bottom to top; a module may import its own layer and the layers below it
 LAYERS = (
-    ("errors", "options", "_version"),
+    ("errors", "options", "_version", "progress"),
     ("io", "synthetic"),
     ("primitives",),
     ("tasks",),
     ("parallel",),
     ("solvers",),
-    ("estimators", "datasets"),
+    ("estimators", "datasets", "metrics"),
     ("api",),
     ("cli", "__main__"),
 )
