@@ -268,28 +268,25 @@ def encode_trees(words: list[list[str]], pos: list[list[str]],
             if n and (hs.min() < 0 or hs.max() > n or np.any(hs == np.arange(1, n + 1))):
                 raise ValueError(f"sentence {s}: heads must lie in 0..{n}, none its own")
             H[tok_ptr[s] + 1:tok_ptr[s + 1]] = hs
-    LB = None
-    if labels is not None:
-        if H is None or len(labels) != n_sent:
-            raise ValueError("labels need heads and one entry per sentence")
-        LB = np.full(total, -1, np.int32)
-        for s, ls in enumerate(labels):
-            ls = np.asarray(ls, np.int64)
-            if ls.shape != (len(words[s]),) or (ls.size and ls.min() < -1):
-                raise ValueError(f"sentence {s}: {len(words[s])} words but {ls.shape[0]} "
-                                 "labels, or a label id below −1")
-            LB[tok_ptr[s] + 1:tok_ptr[s + 1]] = ls
-    GR = None
-    if groups is not None:
-        if LB is None or len(groups) != n_sent:
-            raise ValueError("label groups need labels and one entry per sentence")
-        GR = np.full(total, -1, np.int32)
-        for s, gs in enumerate(groups):
-            gs = np.asarray(gs, np.int64)
-            if gs.shape != (len(words[s]),) or (gs.size and gs.min() < -1):
-                raise ValueError(f"sentence {s}: {len(words[s])} words but {gs.shape[0]} "
-                                 "label groups, or a group id below −1")
-            GR[tok_ptr[s] + 1:tok_ptr[s + 1]] = gs
+    def per_word_ids(ids: list, what: str, needs: str) -> np.ndarray:
+        """One id ≥ −1 per word of every sentence, in the token layout (ROOT slots −1)."""
+        if len(ids) != n_sent:
+            raise ValueError(f"{what}s need {needs} and one entry per sentence")
+        out = np.full(total, -1, np.int32)
+        for s, xs in enumerate(ids):
+            xs = np.asarray(xs, np.int64)
+            if xs.shape != (len(words[s]),) or (xs.size and xs.min() < -1):
+                raise ValueError(f"sentence {s}: {len(words[s])} words but {xs.shape[0]} "
+                                 f"{what}s, or a {what.split()[-1]} id below −1")
+            out[tok_ptr[s] + 1:tok_ptr[s + 1]] = xs
+        return out
+
+    if labels is not None and H is None:
+        raise ValueError("labels need heads and one entry per sentence")
+    LB = None if labels is None else per_word_ids(labels, "label", "heads")
+    if groups is not None and LB is None:
+        raise ValueError("label groups need labels and one entry per sentence")
+    GR = None if groups is None else per_word_ids(groups, "label group", "labels")
     return EncodedTrees(tok_ptr, W, P5, PT, PK, n_pos, CT, CK, len(ccache), H, PU, LB, GR)
 
 
