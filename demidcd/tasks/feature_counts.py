@@ -128,9 +128,11 @@ def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
 def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
     """The strings of n-gram rows (kind, value ids…): ``prefixes[kind]`` and the values
     joined by ``|``."""
+    cols = [c.tolist() for c in rows.T]  # lists of ints: no container per row for the gc
     if rows.shape[1] == 3:
-        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in rows.tolist()]
-    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}" for k, a, b, c in rows.tolist()]
+        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in zip(*cols, strict=True)]
+    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}"
+            for k, a, b, c in zip(*cols, strict=True)]
 
 
 class _Kept:

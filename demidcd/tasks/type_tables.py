@@ -322,7 +322,8 @@ class TypeTables:
         self.uni = _Grow(np.int32, 5)
         self.cid = _Grow(np.int64)
         self.pad = np.zeros((max(self.n_attr, 1), 2), np.int64)
-        self._lower_ctx: dict[str, tuple[int, ...]] = {}
+        self._lower_ids: dict[str, int] = {}  # lower-cased word → its row of _lower_ctx
+        self._lower_ctx = _Grow(np.int32, 4)  # ids of w-2= … w+2= <lower-cased word>
         for j in range(self.n_attr):
             self.pad[j] = self.value_ids(j, [_BOS, _EOS])
 
@@ -340,11 +341,18 @@ class TypeTables:
         ends, rows = known_rows(np.fromiter(map(get, feats, itertools.repeat(-1)), np.int32,
                                             count=len(feats)), lens)
         lows = [w.lower() for w in words]
-        lower_ctx = self._lower_ctx
-        for low in dict.fromkeys(lows):
-            if low not in lower_ctx:
-                lower_ctx[low] = tuple(get(f"w{o:+d}={low}", -1) for o in _OFFSETS)
-        ctx = np.array([lower_ctx[low] for low in lows], np.int32).reshape(-1, 4)
+        lower_ids = self._lower_ids
+        new = [low for low in dict.fromkeys(lows) if low not in lower_ids]
+        if new:
+            new_ctx = np.empty((len(new), 4), np.int32)
+            for j, o in enumerate(_OFFSETS):
+                new_ctx[:, j] = np.fromiter(map(get, [f"w{o:+d}={low}" for low in new],
+                                             itertools.repeat(-1)), np.int32, count=len(new))
+            n = self._lower_ctx.n
+            lower_ids.update(zip(new, range(n, n + len(new)), strict=True))
+            self._lower_ctx.extend(new_ctx)
+        ctx = self._lower_ctx.view[np.fromiter(map(lower_ids.__getitem__, lows), np.int64,
+                                               count=len(lows))]
         lw = np.fromiter(map(self.bigram_words.get, lows, itertools.repeat(-1)), np.int32,
                          count=len(lows))
         n = len(self.types)
