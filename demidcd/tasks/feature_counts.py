@@ -186,11 +186,14 @@ def _intern(values, first: tuple[str, ...] = (_BOS, _EOS)) -> tuple[dict[str, in
 def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
                         attrs: list[list[tuple]] | None, n_attr: int,
                         word_features: Callable[[str], list[str]], min_count: int
-                        ) -> tuple[list[str], np.ndarray]:
-    """(names, counts) of the ``base`` template's features firing on ≥ ``min_count`` of the
-    tokens (sentences ``sent_ptr``, token t of type ``types[tok_type[t]]``, attribute columns
-    ``attrs``), each counted once per token that fires it; ``word_features(word)``: a word's
-    own features. Raises ValueError for a word that holds a newline."""
+                        ) -> tuple[list[str], np.ndarray, tuple[list[str], np.ndarray,
+                                                                np.ndarray]]:
+    """(names, counts, own) of the ``base`` template's features firing on ≥ ``min_count`` of
+    the tokens (sentences ``sent_ptr``, token t of type ``types[tok_type[t]]``, attribute
+    columns ``attrs``), each counted once per token that fires it; ``word_features(word)``: a
+    word's own features, which ``own`` gives back as (strings, the string of each feature of
+    each type, in turn, as an index into them, how many each type has). Raises ValueError for
+    a word that holds a newline."""
     kept = _Kept(min_count)
     n_types = len(types)
     type_count = np.bincount(tok_type, minlength=n_types)
@@ -206,12 +209,13 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
         lens[k] = len(fs)
     names = list(dict.fromkeys(feats))
     index = dict(zip(names, range(len(names)), strict=True))
-    pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1)
-    pairs += np.fromiter(map(index.__getitem__, feats), np.int64, count=len(feats))
+    own_ids = np.fromiter(map(index.__getitem__, feats), np.int64, count=len(feats))
+    pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1) + own_ids
     pairs = _unique_counts(pairs)[0]  # a type's features once each
     counts = np.bincount(pairs % max(len(names), 1),
                          type_count[pairs // max(len(names), 1)].astype(np.float64), len(names))
     kept.add(names, np.rint(counts).astype(np.int64))
+    own = (names, own_ids, lens)
 
     # context words and word bigrams, over the lower-cased types (<s> 0, </s> 1)
     low_index, low_of_type = _intern(w.lower() for w in types)
@@ -238,7 +242,7 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
                     tuple(f"a{j}[{spec}]=" for spec in _BIGRAM_SPECS))
         kept.ngrams(*_unique_rows(tri, len(values)), values, easy,
                     tuple(f"a{j}[{spec}]=" for spec in _TRIGRAM_SPECS))
-    return kept.result()
+    return (*kept.result(), own)
 
 
 def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:

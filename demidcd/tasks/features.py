@@ -555,10 +555,20 @@ class SequenceFeaturizer:
                         n_attr: int) -> None:
         """The dictionary of :meth:`fit` (features firing on ≥ min_count tokens)."""
         if self.template == "base":  # counted per type and n-gram (no string per token)
-            names, counts = count_base_features(*_types(words), attrs, n_attr,
-                                                self._word_features, self.min_count)
+            _, _, types = typed = _types(words)
+            names, counts, (own, own_ids, lens) = count_base_features(
+                *typed, attrs, n_attr, self._word_features, self.min_count)
             self.n_attributes = n_attr
             self._adopt(frequency_order(names, counts))
+            # the type tables start with the training words, from the features found here
+            from .type_tables import MAX_TYPES
+
+            tables = self.type_tables(n_attr)
+            if len(types) <= MAX_TYPES:
+                ids = np.fromiter(map(self._index.get, own, itertools.repeat(-1)), np.int32,
+                                  count=len(own))
+                with tables.lock:
+                    tables.add_types(types, ids[own_ids], lens)
             return
         # Every feature that fires on the training data, with a provisional id.
         _, _, types = _types(words)

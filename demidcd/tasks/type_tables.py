@@ -327,19 +327,24 @@ class TypeTables:
         for j in range(self.n_attr):
             self.pad[j] = self.value_ids(j, [_BOS, _EOS])
 
-    def add_types(self, words: list[str]) -> None:
-        """Enter new word types (not yet in :attr:`types`, distinct) in the tables."""
+    def add_types(self, words: list[str], feature_ids: np.ndarray | None = None,
+                  lens: np.ndarray | None = None) -> None:
+        """Enter new word types (not yet in :attr:`types`, distinct) in the tables; the ids
+        of their own features (−1: not in the dictionary; word k has ``lens[k]`` of them, in
+        turn) may be given by a caller that has them (:meth:`SequenceFeaturizer.fit`)."""
         get = self.index.get
-        word_features = self.word_features
-        feats: list[str] = []
-        lens = np.empty(len(words), np.int64)
-        for k, word in enumerate(words):
-            fs = word_features(word)
-            feats += fs
-            lens[k] = len(fs)
+        if feature_ids is None:
+            word_features = self.word_features
+            feats: list[str] = []
+            lens = np.empty(len(words), np.int64)
+            for k, word in enumerate(words):
+                fs = word_features(word)
+                feats += fs
+                lens[k] = len(fs)
+            feature_ids = np.fromiter(map(get, feats, itertools.repeat(-1)), np.int32,
+                                      count=len(feats))
         # own ids sorted: the kernel's sort then has only the few context ids to move
-        ends, rows = known_rows(np.fromiter(map(get, feats, itertools.repeat(-1)), np.int32,
-                                            count=len(feats)), lens)
+        ends, rows = known_rows(feature_ids, lens)
         lows = [w.lower() for w in words]
         lower_ids = self._lower_ids
         new = [low for low in dict.fromkeys(lows) if low not in lower_ids]
