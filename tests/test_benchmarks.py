@@ -446,3 +446,18 @@ def test_bigram_cost_end_to_end(tiny, tmp_path):
     assert acc["u_features"] == star["u_features"] and acc["tokens"] == star["tokens"] > 0
     assert res["star_over_plain"]["loss_augmented"] > 0
     assert not (tmp_path / "star.template").exists()
+
+
+def test_setup_speed_parses_the_log_and_runs_end_to_end(tiny, tmp_path):
+    setup_speed = importlib.import_module("setup_speed")
+    log = ("data: x.txt: 45,829 sentences, 929,285 tokens (read in 0.7s)\n"
+           "building features of 45,829 sentences ... (2.5 s)\n"
+           "peak memory: 1,234 MiB (PSS, all processes)\n")
+    assert setup_speed.parse_log(log) == {"read_s": 0.7, "features_s": 2.5, "encoding_s": 0.0,
+                                          "peak_pss_mib": 1234.0}
+    out = tmp_path / "s.json"
+    assert setup_speed.main(["--train", str(tiny / "train.txt"), "--runs", "1", "--cpu", "-1",
+                             "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    m = res["median"]["train.txt"]["this tree"]
+    assert m["read_s"] is not None and m["cpu_s"] > 0 and m["wall_s"] >= m["setup_log_s"]
