@@ -239,6 +239,117 @@ def _forward_b(em, n, K, tr, start, scratch, trb, slots):
             _relax(prow, crow, K, trb[s * KK:(s + 1) * KK], scratch)
 
 
+# Tag counts from which Viterbi and loss-augmented inference prune the max over predecessors
+# (:func:`_relax_pruned`): below, the dense :func:`_relax` scan (vectorised, K² adds) is as
+# fast or faster. benchmarks/many_labels.py measures the crossover on trained models.
+PRUNE_FROM_LABELS = 64
+
+
+@nb.njit(cache=True, nogil=True)
+def _column_max(tr, K, out):
+    """out[b] = max_a tr[a·K + b], the bound on any transition into b (K ≥ 1)."""
+    for b in range(K):
+        out[b] = tr[b]
+    for a in range(1, K):
+        r = tr[a * K:(a + 1) * K]
+        for b in range(K):
+            v = r[b]
+            o = out[b]
+            out[b] = v if v > o else o
+
+
+@nb.njit(cache=True, nogil=True)
+def _sift_down_max(hv, hi, i, m):
+    """Restore the max-heap order of hv[:m] (with the tags hi alongside) below entry i."""
+    while True:
+        c = 2 * i + 1
+        if c >= m:
+            return
+        if c + 1 < m and hv[c + 1] > hv[c]:
+            c += 1
+        if not hv[c] > hv[i]:
+            return
+        hv[i], hv[c] = hv[c], hv[i]
+        hi[i], hi[c] = hi[c], hi[i]
+        i = c
+
+
+@nb.njit(cache=True, nogil=True)
+def _relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si):
+    """crow[b] += max_a (prow[a] + tr[a·K + b]) for K ≥ 1, the same values as :func:`_relax`,
+    without scanning every predecessor a (upper-bound pruning, as CarpeDiem; Esposito and
+    Radicioni, JMLR 2009).
+
+    With tmax[b] = max_a tr[a·K + b] (:func:`_column_max`), the predecessors are visited in
+    decreasing prow[a], and the visit of column b stops at the first a with prow[a] + tmax[b]
+    ≤ the best sum found: every later a' has prow[a'] + tr[a'·K + b] ≤ prow[a'] + tmax[b] ≤
+    prow[a] + tmax[b] (rounding is monotone), so the max, hence the forward table, is exactly
+    the dense scan's, and the backtrack (which rescans every a) breaks ties the same way. The
+    order comes lazily from a max-heap over prow (hv, hi; heapify O(K)), popped into the sorted
+    prefix (sv, si) only as deep as some column needs; cheap when emissions dominate
+    transitions (POS tags), O(K² + K log K) at worst. hv, sv: K in prow's dtype; hi, si: K
+    int32.
+    """
+    for a in range(K):
+        hv[a] = prow[a]
+        hi[a] = a
+    for i in range(K // 2 - 1, -1, -1):
+        _sift_down_max(hv, hi, i, K)
+    m = K  # heap size
+    ns = 0  # sorted entries popped so far
+    for b in range(K):
+        bound = tmax[b]
+        j = 0
+        best = prow[0]  # typed as prow; set by the first visit (j = 0 is always visited)
+        while True:
+            if j == ns:
+                if m == 0:
+                    break
+                sv[ns] = hv[0]
+                si[ns] = hi[0]
+                ns += 1
+                m -= 1
+                hv[0] = hv[m]
+                hi[0] = hi[m]
+                _sift_down_max(hv, hi, 0, m)
+            pa = sv[j]
+            if j == 0:
+                best = pa + tr[si[0] * K + b]
+            else:
+                if not pa + bound > best:
+                    break
+                v = pa + tr[si[j] * K + b]
+                if v > best:
+                    best = v
+            j += 1
+        crow[b] += best
+
+
+@nb.njit(cache=True, nogil=True)
+def _forward_pruned(em, n, K, tr, start, scratch, trb, slots, tmax, order):
+    """:func:`_forward` (``slots`` empty) or :func:`_forward_b` (``slots`` as there) with the
+    shared transitions relaxed by :func:`_relax_pruned`; the same table, value for value.
+    Positions with B features keep the dense :func:`_relax` (their matrix cost K² to build,
+    and its column maxima would cost as much again). ``scratch``: 4K of em's dtype,
+    ``order``: 2K int32, tmax = :func:`_column_max` of tr."""
+    for k in range(K):
+        em[k] += start[k]
+    KK = K * K
+    has_b = slots.shape[0] > 0
+    hv = scratch[2 * K:3 * K]
+    sv = scratch[3 * K:4 * K]
+    hi = order[0:K]
+    si = order[K:2 * K]
+    for t in range(1, n):
+        prow = em[(t - 1) * K:t * K]
+        crow = em[t * K:(t + 1) * K]
+        s = slots[t] if has_b else -1
+        if s < 0:
+            _relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si)
+        else:
+            _relax(prow, crow, K, trb[s * KK:(s + 1) * KK], scratch)
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _best_predecessor(x, xo, K, tab, off, step):
     """(argmax_a, max_a) of x[xo + a] + tab[off + a·step] over a < K (first index wins)."""
@@ -281,21 +392,31 @@ def _backtrack_b(em, n, K, trT, end, y, trb, slots):
 
 @nb.njit(cache=True, nogil=True)
 def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
-                   augment):
+                   augment, tmax, order):
     """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1 of the :class:`Chain` X,
     written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
     1 loss-augmented, −1 loss-diminished). ``trb`` (w's dtype, K² per position with B
-    features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`."""
+    features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`. ``tmax``
+    (:func:`_column_max` of tr) not empty: the pruned forward pass (:func:`_forward_pruned`,
+    ``scratch`` 4K, ``order`` 2K), with exactly the dense pass's result; empty: the dense one
+    (``scratch`` 2K)."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
     _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
     if augment != 0:
         _augment(K, gold, a, n, em, augment)
+    pruned = tmax.shape[0] > 0
     if X.bfeat_ptr.shape[0] == 0:
-        _forward(em, n, K, tr, start, scratch)
+        if pruned:
+            _forward_pruned(em, n, K, tr, start, scratch, trb, slots[:0], tmax, order)
+        else:
+            _forward(em, n, K, tr, start, scratch)
         return _backtrack(em, n, K, trT, end, y)
     _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
-    _forward_b(em, n, K, tr, start, scratch, trb, slots)
+    if pruned:
+        _forward_pruned(em, n, K, tr, start, scratch, trb, slots, tmax, order)
+    else:
+        _forward_b(em, n, K, tr, start, scratch, trb, slots)
     return _backtrack_b(em, n, K, trT, end, y, trb, slots)
 
 
@@ -303,10 +424,21 @@ def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slot
 def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch, y, gold,
              augment):
     """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx), no B
-    features (benchmarks/foundation.py times this one)."""
+    features, dense forward pass (benchmarks/foundation.py times this one)."""
     X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0], feat_ptr[:0], feat_idx[:0], em[:0])
     return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, tr[:0], y[:0],
-                          y, gold, augment)
+                          y, gold, augment, tr[:0], y[:0])
+
+
+@nb.njit(cache=True, nogil=True)
+def _pruning(tr, K, prune_from):
+    """(tmax, order) for :func:`_chain_viterbi`: the pruned pass when K ≥ prune_from (≥ 1),
+    else empty arrays (the dense pass)."""
+    if K < max(prune_from, 1):
+        return tr[:0], np.empty(0, np.int32)
+    tmax = np.empty(K, tr.dtype)
+    _column_max(tr, K, tmax)
+    return tmax, np.empty(2 * K, np.int32)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -565,7 +697,7 @@ def _workspace(w, K, X, examples):
     max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
     max_bpos, max_bnnz = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
     em = np.empty(max(max_n, 1) * K, w.dtype)
-    scratch = np.empty(2 * K, w.dtype)
+    scratch = np.empty(4 * K, w.dtype)  # 2K dense relax, 2K more for the pruned one
     y = np.empty(max(max_n, 1), np.int32)
     trb = np.empty(max_bpos * K * K, w.dtype)
     slots = np.empty(max(max_n, 1), np.int32)
@@ -573,10 +705,12 @@ def _workspace(w, K, X, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
+def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0,
+                          prune_from=PRUNE_FROM_LABELS):
     """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
     :class:`Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the
-    examples it gets wrong; −1.0 the loss-diminished argmax).
+    examples it gets wrong; −1.0 the loss-diminished argmax). From ``prune_from`` tags the
+    forward pass is the pruned one (:func:`_relax_pruned`; same argmax and records).
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
@@ -584,6 +718,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
     n_ex = examples.shape[0]
     max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
+    tmax, order = _pruning(tr, K, prune_from)
     keys = np.empty(max(max_keys, 1), np.int64)
     tmp = np.empty(max(max_keys, 1), np.int64)
     vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
@@ -607,7 +742,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
         if n == 0:
             continue
         _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
-                       augment)
+                       augment, tmax, order)
         m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
@@ -634,8 +769,9 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0):
 
 
 @nb.njit(cache=True, nogil=True)
-def decode_kernel(w, F, K, X, examples):
-    """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example."""
+def decode_kernel(w, F, K, X, examples, prune_from=PRUNE_FROM_LABELS):
+    """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example
+    (the pruned forward pass from ``prune_from`` tags, same tags)."""
     n_ex = examples.shape[0]
     sent_ptr = X.sent_ptr
     ptr = np.zeros(n_ex + 1, np.int64)
@@ -644,6 +780,7 @@ def decode_kernel(w, F, K, X, examples):
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
     _, em, scratch, _, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = _transitions(w, F, K)
+    tmax, order = _pruning(tr, K, prune_from)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
     for e in range(n_ex):
@@ -652,7 +789,7 @@ def decode_kernel(w, F, K, X, examples):
         n = sent_ptr[i + 1] - a
         if n > 0:
             _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots,
-                           tags[ptr[e]:ptr[e + 1]], dummy, 0.0)
+                           tags[ptr[e]:ptr[e + 1]], dummy, 0.0, tmax, order)
     return tags, ptr
 
 
