@@ -153,10 +153,28 @@ def test_pruned_pass_stops_early_when_emissions_dominate():
     tmax = tr.reshape(K, K).max(axis=0).copy()
     crow = rng.normal(size=K)
     expect = crow + (prow[:, None] + tr.reshape(K, K)).max(axis=0)
-    hv, sv = np.empty(K), np.full(K, np.nan)
+    hv, sv, acc = np.empty(K), np.full(K, np.nan), np.empty(K)
     hi, si = np.empty(K, np.int32), np.full(K, -1, np.int32)
-    sq._relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si)
+    sq._relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
     np.testing.assert_array_equal(crow, expect)
     popped = int(np.sum(si >= 0))
     assert 1 <= popped <= 10
     np.testing.assert_array_equal(sv[:popped], np.sort(prow)[::-1][:popped])
+
+
+def test_pruned_pass_falls_back_when_rounding_defeats_the_threshold():
+    """A case (found by search) where θ + tmax[b] rounds above column b's best after every
+    candidate prow[a] ≥ θ: the column scans the other predecessors too, and the result is the
+    dense max."""
+    prow = np.array([-0.7262318167458824, -0.00030391822599613963])
+    tr = np.array([[0.02016086802513504, -0.0026947995836466756],
+                   [-0.0017985065122480485, 0.010686011185663334]])
+    m1, r1, tmax = prow.max(), tr[prow.argmax()], tr.max(axis=0)
+    theta = min(m1, float(np.min(m1 + r1 - tmax)))
+    cand = prow >= theta
+    best_c = (prow[cand, None] + tr[cand]).max(axis=0)
+    assert not cand.all() and theta + tmax[0] > best_c[0]  # the fallback branch runs
+    crow = np.zeros(2)
+    sq._relax_pruned(prow, crow, 2, tr.reshape(-1), tmax.copy(), np.empty(2), np.empty(2, np.int32),
+                     np.empty(2), np.empty(2, np.int32), np.empty(2))
+    np.testing.assert_array_equal(crow, (prow[:, None] + tr).max(axis=0))

@@ -214,7 +214,7 @@ def _viterbi_forward(t, K, em, trv, S, dbl, f):
 
 
 @nb.njit(cache=True, nogil=True)
-def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si):
+def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si, acc):
     """:func:`_viterbi_forward` by ``sequence._relax_pruned`` (tmax: column maxima of trv): the
     same S[t, ·], value for value. A forced tag f ≥ 0 needs only column f, scanned whole."""
     prow = S[(t - 1) * K:t * K]
@@ -231,7 +231,7 @@ def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si):
         return
     for b in range(K):
         crow[b] = erow[b]
-    _relax_pruned(prow, crow, K, trv, tmax, hv, hi, sv, si)
+    _relax_pruned(prow, crow, K, trv, tmax, hv, hi, sv, si, acc)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -255,6 +255,7 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
         S[b] = em[b] + start[b] if ok else _NEG
     if has_allowed:
         _copy_masked(tr, allowed, has_allowed, K, Tm)
+    acc = dbl[0:K]  # the pruned step's column maxima so far (the dense step's buffer)
     sv = dbl[2 * K:3 * K]
     tmax = dbl[3 * K:4 * K]
     if pruned and n > 1:
@@ -270,11 +271,11 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
             _viterbi_forward(t, K, em, T, S, dbl, f)
         elif has_allowed:
             if pruned:
-                _viterbi_forward_pruned(t, K, em, Tm, S, f, tmax, hv, hi, sv, si)
+                _viterbi_forward_pruned(t, K, em, Tm, S, f, tmax, hv, hi, sv, si, acc)
             else:
                 _viterbi_forward(t, K, em, Tm, S, dbl, f)
         elif pruned:
-            _viterbi_forward_pruned(t, K, em, tr, S, f, tmax, hv, hi, sv, si)
+            _viterbi_forward_pruned(t, K, em, tr, S, f, tmax, hv, hi, sv, si, acc)
         else:
             _viterbi_forward(t, K, em, tr, S, dbl, f)
     row = (n - 1) * K
