@@ -153,7 +153,7 @@ def test_pruned_pass_stops_early_when_emissions_dominate():
     tmax = tr.reshape(K, K).max(axis=0).copy()
     crow = rng.normal(size=K)
     expect = crow + (prow[:, None] + tr.reshape(K, K)).max(axis=0)
-    hv, sv, acc = np.empty(K), np.full(K, np.nan), np.empty(K)
+    hv, sv, acc = np.empty(K), np.full(K, np.nan), np.empty(2 * K)
     hi, si = np.empty(K, np.int32), np.full(K, -1, np.int32)
     sq._relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
     np.testing.assert_array_equal(crow, expect)
@@ -176,5 +176,5 @@ def test_pruned_pass_falls_back_when_rounding_defeats_the_threshold():
     assert not cand.all() and theta + tmax[0] > best_c[0]  # the fallback branch runs
     crow = np.zeros(2)
     sq._relax_pruned(prow, crow, 2, tr.reshape(-1), tmax.copy(), np.empty(2), np.empty(2, np.int32),
-                     np.empty(2), np.empty(2, np.int32), np.empty(2))
+                     np.empty(2), np.empty(2, np.int32), np.empty(4))
     np.testing.assert_array_equal(crow, (prow[:, None] + tr).max(axis=0))

@@ -255,7 +255,7 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
         S[b] = em[b] + start[b] if ok else _NEG
     if has_allowed:
         _copy_masked(tr, allowed, has_allowed, K, Tm)
-    acc = dbl[0:K]  # the pruned step's column maxima so far (the dense step's buffer)
+    acc = dbl[0:2 * K]  # the pruned step's best sums so far (the dense step's buffers)
     sv = dbl[2 * K:3 * K]
     tmax = dbl[3 * K:4 * K]
     if pruned and n > 1:
