@@ -12,8 +12,9 @@ with its features. Timed on one pinned core, dense and pruned alternating in eac
 rounds (best and median of each, thread CPU time; wall time beside it): ``decode_kernel`` on
 float64 w (what predict runs) and ``loss_augmented_kernel`` on float32 w (Eq. 5 + the φ
 records: what a worker runs), each with ``prune_from`` forcing the dense scan or the pruned one
-(``sequence._relax_pruned``), whatever the default threshold ``PRUNE_FROM_LABELS`` would pick.
-The two must give the same tags and records; the script checks that before timing.
+(``sequence._relax_pruned``), whatever the default thresholds (``PRUNE_FROM_LABELS``,
+``PRUNE_FROM_LABELS_AUGMENTED``) would pick. The two must give the same tags and records; the
+script checks that before timing.
 
 Writes ``many_labels_<name>.json`` to ``--out-dir`` and a markdown row to stdout.
 """
@@ -79,8 +80,11 @@ def measure(task, w: np.ndarray, reps: int) -> dict:
                          "loss_augmented_dense": lambda: loss_aug(DENSE),
                          "loss_augmented_pruned": lambda: loss_aug(PRUNED)}, reps)
     out = {"tokens": n_tok, "sentences": int(ex.size), "tags": K,
-           "default_path": "pruned" if K >= sq.PRUNE_FROM_LABELS else "dense",
-           "prune_from_labels": sq.PRUNE_FROM_LABELS, "reps": reps}
+           "default_decode": "pruned" if K >= sq.PRUNE_FROM_LABELS else "dense",
+           "default_loss_augmented": ("pruned" if K >= sq.PRUNE_FROM_LABELS_AUGMENTED
+                                      else "dense"),
+           "prune_from_labels": sq.PRUNE_FROM_LABELS,
+           "prune_from_labels_augmented": sq.PRUNE_FROM_LABELS_AUGMENTED, "reps": reps}
     for name, t in cpu.items():
         best = min(t)
         out[name] = {"best_seconds": best, "median_seconds": float(np.median(t)),

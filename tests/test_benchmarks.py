@@ -464,5 +464,5 @@ def test_many_labels_end_to_end(tiny, tmp_path):
     for name in ("decode_dense", "decode_pruned", "loss_augmented_dense",
                  "loss_augmented_pruned"):
         assert res[name]["ns_per_token"] > 0
-    assert res["default_path"] == ("pruned" if res["tags"] >= res["prune_from_labels"]
-                                   else "dense")
+    assert res["default_decode"] == ("pruned" if res["tags"] >= res["prune_from_labels"]
+                                     else "dense")

@@ -131,7 +131,8 @@ def test_pruned_constrained_one_best_equals_dense(seed, K, n_pos, f32, integer, 
 
 def test_pruning_follows_the_label_count():
     """_pruning gives the pruned pass (tmax = column maxima) from prune_from tags on, the
-    dense one (empty arrays) below; the default threshold is PRUNE_FROM_LABELS."""
+    dense one (empty arrays) below; loss-augmented inference prunes from no fewer tags than
+    decoding (the measured crossovers)."""
     rng = np.random.default_rng(0)
     for K in (1, 5, 70):
         tr = rng.normal(size=K * K)
@@ -139,7 +140,7 @@ def test_pruning_follows_the_label_count():
         np.testing.assert_array_equal(tmax, tr.reshape(K, K).max(axis=0))
         assert order.shape == (2 * K,) and order.dtype == np.int32
         assert sq._pruning(tr, K, K + 1)[0].size == 0
-    assert 1 < sq.PRUNE_FROM_LABELS <= 453
+    assert 1 < sq.PRUNE_FROM_LABELS <= sq.PRUNE_FROM_LABELS_AUGMENTED <= 453
 
 
 def test_pruned_pass_stops_early_when_emissions_dominate():
