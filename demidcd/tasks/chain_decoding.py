@@ -32,7 +32,8 @@ Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once 
   order *score descending, then reversed-lexicographic ascending* (compare y_{n−1} first, then
   y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
   last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
-  score.
+  score. From ``sequence.PRUNE_FROM_LABELS`` tags, k = 1 prunes the max over predecessors
+  (``sequence._relax_pruned``: the same table, value for value); k > 1 keeps the dense step.
 * :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
   forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
   M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
