@@ -461,3 +461,23 @@ def test_setup_speed_parses_the_log_and_runs_end_to_end(tiny, tmp_path):
     res = json.loads(out.read_text())
     m = res["median"]["train.txt"]["this tree"]
     assert m["read_s"] is not None and m["cpu_s"] > 0 and m["wall_s"] >= m["setup_log_s"]
+
+
+def test_many_labels_end_to_end(tiny, tmp_path):
+    """The dense-versus-pruned Viterbi benchmark on a tagger trained for a second: both paths
+    timed for decode and loss-augmented inference (after the script checked they agree)."""
+    many_labels = importlib.import_module("many_labels")
+    model = tmp_path / "m.npz"
+    assert cli_main(["train", "--train", str(tiny / "train.txt"), "--format", "columns",
+                     "--threads", "1", "--time-limit", "1", "--model", str(model),
+                     "--quiet"]) == 0
+    assert many_labels.main(["--model", str(model), "--data", str(tiny / "train.txt"),
+                             "--format", "columns", "--sentences", "50", "--reps", "1",
+                             "--out-dir", str(tmp_path), "--name", "m", "--quiet"]) == 0
+    res = json.loads((tmp_path / "many_labels_m.json").read_text())["result"]
+    assert res["sentences"] == 50 and res["tokens"] > 0 and res["tags"] > 1
+    for name in ("decode_dense", "decode_pruned", "loss_augmented_dense",
+                 "loss_augmented_pruned"):
+        assert res[name]["ns_per_token"] > 0
+    assert res["default_decode"] == ("pruned" if res["tags"] >= res["prune_from_labels"]
+                                     else "dense")

@@ -32,7 +32,8 @@ Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once 
   order *score descending, then reversed-lexicographic ascending* (compare y_{n−1} first, then
   y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
   last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
-  score.
+  score. From ``sequence.PRUNE_FROM_LABELS`` tags, k = 1 prunes the max over predecessors
+  (``sequence._relax_pruned``: the same table, value for value); k > 1 keeps the dense step.
 * :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
   forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
   M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
@@ -48,6 +49,7 @@ import numpy as np
 
 from ..errors import OptionError
 from .chunks import split_label
+from .sequence import PRUNE_FROM_LABELS, _column_max, _relax_pruned
 
 _NEG = -np.inf
 _POS = np.inf
@@ -114,16 +116,18 @@ def kbest_workspace(n_max, K, k, em):
         C[t·K + b]          number of admissible prefixes kept for (t, b), ≤ k     (int32)
         TT[b·K + a]         tr transposed (k = 1: not transposed), −∞ where a → b is forbidden
         T                   pos_tr[pos_index[t]] in em's dtype, masked and laid out as TT
-        col                 2K: the heads S[(t−1, a), 0] and their sums with a column of TT
-                            (k = 1: the two running-max buffers of the forward pass)
-        hv, ha, hr          the merge heap (value, tag, rank), max(K, k) long
+        col                 4K: the heads S[(t−1, a), 0] and their sums with a column of TT
+                            (k = 1: the two running-max buffers of the forward pass, then
+                            the sorted heads and column maxima of the pruned one)
+        hv, ha, hr          the merge heap (value, tag, rank), max(K, k) long (k = 1: the
+                            heap of the pruned forward pass in hv, ha and its order in hr)
         fa, fr              final (tag, rank) of each returned sequence, k long
     """
     n_max = max(n_max, 1)
     h = max(K, k)
     return (np.empty(n_max * K * k, em.dtype), np.empty(n_max * K * k, np.int32),
             np.empty(n_max * K, np.int32), np.empty(K * K, em.dtype),
-            np.empty(K * K, em.dtype), np.empty(2 * K, em.dtype),
+            np.empty(K * K, em.dtype), np.empty(4 * K, em.dtype),
             np.empty(h, em.dtype), np.empty(h, np.int32), np.empty(h, np.int32),
             np.empty(k, np.int32), np.empty(k, np.int32))
 
@@ -211,8 +215,29 @@ def _viterbi_forward(t, K, em, trv, S, dbl, f):
 
 
 @nb.njit(cache=True, nogil=True)
+def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si, acc):
+    """:func:`_viterbi_forward` by ``sequence._relax_pruned`` (tmax: column maxima of trv): the
+    same S[t, ·], value for value. A forced tag f ≥ 0 needs only column f, scanned whole."""
+    prow = S[(t - 1) * K:t * K]
+    crow = S[t * K:(t + 1) * K]
+    erow = em[t * K:(t + 1) * K]
+    if f >= 0:
+        for b in range(K):
+            crow[b] = _NEG
+        m = prow[0] + trv[f]
+        for a in range(1, K):
+            v = prow[a] + trv[a * K + f]
+            m = v if v > m else m
+        crow[f] = erow[f] + m
+        return
+    for b in range(K):
+        crow[b] = erow[b]
+    _relax_pruned(prow, crow, K, trv, tmax, hv, hi, sv, si, acc)
+
+
+@nb.njit(cache=True, nogil=True)
 def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
-                   allowed_end, flags, y, S, Tm, T, dbl):
+                   allowed_end, flags, y, S, Tm, T, dbl, pruned, hv, hi, si):
     """k = 1: the best admissible sequence into y[:n] and its score (−∞ and y untouched if none).
 
     Forward max-plus pass over S[t·K + b] (em's dtype; −∞ = inadmissible), then the argmax is
@@ -220,6 +245,9 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
     ``sequence._forward`` / ``_backtrack`` do, so the result is theirs bit for bit. Forbidden
     transitions use Tm, a copy of tr with −∞ at the forbidden entries (made once per call), and
     per-position matrices T, pos_tr[pos_index[t]] cast to em's dtype and masked likewise.
+    ``pruned``: positions with the shared (masked) matrix take :func:`_viterbi_forward_pruned`
+    (the same table; dbl 4K long: the running maxima, the sorted heads, the column maxima;
+    hv K of em's dtype, hi and si K int32), those with their own matrix the dense step.
     """
     has_pos, has_fixed, has_allowed, has_start, has_end = flags
     f0 = fixed[0] if has_fixed else -1
@@ -228,6 +256,14 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
         S[b] = em[b] + start[b] if ok else _NEG
     if has_allowed:
         _copy_masked(tr, allowed, has_allowed, K, Tm)
+    acc = dbl[0:2 * K]  # the pruned step's best sums so far (the dense step's buffers)
+    sv = dbl[2 * K:3 * K]
+    tmax = dbl[3 * K:4 * K]
+    if pruned and n > 1:
+        if has_allowed:
+            _column_max(Tm, K, tmax)
+        else:
+            _column_max(tr, K, tmax)
     for t in range(1, n):
         p = pos_index[t] if has_pos else -1
         f = fixed[t] if has_fixed else -1
@@ -235,7 +271,12 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
             _copy_masked(pos_tr[p], allowed, has_allowed, K, T)
             _viterbi_forward(t, K, em, T, S, dbl, f)
         elif has_allowed:
-            _viterbi_forward(t, K, em, Tm, S, dbl, f)
+            if pruned:
+                _viterbi_forward_pruned(t, K, em, Tm, S, f, tmax, hv, hi, sv, si, acc)
+            else:
+                _viterbi_forward(t, K, em, Tm, S, dbl, f)
+        elif pruned:
+            _viterbi_forward_pruned(t, K, em, tr, S, f, tmax, hv, hi, sv, si, acc)
         else:
             _viterbi_forward(t, K, em, tr, S, dbl, f)
     row = (n - 1) * K
@@ -347,7 +388,7 @@ def _kbest_step(t, K, k, em, trT, S, P, C, col, hv, ha, hr, f):
 
 @nb.njit(cache=True, nogil=True)
 def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
-                allowed_end, k, ys, scores, ws):
+                allowed_end, k, ys, scores, ws, prune_from=PRUNE_FROM_LABELS):
     """The k best admissible label sequences of one sentence; returns their number c ≤ k.
 
     Writes sequence j (j < c) to ys[j·n:(j+1)·n] (int32) and its score s(y) to scores[j]
@@ -362,13 +403,15 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
     and on a tie the suffixes are equal so the order is decided by the prefixes). Rank 0 equals
     ``sequence._forward`` + ``_backtrack`` exactly (same additions, first index wins).
     Cost O(n·K·(K + k log k)) (see :func:`_kbest_step`); k = 1 is a plain Viterbi pass
-    (:func:`_viterbi_chain`). ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
+    (:func:`_viterbi_chain`), pruned from ``prune_from`` tags when tr has em's dtype (same
+    result; ``sequence._relax_pruned``); k > 1 keeps the dense O(K²) step per position.
+    ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
     """
     has_pos, has_fixed, has_allowed, has_start, has_end = _check(
         em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
     S, P, C, TT, T, col, hv, ha, hr, fa, fr = ws
     if (k < 1 or fa.size < k or S.size < n * K * k or T.size < K * K or TT.size < K * K
-            or hv.size < max(K, k) or col.size < 2 * K):
+            or hv.size < max(K, k) or col.size < 4 * K):
         raise ValueError("k must be >= 1 and ws a kbest_workspace(n_max >= n, K, k)")
     if ys.size < k * n or scores.size < k:
         raise ValueError("ys must hold k*n tags and scores k values")
@@ -376,10 +419,11 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
         scores[0] = 0.0
         return 1
     if k == 1:
+        pruned = K >= max(prune_from, 1) and tr.itemsize == em.itemsize
         best = _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
                               allowed_start, allowed_end, (has_pos, has_fixed, has_allowed,
                                                            has_start, has_end),
-                              ys, S, TT, T, col)
+                              ys, S, TT, T, col, pruned, hv, ha, hr)
         scores[0] = best
         return 1 if best > _NEG else 0
     f0 = fixed[0] if has_fixed else -1
@@ -435,7 +479,7 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
 
 @nb.njit(cache=True, nogil=True)
 def kbest_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
-                allowed_start, allowed_end, k):
+                allowed_start, allowed_end, k, prune_from=PRUNE_FROM_LABELS):
     """:func:`kbest_chain` over sentences e = tokens sent_ptr[e]..sent_ptr[e+1] of the flat
     emission table em[token·K + tag] (pos_index and fixed, when not empty, are indexed by token
     too). Returns (tags, scores, counts):
@@ -461,7 +505,8 @@ def kbest_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allow
         fx = fixed[a0:a0 + n] if fixed.size > 0 else fixed
         counts[e] = kbest_chain(em[a0 * K:(a0 + n) * K], n, K, tr, start, end, pos_tr, pi, fx,
                                 allowed, allowed_start, allowed_end, k,
-                                tags[k * a0:k * (a0 + n)], scores[e * k:(e + 1) * k], ws)
+                                tags[k * a0:k * (a0 + n)], scores[e * k:(e + 1) * k], ws,
+                                prune_from)
     return tags, scores, counts
 
 
