@@ -46,8 +46,9 @@ def train(task, coded: bool, epochs: int = 4, max_active: int = 50, loss: str = 
 
 
 def test_coded_pool_costs_under_8_bytes_per_entry():
-    """A chain's φ is stored in under 8 bytes per entry here (Brown: 3.9; the old pool: 12, an int32 index
-    and a float64 value), every structure decoding to the record it was admitted from."""
+    """A chain's φ is stored in under 8 bytes per entry here (Brown: 4.5; the old pool: 12,
+    an int32 index and a float64 value), every structure decoding to the record it was
+    admitted from."""
     task = chain_task()
     act = ActiveSets(task.n_examples, task.dim, 0.1)
     batch = task.loss_augmented(act.w, np.arange(task.n_examples, dtype=np.int64))

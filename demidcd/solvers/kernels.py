@@ -177,12 +177,12 @@ def _values_at(st, ln):
 
 @njit(cache=True, nogil=True)
 def _coded(w, k, vals, c):
-    """w_j·v for coded key ``k`` (module docstring) and the next value cursor. The sign is
-    a multiply, not a branch: ±1 entries come in no predictable order."""
+    """w_j·v for coded key ``k`` (module docstring) and the next value cursor. The sign is a
+    select, not a branch (±1 entries come in no predictable order): ±w_j, exactly w_j·(±1)."""
     x = w[k >> _U2]
     if k & _U2:  # rare: a value stored after the keys
         return x * vals[c], c + _U1
-    return x * (np.float64(k & _U1) * 2.0 - 1.0), c
+    return (x if k & _U1 else -x), c
 
 
 @njit(cache=True, nogil=True)
@@ -233,7 +233,7 @@ def phi_axpy(w, d, p_idx, p_val, st, ln, hot):
             v = d * p_val[c]
             c += _U1
         else:
-            v = d * (np.float64(a & _U1) * 2.0 - 1.0)
+            v = d if a & _U1 else -d
         if atomic:
             atomic_add(w, j, v)
         else:
