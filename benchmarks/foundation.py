@@ -151,7 +151,7 @@ def learner_throughput(task, C: float, fill_epochs: int, passes: int, seed: int 
             progress.note(f"filling active sets: epoch {ep + 1}/{fill_epochs}, "
                           f"{act.size:,} structures")
     live = np.concatenate([act.slots[i, :act.count[i]] for i in range(n)])
-    nnz = act.s_len[live].astype(np.float64)
+    nnz = np.abs(act.s_len[live]).astype(np.float64)  # negative: a valued φ (kernels)
     res = {"fill_epochs": fill_epochs, "structures": int(act.size),
            "mean_nnz_phi": float(nnz.mean()), "median_nnz_phi": float(np.median(nnz)),
            "p95_nnz_phi": float(np.percentile(nnz, 95)), "dim": int(task.dim),

@@ -124,8 +124,7 @@ def test_a_full_active_set_aggregates_without_changing_the_dual():
     np.testing.assert_allclose(act.w, act.rebuilt_w(), atol=1e-10)
     for i in range(task.n_examples):
         for s in act.slots[i, :act.count[i]]:
-            idx = act.p_idx[act.s_ptr[s]:act.s_ptr[s] + act.s_len[s]]
-            val = act.p_val[act.s_ptr[s]:act.s_ptr[s] + act.s_len[s]]
+            idx, val = act.phi(s)
             assert (np.diff(idx.astype(np.int64)) > 0).all()
             assert act.s_f[s, 2] == pytest.approx(float(val @ val))
 

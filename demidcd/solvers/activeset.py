@@ -28,23 +28,30 @@ DEFAULT_MAX_ACTIVE = 50  # EWT XPOS, 20 epochs of 1-DCD uncapped: largest |A_i| 
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
 SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KKT gap exceeds
 # this share of tol, so a later pass (which certifies gaps below tol) starts with some headroom
-POOL_WORDS_PER_EXAMPLE = 2048  # φ-pool capacity reserved up front (EWT XPOS peaks at ~900
-# live words per example; with garbage and headroom the pools then never grow during training)
+POOL_WORDS_PER_EXAMPLE = 6144  # φ-pool capacity (int32 words) reserved up front: 2048 valued
+# entries or 6144 unit ones (EWT XPOS peaks at ~900 live entries per example; with garbage and
+# headroom the pool then never grows during training)
+
+
+def _pool(words: int) -> tuple[np.ndarray, np.ndarray]:
+    """A φ pool of ``words`` int32 words (even) and its float64 view (see :mod:`.kernels`)."""
+    pool = np.zeros(words + (words & 1), INDEX_DTYPE)
+    return pool, pool.view(np.float64)
 
 
 def _reserve_pool(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """φ pools (indices, values) with room for ``POOL_WORDS_PER_EXAMPLE`` words per example,
+    """The φ pool (:func:`_pool`) with room for ``POOL_WORDS_PER_EXAMPLE`` words per example,
     at most 1/16 of physical memory. ``np.zeros`` of this size maps fresh zero pages that the OS
     commits only when first written, so the reservation costs what is used; growing by copying
     instead cost EWT XPOS 0.75 s of page faults and copies in its first seconds."""
     import psutil
 
-    budget = psutil.virtual_memory().total // 16 // 12  # 12 bytes per word (index + value)
+    budget = psutil.virtual_memory().total // 16 // 4  # 4 bytes per word
     words = int(max(1 << 16, min(n * POOL_WORDS_PER_EXAMPLE, budget)))
     try:
-        return np.zeros(words, INDEX_DTYPE), np.zeros(words)
+        return _pool(words)
     except MemoryError:  # strict overcommit: start small and grow
-        return np.zeros(1 << 16, INDEX_DTYPE), np.zeros(1 << 16)
+        return _pool(1 << 16)
 
 
 @dataclass
@@ -86,6 +93,10 @@ class ActiveSets:
     tail A_i/(2C) becomes ξ̂_i, the example's hinge loss on its active set, kept in ``xi``
     (may be given as a zeroed view, e.g. the A part of a published [w, A]; it is refreshed with
     the current w before every admission test and at every visit).
+
+    ``coded``: the φ pool's encoding (:mod:`.kernels`), coded (4 bytes a ±1 entry) when
+    ``dim`` ≤ :data:`~.kernels.CODED_MAX_DIM`, else valued (12 bytes an entry); either gives
+    the same updates, bit for bit. Set before the first insert.
     """
 
     def __init__(self, n: int, dim: int, C: float, delta: float = 0.01,
@@ -114,6 +125,7 @@ class ActiveSets:
         self.s_f = np.zeros((cap, 3))
         self.free_ids = np.zeros(cap, np.int32)
         self.p_idx, self.p_val = _reserve_pool(n)
+        self.coded = dim <= K.CODED_MAX_DIM  # the φ pool's encoding (see .kernels)
         self.meta = np.zeros(K.META_FIELDS, np.int64)
         self.track = bool(track_changes)
         self.mark = mark_array(dim if self.track else 0)
@@ -159,7 +171,7 @@ class ActiveSets:
         else:
             while cap < 2 * (live + need):
                 cap *= 2
-            new_idx, new_val = np.empty(cap, INDEX_DTYPE), np.empty(cap)
+            new_idx, new_val = _pool(cap)
         K.compact_pool(self.slots, self.count, self.s_ptr, self.s_len, self.p_idx, self.p_val,
                        new_idx, new_val, self.meta)
         self.p_idx, self.p_val = new_idx, new_val
@@ -200,7 +212,7 @@ class ActiveSets:
                              start, self.w, self.slots, self.count, self.alpha_sum, self.s_hash,
                              self.s_ptr, self.s_len, self.s_f, self.p_idx, self.p_val,
                              self.free_ids, self.meta, tail, scale, admit, self.mark,
-                             self.track, self.ex_pg, out, self.hot)
+                             self.track, self.ex_pg, out, self.hot, self.coded)
             start = int(out[K.I_NEXT])
             if start < n:
                 if self.meta[K.M_NFREE] == 0 and self.meta[K.M_NEXT] >= self.s_f.shape[0]:
@@ -296,7 +308,7 @@ class ActiveSets:
         lens = np.diff(arrays["phi_ptr"])
         while self.meta[K.M_NEXT] + int(mine.sum()) > self.s_f.shape[0]:
             self._grow_structures()
-        need = int(lens[mine].sum())
+        need = int((3 * lens[mine] + 2).sum())  # pool words, at most (K.words_bound)
         if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
             self._grow_pool(need)
         first = int(self.meta[K.M_NEXT])
@@ -306,7 +318,7 @@ class ActiveSets:
                                        arrays["phi_val"], self.slots, self.count,
                                        self.s_hash, self.s_ptr, self.s_len, self.s_f,
                                        self.p_idx, self.p_val, self.meta, self.mark,
-                                       self.track))
+                                       self.track, self.coded))
         for name in ("alpha_sum", "xi", "ex_pg"):
             getattr(self, name)[keep] = arrays[name][keep]  # in place: may be views
         if add:
@@ -362,9 +374,29 @@ class ActiveSets:
             w += self.w0
         return w
 
+    def phi(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """φ of stored structure ``s`` as (sorted int64 indices, float64 values), decoded from
+        the pool's compact encoding (:mod:`.kernels`)."""
+        st, ln = int(self.s_ptr[s]), int(self.s_len[s])
+        if ln < 0:
+            vb = (st - ln + (-ln & 1)) // 2
+            return self.p_idx[st:st - ln].astype(np.int64), self.p_val[vb:vb - ln].copy()
+        keys = self.p_idx[st + 1:st + 1 + ln].astype(np.int64)
+        code = keys & 3
+        val = np.where(code == 1, 1.0, -1.0)
+        vb = (st + ln + 2) // 2
+        val[code == 2] = self.p_val[vb:vb + int(self.p_idx[st])]
+        return keys >> 2, val
+
+    def phi_bytes(self) -> int:
+        """Bytes of the φ pool holding the live structures (garbage of freed ones excluded)."""
+        return int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB]) * self.p_idx.itemsize
+
     def memory_bytes(self) -> int:
+        """Bytes of the arrays (reserved, not only touched; the φ pool's float64 view is the
+        same memory as its int32 words)."""
         arrays = (self.slots, self.count, self.alpha_sum, self.s_hash, self.s_ptr, self.s_len,
-                  self.s_f, self.free_ids, self.p_idx, self.p_val, self.mark, self.xi)
+                  self.s_f, self.free_ids, self.p_idx, self.mark, self.xi)
         return int(sum(a.nbytes for a in arrays))
 
 

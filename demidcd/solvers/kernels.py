@@ -16,8 +16,26 @@ and a variable with α = 0 and −g < δ is removed from the active set (Eq. 9; 
 gradient is g if α > 0 else min(g, 0); max |PG| over the active set measures optimality of the
 restricted problem (Eq. 10).
 
-Per-structure storage (structure id s): ``s_hash[s]``, ``s_ptr[s]``/``s_len[s]`` into the φ pool
-``p_idx``/``p_val``, and ``s_f[s] = (α, Δ, ‖φ‖²)``. Per example i: ``slots[i, :count[i]]`` holds its
+Per-structure storage (structure id s): ``s_hash[s]``, ``s_ptr[s]``/``s_len[s]`` into the φ pool,
+and ``s_f[s] = (α, Δ, ‖φ‖²)``. The pool is one int32 array ``p_idx`` (``p_val`` is its float64
+view, the same memory); a structure starts on an even word and is stored in one of two
+encodings, entries in index order:
+
+* *coded* (``s_len[s] = nnz ≥ 0``; every w of at most :data:`CODED_MAX_DIM` entries): word
+  ``s_ptr`` holds m, then one key per entry, ``4·j + 1`` for the value +1, ``4·j`` for −1 and
+  ``4·j + 2`` for any other value, which is the next of the m float64 values stored after the
+  keys (padded to an even word). A chain's φ over binary features is mostly ±1 (only a
+  feature or transition counted twice in one sentence has another value): 4 bytes an entry;
+* *valued* (``s_len[s] = −nnz``, a larger w): the nnz int32 indices (padded to an even
+  count), then the nnz float64 values, 12 bytes an entry, the only format before.
+
+On Brown (12 tags) the coded pool holds a structure's φ in 0.9 kB instead of 2.8 kB. The
+kernels read either through :func:`phi_dot`, :func:`phi_axpy` and :func:`phi_entry`, in the
+same order and with the same partial sums as :func:`sparse_dot` / :func:`axpy` on the old
+(index, value) pairs (w_j · ±1 is ±w_j exactly), so every update is bitwise the same;
+:meth:`~demidcd.solvers.activeset.ActiveSets.phi` decodes one structure.
+
+Per example i: ``slots[i, :count[i]]`` holds its
 structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool counters
 (see :data:`META_FIELDS`).
 """
@@ -128,6 +146,184 @@ def shared_axpy(w, d, idx, val, start, end, hot):
         atomic_axpy(w, d, idx, val, start, end)
 
 
+CODED_MAX_DIM = 1 << 29  # coded keys 4·j + 3 must fit an int32
+_PLAIN = np.zeros(0, np.uint8)  # the update modes of shared_axpy, for the kernels' own calls
+_ATOMIC = np.ones(1, np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def phi_words(p_idx, st, ln):
+    """Pool words (int32) taken by the structure at word ``st`` with ``s_len`` = ``ln``
+    (module docstring)."""
+    if ln >= 0:
+        return ((ln + 2) & ~1) + 2 * p_idx[st]
+    n = -ln
+    return n + (n & 1) + 2 * n
+
+
+@njit(cache=True, nogil=True)
+def words_bound(nnz):
+    """Pool words a φ of ``nnz`` entries takes at most, in either encoding."""
+    return 3 * nnz + 2
+
+
+@njit(cache=True, nogil=True)
+def _values_at(st, ln):
+    """Index in ``p_val`` of the first value of the structure at (even) word ``st``."""
+    if ln >= 0:
+        return (st + ln + 2) >> 1
+    return (st - ln + (-ln & 1)) >> 1
+
+
+@njit(cache=True, nogil=True)
+def _coded(w, k, vals, c):
+    """w_j·v for coded key ``k`` (module docstring) and the next value cursor. The sign is a
+    select, not a branch (±1 entries come in no predictable order): ±w_j, exactly w_j·(±1)."""
+    x = w[k >> _U2]
+    if k & _U2:  # rare: a value stored after the keys
+        return x * vals[c], c + _U1
+    return (x if k & _U1 else -x), c
+
+
+@njit(cache=True, nogil=True)
+def phi_dot(w, p_idx, p_val, st, ln):
+    """w·φ for the stored structure at word ``st`` with ``s_len`` = ``ln``, in either encoding,
+    with the same four partial sums (so the same rounding) as :func:`sparse_dot`."""
+    vb = _values_at(st, ln)
+    if ln < 0:
+        return sparse_dot(w, p_idx[st:st - ln], p_val[vb:vb - ln], 0, -ln)
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    c = np.uint64(vb)
+    k = np.uint64(st + 1)
+    e = np.uint64(st + 1 + ln)
+    while k + _U4 <= e:
+        x, c = _coded(w, np.uint64(p_idx[k]), p_val, c)
+        s0 += x
+        x, c = _coded(w, np.uint64(p_idx[k + _U1]), p_val, c)
+        s1 += x
+        x, c = _coded(w, np.uint64(p_idx[k + _U2]), p_val, c)
+        s2 += x
+        x, c = _coded(w, np.uint64(p_idx[k + _U3]), p_val, c)
+        s3 += x
+        k += _U4
+    while k < e:
+        x, c = _coded(w, np.uint64(p_idx[k]), p_val, c)
+        s0 += x
+        k += _U1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, nogil=True)
+def phi_axpy(w, d, p_idx, p_val, st, ln, hot):
+    """w += d φ for the stored structure at word ``st`` (either encoding), in the update mode
+    ``hot`` of :func:`shared_axpy`."""
+    vb = _values_at(st, ln)
+    if ln < 0:
+        shared_axpy(w, d, p_idx[st:st - ln], p_val[vb:vb - ln], 0, -ln, hot)
+        return
+    atomic = hot.shape[0] > 0
+    c = np.uint64(vb)
+    for k in range(np.uint64(st + 1), np.uint64(st + 1 + ln)):
+        a = np.uint64(p_idx[k])
+        j = a >> _U2
+        if a & _U2:
+            v = d * p_val[c]
+            c += _U1
+        else:
+            v = d if a & _U1 else -d
+        if atomic:
+            atomic_add(w, j, v)
+        else:
+            w[j] += v
+
+
+@njit(cache=True, nogil=True)
+def phi_entry(p_idx, p_val, st, ln, q, c):
+    """Entry q of the stored structure at word ``st``, read in order: (index, value, next c),
+    with ``c`` the value cursor, :func:`_values_at` before entry 0."""
+    if ln < 0:
+        return np.int64(p_idx[st + q]), p_val[c], c + 1
+    a = np.int64(p_idx[st + 1 + q])
+    code = a & 3
+    if code == 1:
+        return a >> 2, 1.0, c
+    if code == 0:
+        return a >> 2, -1.0, c
+    return a >> 2, p_val[c], c + 1
+
+
+@njit(cache=True, nogil=True)
+def _put_entry(p_idx, p_val, p0, ln, q, c, j, v):
+    """Write entry q = (j, v) of a structure being stored at word ``p0`` with ``s_len`` =
+    ``ln`` (its values start at ``_values_at(p0, ln)``; ``c`` the value cursor); returns the
+    next cursor. A coded structure's count of values (word p0) is the caller's."""
+    if ln < 0:
+        p_idx[p0 + q] = j
+        p_val[c] = v
+        return c + 1
+    if v == 1.0:
+        p_idx[p0 + 1 + q] = 4 * j + 1
+        return c
+    if v == -1.0:
+        p_idx[p0 + 1 + q] = 4 * j
+        return c
+    p_idx[p0 + 1 + q] = 4 * j + 2
+    p_val[c] = v
+    return c + 1
+
+
+@njit(cache=True, nogil=True)
+def _phi_dot_phi(p_idx, p_val, a0, la, b0, lb):
+    """φ_a·φ_b of two stored structures (indices sorted in both)."""
+    s = 0.0
+    na, nb = abs(la), abs(lb)
+    if na == 0 or nb == 0:
+        return 0.0
+    ca, cb = _values_at(a0, la), _values_at(b0, lb)
+    ia, va, ca = phi_entry(p_idx, p_val, a0, la, 0, ca)
+    ib, vb, cb = phi_entry(p_idx, p_val, b0, lb, 0, cb)
+    i, j = 1, 1
+    while True:
+        if ia == ib:
+            s += va * vb
+        if ia <= ib:
+            if i == na:
+                break
+            ia, va, ca = phi_entry(p_idx, p_val, a0, la, i, ca)
+            i += 1
+        else:
+            if j == nb:
+                break
+            ib, vb, cb = phi_entry(p_idx, p_val, b0, lb, j, cb)
+            j += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark, track):
+    """Store record entries rs..re at (even) word ``p0``, coded when ``coded`` (w has at most
+    :data:`CODED_MAX_DIM` entries) else valued, marking their lines when ``track``. Returns
+    (s_len, ‖φ‖², pool words taken)."""
+    nnz = re - rs
+    ln = nnz if coded else -nnz
+    c = _values_at(p0, ln)
+    c0 = c
+    sq = 0.0
+    for q in range(nnz):
+        j = r_idx[rs + q]
+        if track and mark[np.uint64(j) >> _LINE] == 0:  # no store when set: the
+            mark[np.uint64(j) >> _LINE] = 1  # mark is shared by every learner
+        v = r_val[rs + q]
+        c = _put_entry(p_idx, p_val, p0, ln, q, c, j, v)
+        sq += v * v
+    if coded:
+        p_idx[p0] = c - c0
+    return ln, sq, phi_words(p_idx, p0, ln)
+
+
 @njit(cache=True, nogil=True)
 def _remove_slot(slots, count, i, k):
     """Drop slot k of example i, keeping the remaining slots in order."""
@@ -139,8 +335,8 @@ def _remove_slot(slots, count, i, k):
 
 
 @njit(cache=True, nogil=True)
-def _free_structure(s, s_len, free_ids, meta):
-    meta[M_PGARB] += s_len[s]
+def _free_structure(s, s_ptr, s_len, p_idx, free_ids, meta):
+    meta[M_PGARB] += phi_words(p_idx, s_ptr[s], s_len[s])
     free_ids[meta[M_NFREE]] = s
     meta[M_NFREE] += 1
 
@@ -157,20 +353,20 @@ def _sweep_example(i, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx, p_va
         s = slots[i, k]
         a = s_f[s, ALPHA]
         st, ln = s_ptr[s], s_len[s]
-        g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
+        g = phi_dot(w, p_idx, p_val, st, ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
         pg = abs(g) if a > 0.0 else max(-g, 0.0)
         if pg > ex_max:
             ex_max = pg
         if shrink and a == 0.0 and -g < delta:
             _remove_slot(slots, count, i, k)
-            _free_structure(s, s_len, free_ids, meta)
+            _free_structure(s, s_ptr, s_len, p_idx, free_ids, meta)
             stats[S_SHRUNK] += 1
         else:
             d = -g / (s_f[s, SQNORM] + inv2c)
             if d < -a:
                 d = -a
             if d != 0.0:
-                shared_axpy(w, d, p_idx, p_val, st, st + ln, hot)
+                phi_axpy(w, d, p_idx, p_val, st, ln, hot)
                 s_f[s, ALPHA] = a + d
                 alpha_sum[i] += d
                 stats[S_NONZERO_STEPS] += 1
@@ -278,7 +474,7 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 gmax, kmax = 0.0, -1
             for q in range(count[i]):
                 s = slots[i, q]
-                gq = sparse_dot(w, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s]) - s_f[s, DELTA]
+                gq = phi_dot(w, p_idx, p_val, s_ptr[s], s_len[s]) - s_f[s, DELTA]
                 if gq < gmin:
                     gmin, kmin = gq, q
                 if s_f[s, ALPHA] > 0.0 and gq > gmax:
@@ -297,8 +493,8 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
             else:
                 a, b = slots[i, kmin], slots[i, kmax]
                 den = (s_f[a, SQNORM] + s_f[b, SQNORM]
-                       - 2.0 * _dot_sorted(p_idx, p_val, s_ptr[a], s_ptr[a] + s_len[a],
-                                           s_ptr[b], s_ptr[b] + s_len[b]))
+                       - 2.0 * _phi_dot_phi(p_idx, p_val, s_ptr[a], s_len[a], s_ptr[b],
+                                            s_len[b]))
             cap = lam0 if kmax == -1 else s_f[slots[i, kmax], ALPHA]
             full = True
             d = cap
@@ -309,12 +505,12 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 s = slots[i, kmin]
                 s_f[s, ALPHA] += d
                 alpha_sum[i] += d
-                shared_axpy(w, d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
+                phi_axpy(w, d, p_idx, p_val, s_ptr[s], s_len[s], hot)
             if kmax >= 0:
                 s = slots[i, kmax]
                 s_f[s, ALPHA] = 0.0 if full else s_f[s, ALPHA] - d
                 alpha_sum[i] -= d
-                shared_axpy(w, -d, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
+                phi_axpy(w, -d, p_idx, p_val, s_ptr[s], s_len[s], hot)
             stats[S_UPDATES] += 1
             stats[S_NONZERO_STEPS] += 1
         xi[i] = -gmin
@@ -324,7 +520,7 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
                 s = slots[i, q]
                 if s_f[s, ALPHA] <= 0.0:
                     _remove_slot(slots, count, i, q)
-                    _free_structure(s, s_len, free_ids, meta)
+                    _free_structure(s, s_ptr, s_len, p_idx, free_ids, meta)
                     stats[S_SHRUNK] += 1
                 q -= 1
         if count[i] == 0:
@@ -343,7 +539,7 @@ def restricted_slack(examples, w, slots, count, s_ptr, s_len, s_f, p_idx, p_val,
         best = 0.0
         for q in range(count[i]):
             s = slots[i, q]
-            h = s_f[s, DELTA] - sparse_dot(w, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+            h = s_f[s, DELTA] - phi_dot(w, p_idx, p_val, s_ptr[s], s_len[s])
             if h > best:
                 best = h
         xi[i] = best
@@ -352,35 +548,55 @@ def restricted_slack(examples, w, slots, count, s_ptr, s_len, s_f, p_idx, p_val,
 @njit(cache=True, nogil=True)
 def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
     """Fold structure a into b: α_b ← α_a + α_b, (Δ_b, φ_b) ← the α-weighted mean of the two
-    (φ merged in index order at the end of the pool; both are sorted by index). a's storage is
-    left for the caller to free; w, A_i and Σ α Δ are unchanged."""
+    (φ merged in index order at the end of the pool, in b's encoding; both are sorted by
+    index). a's storage is left for the caller to free; w, A_i and Σ α Δ are unchanged. Needs
+    ``words_bound(|s_len[a]| + |s_len[b]|)`` free words."""
     aa, ab = s_f[a, ALPHA], s_f[b, ALPHA]
     tot = aa + ab
     ca, cb = aa / tot, ab / tot
-    i, ie = s_ptr[a], s_ptr[a] + s_len[a]
-    j, je = s_ptr[b], s_ptr[b] + s_len[b]
+    a0, la, na = s_ptr[a], s_len[a], abs(s_len[a])
+    b0, lb, nb = s_ptr[b], s_len[b], abs(s_len[b])
+    m = 0  # the merged length first: the values follow the indices
     p0 = meta[M_PUSED]
-    q = p0
-    sq = 0.0
-    while i < ie or j < je:
-        if j >= je or (i < ie and p_idx[i] < p_idx[j]):
-            idx, v = p_idx[i], ca * p_val[i]
-            i += 1
-        elif i >= ie or p_idx[j] < p_idx[i]:
-            idx, v = p_idx[j], cb * p_val[j]
-            j += 1
-        else:
-            idx, v = p_idx[i], ca * p_val[i] + cb * p_val[j]
-            i += 1
-            j += 1
-        p_idx[q] = idx
-        p_val[q] = v
-        sq += v * v
-        q += 1
-    meta[M_PGARB] += s_len[b]
-    meta[M_PUSED] = q
+    ln = out = o0 = 0
+    for rnd in range(2):
+        if rnd == 1:
+            ln = m if lb >= 0 else -m
+            out = _values_at(p0, ln)
+            o0 = out
+        i, j, q = 0, 0, 0
+        xa, xb = _values_at(a0, la), _values_at(b0, lb)
+        ia, va, ib, vb = -1, 0.0, -1, 0.0
+        if na:
+            ia, va, xa = phi_entry(p_idx, p_val, a0, la, 0, xa)
+        if nb:
+            ib, vb, xb = phi_entry(p_idx, p_val, b0, lb, 0, xb)
+        sq = 0.0
+        while i < na or j < nb:
+            take_a = j >= nb or (i < na and ia <= ib)
+            take_b = i >= na or (j < nb and ib <= ia)
+            idx, v = (ia, 0.0) if take_a else (ib, 0.0)
+            if take_a:
+                v += ca * va
+                i += 1
+                if i < na:
+                    ia, va, xa = phi_entry(p_idx, p_val, a0, la, i, xa)
+            if take_b:
+                v += cb * vb
+                j += 1
+                if j < nb:
+                    ib, vb, xb = phi_entry(p_idx, p_val, b0, lb, j, xb)
+            if rnd == 1:
+                out = _put_entry(p_idx, p_val, p0, ln, q, out, idx, v)
+                sq += v * v
+            q += 1
+        m = q
+    if ln >= 0:
+        p_idx[p0] = out - o0
+    meta[M_PGARB] += phi_words(p_idx, b0, lb)
+    meta[M_PUSED] = p0 + phi_words(p_idx, p0, ln)
     s_ptr[b] = p0
-    s_len[b] = q - p0
+    s_len[b] = ln
     s_f[b, DELTA] = ca * s_f[a, DELTA] + cb * s_f[b, DELTA]
     s_f[b, ALPHA] = tot
     s_f[b, SQNORM] = sq
@@ -390,7 +606,7 @@ def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
 @njit(cache=True, nogil=True)
 def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, count,
                    alpha_sum, s_hash, s_ptr, s_len, s_f, p_idx, p_val, free_ids, meta, tail,
-                   tail_scale, admit, mark, track, ex_pg, out, hot):
+                   tail_scale, admit, mark, track, ex_pg, out, hot, coded):
     """Add records start.. of a batch to the active sets (de-duplicated by hash).
 
     A record is admitted when its violation Δ − w·φ − ``tail[i]·tail_scale``, recomputed with
@@ -412,7 +628,8 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
     φ are marked in ``mark`` (the touched lines, see above).
     ``out`` accumulates admitted, duplicates, rejected, evicted (dropped or aggregated).
     ``hot``: the update mode (:func:`shared_axpy`) with which, at a cap of 1 (nothing to
-    aggregate with), the evicted α·φ leaves w.
+    aggregate with), the evicted α·φ leaves w. ``coded``: store φ coded (w has at most
+    :data:`CODED_MAX_DIM` entries), else valued (module docstring).
     """
     cap_s = s_f.shape[0]
     cap_p = p_idx.shape[0]
@@ -437,7 +654,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             out[I_REJECTED] += 1
             continue
         nnz = re - rs
-        need = nnz
+        need = words_bound(nnz)
         kmin = -1
         if count[i] == max_per == 1:
             kmin, k2 = 0, 0
@@ -452,7 +669,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
                 elif a < s_f[slots[i, k2], ALPHA]:
                     k2 = k
             if s_f[slots[i, kmin], ALPHA] > 0.0 and k2 != kmin:
-                need += s_len[slots[i, kmin]] + s_len[slots[i, k2]]
+                need += words_bound(abs(s_len[slots[i, kmin]]) + abs(s_len[slots[i, k2]]))
         if (meta[M_NFREE] == 0 and meta[M_NEXT] >= cap_s) or meta[M_PUSED] + need > cap_p:
             out[I_NEXT] = r
             out[I_NEED] = need
@@ -463,10 +680,10 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             if a > 0.0 and k2 != kmin:
                 _aggregate(s, slots[i, k2], s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta)
             elif a > 0.0:  # a cap of 1 has nothing to aggregate with: α·φ leaves w
-                shared_axpy(w, -a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s], hot)
+                phi_axpy(w, -a, p_idx, p_val, s_ptr[s], s_len[s], hot)
                 alpha_sum[i] -= a
             _remove_slot(slots, count, i, kmin)
-            _free_structure(s, s_len, free_ids, meta)
+            _free_structure(s, s_ptr, s_len, p_idx, free_ids, meta)
             out[I_EVICTED] += 1
         if meta[M_NFREE] > 0:
             meta[M_NFREE] -= 1
@@ -475,19 +692,12 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             s = meta[M_NEXT]
             meta[M_NEXT] += 1
         p0 = meta[M_PUSED]
-        sq = 0.0
-        for q in range(nnz):
-            j = r_idx[rs + q]
-            p_idx[p0 + q] = j
-            if track and mark[np.uint64(j) >> _LINE] == 0:  # no store when set: the
-                mark[np.uint64(j) >> _LINE] = 1  # mark is shared by every learner
-            v = r_val[rs + q]
-            p_val[p0 + q] = v
-            sq += v * v
-        meta[M_PUSED] = p0 + nnz
+        ln, sq, words = _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
+                                   track)
+        meta[M_PUSED] = p0 + words
         s_hash[s] = h
         s_ptr[s] = p0
-        s_len[s] = nnz
+        s_len[s] = ln
         s_f[s, ALPHA] = 0.0
         s_f[s, DELTA] = r_delta[r]
         s_f[s, SQNORM] = sq
@@ -499,9 +709,10 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
 
 @njit(cache=True, nogil=True)
 def compact_pool(slots, count, s_ptr, s_len, p_idx, p_val, new_idx, new_val, meta):
-    """Move the φ of every live structure to the front of the pools ``new_idx``/``new_val``
-    (dropping the garbage of freed ones), in the order they are stored, so ``new_*`` may be the
-    current pools themselves (in-place compaction: every block moves down or stays)."""
+    """Move the φ of every live structure to the front of the pool ``new_idx`` (``new_val``
+    its float64 view; the words are copied as they are, values included), dropping the garbage
+    of freed ones, in the order they are stored, so ``new_*`` may be the current pool itself
+    (in-place compaction: every block moves down or stays; offsets stay even)."""
     n_live = 0
     for i in range(slots.shape[0]):
         n_live += count[i]
@@ -515,10 +726,9 @@ def compact_pool(slots, count, s_ptr, s_len, p_idx, p_val, new_idx, new_val, met
     pos = 0
     for q in range(n_live):
         s = live[q]
-        st, ln = s_ptr[s], s_len[s]
+        st, ln = s_ptr[s], phi_words(p_idx, s_ptr[s], s_len[s])
         for r in range(ln):
             new_idx[pos + r] = p_idx[st + r]
-            new_val[pos + r] = p_val[st + r]
         s_ptr[s] = pos
         pos += ln
     meta[M_PUSED] = pos
@@ -545,7 +755,7 @@ def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
     for i in range(slots.shape[0]):
         for k in range(count[i]):
             s = slots[i, k]
-            axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+            phi_axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_len[s], _PLAIN)
 
 
 @njit(cache=True, nogil=True)
@@ -553,15 +763,13 @@ def add_alpha_phi(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val, atomic):
     """w += Σ α φ over every stored structure (Eq. 3), with atomic adds when ``atomic``: each
     learner of :mod:`demidcd.solvers.multi_dcd` adds its own examples' share into one zeroed
     shared w, concurrently."""
+    hot = _ATOMIC if atomic else _PLAIN
     for i in range(slots.shape[0]):
         for k in range(count[i]):
             s = slots[i, k]
             a = s_f[s, ALPHA]
             if a != 0.0:
-                if atomic:
-                    atomic_axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
-                else:
-                    axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+                phi_axpy(w, a, p_idx, p_val, s_ptr[s], s_len[s], hot)
 
 
 @njit(cache=True, nogil=True)
@@ -576,7 +784,7 @@ def max_projected_gradient(order, w, slots, count, alpha_sum, s_ptr, s_len, s_f,
         for k in range(count[i]):
             s = slots[i, k]
             st, ln = s_ptr[s], s_len[s]
-            g = sparse_dot(w, p_idx, p_val, st, st + ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
+            g = phi_dot(w, p_idx, p_val, st, ln) - s_f[s, DELTA] + alpha_sum[i] * inv2c
             pg = abs(g) if s_f[s, ALPHA] > 0.0 else max(-g, 0.0)
             if pg > out:
                 out = pg
@@ -595,7 +803,7 @@ def dump_structures(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx, p_
         i = examples[e]
         n_s += count[i]
         for q in range(count[i]):
-            nnz += s_len[slots[i, q]]
+            nnz += abs(s_len[slots[i, q]])
     ex = np.empty(n_s, np.int64)
     hs = np.empty(n_s, np.int64)
     dl = np.empty(n_s)
@@ -613,11 +821,11 @@ def dump_structures(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx, p_
             hs[r] = s_hash[s]
             dl[r] = s_f[s, DELTA]
             al[r] = s_f[s, ALPHA]
-            st = s_ptr[s]
-            for k in range(s_len[s]):
-                idx[pos + k] = p_idx[st + k]
-                val[pos + k] = p_val[st + k]
-            pos += s_len[s]
+            st, ln = s_ptr[s], s_len[s]
+            c = _values_at(st, ln)
+            for k in range(abs(ln)):
+                idx[pos + k], val[pos + k], c = phi_entry(p_idx, p_val, st, ln, k, c)
+            pos += abs(ln)
             r += 1
             ptr[r] = pos
     return ex, hs, dl, al, ptr, idx, val
@@ -625,12 +833,13 @@ def dump_structures(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx, p_
 
 @njit(cache=True, nogil=True)
 def load_structures(keep, r_ex, r_hash, r_delta, r_alpha, r_ptr, r_idx, r_val, slots, count,
-                    s_hash, s_ptr, s_len, s_f, p_idx, p_val, meta, mark, track):
+                    s_hash, s_ptr, s_len, s_f, p_idx, p_val, meta, mark, track, coded):
     """Append the saved structures whose example is kept (``keep[i]``) to the active sets, in
     their order, with their α, and mark the lines of their φ when ``track``; w and the
     per-example sums are the caller's. The pools and ``slots`` must be large enough (no
     eviction, no growth here: :meth:`~demidcd.solvers.activeset.ActiveSets.restore` sizes
-    them). Returns the number of structures loaded."""
+    them; ``coded``: w has at most :data:`CODED_MAX_DIM` entries). Returns the number of
+    structures loaded."""
     loaded = 0
     for r in range(r_ex.shape[0]):
         i = r_ex[r]
@@ -640,19 +849,12 @@ def load_structures(keep, r_ex, r_hash, r_delta, r_alpha, r_ptr, r_idx, r_val, s
         meta[M_NEXT] += 1
         rs, re = r_ptr[r], r_ptr[r + 1]
         p0 = meta[M_PUSED]
-        sq = 0.0
-        for q in range(re - rs):
-            j = r_idx[rs + q]
-            p_idx[p0 + q] = j
-            if track and mark[np.uint64(j) >> _LINE] == 0:
-                mark[np.uint64(j) >> _LINE] = 1
-            v = r_val[rs + q]
-            p_val[p0 + q] = v
-            sq += v * v
-        meta[M_PUSED] = p0 + (re - rs)
+        ln, sq, words = _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
+                                   track)
+        meta[M_PUSED] = p0 + words
         s_hash[s] = r_hash[r]
         s_ptr[s] = p0
-        s_len[s] = re - rs
+        s_len[s] = ln
         s_f[s, ALPHA] = r_alpha[r]
         s_f[s, DELTA] = r_delta[r]
         s_f[s, SQNORM] = sq
@@ -669,4 +871,4 @@ def add_structures(w, ids, s_ptr, s_len, s_f, p_idx, p_val):
         s = ids[r]
         a = s_f[s, ALPHA]
         if a != 0.0:
-            axpy(w, a, p_idx, p_val, s_ptr[s], s_ptr[s] + s_len[s])
+            phi_axpy(w, a, p_idx, p_val, s_ptr[s], s_len[s], _PLAIN)
