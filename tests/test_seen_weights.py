@@ -3,7 +3,8 @@ decoding, loss-augmented records, φ and score equal those of a dense model whos
 (feature, label) weights are zero, against enumeration of all K^n taggings; training reaches
 the optimum of that restricted problem (its brute-force primal equals the learner's dual);
 with every pair seen the layout is the dense one and training is identical; the weights of a
-many-label run stay far below features x labels; the model file, dump, predict and the CLI."""
+many-label run stay far below features x labels; the model file, dump, predict, the CLI, resume
+(continues exactly) and warm start (refused in one line)."""
 
 from __future__ import annotations
 
@@ -260,3 +261,24 @@ def test_cli_train_evaluate_predict_seen(tmp_path, cli):
                          tmp_path / "x.npz", "--weights", "some")
     assert code == 2 and "--weights" in err and "Traceback" not in err
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_resume_continues_a_seen_run(tmp_path):
+    """--resume of a seen model continues exactly (1-DCD: 2 + 3 epochs = 5 epochs); a resume
+    with the other layout is refused by the state check in one line."""
+    from demidcd.estimators.sequence import SequenceTagger
+    from demidcd.io.model import state_path
+    from demidcd.solvers.state import StateMismatch
+
+    X, Y = _many_labels(40, 12, seed=4)
+    kw = dict(min_count=1, C=0.1, tol=1e-12)
+    a = SequenceTagger(weights="seen", max_epochs=2, save_state=True, **kw).fit(X, Y)
+    path = tmp_path / "a.npz"
+    a.save(path)
+    a.write_state(state_path(path))
+    b = SequenceTagger(weights="seen", max_epochs=3, resume=str(path), **kw).fit(X, Y)
+    full = SequenceTagger(weights="seen", max_epochs=5, **kw).fit(X, Y)
+    assert b.result_.epochs == full.result_.epochs == 5
+    np.testing.assert_allclose(b.coef_, full.coef_, rtol=0, atol=1e-9)
+    with pytest.raises(StateMismatch, match="feature space differs"):
+        SequenceTagger(weights="all", max_epochs=1, resume=str(path), **kw).fit(X, Y)
