@@ -15,7 +15,7 @@ from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import timed_step
 from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
-from ..tasks.sequence import SequenceTask
+from ..tasks.sequence import SequenceTask, seen_pairs
 from ..tasks.template import DictFeaturizer, Template, TemplateFeaturizer, resolve_template
 from .base import (
     StructuredEstimator,
@@ -49,6 +49,7 @@ TEMPLATE_MIN_COUNT = 1
 and Wapiti keep them all."""
 
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
+_WEIGHTS_PARAM = param("weights", str)
 
 
 CONSTRAINTS_DEFAULT = False
@@ -80,7 +81,10 @@ class SequenceTagger(StructuredEstimator):
     ``min_count`` (feature dictionary cut-off; None: 1 for dicts and templates, which keep
     every feature as CRFsuite and CRF++ do, else
     :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
-    dictionary; None: 0) and ``template``; the others are those of :class:`StructuredEstimator`,
+    dictionary; None: 0), ``template`` and ``weights`` (``"all"``: a weight for every
+    (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite and
+    CRF++ keep them, ``seen_pairs_``; memory then grows with them, not with features x labels);
+    the others are those of :class:`StructuredEstimator`,
     except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
     dicts have few features per token; measured there).
     Template B lines (``B01:%x[0,1]``, Wapiti's ``*``) give label-bigram features (G of them, K²
@@ -95,7 +99,7 @@ class SequenceTagger(StructuredEstimator):
     _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means (built-in template)
 
     __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None),
-                              _TEMPLATE_PARAM)
+                              _TEMPLATE_PARAM, _WEIGHTS_PARAM)
 
     # -- encoding ---------------------------------------------------------------------------
     def _new_featurizer(self, kind: str):
@@ -150,15 +154,23 @@ class SequenceTagger(StructuredEstimator):
     def _n_bfeatures(self) -> int:
         return int(getattr(self.featurizer_, "n_bfeatures", 0))
 
-    def _task(self, X: list[list], Y: list[list[str]] | None, enc=None) -> SequenceTask:
+    def _task(self, X: list[list], Y: list[list[str]] | None, enc=None,
+              fit: bool = False) -> SequenceTask:
+        """The bound task of X (and Y); ``fit``: the training data, whose (feature, label)
+        pairs become ``seen_pairs_`` with ``weights="seen"``."""
         enc = self._encode(X) if enc is None else enc
         y = None
         if Y is not None:
             index = {t: k for k, t in enumerate(self.classes_)}
             y = np.fromiter(map(index.get, itertools.chain.from_iterable(Y),
                                 itertools.repeat(-1)), np.int32, count=enc.n_tokens)
-        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features,
-                            n_bigram_obs=self._n_bfeatures)
+        F, K = self.featurizer_.n_features, len(self.classes_)
+        if fit:
+            if self.weights not in ("all", "seen", None):
+                raise OptionError(f"--weights must be all or seen, got {self.weights!r}")
+            self.seen_pairs_ = seen_pairs(enc, y, F, K) if self.weights == "seen" else None
+        return SequenceTask(enc, y, K, F, n_bigram_obs=self._n_bfeatures,
+                            pairs=getattr(self, "seen_pairs_", None))
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
@@ -169,7 +181,7 @@ class SequenceTagger(StructuredEstimator):
             raise OptionError("cannot fit on an empty data set")
         self.solver_config(), self._learner()  # bad options fail before any work
         featurizer = self._new_featurizer(token_kind(X))
-        for attr in ("coef_", "result_"):  # a new fit forgets the old model
+        for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
         self.classes_ = sorted(set(itertools.chain.from_iterable(Y)))
         self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
@@ -179,7 +191,7 @@ class SequenceTagger(StructuredEstimator):
             enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
         self.n_bfeatures_ = self._n_bfeatures
-        task = self._task(X, Y, enc)
+        task = self._task(X, Y, enc, fit=True)
         dev_eval = None
         if X_dev is not None and Y_dev is not None:
             X_dev = check_sentences(X_dev, "X_dev", dicts=True)
@@ -338,8 +350,12 @@ class SequenceTagger(StructuredEstimator):
         dim = self.coef_.shape[0]
         g = getattr(self, "n_bfeatures_", 0)
         bigram = f" + {g:,} label-bigram features x {n_tags}^2" if g else ""
-        return (f"{self.n_features_:,} observation features x {n_tags} tags + transitions"
-                f"{bigram} = {dim:,} weights ({dim * 8 / 2**20:.1f} MiB float64)")
+        pairs = getattr(self, "seen_pairs_", None)
+        emissions = f"{self.n_features_:,} observation features x {n_tags} tags" \
+            if pairs is None else (f"{pairs[1].shape[0]:,} (feature, tag) pairs seen in "
+                                   f"training (of {self.n_features_:,} x {n_tags})")
+        return (f"{emissions} + transitions{bigram} = {dim:,} weights "
+                f"({dim * 8 / 2**20:.1f} MiB float64)")
 
     def _feature_source(self) -> str:
         f = self.featurizer_
@@ -358,11 +374,13 @@ class SequenceTagger(StructuredEstimator):
         self._check_fitted()
         w = self.coef_
         F, K, G = self.n_features_, len(self.classes_), getattr(self, "n_bfeatures_", 0)
-        tb, bb = F * K, F * K + (K + 1) ** 2
+        tb, bb = self._u_size(), self._u_size() + (K + 1) ** 2
+        pairs = getattr(self, "seen_pairs_", None)
+        nu = tb if pairs is None else pairs[1].shape[0]  # U weights (without the padding)
         names = self.featurizer_.features
         bnames = getattr(self.featurizer_, "bfeatures", None)
         labels = [_escape(t) for t in self.classes_]
-        feats = np.concatenate([w[:tb], w[bb:]])
+        feats = np.concatenate([w[:nu], w[bb:]])
         idx = top_weights(feats, top)
         yield (f"# {self.task_name} model: {K} labels, {F:,} features"
                + (f" and {G:,} label-bigram features" if G else "")
@@ -372,12 +390,15 @@ class SequenceTagger(StructuredEstimator):
                f"{np.count_nonzero(feats):,} non-zero): feature, label (prev->label for "
                "label-bigram features), weight")
         for i in idx.tolist():
-            if i < tb:
-                f, k = divmod(i, K)
+            if i < nu:
+                if pairs is None:
+                    f, k = divmod(i, K)
+                else:
+                    f, k = int(np.searchsorted(pairs[0], i, "right")) - 1, int(pairs[1][i])
                 name = _escape(names[f]) if names is not None else f"bucket {f}"
                 yield f"{name}\t{labels[k]}\t{feats[i]:+.6g}"
             else:
-                g, r = divmod(i - tb, K * K)
+                g, r = divmod(i - nu, K * K)
                 a, b = divmod(r, K)
                 name = _escape(bnames[g]) if bnames is not None else f"B bucket {g}"
                 yield f"{name}\t{labels[a]}->{labels[b]}\t{feats[i]:+.6g}"
@@ -399,11 +420,18 @@ class SequenceTagger(StructuredEstimator):
         .most_common(20)`` as in its tutorial); hashed features are named ``bucket F``."""
         self._check_fitted()
         F, K = self.n_features_, len(self.classes_)
-        U = self.coef_[:F * K].reshape(F, K)
+        pairs = getattr(self, "seen_pairs_", None)
+        if pairs is None:
+            U = self.coef_[:F * K].reshape(F, K)
+            fs, ks = np.nonzero(U)
+            ws = U[fs, ks]
+        else:  # seen pairs: weight j belongs to (the feature whose list holds j, lab[j])
+            j = np.flatnonzero(self.coef_[:pairs[1].shape[0]])
+            fs = np.searchsorted(pairs[0], j, "right") - 1
+            ks, ws = pairs[1][j], self.coef_[j]
         names = self.featurizer_.features
-        fs, ks = np.nonzero(U)
         return {(names[f] if names is not None else f"bucket {f}", self.classes_[k]):
-                float(U[f, k]) for f, k in zip(fs.tolist(), ks.tolist(), strict=True)}
+                float(v) for f, k, v in zip(fs.tolist(), ks.tolist(), ws.tolist(), strict=True)}
 
     @property
     def transition_features_(self) -> dict[tuple[str, str], float]:
@@ -411,10 +439,18 @@ class SequenceTagger(StructuredEstimator):
         ``transition_features_`` (the sentence start and end, which CRFsuite does not have,
         are in :meth:`weight_lines`)."""
         self._check_fitted()
-        F, K = self.n_features_, len(self.classes_)
-        T = self.coef_[F * K:F * K + (K + 1) ** 2].reshape(K + 1, K + 1)
+        K, tb = len(self.classes_), self._u_size()
+        T = self.coef_[tb:tb + (K + 1) ** 2].reshape(K + 1, K + 1)
         return {(a, b): float(T[i, j]) for i, a in enumerate(self.classes_)
                 for j, b in enumerate(self.classes_)}
+
+    def _u_size(self) -> int:
+        """Length of the emission block U of ``coef_``: F·K, or the seen pairs padded to a
+        multiple of K (:meth:`SequenceTask.dimension`)."""
+        pairs = getattr(self, "seen_pairs_", None)
+        K = len(self.classes_)
+        return SequenceTask.dimension(self.n_features_, K, 0, None if pairs is None else
+                                      pairs[1].shape[0]) - (K + 1) ** 2
 
     def training_task(self, X: list[list], Y: list[list[str]]) -> SequenceTask:
         """The bound task for X, Y with this model's features and tags (for objectives)."""
@@ -428,6 +464,9 @@ class SequenceTagger(StructuredEstimator):
         featurizer's state (its ``kind``; a template's text; the feature dictionaries)."""
         self._check_fitted()
         arrays, fmeta = self.featurizer_.state()
+        pairs = getattr(self, "seen_pairs_", None)
+        if pairs is not None:  # weights="seen": which (feature, label) each U weight is
+            arrays = {**arrays, _SEEN_OFF: pairs[0], _SEEN_LAB: pairs[1]}
         meta = {**self._meta(), "labels": list(self.classes_), "featurizer": fmeta}
         save_model(path, self.coef_, arrays, meta)
 
@@ -436,6 +475,9 @@ class SequenceTagger(StructuredEstimator):
         """Read a model written by :meth:`save` (``allow_pickle=False``); the featurizer is
         rebuilt by the ``kind`` its state records (models without one: the built-in)."""
         w, arrays, meta = _loaded or load_model(path, task=cls.task_name)
+        arrays = dict(arrays)
+        pairs = (arrays.pop(_SEEN_OFF), arrays.pop(_SEEN_LAB, None)) \
+            if _SEEN_OFF in arrays else None
         try:
             hp = meta.get("hyper_parameters", {})
             fmeta = meta["featurizer"]
@@ -450,17 +492,29 @@ class SequenceTagger(StructuredEstimator):
             obj.n_features_ = obj.featurizer_.n_features
             obj.n_bfeatures_ = obj._n_bfeatures
             obj.data_options_ = dict(meta.get("data_options") or {})
+            if pairs is not None:
+                from ..tasks.sequence import _check_pairs
+
+                if pairs[1] is None:
+                    raise ValueError("seen pairs without their labels")
+                pairs = _check_pairs(pairs, obj.n_features_, len(obj.classes_))
+            obj.seen_pairs_ = pairs
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None
         except DemidcdError as e:  # the stored template does not parse
             raise ModelFileError(str(path), f"corrupt model template ({e})") from None
         if w.shape[0] != SequenceTask.dimension(obj.n_features_, len(obj.classes_),
-                                                obj.n_bfeatures_):
+                                                obj.n_bfeatures_, None if pairs is None
+                                                else pairs[1].shape[0]):
             raise ModelFileError(str(path), "weight vector does not match features and labels")
         obj._loaded(path, w, meta)
         if isinstance(obj.featurizer_, TemplateFeaturizer) and obj.template is None:
             obj.template = obj.featurizer_.template  # given as a Template: not in the file
         return obj
+
+
+_SEEN_OFF, _SEEN_LAB = "seen_pairs_off", "seen_pairs_lab"
+"""The model file's arrays of ``seen_pairs_`` (models fitted with ``weights="seen"``)."""
 
 
 class ChunkTagger(SequenceTagger):
@@ -491,7 +545,8 @@ class ChunkTagger(SequenceTagger):
 
     __init__ = estimator_init(param("label_scheme", str | None),
                               param("min_count", int | None), param("hashing", int | None),
-                              _TEMPLATE_PARAM, param("constraints", bool | None))
+                              _TEMPLATE_PARAM, param("constraints", bool | None),
+                              _WEIGHTS_PARAM)
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> ChunkTagger:

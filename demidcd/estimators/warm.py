@@ -100,6 +100,11 @@ def prior_weights(old: Any, new: Any, task: Any) -> np.ndarray:
     from ..tasks.sequence import SequenceTask
 
     w = np.asarray(old.coef_, np.float64)
+    if getattr(old, "seen_pairs_", None) is not None or \
+            (isinstance(task, SequenceTask) and task.pairs is not None):
+        raise OptionError("--init does not take --weights seen (neither the initial model's "
+                          "nor this run's): its emission weights are per seen (feature, label) "
+                          "pair and are not mapped; warm-start with --weights all")
     if isinstance(task, SequenceTask) and hasattr(old, "classes_") and \
             hasattr(new, "classes_") and task.G == 0:
         F_old, K_old = int(old.featurizer_.n_features), len(old.classes_)

@@ -20,6 +20,13 @@ model without B features):
 
 so the score of tag k at token t is s_t(k) = Σ_f u_{t,f} w_U[f, k] and the score of the
 transition j → k into position t ≥ 1 is M_t[j, k] = T[j, k] + Σ_{g ∈ B(x_t)} b_{t,g} w_B[g, j, k].
+Seen pairs (``weights="seen"``, :func:`seen_pairs`): U holds weights only for the (f, k) seen
+together in training, as CRFsuite and CRF++ keep them: for feature f the sorted labels
+lab[off[f]:off[f+1]] with the weight of (f, lab[j]) at w[j]; any other (f, k) has no weight
+(it scores 0 and never enters φ). The U block is padded with unused zeros to a multiple of K,
+F' = ⌈pairs / K⌉ rows, and the kernels take F' for F, so T and B sit at F'·K as above; memory
+then grows with what was seen, not with F·K (Brown, 453 tags: 161 M dense weights).
+
 A bare CRF++ ``B`` line (no observation) is T itself, not a B feature; B features of a
 sentence's first token are ignored (no label precedes it; START → y_0 is T), as in CRF++.
 
@@ -64,7 +71,9 @@ class Chain(NamedTuple):
     """The encoded sentences as the kernels take them (one argument instead of seven).
 
     An empty ``feat_val`` / ``bfeat_val`` means every value is 1 (binary features, the fast
-    path); an empty ``bfeat_ptr`` means no B features (the shared transitions everywhere).
+    path); an empty ``bfeat_ptr`` means no B features (the shared transitions everywhere); an
+    empty ``u_off`` means the dense U block (w[f·K + k]), otherwise the seen-pairs U block
+    (:func:`seen_pairs`): the weight of (f, u_lab[j]) is w[j], u_off[f] ≤ j < u_off[f+1].
     """
 
     sent_ptr: np.ndarray  # int64[n_sent+1]
@@ -74,6 +83,8 @@ class Chain(NamedTuple):
     bfeat_ptr: np.ndarray  # int64[n_tok+1], or int64[0]: no B features
     bfeat_idx: np.ndarray  # int32[bnnz]
     bfeat_val: np.ndarray  # float64[bnnz], or float64[0]: all 1
+    u_off: np.ndarray = np.zeros(0, np.int64)  # int64[F+1]: the seen-pairs U block, or empty
+    u_lab: np.ndarray = np.zeros(0, np.int32)  # int32[pairs]: labels of f at u_off[f]:u_off[f+1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +136,55 @@ def _emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
             else:
                 for k in range(K):
                     row[k] += wr[k]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _emissions_seen(w, K, X, a, n, em):
+    """:func:`_emissions` over the seen-pairs U block of X: em[t·K + u_lab[j]] += v_q · w[j]
+    for the entries j of the label list of each feature f_q of token a+t (labels not in the
+    list get nothing from f_q); costs the list's length per feature instead of K."""
+    valued = X.feat_val.shape[0] > 0
+    off = X.u_off
+    lab = X.u_lab
+    for t in range(n):
+        row = em[t * K:(t + 1) * K]
+        for k in range(K):
+            row[k] = 0.0
+        for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
+            f = X.feat_idx[q]
+            if valued:
+                v = w.dtype.type(X.feat_val[q])
+                for j in range(off[f], off[f + 1]):
+                    row[lab[j]] += v * w[j]
+            else:
+                for j in range(off[f], off[f + 1]):
+                    row[lab[j]] += w[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def _token_emissions(w, K, X, a, n, em):
+    """The emissions of tokens a..a+n-1 of X in either U layout (dense or seen pairs)."""
+    if X.u_off.shape[0] > 0:
+        _emissions_seen(w, K, X, a, n, em)
+    else:
+        _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _pair_index(off, lab, f, k):
+    """The weight index of the seen pair (f, k): j with lab[j] = k in off[f] ≤ j < off[f+1]
+    (binary search in f's sorted labels), or −1 when (f, k) has no weight."""
+    lo = off[f]
+    hi = off[f + 1]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if lab[mid] < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < off[f + 1] and lab[lo] == k:
+        return lo
+    return -1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -486,7 +546,7 @@ def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slot
     (``scratch`` 2K)."""
     if n == 0:
         return w[F * K + K * (K + 1) + K]
-    _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+    _token_emissions(w, K, X, a, n, em)
     if augment != 0:
         _augment(K, gold, a, n, em, augment)
     pruned = tmax.shape[0] > 0
@@ -509,7 +569,8 @@ def _viterbi(w, F, K, feat_ptr, feat_idx, a, n, tr, trT, start, end, em, scratch
              augment):
     """:func:`_chain_viterbi` for binary features given as (feat_ptr, feat_idx), no B
     features, dense forward pass (benchmarks/foundation.py times this one)."""
-    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0], feat_ptr[:0], feat_idx[:0], em[:0])
+    X = Chain(feat_ptr[:0], feat_ptr, feat_idx, em[:0], feat_ptr[:0], feat_idx[:0], em[:0],
+              feat_ptr[:0], feat_idx[:0])
     return _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, tr[:0], y[:0],
                           y, gold, augment, tr[:0], y[:0])
 
@@ -546,6 +607,7 @@ def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
     uval = X.feat_val.shape[0] > 0
     feat_ptr = X.feat_ptr
     feat_idx = X.feat_idx
+    seen = X.u_off.shape[0] > 0
     m = 0
     ham = 0
     for t in range(n):
@@ -554,14 +616,24 @@ def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
         if g != p:
             ham += 1
             for q in range(feat_ptr[a + t], feat_ptr[a + t + 1]):
-                base = np.int64(feat_idx[q]) * K
-                keys[m] = 2 * (base + g) + 1
-                keys[m + 1] = 2 * (base + p)
-                if valued:
-                    v = X.feat_val[q] if uval else 1.0
-                    vals[m] = v
-                    vals[m + 1] = -v
-                m += 2
+                if seen:  # a pair without a weight has no entry
+                    jg = _pair_index(X.u_off, X.u_lab, feat_idx[q], g)
+                    jp = _pair_index(X.u_off, X.u_lab, feat_idx[q], p)
+                else:
+                    base = np.int64(feat_idx[q]) * K
+                    jg = base + g
+                    jp = base + p
+                v = (X.feat_val[q] if uval else 1.0) if valued else 1.0
+                if jg >= 0:
+                    keys[m] = 2 * jg + 1
+                    if valued:
+                        vals[m] = v
+                    m += 1
+                if jp >= 0:
+                    keys[m] = 2 * jp
+                    if valued:
+                        vals[m] = -v
+                    m += 1
     tbase = F * K
     K1 = K + 1
     bbase = tbase + K1 * K1
@@ -920,8 +992,7 @@ def chain_scores_kernel(w, F, K, X, examples):
         n = ptr[e + 1] - ptr[e]
         if n == 0:
             continue
-        _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n,
-                   em[ptr[e] * K:ptr[e + 1] * K])
+        _token_emissions(w, K, X, a, n, em[ptr[e] * K:ptr[e + 1] * K])
         if has_b:
             slots = pos_index[ptr[e]:ptr[e + 1]]
             s = _b_transitions(w, K, bbase, X, a, n, tr, flat[s0 * KK:], slots)
@@ -951,6 +1022,68 @@ def phi_kernel(w, F, K, G, X, gold, i, y):
     pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m,
                              _key_bits(F * K + (K + 1) * (K + 1) + G * K * K), w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
+
+
+@nb.njit(cache=True, nogil=True)
+def _seen_pairs_kernel(feat_ptr, feat_idx, Y, F, K):
+    """(off, lab) of the (feature, label) pairs that occur on some token (see
+    :func:`seen_pairs`): marked in a bitmap of F·K bits, then listed row by row."""
+    bits = np.zeros((F * K + 7) // 8, np.uint8)
+    for t in range(Y.shape[0]):
+        k = Y[t]
+        for q in range(feat_ptr[t], feat_ptr[t + 1]):
+            i = np.int64(feat_idx[q]) * K + k
+            bits[i >> 3] |= np.uint8(1 << (i & 7))
+    off = np.zeros(F + 1, np.int64)
+    for f in range(F):
+        c = 0
+        for k in range(K):
+            i = np.int64(f) * K + k
+            if bits[i >> 3] & (1 << (i & 7)):
+                c += 1
+        off[f + 1] = off[f] + c
+    lab = np.empty(off[F], np.int32)
+    j = 0
+    for f in range(F):
+        for k in range(K):
+            i = np.int64(f) * K + k
+            if bits[i >> 3] & (1 << (i & 7)):
+                lab[j] = k
+                j += 1
+    return off, lab
+
+
+def seen_pairs(X: EncodedSequences, Y: np.ndarray, n_obs: int, n_tags: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The (observation feature, label) pairs seen together on a token of the training data X
+    with gold tags Y, as CRFsuite and CRF++ keep them: (off int64[F+1], lab int32[pairs]),
+    feature f's labels sorted in lab[off[f]:off[f+1]] (``pairs`` of :class:`SequenceTask`)."""
+    Y = np.ascontiguousarray(Y, np.int32)
+    if Y.size and Y.min() < 0:
+        raise ValueError("gold tags include unknown tags (-1): cannot list seen pairs")
+    return _seen_pairs_kernel(np.ascontiguousarray(X.feat_ptr, np.int64),
+                              np.ascontiguousarray(X.feat_idx, np.int32), Y, int(n_obs),
+                              int(n_tags))
+
+
+def _check_pairs(pairs: tuple | None, F: int, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``pairs`` as (int64 off, int32 lab) checked: off[0] = 0, non-decreasing, F + 1 long and
+    ending at len(lab); labels in [0, K) and increasing within each feature's list."""
+    if pairs is None:
+        return None
+    off = np.ascontiguousarray(pairs[0], np.int64)
+    lab = np.ascontiguousarray(pairs[1], np.int32)
+    if off.shape != (F + 1,) or off[0] != 0 or off[-1] != lab.shape[0] \
+            or np.any(np.diff(off) < 0):
+        raise ValueError(f"pairs: off must have F + 1 = {F + 1} non-decreasing entries from 0 "
+                         "to len(lab)")
+    if lab.size and (lab.min() < 0 or lab.max() >= K):
+        raise ValueError(f"pairs: labels must be in [0, {K})")
+    up = np.ones(lab.shape[0], np.bool_)
+    up[off[1:-1][off[1:-1] < lab.shape[0]]] = False  # each list's first entry starts afresh
+    if lab.size > 1 and np.any((np.diff(lab) <= 0) & up[1:]):
+        raise ValueError("pairs: each feature's labels must be sorted and unique")
+    return off, lab
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1023,6 +1156,8 @@ class SequenceTask(Task):
     ``Y``: int32 gold tag id per token (None for unlabeled data; −1 = a tag unseen in training,
     allowed for evaluation only). ``n_obs``: F, the number of (unigram) observation features;
     ``n_bigram_obs``: G, the number of bigram observation (B) features (X.bfeat_*).
+    ``pairs``: None for the dense U block (F·K weights), or (off, lab) of :func:`seen_pairs`:
+    weights only for those (feature, label) pairs (``weights="seen"``; module docstring).
     """
 
     name = "sequence"
@@ -1031,7 +1166,7 @@ class SequenceTask(Task):
     # the bytes, twice the SIMD lanes; building φ is unchanged)
 
     def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int,
-                 n_bigram_obs: int = 0):
+                 n_bigram_obs: int = 0, pairs: tuple[np.ndarray, np.ndarray] | None = None):
         self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
         self.K = int(n_tags)
         self.F = int(n_obs)
@@ -1039,6 +1174,9 @@ class SequenceTask(Task):
         if self.K < 1 or self.F < 0 or self.G < 0:
             raise ValueError("need n_tags >= 1, n_obs >= 0 and n_bigram_obs >= 0")
         self.feat_ptr, self.feat_idx = _csr(X.feat_ptr, X.feat_idx, self.F, "feat")
+        self.pairs = _check_pairs(pairs, self.F, self.K)
+        # the U block's rows as the kernels address it: F, or ⌈pairs / K⌉ (padded)
+        self.u_rows = self.F if self.pairs is None else -(-self.pairs[1].shape[0] // self.K)
         n_tok = self.feat_ptr.shape[0] - 1
         sp = self.sent_ptr
         if sp[0] != 0 or sp[-1] != n_tok or np.any(np.diff(sp) < 0):
@@ -1060,7 +1198,8 @@ class SequenceTask(Task):
                            _or_empty(self.feat_val, np.float64),
                            _or_empty(self.bfeat_ptr, np.int64),
                            _or_empty(self.bfeat_idx, np.int32),
-                           _or_empty(self.bfeat_val, np.float64))
+                           _or_empty(self.bfeat_val, np.float64),
+                           *(self.pairs or (np.zeros(0, np.int64), np.zeros(0, np.int32))))
         if Y is None:
             self.Y = None
         else:
@@ -1077,23 +1216,28 @@ class SequenceTask(Task):
 
     # -- sizes --------------------------------------------------------------------------------
     @staticmethod
-    def dimension(n_obs: int, n_tags: int, n_bigram_obs: int = 0) -> int:
+    def dimension(n_obs: int, n_tags: int, n_bigram_obs: int = 0,
+                  n_pairs: int | None = None) -> int:
         """Length of w for F observation features, K tags and G bigram observation features:
         F·K + (K+1)² + G·K², laid out as [emissions U: w[f·K + k] | transitions T incl. START
         and END: w[F·K + a·(K+1) + b] | B: w[F·K + (K+1)² + g·K² + j·K + k]] (the module
-        docstring has the maths); G = 0 is the layout of models without B features."""
+        docstring has the maths); G = 0 is the layout of models without B features. With
+        ``n_pairs`` (seen pairs) U holds those weights padded to ⌈n_pairs / K⌉·K in place of
+        F·K."""
         F, K, G = int(n_obs), int(n_tags), int(n_bigram_obs)
+        if n_pairs is not None:
+            F = -(-int(n_pairs) // K)
         return F * K + (K + 1) ** 2 + G * K * K
 
     @property
     def dim(self) -> int:
-        """F·K + (K+1)² + G·K²."""
-        return self.dimension(self.F, self.K, self.G)
+        """U + (K+1)² + G·K² (U: F·K, or the seen pairs padded to a multiple of K)."""
+        return self.dimension(self.u_rows, self.K, self.G)
 
     @property
     def bigram_base(self) -> int:
-        """Offset of the B block in w: F·K + (K+1)²."""
-        return self.F * self.K + (self.K + 1) ** 2
+        """Offset of the B block in w: U + (K+1)²."""
+        return self.u_rows * self.K + (self.K + 1) ** 2
 
     @property
     def n_examples(self) -> int:
@@ -1150,29 +1294,37 @@ class SequenceTask(Task):
                       if sp[i + 1] - sp[i] > 1]
             g = np.concatenate(bparts) if bparts else g
         K = self.K
-        starts = np.concatenate([f.astype(np.int64) * K, [self.F * K],
+        if self.pairs is None:
+            ustarts, ulens = f.astype(np.int64) * K, np.full(f.shape[0], K, np.int64)
+        else:
+            ustarts = self.pairs[0][f]
+            ulens = self.pairs[0][f.astype(np.int64) + 1] - ustarts
+        starts = np.concatenate([ustarts, [self.u_rows * K],
                                  self.bigram_base + g.astype(np.int64) * (K * K)])
         lens = np.full(starts.shape[0], K, np.int64)
+        lens[:f.shape[0]] = ulens
         lens[f.shape[0]] = (K + 1) ** 2
         lens[f.shape[0] + 1:] = K * K
         return starts, lens
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
         ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w, float32_ok=True), self.F, self.K, self.G, self.chain, self._gold_array(),
+            self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
+            self._gold_array(),
             self._examples(examples), augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 
     def decode(self, w: np.ndarray, examples: np.ndarray) -> list[np.ndarray]:
         """Viterbi argmax_y w·Φ(x_i, y): one int32 array of tag ids per example."""
-        tags, ptr = decode_kernel(self._w(w), self.F, self.K, self.chain,
+        tags, ptr = decode_kernel(self._w(w), self.u_rows, self.K, self.chain,
                                   self._examples(examples))
         return [tags[ptr[e]:ptr[e + 1]] for e in range(ptr.shape[0] - 1)]
 
     def decode_flat(self, w: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`decode` but returns (flat int32 tags, int64 ptr) without a Python list."""
-        return decode_kernel(self._w(w), self.F, self.K, self.chain, self._examples(examples))
+        return decode_kernel(self._w(w), self.u_rows, self.K, self.chain,
+                             self._examples(examples))
 
     def gold(self, examples: np.ndarray) -> list[np.ndarray]:
         Y = self._gold_array(training=False)
@@ -1208,7 +1360,7 @@ class SequenceTask(Task):
     def phi_delta(self, i: int, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """φ(y, y_i, x_i) = Φ(x_i, y_i) − Φ(x_i, y) (sorted unique, no zeros) and Hamming Δ."""
         i = int(i)
-        idx, val, ham, _ = phi_kernel(_EMPTY, self.F, self.K, self.G, self.chain,
+        idx, val, ham, _ = phi_kernel(_EMPTY, self.u_rows, self.K, self.G, self.chain,
                                       self._gold_array(), i, self._y(i, y))
         return idx.astype(INDEX_DTYPE, copy=False), val, float(ham)
 
@@ -1218,14 +1370,18 @@ class SequenceTask(Task):
         w = self._w(w)
         i = int(i)
         y = self._y(i, y)
-        F, K = self.F, self.K
+        F, K = self.u_rows, self.K
         a = int(self.sent_ptr[i])
         s = 0.0
         for t, tag in enumerate(y):
             q = slice(self.feat_ptr[a + t], self.feat_ptr[a + t + 1])
             f = self.feat_idx[q].astype(np.int64)
-            v = 1.0 if self.feat_val is None else self.feat_val[q]
-            s += float((v * w[f * K + tag]).sum())
+            v = np.ones(f.shape[0]) if self.feat_val is None else self.feat_val[q]
+            if self.pairs is None:
+                s += float((v * w[f * K + tag]).sum())
+            else:  # pairs without a weight score 0
+                j = np.array([_pair_index(*self.pairs, fi, tag) for fi in f], np.int64)
+                s += float((v[j >= 0] * w[j[j >= 0]]).sum())
         path = [K, *(int(v) for v in y), K]
         for p, c in zip(path[:-1], path[1:], strict=True):
             s += float(w[F * K + p * (K + 1) + c])
@@ -1247,7 +1403,7 @@ class SequenceTask(Task):
     def chain_scores(self, w: np.ndarray, examples: np.ndarray) -> ChainScores:
         """The emissions, transitions and B-feature matrices of ``examples`` under w
         (float64), laid out for :mod:`demidcd.tasks.chain_decoding`."""
-        return ChainScores(*chain_scores_kernel(self._w(w), self.F, self.K, self.chain,
+        return ChainScores(*chain_scores_kernel(self._w(w), self.u_rows, self.K, self.chain,
                                                 self._examples(examples)))
 
     def _scored_batches(self, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray | None,
@@ -1278,7 +1434,7 @@ class SequenceTask(Task):
     def _empty_score(self, w: np.ndarray) -> float:
         """w·Φ of an empty sentence: the START → END transition."""
         K = self.K
-        return float(self._w(w)[self.F * K + K * (K + 1) + K])
+        return float(self._w(w)[self.u_rows * K + K * (K + 1) + K])
 
     def kbest(self, w: np.ndarray, examples: np.ndarray, k: int,
               fixed: np.ndarray | None = None, constraints: tuple | None = None
@@ -1550,6 +1706,7 @@ class SequenceSpec(TaskSpec):
         min_count = args.min_count if args.min_count is not None else \
             None if template is not None else cls._default_min_count
         return cls(min_count=min_count, hashing=args.hashing, template=template,
+                   weights=getattr(args, "weights", None) or "all",
                    **self.estimator_params(args), **common)
 
     def estimator_params(self, args) -> dict:
