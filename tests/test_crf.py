@@ -143,3 +143,87 @@ def test_owlqn_reaches_the_l1_optimum_and_zeroes_weights():
         w = np.sign(z) * np.maximum(np.abs(z) - step * c1, 0.0)
     ref = obj(w)[0] + c1 * np.abs(w).sum()
     assert res.f == pytest.approx(ref, rel=1e-6)
+
+
+def _dict_corpus(seed: int = 0, n: int = 40):
+    """Sentences of feature dicts (a word, a real-valued feature, the previous word) and tags
+    that depend on the word and the previous tag."""
+    rng = np.random.default_rng(seed)
+    X, Y = [], []
+    for _ in range(n):
+        words = rng.integers(0, 6, int(rng.integers(1, 5)))
+        X.append([{"w": f"w{v}", "len": float(v) / 3, "prev": f"w{words[t - 1]}" if t else "BOS"}
+                  for t, v in enumerate(words)])
+        tags, prev = [], "A"
+        for v in words:
+            prev = "B" if v % 3 == 0 else ("C" if prev == "B" else "A")
+            tags.append(prev)
+        Y.append(tags)
+    return X, Y
+
+
+def test_predict_marginals_of_a_fitted_crf_equal_enumeration():
+    from demidcd.api import SequenceTagger
+
+    X, Y = _dict_corpus()
+    est = SequenceTagger(algorithm="crf", c2=0.05, max_iterations=60).fit(X, Y)
+    assert est.score(X, Y) > 0.9
+    test = X[:5]
+    marg = est.predict_marginals(test)
+    task = est._task(test, None)
+    K = task.K
+    for i, sent in enumerate(marg):
+        n = len(test[i])
+        ys = list(itertools.product(range(K), repeat=n))
+        s = np.array([task.score(est.coef_, i, y) for y in ys])
+        p = np.exp(s - np.logaddexp.reduce(s))
+        brute = np.zeros((n, K))
+        for y, py in zip(ys, p, strict=True):
+            brute[np.arange(n), list(y)] += py
+        assert len(sent) == n and all(set(d) == set(est.classes_) for d in sent)
+        got = np.array([[d[c] for c in est.classes_] for d in sent])
+        np.testing.assert_allclose(got, brute, atol=1e-10)
+    _, tags, logp = est.predict_marginals_logp(test)
+    assert tags == est.predict(test)
+    assert np.all(logp <= 1e-12) and np.all(logp > -50)
+
+
+def test_marginals_of_an_svm_model_are_refused():
+    from demidcd.api import SequenceTagger
+    from demidcd.errors import OptionError
+
+    X, Y = _dict_corpus(1, 10)
+    est = SequenceTagger(algorithm="dcd", max_epochs=3).fit(X, Y)
+    with pytest.raises(OptionError, match="not calibrated probabilities"):
+        est.predict_marginals(X)
+
+
+def test_constrained_marginals_obey_the_label_scheme():
+    from demidcd.api import NamedEntityTagger
+
+    rng = np.random.default_rng(2)
+    X, Y = [], []
+    for _ in range(30):
+        n = int(rng.integers(1, 6))
+        words = [f"w{v}" for v in rng.integers(0, 8, n)]
+        tags = ["B-X" if w in ("w1", "w2") else "O" for w in words]
+        tags = [("I-X" if t == "B-X" and k and tags[k - 1] != "O" else t)
+                for k, t in enumerate(tags)]
+        X.append(words), Y.append(tags)
+    est = NamedEntityTagger(algorithm="crf", c2=0.1, max_iterations=30, constraints=True,
+                            min_count=1).fit(X, Y)
+    for sent in est.predict_marginals(X):
+        assert sent[0]["I-X"] == 0.0  # I-X cannot begin a sentence under IOB2
+        for d in sent:
+            assert sum(d.values()) == pytest.approx(1.0)
+
+
+def test_a_task_without_marginals_is_refused_in_one_line():
+    from toy_task import ToyTask
+
+    from demidcd.errors import OptionError
+    from demidcd.solvers import train
+    from demidcd.solvers.common import SolverConfig
+
+    with pytest.raises(OptionError, match=r"^crf needs marginals; task toy has none"):
+        train(ToyTask(), "crf", SolverConfig())

@@ -296,3 +296,41 @@ def marginals_kernel(w, F, K, X, examples, fixed):
             for k in range(K):
                 marg[o + k] = np.exp(alpha[t * K + k] + beta[t * K + k] - lz)
     return marg, ptr, logz
+
+
+def masked_weights(w: np.ndarray, F: int, K: int, constraints: tuple | None) -> np.ndarray:
+    """w with −inf on the transitions (START → k, j → k, k → END) that ``constraints``
+    ((allowed K·K, allowed_start K, allowed_end K) booleans, or None: w itself) forbid, so that
+    forward-backward sums over the admissible taggings only."""
+    if constraints is None:
+        return w
+    allowed, first, last = (np.asarray(c, np.bool_).reshape(-1) for c in constraints)
+    w = np.array(w, np.float64)
+    K1 = K + 1
+    T = w[F * K:F * K + K1 * K1].reshape(K1, K1)
+    T[:K, :K][~allowed.reshape(K, K)] = -np.inf
+    T[K, :K][~first] = -np.inf
+    T[:K, K][~last] = -np.inf
+    return w
+
+
+def chain_marginals(task, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray | None = None,
+                    constraints: tuple | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token marginals and log Z of ``examples`` of a :class:`~.sequence.SequenceTask` under w:
+    (float64 (n_tok, K), int64 ptr, float64 log Z per example), over the taggings that keep the
+    ``fixed`` tags (one id or −1 per token of the examples in order) and obey ``constraints``;
+    where the fixed tags leave no tagging that obeys the constraints, that example's marginals
+    are taken without the constraints (the fixed tags win, as in decoding)."""
+    ex = np.ascontiguousarray(examples, np.int64)
+    fx = np.zeros(0, np.int32) if fixed is None else np.ascontiguousarray(fixed, np.int32)
+    w = np.ascontiguousarray(w, np.float64)
+    wm = masked_weights(w, task.F, task.K, constraints)
+    marg, ptr, logz = marginals_kernel(wm, task.F, task.K, task.chain, ex, fx)
+    bad = np.flatnonzero(logz == -np.inf)
+    for e in bad.tolist():  # the fixed tags break the constraints: without them
+        f1 = fx[ptr[e]:ptr[e + 1]] if fx.size else fx
+        m1, _, z1 = marginals_kernel(w, task.F, task.K, task.chain, ex[e:e + 1], f1)
+        marg[ptr[e] * task.K:ptr[e + 1] * task.K] = m1
+        logz[e] = z1[0]
+    return marg.reshape(-1, task.K), ptr, logz
