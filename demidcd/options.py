@@ -185,6 +185,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
        "token-margin column after the label (max-marginal minus the best other label's)",
        ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),
+    _o("marginals", "--marginals", bool, False, "CRF models: the marginal p(label | x) after "
+       "each label (CoNLL-U: Prob= in MISC) and a '# P' line with the tagging's probability "
+       "p(y | x) before each sentence (CRF++'s -v2, the best label's column)", ADVANCED,
+       OUTPUT, SEQUENCE_TASKS,
+       commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),

@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 import pytest
 from test_chain_features import naive_phi, random_chain
+from test_nbest_force_scores import _blocks, cli_chunker  # noqa: F401, F811 (a fixture)
 
 from demidcd.solvers.crf import CrfObjective, minimize_lbfgs
 from demidcd.tasks.chain_marginals import marginals_kernel, nll_gradient_kernel
@@ -227,3 +228,28 @@ def test_a_task_without_marginals_is_refused_in_one_line():
 
     with pytest.raises(OptionError, match=r"^crf needs marginals; task toy has none"):
         train(ToyTask(), "crf", SolverConfig())
+
+
+def test_cli_train_crf_and_predict_marginals(cli_chunker, tmp_path, capsys):  # noqa: F811
+    from demidcd.cli import main
+
+    d, train, svm_model = cli_chunker
+    model, out = tmp_path / "crf.npz", tmp_path / "marg.txt"
+    assert main(["train", "--task", "chunking", "--train", str(train), "--feature-columns", "2",
+                 "--threads", "2", "--algorithm", "crf", "--c1", "0.01", "--c2", "0.01",
+                 "--max-iterations", "40", "--min-count", "1", "--model", str(model),
+                 "--quiet"]) == 0
+    assert main(["predict", "--model", str(model), "--data", str(train), "--marginals",
+                 "--out", str(out), "--quiet"]) == 0
+    blocks = _blocks(out)
+    assert blocks
+    for head, toks in blocks:
+        p = float(head[0])
+        probs = [float(f[4]) for f in toks]
+        assert all(len(f) == 5 for f in toks)
+        assert 0 < p <= min(probs) + 1e-6 and max(probs) <= 1 + 1e-9  # p(y) <= p(y_t)
+    capsys.readouterr()
+    assert main(["predict", "--model", str(svm_model), "--data", str(train), "--marginals",
+                 "--out", str(tmp_path / "x.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not calibrated probabilities" in err[0]
