@@ -30,6 +30,9 @@ import numpy as np
 from .sequence import _b_sizes, _b_transitions, _emissions, _max_sizes, _transitions
 
 _NEG_INF = -np.inf
+_FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # fastmath without nnan/ninf: forced
+# labels and constraints put −inf in the scores, which must stay exact; reassociation lets the
+# K-long sums vectorise
 
 
 @nb.njit(cache=True, nogil=True)
@@ -85,7 +88,7 @@ def _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
     return Etr, trmax
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha, beta,
                       u, v):
     """α and β (log space, n·K each) of one sentence whose emissions are in em; returns
@@ -129,7 +132,7 @@ def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, 
     return c + np.log(v.sum())
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, out):
     """out[j·K + k] = p(y_{t−1} = j, y_t = k | x) for t ≥ 1 (u, v: K scratch)."""
     ca = _shifted_row(alpha, (t - 1) * K, K, u)
@@ -176,7 +179,7 @@ def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, s
                              beta, u, v)
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
     gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w))."""
