@@ -96,6 +96,7 @@ def default_C(feature_kind: str | None = None) -> float:
 DCD = ("dcd", "dcd-light", "demi-dcd", "ms-dcd")
 SP_IPM = ("sp-ipm",)
 SEQUENCE_TASKS = ("sequence", "chunking", "ner")
+CRF = ("crf",)
 
 
 def _o(*a: Any, **k: Any) -> Option:
@@ -188,6 +189,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
        "token-margin column after the label (max-marginal minus the best other label's)",
        ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),
+    _o("marginals", "--marginals", bool, False, "CRF models: the marginal p(label | x) after "
+       "each label (CoNLL-U: Prob= in MISC) and a '# P' line with the tagging's probability "
+       "p(y | x) before each sentence (CRF++'s -v2, the best label's column)", ADVANCED,
+       OUTPUT, SEQUENCE_TASKS,
+       commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
@@ -248,6 +254,19 @@ OPTIONS: tuple[Option, ...] = (
     _o("eta", "--eta", float, 0.1, "learning rate η", owners=("adagrad",)),
     _o("regularizer", "--regularizer", str, "l2", "regulariser", owners=("adagrad",),
        choices=("l1", "l2")),
+    _o("c1", "--c1", float, 0.0, "crf: L1 coefficient of CRFsuite's objective -LL + c1 Σ|w| + "
+       "c2 Σ w² (OWL-QN when > 0)", owners=CRF),
+    _o("c2", "--c2", float, 1.0, "crf: L2 coefficient of the same objective (CRFsuite's c2: "
+       "it multiplies Σ w², not ½ Σ w²)", owners=CRF),
+    _o("max_iterations", "--max-iterations", int, None, "crf: L-BFGS iterations at most",
+       owners=CRF, rule="until converged (CRFsuite's default)"),
+    _o("epsilon", "--epsilon", float, 1e-5, "crf: stop when |g| / max(1, |w|) <= EPSILON "
+       "(CRFsuite's epsilon)", owners=CRF),
+    _o("period", "--period", int, 10, "crf: the iterations the improvement test looks back "
+       "(CRFsuite's period)", owners=CRF),
+    _o("stop_delta", "--stop-delta", float, 1e-5, "crf: stop when the objective improved by "
+       "less than this share over the last --period iterations (CRFsuite's delta)",
+       owners=CRF),
     _o("resume", "--resume", str, None, "continue the run that wrote MODEL with --save-state "
        "(its dual state MODEL.state.npz; same data and options) to the optimum of one "
        "uninterrupted run", owners=DCD, metavar="MODEL", rule="none: a new run"),

@@ -321,6 +321,45 @@ class SequenceTagger(StructuredEstimator):
         return [(names[e], float(scores[e]), float(sent[e]), m[ptr[e]:ptr[e + 1]])
                 for e in range(len(names))]
 
+    def _check_probabilistic(self, what: str) -> None:
+        """Refuse marginals of a model whose scores are not log-probabilities (every learner
+        but ``crf``: the SVMs' and perceptrons' scores are margins, not calibrated)."""
+        algorithm = self._algorithm()
+        if algorithm != "crf":
+            raise OptionError(f"{what}: this model was trained with --algorithm {algorithm}, "
+                              "whose scores are margins, not calibrated probabilities; train "
+                              "with --algorithm crf for marginals")
+
+    def predict_marginals(self, X: list[list], fixed: list[list[str | None]] | None = None
+                          ) -> list[list[dict[str, float]]]:
+        """sklearn-crfsuite's ``predict_marginals``: per sentence, per token a dict tag →
+        p(y_t = tag | x) (forward-backward, :mod:`demidcd.tasks.chain_marginals`), over the
+        taggings :meth:`predict` considers (``fixed`` tags kept, the label scheme's constraints
+        obeyed). Only for models trained with ``algorithm="crf"``; others raise OptionError."""
+        return self.predict_marginals_logp(X, fixed)[0]
+
+    def predict_marginals_logp(self, X: list[list], fixed: list[list[str | None]] | None = None
+                               ) -> tuple[list[list[dict[str, float]]], list[list[str]],
+                                          np.ndarray]:
+        """(:meth:`predict_marginals`, :meth:`predict`'s tags, log p(tags | x) per sentence)."""
+        from ..tasks.chain_marginals import chain_marginals
+
+        self._check_fitted()
+        self._check_probabilistic("predict_marginals")
+        X = check_sentences(X, dicts=True)
+        if not X:
+            return [], [], np.zeros(0)
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        constraints = self._constraints()
+        marg, ptr, logz = chain_marginals(task, self.coef_, examples, ids, constraints)
+        tags, tptr, scores = task.decode_constrained(self.coef_, examples, ids, constraints)
+        names = list(self.classes_)
+        rows = [dict(zip(names, r, strict=True)) for r in marg.tolist()]
+        out = [rows[ptr[e]:ptr[e + 1]] for e in range(len(X))]
+        return out, self._names(tags, tptr), scores - logz
+
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         total = sum(len(s) for s in Y)
         right = sum(p == g for ps, gs in zip(pred, Y, strict=True)

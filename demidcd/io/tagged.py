@@ -777,7 +777,8 @@ def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
 
 def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
     """CoNLL-U sentences with the label field replaced; the header (a ``#`` comment) after the
-    sentence's comments and an extra field in MISC as ``Margin=``."""
+    sentence's comments and an extra field in MISC as ``Margin=`` (as it is when it holds an
+    ``=``: ``Prob=`` of ``--marginals``)."""
     for b, s in enumerate(blocks.order):
         words, pred = corpus.tokens[s], blocks.tags[b]
         ext = blocks.extra[b] if blocks.extra is not None else None
@@ -792,7 +793,7 @@ def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
                 f = [str(i + 1), w] + ["_"] * 8
                 f[li] = t
                 if ext is not None:
-                    f[9] = f"Margin={ext[i]}"
+                    f[9] = ext[i] if "=" in ext[i] else f"Margin={ext[i]}"
                 yield "\t".join(f)
         else:
             k = 0
@@ -804,7 +805,7 @@ def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
                     g = list(f)
                     g[li] = pred[k]
                     if ext is not None:
-                        m = f"Margin={ext[k]}"
+                        m = ext[k] if "=" in ext[k] else f"Margin={ext[k]}"
                         g[9] = m if g[9] == "_" else f"{g[9]}|{m}"
                     k += 1
                     yield "\t".join(g)

@@ -119,6 +119,11 @@ register(Learner("sdm-ramp", "sdm:train_sdm_ramp", "sequential dual method for t
                  "structured ramp loss with CCCP", single_process=True, active_sets=True,
                  inference=("augmented", "scaled"), warm="sdm:compile_kernels",
                  objective="ramp loss (non-convex)"))
+register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by L-BFGS, OWL-QN with "
+                 "c1 > 0, gradients on --threads threads (chain tasks only)",
+                 options=("c1", "c2", "max_iterations", "epsilon", "period", "stop_delta"),
+                 warm="crf:compile_kernels",
+                 objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))
 
 ALGORITHMS = tuple(LEARNERS)
 

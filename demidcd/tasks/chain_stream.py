@@ -67,7 +67,7 @@ class _Plan:
         args = self.args
         if not self.transparent or self.templated or any(
                 getattr(args, a, None) not in (None, False) for a in ("nbest", "force",
-                                                                      "scores")):
+                                                                      "scores", "marginals")):
             return None
         tables = getattr(featurizer, "type_tables", None)
         n_attr = self.cols.shape[0]

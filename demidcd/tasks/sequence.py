@@ -1821,6 +1821,10 @@ class SequenceSpec(TaskSpec):
         if nbest is not None and getattr(args, "scores", False):
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")
+        if getattr(args, "marginals", False):
+            if nbest is not None or getattr(args, "scores", False):
+                raise OptionError("--marginals cannot be combined with --nbest or --scores")
+            est._check_probabilistic("--marginals")
 
     def _given_column(self, data, args) -> str | int | None:
         """The column ``--force`` reads the given labels from: the model's (or --column's)
@@ -1858,6 +1862,12 @@ class SequenceSpec(TaskSpec):
             return Blocks([r[0] for r in rows], list(range(len(rows))),
                           [f"# {r[1]:.6f} {r[2]:.6f}" for r in rows],
                           [[f"{m:.6f}" for m in r[3]] for r in rows])
+        if getattr(args, "marginals", False):
+            marg, tags, logp = est.predict_marginals_logp(X, fixed)
+            key = "Prob=" if data.fmt == "conllu" else ""  # CoNLL-U: a MISC attribute
+            return Blocks(tags, list(range(len(tags))), [f"# {p:.6f}" for p in np.exp(logp)],
+                          [[f"{key}{m[t]:.6f}" for t, m in zip(ts, ms, strict=True)]
+                           for ts, ms in zip(tags, marg, strict=True)])
         return est.predict(X, fixed=fixed)
 
 

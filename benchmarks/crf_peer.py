@@ -1,0 +1,86 @@
+"""``--algorithm crf`` against python-crfsuite's L-BFGS on the same observation features, the
+same c1/c2 and the same iteration budget, one after the other in one run (so that the load of a
+shared machine is about the same for both): training time, iterations, test accuracy.
+
+    python benchmarks/crf_peer.py ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu \\
+        ../shared/data/ud_english_ewt/en_ewt-ud-test.conllu --column xpos --sentences 3000
+
+CRFsuite runs with ``feature.possible_states`` and ``feature.possible_transitions`` (demidcd's
+weights are dense: every observation feature with every label); its chain has no START / END
+transitions, so the two objectives differ by those weights and their L2 terms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    import pycrfsuite
+
+    from demidcd.api import SequenceTagger
+    from demidcd.io.tagged import read_tagged
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("train")
+    ap.add_argument("test")
+    ap.add_argument("--column", default="xpos")
+    ap.add_argument("--sentences", type=int, default=3000, help="first N training sentences")
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--c1", type=float, default=0.1)
+    ap.add_argument("--c2", type=float, default=0.1)
+    a = ap.parse_args()
+    tr = read_tagged(a.train, fmt="conllu", column=a.column)
+    te = read_tagged(a.test, fmt="conllu", column=a.column)
+    X, Y = tr.tokens[:a.sentences], tr.tags[:a.sentences]
+    est = SequenceTagger(algorithm="crf", c1=a.c1, c2=a.c2, max_iterations=a.iterations,
+                         threads=a.threads, min_count=1)
+    c0, t0 = time.process_time(), time.perf_counter()
+    est.fit(X, Y)
+    ours = {"train_wall_seconds": time.perf_counter() - t0,
+            "train_cpu_seconds": time.process_time() - c0,
+            "solver_seconds": est.result_.seconds,  # without building the features
+            "iterations": est.result_.epochs, "stop_reason": est.result_.stop_reason,
+            "objective": est.result_.extra.get("objective"),
+            "test_accuracy": est.score(te.tokens, te.tags)}
+    fz, names = est.featurizer_, est.featurizer_.features
+
+    def items(tokens):
+        enc = fz.transform(tokens)
+        fp, fi, sp = enc.feat_ptr, enc.feat_idx, enc.sent_ptr
+        for s in range(enc.n_sentences):
+            yield [[names[j] for j in fi[fp[t]:fp[t + 1]]] for t in range(sp[s], sp[s + 1])]
+
+    trainer = pycrfsuite.Trainer(algorithm="lbfgs", verbose=False)
+    for xseq, yseq in zip(items(X), Y, strict=True):
+        trainer.append(xseq, yseq)
+    trainer.set_params({"c1": a.c1, "c2": a.c2, "max_iterations": a.iterations,
+                        "feature.possible_states": True,
+                        "feature.possible_transitions": True})
+    with tempfile.TemporaryDirectory() as d:
+        model = str(Path(d) / "m.crfsuite")
+        c0, t0 = time.process_time(), time.perf_counter()
+        trainer.train(model)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        tagger = pycrfsuite.Tagger()
+        tagger.open(model)
+        pred = [tagger.tag(x) for x in items(te.tokens)]
+    right = sum(p == g for ps, gs in zip(pred, te.tags, strict=True)
+                for p, g in zip(ps, gs, strict=True))
+    peer = {"train_wall_seconds": wall, "train_cpu_seconds": cpu,
+            "iterations": len(trainer.logparser.iterations),
+            "objective": (trainer.logparser.last_iteration or {}).get("loss"),
+            "test_accuracy": right / sum(len(g) for g in te.tags)}
+    print(json.dumps({"sentences": len(X), "c1": a.c1, "c2": a.c2, "demidcd_crf": ours,
+                      "crfsuite_lbfgs": peer,
+                      "wall_ratio": ours["train_wall_seconds"] / peer["train_wall_seconds"]},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Forward-backward over the chain scores of :mod:`.sequence`: log Z, per-token and pairwise
+marginals, and the gradient of the negative log-likelihood of a linear-chain CRF.
+
+The scores are exactly those Viterbi reads (:func:`~.sequence._emissions`,
+:func:`~.sequence._transitions`, :func:`~.sequence._b_transitions`): the emission s_t(k), the
+START → y_0 and y_{n-1} → END transitions, and M_t[j, k] = T[j, k] + Σ_g b_{t,g} w_B[g, j, k] at
+t ≥ 1. With them
+
+    p(y | x) = exp(w·Φ(x, y)) / Z(x),   log Z(x) = logsumexp_y w·Φ(x, y)
+
+and, for a sentence with gold tags y*, −log p(y* | x) = log Z − w·Φ(x, y*) has the gradient
+E_p[Φ(x, y)] − Φ(x, y*): the unigram block gets Σ_t u_{t,f} (p_t(k) − [k = y*_t]), the
+transitions the pairwise marginals p_t(j, k) (and p_0(k) from START, p_{n-1}(k) into END)
+minus the gold ones, and each B feature b_{t,g} (p_t(j, k) − [j, k = y*_{t-1}, y*_t]).
+
+The recursions keep α and β in log space (α_t(k) = s_t(k) + logsumexp_j α_{t-1}(j) + M_t[j, k],
+β_{n-1}(k) = w(k → END)), but the K² inner products run on E = exp(M − max M), computed once
+per call for the shared T and once per position for the B matrices, with the K values of a
+row shifted by their maximum: K exps per position, no exp in the K² loop, and no overflow
+whatever the scale of w. Forced labels (``fixed``, one tag id or −1 per token) set the other
+tags' emissions to −inf: the marginals and log Z are then those of the taggings that keep
+them (constrained marginals).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from .sequence import _b_sizes, _b_transitions, _emissions, _max_sizes, _transitions
+
+_NEG_INF = -np.inf
+_FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # fastmath without nnan/ninf: forced
+# labels and constraints put −inf in the scores, which must stay exact; reassociation lets the
+# K-long sums vectorise
+
+
+@nb.njit(cache=True, nogil=True)
+def _exp_shifted(m, E, KK):
+    """E[:KK] = exp(m[:KK] − max m); returns max m."""
+    mx = m[0]
+    for j in range(1, KK):
+        if m[j] > mx:
+            mx = m[j]
+    for j in range(KK):
+        E[j] = np.exp(m[j] - mx)
+    return mx
+
+
+@nb.njit(cache=True, nogil=True)
+def _shifted_row(x, off, K, out):
+    """out[:K] = exp(x[off + k] − c) with c = max_k x[off + k]; returns c (−inf: all −inf,
+    out all 0)."""
+    c = x[off]
+    for k in range(1, K):
+        if x[off + k] > c:
+            c = x[off + k]
+    if c == _NEG_INF:
+        for k in range(K):
+            out[k] = 0.0
+        return c
+    for k in range(K):
+        out[k] = np.exp(x[off + k] - c)
+    return c
+
+
+@nb.njit(cache=True, nogil=True)
+def _force(em, n, K, fixed, f0):
+    """em[t·K + k] = −inf for every k ≠ fixed[f0 + t] where fixed[f0 + t] ≥ 0."""
+    if fixed.shape[0] == 0:
+        return
+    for t in range(n):
+        y = fixed[f0 + t]
+        if y >= 0:
+            for k in range(K):
+                if k != y:
+                    em[t * K + k] = _NEG_INF
+
+
+@nb.njit(cache=True, nogil=True)
+def _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
+    """(E, max) of the transition matrix into position t: the shared exp(T − max T), or the
+    B-feature matrix of t when B features fire there."""
+    if has_b:
+        s = slots[t]
+        if s >= 0:
+            return Eb[s * KK:(s + 1) * KK], bmax[s]
+    return Etr, trmax
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha, beta,
+                      u, v):
+    """α and β (log space, n·K each) of one sentence whose emissions are in em; returns
+    log Z (−inf when no tagging is admissible). u, v: K scratch."""
+    KK = K * K
+    for k in range(K):
+        alpha[k] = start[k] + em[k]
+    for t in range(1, n):
+        E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+        c = _shifted_row(alpha, (t - 1) * K, K, u)
+        for k in range(K):
+            v[k] = 0.0
+        for j in range(K):
+            uj = u[j]
+            if uj == 0.0:
+                continue
+            row = E[j * K:(j + 1) * K]
+            for k in range(K):
+                v[k] += uj * row[k]
+        for k in range(K):
+            alpha[t * K + k] = em[t * K + k] + c + mx + np.log(v[k]) if v[k] > 0.0 \
+                else _NEG_INF
+    for k in range(K):
+        beta[(n - 1) * K + k] = end[k]
+    for t in range(n - 1, 0, -1):
+        E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+        for k in range(K):
+            u[k] = em[t * K + k] + beta[t * K + k]
+        c = _shifted_row(u, 0, K, v)
+        for j in range(K):
+            row = E[j * K:(j + 1) * K]
+            acc = 0.0
+            for k in range(K):
+                acc += row[k] * v[k]
+            beta[(t - 1) * K + j] = c + mx + np.log(acc) if acc > 0.0 else _NEG_INF
+    for k in range(K):
+        u[k] = alpha[(n - 1) * K + k] + end[k]
+    c = _shifted_row(u, 0, K, v)
+    if c == _NEG_INF:
+        return c
+    return c + np.log(v.sum())
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, out):
+    """out[j·K + k] = p(y_{t−1} = j, y_t = k | x) for t ≥ 1 (u, v: K scratch)."""
+    ca = _shifted_row(alpha, (t - 1) * K, K, u)
+    for k in range(K):
+        out[k] = em[t * K + k] + beta[t * K + k]  # borrow out[:K] for the row
+    cb = _shifted_row(out, 0, K, v)
+    if ca == _NEG_INF or cb == _NEG_INF:
+        for j in range(K * K):
+            out[j] = 0.0
+        return
+    z = np.exp(ca + cb + mx - logz)
+    for j in range(K):
+        uj = u[j] * z
+        row = E[j * K:(j + 1) * K]
+        for k in range(K):
+            out[j * K + k] = uj * row[k] * v[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _fb_workspace(w, K, X, examples):
+    """(em, alpha, beta, trb, Eb, bmax, slots, u, v, pair) scratch for the examples."""
+    max_n, _ = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_bpos, _ = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
+    m = max(max_n, 1) * K
+    return (np.empty(m), np.empty(m), np.empty(m), np.empty(max_bpos * K * K),
+            np.empty(max_bpos * K * K), np.empty(max(max_bpos, 1)),
+            np.empty(max(max_n, 1), np.int32), np.empty(K), np.empty(K), np.empty(K * K))
+
+
+@nb.njit(cache=True, nogil=True)
+def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
+              beta, u, v, fixed, f0):
+    """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
+    returns log Z."""
+    KK = K * K
+    _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+    _force(em, n, K, fixed, f0)
+    has_b = X.bfeat_ptr.shape[0] > 0
+    if has_b:
+        nbp = _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
+        for s in range(nbp):
+            bmax[s] = _exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
+    return _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha,
+                             beta, u, v)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
+    """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
+    gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w))."""
+    K1 = K + 1
+    KK = K * K
+    tbase = F * K
+    bbase = F * K + K1 * K1
+    tr, _, start, end = _transitions(w, F, K)
+    Etr = np.empty(KK)
+    trmax = _exp_shifted(tr, Etr, KK)
+    em, alpha, beta, trb, Eb, bmax, slots, u, v, pair = _fb_workspace(w, K, X, examples)
+    gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
+    gS = np.zeros(K)
+    gE = np.zeros(K)
+    nofix = np.empty(0, np.int32)
+    has_b = X.bfeat_ptr.shape[0] > 0
+    valued = X.feat_val.shape[0] > 0
+    bvalued = X.bfeat_val.shape[0] > 0
+    total = 0.0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        a = X.sent_ptr[i]
+        n = X.sent_ptr[i + 1] - a
+        if n == 0:
+            continue
+        logz = _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
+                         slots, alpha, beta, u, v, nofix, 0)
+        # the gold score, from the same tables
+        y0 = gold[a]
+        gscore = start[y0] + em[y0] + end[gold[a + n - 1]]
+        for t in range(1, n):
+            j = gold[a + t - 1]
+            k = gold[a + t]
+            gscore += em[t * K + k]
+            s = slots[t] if has_b else -1
+            gscore += trb[s * KK + j * K + k] if s >= 0 else tr[j * K + k]
+        total += logz - gscore
+        # unigram block: Σ_t u_{t,f} (p_t(k) − [k = y*_t])
+        for t in range(n):
+            for k in range(K):
+                u[k] = np.exp(alpha[t * K + k] + beta[t * K + k] - logz)
+            y = gold[a + t]
+            u[y] -= 1.0
+            for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
+                base = np.int64(X.feat_idx[q]) * K
+                g = grad[base:base + K]
+                if valued:
+                    val = X.feat_val[q]
+                    for k in range(K):
+                        g[k] += val * u[k]
+                else:
+                    for k in range(K):
+                        g[k] += u[k]
+        for k in range(K):
+            gS[k] += np.exp(alpha[k] + beta[k] - logz)
+            gE[k] += np.exp(alpha[(n - 1) * K + k] + beta[(n - 1) * K + k] - logz)
+        gS[y0] -= 1.0
+        gE[gold[a + n - 1]] -= 1.0
+        # transitions and B features: the pairwise marginals minus the gold pair
+        for t in range(1, n):
+            E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+            _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, pair)
+            pair[gold[a + t - 1] * K + gold[a + t]] -= 1.0
+            for j in range(KK):
+                gT[j] += pair[j]
+            if has_b and slots[t] >= 0:
+                for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
+                    base = bbase + np.int64(X.bfeat_idx[q]) * KK
+                    g = grad[base:base + KK]
+                    if bvalued:
+                        val = X.bfeat_val[q]
+                        for j in range(KK):
+                            g[j] += val * pair[j]
+                    else:
+                        for j in range(KK):
+                            g[j] += pair[j]
+    for j in range(K):
+        for k in range(K):
+            grad[tbase + j * K1 + k] += gT[j * K + k]
+        grad[tbase + j * K1 + K] += gE[j]
+        grad[tbase + K * K1 + j] += gS[j]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def marginals_kernel(w, F, K, X, examples, fixed):
+    """Per-token marginals and log Z of ``examples``: (marg float64[n_tok·K] with
+    marg[(ptr[e] + t)·K + k] = p(y_t = k | x), ptr int64[n_ex+1], logz float64[n_ex]).
+    ``fixed``: one tag id (−1: free) per token of the examples in order, or empty; an empty
+    sentence has log Z = w(START → END)."""
+    n_ex = examples.shape[0]
+    KK = K * K
+    ptr = np.zeros(n_ex + 1, np.int64)
+    for e in range(n_ex):
+        i = examples[e]
+        ptr[e + 1] = ptr[e] + X.sent_ptr[i + 1] - X.sent_ptr[i]
+    tr, _, start, end = _transitions(w, F, K)
+    Etr = np.empty(KK)
+    trmax = _exp_shifted(tr, Etr, KK)
+    em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = _fb_workspace(w, K, X, examples)
+    marg = np.zeros(ptr[n_ex] * K)
+    logz = np.empty(n_ex)
+    for e in range(n_ex):
+        i = examples[e]
+        a = X.sent_ptr[i]
+        n = X.sent_ptr[i + 1] - a
+        if n == 0:
+            logz[e] = w[F * K + K * (K + 1) + K]
+            continue
+        lz = _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots,
+                       alpha, beta, u, v, fixed, ptr[e])
+        logz[e] = lz
+        if lz == _NEG_INF:
+            continue
+        for t in range(n):
+            o = (ptr[e] + t) * K
+            for k in range(K):
+                marg[o + k] = np.exp(alpha[t * K + k] + beta[t * K + k] - lz)
+    return marg, ptr, logz
+
+
+def masked_weights(w: np.ndarray, F: int, K: int, constraints: tuple | None) -> np.ndarray:
+    """w with −inf on the transitions (START → k, j → k, k → END) that ``constraints``
+    ((allowed K·K, allowed_start K, allowed_end K) booleans, or None: w itself) forbid, so that
+    forward-backward sums over the admissible taggings only."""
+    if constraints is None:
+        return w
+    allowed, first, last = (np.asarray(c, np.bool_).reshape(-1) for c in constraints)
+    w = np.array(w, np.float64)
+    K1 = K + 1
+    T = w[F * K:F * K + K1 * K1].reshape(K1, K1)
+    T[:K, :K][~allowed.reshape(K, K)] = -np.inf
+    T[K, :K][~first] = -np.inf
+    T[:K, K][~last] = -np.inf
+    return w
+
+
+def chain_marginals(task, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray | None = None,
+                    constraints: tuple | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token marginals and log Z of ``examples`` of a :class:`~.sequence.SequenceTask` under w:
+    (float64 (n_tok, K), int64 ptr, float64 log Z per example), over the taggings that keep the
+    ``fixed`` tags (one id or −1 per token of the examples in order) and obey ``constraints``;
+    where the fixed tags leave no tagging that obeys the constraints, that example's marginals
+    are taken without the constraints (the fixed tags win, as in decoding)."""
+    ex = np.ascontiguousarray(examples, np.int64)
+    fx = np.zeros(0, np.int32) if fixed is None else np.ascontiguousarray(fixed, np.int32)
+    w = np.ascontiguousarray(w, np.float64)
+    wm = masked_weights(w, task.F, task.K, constraints)
+    marg, ptr, logz = marginals_kernel(wm, task.F, task.K, task.chain, ex, fx)
+    bad = np.flatnonzero(logz == -np.inf)
+    for e in bad.tolist():  # the fixed tags break the constraints: without them
+        f1 = fx[ptr[e]:ptr[e + 1]] if fx.size else fx
+        m1, _, z1 = marginals_kernel(w, task.F, task.K, task.chain, ex[e:e + 1], f1)
+        marg[ptr[e] * task.K:ptr[e + 1] * task.K] = m1
+        logz[e] = z1[0]
+    return marg.reshape(-1, task.K), ptr, logz
