@@ -12,7 +12,7 @@ with its features. Timed on one pinned core, dense and pruned alternating in eac
 rounds (best and median of each, thread CPU time; wall time beside it): ``decode_kernel`` on
 float64 w (what predict runs) and ``loss_augmented_kernel`` on float32 w (Eq. 5 + the φ
 records: what a worker runs), each with ``prune_from`` forcing the dense scan or the pruned one
-(``sequence._relax_pruned``), whatever the default thresholds (``PRUNE_FROM_LABELS``,
+(``pruned_viterbi.relax_pruned``), whatever the default thresholds (``PRUNE_FROM_LABELS``,
 ``PRUNE_FROM_LABELS_AUGMENTED``) would pick. The two must give the same tags and records; the
 script checks that before timing.
 

@@ -1,4 +1,4 @@
-"""Pruned Viterbi for many labels (sequence._relax_pruned, issue 43) against the dense scan:
+"""Pruned Viterbi for many labels (pruned_viterbi.relax_pruned, issue 43) against the dense scan:
 the tagger's decode and loss-augmented kernels and the constrained 1-best of chain_decoding,
 forced to each path, must give the same labels and the same scores, bit for bit, on random
 chains with B features, real values, forced labels and transition masks."""
@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demidcd.tasks import chain_decoding as cd
+from demidcd.tasks import pruned_viterbi as pv
 from demidcd.tasks import sequence as sq
 from demidcd.tasks.features import EncodedSequences
 from demidcd.tasks.sequence import SequenceTask
@@ -156,7 +157,7 @@ def test_pruned_pass_stops_early_when_emissions_dominate():
     expect = crow + (prow[:, None] + tr.reshape(K, K)).max(axis=0)
     hv, sv, acc = np.empty(K), np.full(K, np.nan), np.empty(2 * K)
     hi, si = np.empty(K, np.int32), np.full(K, -1, np.int32)
-    sq._relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
+    pv.relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
     np.testing.assert_array_equal(crow, expect)
     popped = int(np.sum(si >= 0))
     assert 1 <= popped <= 10
@@ -176,6 +177,6 @@ def test_pruned_pass_falls_back_when_rounding_defeats_the_threshold():
     best_c = (prow[cand, None] + tr[cand]).max(axis=0)
     assert not cand.all() and theta + tmax[0] > best_c[0]  # the fallback branch runs
     crow = np.zeros(2)
-    sq._relax_pruned(prow, crow, 2, tr.reshape(-1), tmax.copy(), np.empty(2), np.empty(2, np.int32),
+    pv.relax_pruned(prow, crow, 2, tr.reshape(-1), tmax.copy(), np.empty(2), np.empty(2, np.int32),
                      np.empty(2), np.empty(2, np.int32), np.empty(4))
     np.testing.assert_array_equal(crow, (prow[:, None] + tr).max(axis=0))

@@ -43,6 +43,9 @@ def check_marginals(task: Task) -> None:
     if not isinstance(task, SequenceTask):
         raise OptionError(f"crf needs marginals; task {task.name} has none (--algorithm crf "
                           "trains the chain tasks: sequence, chunking, ner)")
+    if task.chain.u_off.shape[0] > 0:
+        raise OptionError("--algorithm crf takes the dense weights (--weights all); its "
+                          "forward-backward has no seen-pairs layout yet")
 
 
 def compile_kernels(task: Task) -> None:

@@ -33,7 +33,7 @@ Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once 
   y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
   last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
   score. From ``sequence.PRUNE_FROM_LABELS`` tags, k = 1 prunes the max over predecessors
-  (``sequence._relax_pruned``: the same table, value for value); k > 1 keeps the dense step.
+  (``pruned_viterbi.relax_pruned``: the same table, value for value); k > 1 keeps the dense step.
 * :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
   forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
   M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import OptionError
 from .chunks import split_label
-from .sequence import PRUNE_FROM_LABELS, _column_max, _relax_pruned
+from .pruned_viterbi import PRUNE_FROM_LABELS, column_max, relax_pruned
 
 _NEG = -np.inf
 _POS = np.inf
@@ -216,7 +216,7 @@ def _viterbi_forward(t, K, em, trv, S, dbl, f):
 
 @nb.njit(cache=True, nogil=True)
 def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si, acc):
-    """:func:`_viterbi_forward` by ``sequence._relax_pruned`` (tmax: column maxima of trv): the
+    """:func:`_viterbi_forward` by ``pruned_viterbi.relax_pruned`` (tmax: column maxima of trv): the
     same S[t, ·], value for value. A forced tag f ≥ 0 needs only column f, scanned whole."""
     prow = S[(t - 1) * K:t * K]
     crow = S[t * K:(t + 1) * K]
@@ -232,7 +232,7 @@ def _viterbi_forward_pruned(t, K, em, trv, S, f, tmax, hv, hi, sv, si, acc):
         return
     for b in range(K):
         crow[b] = erow[b]
-    _relax_pruned(prow, crow, K, trv, tmax, hv, hi, sv, si, acc)
+    relax_pruned(prow, crow, K, trv, tmax, hv, hi, sv, si, acc)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -261,9 +261,9 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
     tmax = dbl[3 * K:4 * K]
     if pruned and n > 1:
         if has_allowed:
-            _column_max(Tm, K, tmax)
+            column_max(Tm, K, tmax)
         else:
-            _column_max(tr, K, tmax)
+            column_max(tr, K, tmax)
     for t in range(1, n):
         p = pos_index[t] if has_pos else -1
         f = fixed[t] if has_fixed else -1
@@ -404,7 +404,7 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
     ``sequence._forward`` + ``_backtrack`` exactly (same additions, first index wins).
     Cost O(n·K·(K + k log k)) (see :func:`_kbest_step`); k = 1 is a plain Viterbi pass
     (:func:`_viterbi_chain`), pruned from ``prune_from`` tags when tr has em's dtype (same
-    result; ``sequence._relax_pruned``); k > 1 keeps the dense O(K²) step per position.
+    result; ``pruned_viterbi.relax_pruned``); k > 1 keeps the dense O(K²) step per position.
     ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
     """
     has_pos, has_fixed, has_allowed, has_start, has_end = _check(

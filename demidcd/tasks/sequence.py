@@ -35,7 +35,7 @@ scratch) only at positions where B features fire, the shared T is read everywher
 the backward pass reads the same stored M_t, so forward and backtrack agree exactly. With many
 tags (decoding from PRUNE_FROM_LABELS = 64, loss-augmented inference from 256) the forward max
 over predecessors at positions without B features is pruned by upper bounds
-(:func:`_relax_pruned`): exactly the dense table, at a fraction of its K² cost when emissions
+(``relax_pruned``): exactly the dense table, at a fraction of its K² cost when emissions
 dominate transitions.
 Δ(y_i, y) is the Hamming distance (unnormalised). Loss-augmented inference (DEMI-DCD Eq. 5)
 adds 1 to every s_t(k) with k ≠ y_{i,t}. A record holds φ with sorted unique indices and no zero
@@ -62,6 +62,12 @@ import numpy as np
 from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
+from .pruned_viterbi import (
+    PRUNE_FROM_LABELS,
+    PRUNE_FROM_LABELS_AUGMENTED,
+    column_max,
+    relax_pruned,
+)
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
@@ -303,178 +309,14 @@ def _forward_b(em, n, K, tr, start, scratch, trb, slots):
             _relax(prow, crow, K, trb[s * KK:(s + 1) * KK], scratch)
 
 
-# Tag counts from which Viterbi prunes the max over predecessors (:func:`_relax_pruned`); below,
-# the dense :func:`_relax` scan (vectorised, K² adds) is as fast or faster. Loss-augmented
-# inference prunes from more tags: its +1 on every wrong tag lifts the runners-up to the gold
-# tag, so the top predecessors tie and pruning goes deeper. Measured (benchmarks/README.md,
-# "Many labels"; forward pass, float32, dense / pruned): decoded 2.5x at 102 tags, 3.7x at
-# 453; augmented 0.64x at 102, 1.5x at 453.
-PRUNE_FROM_LABELS = 64
-PRUNE_FROM_LABELS_AUGMENTED = 256
-
-
-@nb.njit(cache=True, nogil=True)
-def _column_max(tr, K, out):
-    """out[b] = max_a tr[a·K + b], the bound on any transition into b (K ≥ 1)."""
-    for b in range(K):
-        out[b] = tr[b]
-    for a in range(1, K):
-        r = tr[a * K:(a + 1) * K]
-        for b in range(K):
-            v = r[b]
-            o = out[b]
-            out[b] = v if v > o else o
-
-
-@nb.njit(cache=True, nogil=True)
-def _sift_down_max(hv, hi, i, m):
-    """Restore the max-heap order of hv[:m] (with the tags hi alongside) below entry i."""
-    while True:
-        c = 2 * i + 1
-        if c >= m:
-            return
-        if c + 1 < m and hv[c + 1] > hv[c]:
-            c += 1
-        if not hv[c] > hv[i]:
-            return
-        hv[i], hv[c] = hv[c], hv[i]
-        hi[i], hi[c] = hi[c], hi[i]
-        i = c
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _max_row(pa, row, src, dst, K):
-    """dst[b] = max(src[b], pa + row[b]) into the other buffer: in place, LLVM makes the
-    select a masked store, microcoded on AMD Zen (see :func:`_relax`)."""
-    for b in range(K):
-        v = pa + row[b]
-        o = src[b]
-        dst[b] = v if v > o else o
-
-
-@nb.njit(cache=True, nogil=True)
-def _relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc):
-    """crow[b] += max_a (prow[a] + tr[a·K + b]) for K ≥ 1, the same values as :func:`_relax`,
-    without scanning every predecessor a (upper-bound pruning, as CarpeDiem; Esposito and
-    Radicioni, JMLR 2009).
-
-    With tmax[b] = max_a tr[a·K + b] (:func:`_column_max`), predecessors are applied in
-    decreasing prow[a], and column b needs no more once the next one, p, has p + tmax[b] ≤ the
-    best sum found: every later a' has prow[a'] + tr[a'·K + b] ≤ prow[a'] + tmax[b] ≤
-    p + tmax[b] (rounding is monotone), so the max, hence the forward table, is exactly the
-    dense scan's, and the backtrack (which rescans every a) breaks ties the same way.
-
-    Order is needed only near the top: with a* the best predecessor, the threshold θ =
-    min_b (prow[a*] + tr[a*·K + b] − tmax[b]) (≤ prow[a*]) keeps the candidates prow[a] ≥ θ in
-    a max-heap (hv, hi), popped into (sv, si) only as deep as needed. Whole rows are applied
-    first (the best sums so far in acc, 2K: two buffers, vectorised like :func:`_relax`) while
-    more than K/16 columns still need the next candidate; the few left continue one by one. A
-    column that exhausts the candidates stops if θ + tmax[b] ≤ its best (every other a has
-    prow[a] < θ), else scans the others, so θ, rounded or not, only steers the cost. Where
-    the top is a cluster (loss-augmented inference: the +1 on every wrong tag lifts the
-    runners-up to the gold tag), at most max(8, K/8) candidates are popped: past that, rows
-    finish with the dense scan and columns with a scan of every a (max is idempotent), so the
-    worst case stays near K². Cheap when emissions dominate transitions (POS tags decoded:
-    about 1.05 predecessors per label). hv, sv: K of prow's dtype; hi, si: K int32.
-    """
-    top = 0
-    m1 = prow[0]
-    for a in range(1, K):
-        if prow[a] > m1:
-            m1 = prow[a]
-            top = a
-    r1 = tr[top * K:(top + 1) * K]
-    cur = acc[0:K]
-    nxt = acc[K:2 * K]
-    theta = m1
-    for b in range(K):
-        v = m1 + r1[b]
-        cur[b] = v
-        d = v - tmax[b]  # NaN (−∞ − −∞) compares false: ignored
-        theta = d if d < theta else theta
-    c = 0
-    for a in range(K):
-        if prow[a] >= theta:
-            hv[c] = prow[a]
-            hi[c] = a
-            c += 1
-    for i in range(c // 2 - 1, -1, -1):
-        _sift_down_max(hv, hi, i, c)
-    m = c  # heap size
-    ns = 0  # candidates popped into (sv, si); all of them applied to every column so far
-    cap = max(8, K >> 3)
-    while True:
-        cut = hv[0] if m > 0 else theta  # bounds every predecessor not applied yet
-        active = 0
-        for b in range(K):
-            active += 1 if cut + tmax[b] > cur[b] else 0
-        if active == 0:
-            break
-        if m > 0 and active > K >> 4:
-            if ns >= cap:  # a deep cluster: the dense scan, on top of the rows applied
-                for a in range(K):
-                    _max_row(prow[a], tr[a * K:(a + 1) * K], cur, nxt, K)
-                    cur, nxt = nxt, cur
-                break
-            pa = hv[0]
-            a = hi[0]
-            sv[ns] = pa
-            si[ns] = a
-            ns += 1
-            m -= 1
-            hv[0] = hv[m]
-            hi[0] = hi[m]
-            _sift_down_max(hv, hi, 0, m)
-            _max_row(pa, tr[a * K:(a + 1) * K], cur, nxt, K)
-            cur, nxt = nxt, cur
-            continue
-        r = ns
-        for b in range(K):
-            bound = tmax[b]
-            best = cur[b]
-            if not cut + bound > best:
-                continue
-            j = r
-            stopped = False
-            while True:
-                if j == ns:
-                    if m == 0 or ns >= cap:
-                        break
-                    sv[ns] = hv[0]
-                    si[ns] = hi[0]
-                    ns += 1
-                    m -= 1
-                    hv[0] = hv[m]
-                    hi[0] = hi[m]
-                    _sift_down_max(hv, hi, 0, m)
-                pa = sv[j]
-                if not pa + bound > best:
-                    stopped = True
-                    break
-                v = pa + tr[si[j] * K + b]
-                if v > best:
-                    best = v
-                j += 1
-            if not stopped and (m > 0 or (c < K and theta + bound > best)):
-                for a in range(K):  # every a (m > 0: popping stopped at cap), else the others
-                    pa = prow[a]
-                    if m > 0 or pa < theta:
-                        v = pa + tr[a * K + b]
-                        if v > best:
-                            best = v
-            cur[b] = best
-        break
-    for b in range(K):
-        crow[b] += cur[b]
-
 
 @nb.njit(cache=True, nogil=True)
 def _forward_pruned(em, n, K, tr, start, scratch, trb, slots, tmax, order):
     """:func:`_forward` (``slots`` empty) or :func:`_forward_b` (``slots`` as there) with the
-    shared transitions relaxed by :func:`_relax_pruned`; the same table, value for value.
+    shared transitions relaxed by ``relax_pruned``; the same table, value for value.
     Positions with B features keep the dense :func:`_relax` (their matrix cost K² to build,
     and its column maxima would cost as much again). ``scratch``: 4K of em's dtype,
-    ``order``: 2K int32, tmax = :func:`_column_max` of tr."""
+    ``order``: 2K int32, tmax = ``column_max`` of tr."""
     for k in range(K):
         em[k] += start[k]
     KK = K * K
@@ -489,7 +331,7 @@ def _forward_pruned(em, n, K, tr, start, scratch, trb, slots, tmax, order):
         crow = em[t * K:(t + 1) * K]
         s = slots[t] if has_b else -1
         if s < 0:
-            _relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
+            relax_pruned(prow, crow, K, tr, tmax, hv, hi, sv, si, acc)
         else:
             _relax(prow, crow, K, trb[s * KK:(s + 1) * KK], scratch)
 
@@ -541,7 +383,7 @@ def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slot
     written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
     1 loss-augmented, −1 loss-diminished). ``trb`` (w's dtype, K² per position with B
     features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`. ``tmax``
-    (:func:`_column_max` of tr) not empty: the pruned forward pass (:func:`_forward_pruned`,
+    (``column_max`` of tr) not empty: the pruned forward pass (:func:`_forward_pruned`,
     ``scratch`` 4K, ``order`` 2K), with exactly the dense pass's result; empty: the dense one
     (``scratch`` 2K)."""
     if n == 0:
@@ -582,7 +424,7 @@ def _pruning(tr, K, prune_from):
     if K < max(prune_from, 1):
         return tr[:0], np.empty(0, np.int32)
     tmax = np.empty(K, tr.dtype)
-    _column_max(tr, K, tmax)
+    column_max(tr, K, tmax)
     return tmax, np.empty(2 * K, np.int32)
 
 
@@ -865,7 +707,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
     """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
     :class:`Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records for the
     examples it gets wrong; −1.0 the loss-diminished argmax). From ``prune_from`` tags the
-    forward pass is the pruned one (:func:`_relax_pruned`; same argmax and records); −1:
+    forward pass is the pruned one (``relax_pruned``; same argmax and records); −1:
     PRUNE_FROM_LABELS for augment 0, else PRUNE_FROM_LABELS_AUGMENTED.
 
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
