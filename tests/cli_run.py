@@ -237,8 +237,12 @@ class Spawned:
                      else None for k in ("stdout", "stderr"))
 
     def send_signal(self, sig: int) -> None:
+        """As Popen's: a process that has already ended is not an error."""
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

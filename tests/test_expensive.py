@@ -51,7 +51,9 @@ def test_slow_inference_progress_and_time_limit(algorithm, shm_guard):
     limit = 3.0
     res, recs, ticks, wall = _run(task, algorithm, threads, limit, **extra)
     assert res.stop_reason == "time-limit"
-    assert ticks and max(s for s, _ in ticks) >= limit  # polled until the limit
+    # polled until the limit, up to one block of 16 inferences (0.8 s) that the DEMI-DCD
+    # learner runs itself when idle and that may straddle the limit
+    assert ticks and max(s for s, _ in ticks) >= limit - 16 * SLOW - 0.5
     # stopped at the first poll after the limit: late by at most the longest time between
     # polls (one block of inferences, 0.8 s here when the machine is quiet), + 1 s to stop
     between = _longest_between_polls(ticks)
