@@ -10,11 +10,13 @@ bounded so the file runs in well under 30 s.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from demidcd.api import EntityRelationExtractor, SequenceTagger, load_estimator
-from demidcd.errors import DemidcdError, InputError, ModelFileError
+from demidcd.errors import DemidcdError, InputError, InputWarning, ModelFileError
 from demidcd.io.conll04 import read_conll04, write_conll04
 from demidcd.io.model import FORMAT_VERSION, load_model
 from demidcd.io.tagged import read_tagged, write_tagged
@@ -113,6 +115,21 @@ _ENCODINGS = ["utf-8", "utf-8", "latin-1", "ascii", "utf-16", "cp1252", "idna", 
               "base64", "rot13", "no-such-codec"]
 
 
+
+@contextlib.contextmanager
+def _input_warnings(path: Path):
+    """Random bytes often are valid UTF-8 read as a single-byte encoding: the reader's
+    InputWarning for that must be one line naming the file (recorded here, not left to the
+    suite's summary)."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", InputWarning)
+        yield
+    for w in got:
+        assert issubclass(w.category, InputWarning), w
+        text = str(w.message)
+        assert text.startswith(str(path)) and "\n" not in text, text
+
+
 @FUZZ
 @given(data=st.one_of(_tagged_bytes(_conllu_line()), _tagged_bytes(_columns_line())),
        fmt=st.sampled_from(["conllu", "columns", "auto"]),
@@ -131,8 +148,9 @@ def test_tagged_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, fmt
     path = tmp_path / name
     path.write_bytes(data)
     try:
-        c = read_tagged(path, fmt=fmt, column=column, encoding=encoding,
-                        max_sentence_length=max_len, labeled=labeled)
+        with _input_warnings(path):
+            c = read_tagged(path, fmt=fmt, column=column, encoding=encoding,
+                            max_sentence_length=max_len, labeled=labeled)
     except DemidcdError as e:
         _check_clean(e, str(path))
         if isinstance(e, InputError) and e.line is not None:
@@ -188,7 +206,8 @@ def test_conll04_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, en
     path = tmp_path / ("f.corp.gz" if gz else "f.corp")
     path.write_bytes(gzip.compress(data) if gz else data)
     try:
-        sents = read_conll04(path, encoding=encoding, max_sentence_length=max_len)
+        with _input_warnings(path):
+            sents = read_conll04(path, encoding=encoding, max_sentence_length=max_len)
     except DemidcdError as e:
         _check_clean(e, str(path))
         if isinstance(e, InputError) and e.line is not None:
