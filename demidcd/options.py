@@ -151,10 +151,12 @@ OPTIONS: tuple[Option, ...] = (
     _o("hashing", "--hashing", int, None, "hash features into DIM weights instead of a "
        "dictionary", ADVANCED, DATA, metavar="DIM",
        rule="a dictionary (dependency: 2^23 hashed arc features)"),
-    _o("weights", "--weights", str, "all", "which emission weights exist: all (every feature x "
-       "label) or seen (only the (feature, label) pairs seen in training, as CRFsuite and "
-       "CRF++: memory grows with what is learnt, not with features x labels)", ADVANCED, DATA,
-       SEQUENCE_TASKS, choices=("all", "seen"), rule="evaluate / predict: the model's"),
+    _o("weights", "--weights", str, "auto", "which emission weights exist: all (every feature "
+       "x label), seen (only the (feature, label) pairs seen in training, as CRFsuite: memory "
+       "grows with what is learnt, not with features x labels) or auto (seen where all would "
+       "take more than 256 MiB, e.g. hundreds of labels, and the learner is not crf; else all)",
+       ADVANCED, DATA, SEQUENCE_TASKS, choices=("auto", "all", "seen"),
+       rule="evaluate / predict: the model's"),
     _o("decoder", "--decoder", str, "eisner", "dependency decoder: eisner (projective trees) or "
        "cle (Chu-Liu-Edmonds, any tree)", ADVANCED, DATA, ("dependency",),
        choices=("eisner", "cle"), commands=DATA_COMMANDS, rule="evaluate / predict: the "

@@ -196,6 +196,22 @@ def test_memory_per_token_of_a_many_label_run():
     assert seen.score(X, Y) > 0.95
 
 
+def test_auto_weights_choose_seen_pairs_only_past_the_size_rule(monkeypatch):
+    """weights="auto" (the default) keeps every (feature, label) while F·K stays under
+    SEEN_FROM_WEIGHTS and takes the seen pairs past it, unless the learner is crf (whose
+    forward-backward reads the dense block)."""
+    from demidcd.estimators import sequence as seq
+
+    X, Y = _many_labels()
+    kw = dict(min_count=1, max_epochs=1, C=0.1)
+    assert seq.SequenceTagger(**kw).fit(X, Y).seen_pairs_ is None
+    monkeypatch.setattr(seq, "SEEN_FROM_WEIGHTS", 1000)
+    assert seq.SequenceTagger(**kw).fit(X, Y).seen_pairs_ is not None
+    assert seq.SequenceTagger(weights="all", **kw).fit(X, Y).seen_pairs_ is None
+    crf = seq.SequenceTagger(algorithm="crf", min_count=1, max_iterations=2).fit(X, Y)
+    assert crf.seen_pairs_ is None
+
+
 def test_model_file_dump_and_views(tmp_path):
     """A seen model saves its pairs (npz, no pickle), loads to the same predictions and dim;
     state_features_ names only seen pairs and agrees with the dump; feature_summary says so."""

@@ -50,6 +50,9 @@ and Wapiti keep them all."""
 
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
 _WEIGHTS_PARAM = param("weights", str)
+SEEN_FROM_WEIGHTS = 2**25  # weights="auto": seen pairs once F·K dense would pass 256 MiB
+# (float64): Brown's 453 tags (161 M) get them, its 12 (4.3 M) and EWT XPOS (1.5 M) do not, where
+# the seen pairs cost accuracy (benchmarks/README.md, "seen pairs")
 
 
 CONSTRAINTS_DEFAULT = False
@@ -82,8 +85,10 @@ class SequenceTagger(StructuredEstimator):
     every feature as CRFsuite and CRF++ do, else
     :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
     dictionary; None: 0), ``template`` and ``weights`` (``"all"``: a weight for every
-    (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite and
-    CRF++ keep them, ``seen_pairs_``; memory then grows with them, not with features x labels);
+    (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite
+    keeps them, ``seen_pairs_``; memory then grows with them, not with features x labels;
+    ``"auto"``: seen when all would exceed :data:`SEEN_FROM_WEIGHTS` weights and the learner
+    is not ``crf``);
     the others are those of :class:`StructuredEstimator`,
     except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
     dicts have few features per token; measured there).
@@ -166,9 +171,12 @@ class SequenceTagger(StructuredEstimator):
                                 itertools.repeat(-1)), np.int32, count=enc.n_tokens)
         F, K = self.featurizer_.n_features, len(self.classes_)
         if fit:
-            if self.weights not in ("all", "seen", None):
-                raise OptionError(f"--weights must be all or seen, got {self.weights!r}")
-            self.seen_pairs_ = seen_pairs(enc, y, F, K) if self.weights == "seen" else None
+            if self.weights not in ("auto", "all", "seen", None):
+                raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
+            seen = self.weights == "seen" or (self.weights in ("auto", None)
+                                              and F * K > SEEN_FROM_WEIGHTS
+                                              and self._algorithm() != "crf")
+            self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
         return SequenceTask(enc, y, K, F, n_bigram_obs=self._n_bfeatures,
                             pairs=getattr(self, "seen_pairs_", None))
 
