@@ -654,7 +654,9 @@ class SequenceFeaturizer:
             if n != obj.hashing:
                 raise ValueError("n_features does not match hashing")
             return obj
-        raw = np.asarray(arrays["feature_strings"], np.uint8)
+        raw = np.asarray(arrays["feature_strings"])
+        if raw.dtype != np.uint8:
+            raise ValueError(f"feature_strings are {raw.dtype}, not uint8 bytes")
         blob = raw.tobytes().decode("utf-8")
         feats = blob.split("\n") if n else []
         if len(feats) != n:
