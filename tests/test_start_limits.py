@@ -27,6 +27,26 @@ from demidcd.io.model import ModelLock
 from demidcd.primitives.shm import SharedArena, list_segments
 
 
+def _start_logged(argv: list[str], log: Path) -> subprocess.Popen:
+    """``argv`` started with stdout and stderr to ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+
+
+def _stop_worker_then_kill(p: subprocess.Popen, log: Path
+                           ) -> tuple[list[psutil.Process], int, int]:
+    """Once training runs (``iter 2``): SIGSTOP worker 1, then SIGKILL ``p`` and reap it;
+    (p's descendants as they were before, the worker's pid, the pid of p's first child)."""
+    worker = int(_wait_for(log, p, r"^worker 1 pid (\d+)").group(1))
+    _wait_for(log, p, r"^iter +2 ")
+    family = _children(p.pid)
+    child = next(k.pid for k in family if k.ppid() == p.pid)
+    os.kill(worker, signal.SIGSTOP)
+    p.kill()
+    p.wait(timeout=10)
+    return family, worker, child
+
+
 # ============================== defect 16: orphaned workers and the model lock they kept
 def test_a_stopped_worker_dies_with_its_killed_parent_and_frees_the_model(tmp_path: Path) -> None:
     """The worker is stopped (SIGSTOP), so it cannot notice that its parent is gone; the
@@ -35,18 +55,11 @@ def test_a_stopped_worker_dies_with_its_killed_parent_and_frees_the_model(tmp_pa
     test's process group (as by a script, not as a job of an interactive shell, whose group
     the kernel would send SIGHUP once orphaned with a stopped member)."""
     model, log = tmp_path / "m.npz", tmp_path / "log.txt"
-    with open(log, "w") as f:
-        p = subprocess.Popen([*CLI, *DEMI, "--model", str(model)], stdout=f,
-                             stderr=subprocess.STDOUT)
+    p = _start_logged([*CLI, *DEMI, "--model", str(model)], log)
     family: list[psutil.Process] = []
     try:
-        worker = int(_wait_for(log, p, r"^worker 1 pid (\d+)").group(1))
-        _wait_for(log, p, r"^iter +2 ")
-        family = _children(p.pid)
+        family, worker, _ = _stop_worker_then_kill(p, log)
         assert worker in {k.pid for k in family}
-        os.kill(worker, signal.SIGSTOP)
-        p.kill()
-        p.wait(timeout=10)
         alive, segs = _until_gone(family, p.pid, 5.0)
     finally:
         p.kill()
@@ -68,18 +81,10 @@ def test_a_run_whose_launcher_is_killed_stops_and_frees_the_model(tmp_path: Path
     limit, holding the model's lock."""
     model, log = tmp_path / "m.npz", tmp_path / "log.txt"
     cmd = " ".join([*(["nohup"] if keep else []), *CLI, *DEMI, "--model", str(model)])
-    with open(log, "w") as f:
-        launcher = subprocess.Popen(["sh", "-c", f"{cmd}; exit 0"], stdout=f,
-                                    stderr=subprocess.STDOUT)
+    launcher = _start_logged(["sh", "-c", f"{cmd}; exit 0"], log)
     family: list[psutil.Process] = []
     try:
-        worker = int(_wait_for(log, launcher, r"^worker 1 pid (\d+)").group(1))
-        _wait_for(log, launcher, r"^iter +2 ")
-        family = _children(launcher.pid)
-        run_pid = next(k.pid for k in family if k.ppid() == launcher.pid)
-        os.kill(worker, signal.SIGSTOP)
-        launcher.kill()
-        launcher.wait(timeout=10)
+        family, worker, run_pid = _stop_worker_then_kill(launcher, log)
         if keep:
             time.sleep(2.0)
             assert psutil.pid_exists(run_pid), "a nohup run stopped with its launcher"

@@ -133,11 +133,12 @@ class WorkerPool(ProcessGroup, Transport):
                   **{f"in-{k}": (shape, dt) for k, (shape, dt) in spec.inputs.items()}}
         other = (SharedWeights.footprint(self.dim + self.n, spec.wbar_dtype(task))
                  + sum(segment_bytes(*a) for a in arrays.values()))
-        fitted = fit_ring_words(ring_words, n_workers, other, free_bytes())
+        free = free_bytes()
+        fitted = fit_ring_words(ring_words, n_workers, other, free)
         if fitted < ring_words:
             self.log(f"rings of {RecordRing.footprint(fitted) / 2**20:.0f} MiB, not "
                      f"{RecordRing.footprint(ring_words) / 2**20:.0f} MiB, to fit {SHM_DIR} "
-                     f"({(free_bytes() or 0) / 2**20:.0f} MiB free)")
+                     f"({(free or 0) / 2**20:.0f} MiB free)")
             ring_words = fitted
         require_space(other + n_workers * RecordRing.footprint(ring_words), n_workers + 1)
         self.arena = SharedArena()

@@ -29,8 +29,7 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-_PRCTL = _prctl()
-prctl = _PRCTL  # libc's prctl for the CLI's own process (None off Linux)
+prctl = _prctl()  # libc's prctl, for forked children and the CLI's own process
 
 
 def die_with_parent(parent: int) -> None:
@@ -38,8 +37,8 @@ def die_with_parent(parent: int) -> None:
     ``PR_SET_PDEATHSIG``; a stopped child is killed too), then leave at once if the parent
     died before that took effect. Polling ``getppid`` alone left a worker that was stopped
     (SIGSTOP) when its parent was SIGKILLed running for ever, holding its shared memory."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
 

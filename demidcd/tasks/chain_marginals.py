@@ -179,6 +179,13 @@ def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, s
                              beta, u, v)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _add_scaled(dst, src, v, m):
+    """dst[j] += v · src[j], j < m (a feature's value v, 1.0 for binary features)."""
+    for j in range(m):
+        dst[j] += v * src[j]
+
+
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
@@ -225,14 +232,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             u[y] -= 1.0
             for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
                 base = np.int64(X.feat_idx[q]) * K
-                g = grad[base:base + K]
-                if valued:
-                    val = X.feat_val[q]
-                    for k in range(K):
-                        g[k] += val * u[k]
-                else:
-                    for k in range(K):
-                        g[k] += u[k]
+                _add_scaled(grad[base:base + K], u, X.feat_val[q] if valued else 1.0, K)
         for k in range(K):
             gS[k] += np.exp(alpha[k] + beta[k] - logz)
             gE[k] += np.exp(alpha[(n - 1) * K + k] + beta[(n - 1) * K + k] - logz)
@@ -248,14 +248,8 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             if has_b and slots[t] >= 0:
                 for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
                     base = bbase + np.int64(X.bfeat_idx[q]) * KK
-                    g = grad[base:base + KK]
-                    if bvalued:
-                        val = X.bfeat_val[q]
-                        for j in range(KK):
-                            g[j] += val * pair[j]
-                    else:
-                        for j in range(KK):
-                            g[j] += pair[j]
+                    _add_scaled(grad[base:base + KK], pair, X.bfeat_val[q] if bvalued else 1.0,
+                                KK)
     for j in range(K):
         for k in range(K):
             grad[tbase + j * K1 + k] += gT[j * K + k]
