@@ -69,8 +69,8 @@ TARGETS = {"test_accuracy": 0.945, "loss_augmented_viterbi_tokens_per_s_per_core
 def _viterbi_pass(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment):
     """(Loss-augmented) Viterbi with emission scoring over ``examples``; returns the summed
     path score (so nothing is optimised away). No φ, no records."""
-    max_n, _ = seqmod._max_sizes(sent_ptr, feat_ptr, examples)
-    tr, trT, start, end = seqmod._transitions(w, F, K)
+    max_n, _ = seqmod.max_sizes(sent_ptr, feat_ptr, examples)
+    tr, trT, start, end = seqmod.transitions(w, F, K)
     scratch = np.empty(2 * K, np.float64)
     em = np.empty(max(max_n, 1) * K, np.float64)
     y = np.empty(max(max_n, 1), np.int32)

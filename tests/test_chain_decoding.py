@@ -135,8 +135,8 @@ def test_rank0_is_sequence_viterbi(dtype, integer):
 
 
 def test_rank0_equals_decode_kernel_on_tagger_arrays():
-    """The wiring the tagger will use: emissions from sequence._emissions and (tr, start, end)
-    from sequence._transitions of a float32 w, k-best per sentence via kbest_batch; rank 0 must
+    """The wiring the tagger will use: emissions from sequence.emissions and (tr, start, end)
+    from sequence.transitions of a float32 w, k-best per sentence via kbest_batch; rank 0 must
     be decode_kernel's output."""
     rng = np.random.default_rng(3)
     F, K, n_sent = 12, 5, 40
@@ -154,9 +154,9 @@ def test_rank0_equals_decode_kernel_on_tagger_arrays():
     em = np.empty(n_tok * K, np.float32)
     for e in range(n_sent):
         a, b = sent_ptr[e], sent_ptr[e + 1]
-        sq._emissions(w, K, feat_ptr, feat_idx, np.zeros(0, np.float32), a, b - a,
+        sq.emissions(w, K, feat_ptr, feat_idx, np.zeros(0, np.float32), a, b - a,
                       em[a * K:b * K])
-    tr, _, start, end = sq._transitions(w, F, K)
+    tr, _, start, end = sq.transitions(w, F, K)
     k = 4
     kt, ks, counts = cd.kbest_batch(em, sent_ptr, K, tr, start, end, *cd.no_constraints(), k)
     assert np.array_equal(counts, np.minimum(k, K ** lengths))

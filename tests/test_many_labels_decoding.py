@@ -76,7 +76,7 @@ def test_pruned_tagger_kernels_equal_dense(seed, K, G, valued, f32, integer, tra
         rp = sq.loss_augmented_kernel(w, F, K, task.G, chain, gold, ex, augment, PRUNED)
         for a, b in zip(rd, rp, strict=True):
             np.testing.assert_array_equal(a, b)
-    tr, trT, start, end = sq._transitions(w, F, K)
+    tr, trT, start, end = sq.transitions(w, F, K)
     tmax, order = sq._pruning(tr, K, PRUNED)
     assert tmax.shape == (K,) and order.shape == (2 * K,)
     for i in ex:

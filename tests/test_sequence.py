@@ -309,7 +309,8 @@ def test_ewt_smoke():
 
 
 def test_sort_keys_matches_numpy():
-    from demidcd.tasks.sequence import _key_bits, _sort_keys
+    from demidcd.tasks.phi import key_bits as _key_bits
+    from demidcd.tasks.phi import sort_keys as _sort_keys
 
     rng = np.random.default_rng(2)
     counts = np.empty(256, np.int64)

@@ -540,11 +540,11 @@ class SequenceTagger(StructuredEstimator):
             obj.n_bfeatures_ = obj._n_bfeatures
             obj.data_options_ = dict(meta.get("data_options") or {})
             if pairs is not None:
-                from ..tasks.sequence import _check_pairs
+                from ..tasks.sequence import check_pairs
 
                 if pairs[1] is None:
                     raise ValueError("seen pairs without their labels")
-                pairs = _check_pairs(pairs, obj.n_features_, len(obj.classes_))
+                pairs = check_pairs(pairs, obj.n_features_, len(obj.classes_))
             obj.seen_pairs_ = pairs
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFileError(str(path), f"corrupt model metadata ({e})") from None

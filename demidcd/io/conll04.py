@@ -65,12 +65,12 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
     :class:`~demidcd.errors.OptionError`. A file without sentences, and a sentence of more than
     ``max_sentence_length`` tokens, are errors too.
     """
-    from .tagged import _read_text, source_name, too_long
+    from .tagged import read_text, source_name, too_long
 
     path = str(path)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
-    text = _read_text(path, encoding)
+    text = read_text(path, encoding)
     path = source_name(path)  # "-" (standard input) is named <stdin>
     sentences: list[ERSentence] = []
     cur: ERSentence | None = None

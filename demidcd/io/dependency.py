@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from demidcd.errors import InputError, OptionError
 from demidcd.io.model import atomic_write
-from demidcd.io.tagged import _conllu_kind, _read_text, source_name, too_long
+from demidcd.io.tagged import conllu_kind, read_text, source_name, too_long
 
 __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
 
@@ -126,7 +126,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
     pi = _check_options(fmt, pos_column)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
-    text = _read_text(path, encoding)
+    text = read_text(path, encoding)
     path = source_name(path)  # "-" (standard input) is named <stdin>
     words_all: list[list[str]] = []
     pos_all: list[list[str]] = []
@@ -201,7 +201,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                 raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
             if expect > max_sentence_length:
                 raise too_long(path, first, text_lines, lineno, max_sentence_length,
-                               _conllu_kind)
+                               conllu_kind)
             w, p = f[1], f[pi]
             if not w or w.isspace():
                 raise InputError(path, lineno, "empty word (column 2)")

@@ -40,9 +40,9 @@ __all__ = [
 FORMATS = ("conllu", "columns")
 _FORMAT_NAMES = {"conllu": "a CoNLL-U file", "columns": "a columns file"}
 _CONLLU_NAMED = {"upos": 3, "xpos": 4}  # 0-based field index of named CoNLL-U columns
-_DOCSTART = "-DOCSTART-"
-_ASCII_WS_CHARS = " \t\r\f\v"
-_ASCII_WS = re.compile(r"[ \t\r\f\v]+")
+DOCSTART = "-DOCSTART-"
+ASCII_WS_CHARS = " \t\r\f\v"
+ASCII_WS = re.compile(r"[ \t\r\f\v]+")
 
 
 @dataclass
@@ -232,7 +232,7 @@ def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
         return "columns"  # the reader reports the problem
 
 
-def _read_text(path: str, encoding: str) -> str:
+def read_text(path: str, encoding: str) -> str:
     """Whole file (``-``: standard input) as text; decoding errors name the line where the bad
     bytes are."""
     check_encoding(encoding)
@@ -249,7 +249,7 @@ def _read_text(path: str, encoding: str) -> str:
     text = decode_block(data, name, encoding)
     if text.startswith("\ufeff"):
         text = text[1:]
-    _check_utf8_read_as_other(data, text, name, encoding)
+    check_utf8_read_as_other(data, text, name, encoding)
     return text
 
 
@@ -290,7 +290,7 @@ class _read_errors:
 
 def open_source(path: str):
     """``path`` (``-``: standard input; ``.gz``: decompressed) as a binary file to read in
-    pieces (:func:`read_source`), errors as :func:`_read_text` gives them."""
+    pieces (:func:`read_source`), errors as :func:`read_text` gives them."""
     with _read_errors(source_name(path)):
         if path == STDIN:
             return _stdin_stream()
@@ -325,7 +325,7 @@ def decode_block(data: bytes, name: str, encoding: str, line0: int = 0) -> str:
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 
-def _check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
+def check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
                               line0: int = 0) -> bool:
     """Warn (:class:`InputWarning`) when bytes that are valid UTF-8 with non-ASCII characters
     are decoded with another encoding (``--encoding latin-1`` on a UTF-8 file): every accented
@@ -371,7 +371,7 @@ def too_long(path: str, first: int, lines: list[str], lineno: int, limit: int,
     return SentenceTooLong(path, first, n, limit)
 
 
-def _conllu_kind(line: str) -> int:
+def conllu_kind(line: str) -> int:
     """For :func:`too_long`: a CoNLL-U token line (1), a comment, multiword-token or empty-node
     line (0), or a blank line (−1)."""
     if not line.strip():
@@ -383,7 +383,7 @@ def _conllu_kind(line: str) -> int:
 def _columns_kind(line: str) -> int:
     """For :func:`too_long`: a columns token line (1), or a blank or ``-DOCSTART-`` line (−1)."""
     s = line.strip()
-    return -1 if not s or s.startswith(_DOCSTART) else 1
+    return -1 if not s or s.startswith(DOCSTART) else 1
 
 
 def read_tagged(
@@ -418,7 +418,7 @@ def read_tagged(
     li = _label_index(fmt, column)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
-    text = _read_text(path, encoding)
+    text = read_text(path, encoding)
     path = source_name(path)
     corpus = parse_text(text, path, fmt, li, max_sentence_length, labeled, keep_raw,
                         feature_columns)
@@ -509,7 +509,7 @@ def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[t
     drop: tuple[int, ...] | None = None
     for s, rl in enumerate(corpus.raw):
         toks = [f for f in rl if len(f) == 10 and f[0].isdigit()] if conllu else \
-            [f for f in rl if not f[0].startswith(_DOCSTART)]
+            [f for f in rl if not f[0].startswith(DOCSTART)]
         if drop is None and toks:
             n = len(toks[0])
             if conllu:
@@ -604,7 +604,7 @@ def _parse_conllu(
         if int(tid) != expect:
             raise InputError(path, lineno, f"token id {tid} out of order, expected {expect}")
         if expect > max_len:
-            raise too_long(path, out.first, lines, idx, max_len, _conllu_kind)
+            raise too_long(path, out.first, lines, idx, max_len, conllu_kind)
         w = f[1]
         if not w or w.isspace():
             raise InputError(path, lineno, "empty word (column 2)")
@@ -654,13 +654,13 @@ def _parse_columns(
         lineno = line0 + idx
         # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
         # UTF-8) inside a word must not split it
-        f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
+        f = line.split() if line.isascii() else ASCII_WS.split(line.strip(ASCII_WS_CHARS))
         if not f or not f[0]:
             out.end()
             continue
         if keep_raw and "\t" in line:
             f = TabFields(f)
-        if f[0].startswith(_DOCSTART):
+        if f[0].startswith(DOCSTART):
             out.end()
             if keep_raw:
                 out.rlines.append(f)
@@ -752,7 +752,7 @@ def _blocks(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks) -> Blocks
 
 def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
     """Every block's tags (and extra fields) match its sentence and hold no separator."""
-    bad = "\t\n\r" if fmt == "conllu" else _ASCII_WS_CHARS + "\n"
+    bad = "\t\n\r" if fmt == "conllu" else ASCII_WS_CHARS + "\n"
     good: set = set()  # tags seen and found fine (most repeat: each is looked at once)
     for b, s in enumerate(blocks.order):
         n = len(corpus.tokens[s])
@@ -821,7 +821,7 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
     token lines' field count, so that conlleval (which needs every line to have as many
     fields) reads the file."""
     ncols = next((len(f) for rl in (corpus.raw or ()) for f in rl
-                  if not f[0].startswith(_DOCSTART)), 0)
+                  if not f[0].startswith(DOCSTART)), 0)
     appending = li is None or li >= ncols
     n_out = (ncols + 1 if appending else ncols) + (blocks.extra is not None)
     last = -1
@@ -835,13 +835,13 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
             if head is not None:
                 yield head
             for k, (w, t) in enumerate(zip(words, pred, strict=True)):
-                if _ASCII_WS.search(w) or "\n" in w:
+                if ASCII_WS.search(w) or "\n" in w:
                     raise ValueError(f"sentence {s}: word {w!r} contains whitespace")
                 yield f"{w} {t}" if ext is None else f"{w} {t} {ext[k]}"
         else:
             k = 0
             for f in rl:
-                if f[0].startswith(_DOCSTART):
+                if f[0].startswith(DOCSTART):
                     if not first:
                         continue
                     g = list(f)
@@ -960,4 +960,4 @@ def _token_fields(raw_lines: list[list[str]], fmt: str) -> list[list[str]]:
     integer ID), or every line of a columns file but ``-DOCSTART-``."""
     if fmt == "conllu":
         return [f for f in raw_lines if len(f) == 10 and f[0].isdigit()]
-    return [f for f in raw_lines if not f[0].startswith(_DOCSTART)]
+    return [f for f in raw_lines if not f[0].startswith(DOCSTART)]

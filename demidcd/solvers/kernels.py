@@ -417,7 +417,7 @@ SMO_MAX_STEPS = 100  # the SDM learners' SMO pair steps per example visit, at mo
 
 
 @njit(cache=True, nogil=True)
-def _dot_sorted(idx, val, a0, a1, b0, b1):
+def dot_sorted(idx, val, a0, a1, b0, b1):
     """φ_a·φ_b of two sparse vectors with sorted indices."""
     s = 0.0
     i, j = a0, b0

@@ -39,7 +39,7 @@ from .kernels import (
     S_UPDATES,
     SMO_MAX_STEPS,
     STATS_FIELDS,
-    _dot_sorted,
+    dot_sorted,
     smo_examples,
 )
 from .linear import concat
@@ -85,7 +85,7 @@ def compile_kernels(task: Task) -> None:
     sdm.act.insert(b, 0.0)
     sdm.smo(np.zeros(1, np.int64), 2)
     concave_vector(sdm.v, 1.0, b.delta, b.margin, b.ptr, b.idx, b.val)
-    _dot_sorted(b.idx, b.val, 0, len(b.idx), 0, len(b.idx))
+    dot_sorted(b.idx, b.val, 0, len(b.idx), 0, len(b.idx))
 
 
 class SDM:

@@ -1,8 +1,8 @@
 """Forward-backward over the chain scores of :mod:`.sequence`: log Z, per-token and pairwise
 marginals, and the gradient of the negative log-likelihood of a linear-chain CRF.
 
-The scores are exactly those Viterbi reads (:func:`~.sequence._emissions`,
-:func:`~.sequence._transitions`, :func:`~.sequence._b_transitions`): the emission s_t(k), the
+The scores are exactly those Viterbi reads (:func:`~.sequence.emissions`,
+:func:`~.sequence.transitions`, :func:`~.sequence.b_transitions`): the emission s_t(k), the
 START → y_0 and y_{n-1} → END transitions, and M_t[j, k] = T[j, k] + Σ_g b_{t,g} w_B[g, j, k] at
 t ≥ 1. With them
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .sequence import _b_sizes, _b_transitions, _emissions, _max_sizes, _transitions
+from .sequence import b_sizes, b_transitions, emissions, max_sizes, transitions
 
 _NEG_INF = -np.inf
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # fastmath without nnan/ninf: forced
@@ -154,8 +154,8 @@ def _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, out):
 @nb.njit(cache=True, nogil=True)
 def _fb_workspace(w, K, X, examples):
     """(em, alpha, beta, trb, Eb, bmax, slots, u, v, pair) scratch for the examples."""
-    max_n, _ = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
-    max_bpos, _ = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
+    max_n, _ = max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_bpos, _ = b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
     m = max(max_n, 1) * K
     return (np.empty(m), np.empty(m), np.empty(m), np.empty(max_bpos * K * K),
             np.empty(max_bpos * K * K), np.empty(max(max_bpos, 1)),
@@ -168,11 +168,11 @@ def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, s
     """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
     returns log Z."""
     KK = K * K
-    _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+    emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
     _force(em, n, K, fixed, f0)
     has_b = X.bfeat_ptr.shape[0] > 0
     if has_b:
-        nbp = _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
+        nbp = b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
         for s in range(nbp):
             bmax[s] = _exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
     return _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha,
@@ -194,7 +194,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     KK = K * K
     tbase = F * K
     bbase = F * K + K1 * K1
-    tr, _, start, end = _transitions(w, F, K)
+    tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
     trmax = _exp_shifted(tr, Etr, KK)
     em, alpha, beta, trb, Eb, bmax, slots, u, v, pair = _fb_workspace(w, K, X, examples)
@@ -270,7 +270,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
     for e in range(n_ex):
         i = examples[e]
         ptr[e + 1] = ptr[e] + X.sent_ptr[i + 1] - X.sent_ptr[i]
-    tr, _, start, end = _transitions(w, F, K)
+    tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
     trmax = _exp_shifted(tr, Etr, KK)
     em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = _fb_workspace(w, K, X, examples)

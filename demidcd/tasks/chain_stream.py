@@ -142,7 +142,7 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
     """(line0, bytes, text) of each block: decoded (errors name the line), the byte-order
     mark of the file dropped, the UTF-8-read-as-another-encoding warning given; in input
     order (the warning and the columns state need it)."""
-    from ..io.tagged import _check_utf8_read_as_other, decode_block
+    from ..io.tagged import check_utf8_read_as_other, decode_block
 
     first = True
     for line0, data in blocks:
@@ -156,7 +156,7 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
         if plan.fmt == "columns" and "ncols" not in plan.state:
             _columns_width(plan, line0, text)
         if not plan.utf8_checked:
-            plan.utf8_checked = _check_utf8_read_as_other(data, text, plan.name, plan.encoding,
+            plan.utf8_checked = check_utf8_read_as_other(data, text, plan.name, plan.encoding,
                                                           line0)
         yield line0, data, text
 
@@ -164,11 +164,11 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
 def _columns_width(plan: _Plan, line0: int, text: str) -> None:
     """The fields of the file's first token line and its line (``plan.state``), as the
     columns parser sets them, before blocks are tagged in parallel."""
-    from ..io.tagged import _ASCII_WS, _ASCII_WS_CHARS, _DOCSTART
+    from ..io.tagged import ASCII_WS, ASCII_WS_CHARS, DOCSTART
 
     for idx, line in enumerate(text.split("\n"), 1):
-        f = line.split() if line.isascii() else _ASCII_WS.split(line.strip(_ASCII_WS_CHARS))
-        if f and f[0] and not f[0].startswith(_DOCSTART):
+        f = line.split() if line.isascii() else ASCII_WS.split(line.strip(ASCII_WS_CHARS))
+        if f and f[0] and not f[0].startswith(DOCSTART):
             plan.state["ncols"], plan.state["ncols_line"] = len(f), line0 + idx
             return
 

@@ -103,7 +103,7 @@ from ..io.dependency import (
 )
 from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
-from .sequence import _merge, _sort_keys
+from .phi import merge, sort_keys
 
 TEMPLATE_VERSION = 1  # unlabelled models (F only)
 LABELLED_TEMPLATE_VERSION = 2  # F and the label templates G
@@ -1150,8 +1150,8 @@ def records_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, lab_
             nv[:pos_] = out_val[:pos_]
             out_idx = ni
             out_val = nv
-        ks = _sort_keys(keys, tmp, counts, m, nbits)
-        pos_, margin = _merge(ks, m, w, out_idx, out_val, pos_)
+        ks = sort_keys(keys, tmp, counts, m, nbits)
+        pos_, margin = merge(ks, m, w, out_idx, out_val, pos_)
         r_ex[nrec] = i
         r_hash[nrec] = h_
         r_delta[nrec] = delta

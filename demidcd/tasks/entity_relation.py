@@ -30,7 +30,7 @@ from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
 from demidcd.tasks import TaskSpec
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from demidcd.tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT, REL_OF, exact_solve_into, get_solver
-from demidcd.tasks.sequence import merge_signed_keys
+from demidcd.tasks.phi import merge
 
 NE = len(ENTITY_LABELS)
 NR = len(RELATION_LABELS)
@@ -374,7 +374,7 @@ def _records(w, examples, ent_ptr, pair_ptr, ef_ptr, ef_idx, pf_ptr, pf_idx, ent
                     c += 2
         kk = keys[:c]
         kk.sort()
-        nnz, dot = merge_signed_keys(kk, c, w, idx, val, nnz)
+        nnz, dot = merge(kk, c, w, idx, val, nnz)
         ex[j] = s
         hs[j] = h
         dt[j] = delta[q]

@@ -62,15 +62,13 @@ import numpy as np
 from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
+from .phi import FNV_OFFSET, FNV_PRIME, key_bits, phi_merge
 from .pruned_viterbi import (
     PRUNE_FROM_LABELS,
     PRUNE_FROM_LABELS_AUGMENTED,
     column_max,
     relax_pruned,
 )
-
-_FNV_OFFSET = np.uint64(14695981039346656037)
-_FNV_PRIME = np.uint64(1099511628211)
 
 
 class Chain(NamedTuple):
@@ -97,7 +95,7 @@ class Chain(NamedTuple):
 # kernels
 # ---------------------------------------------------------------------------------------------
 @nb.njit(cache=True, nogil=True)
-def _transitions(w, F, K):
+def transitions(w, F, K):
     """(tr, trT, start, end) copied out of w as contiguous blocks:
 
     tr[a·K + b] = trT[b·K + a] = w(a → b), start[b] = w(START → b), end[a] = w(a → END).
@@ -119,7 +117,7 @@ def _transitions(w, F, K):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
+def emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
     """em[t·K + k] = Σ_{q} v_q · w[f_q·K + k] over the features f_q = feat_idx[q] of token a+t,
     t < n (contiguous rows of w); v_q = feat_val[q], or 1 when ``feat_val`` is empty.
 
@@ -146,7 +144,7 @@ def _emissions(w, K, feat_ptr, feat_idx, feat_val, a, n, em):
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
 def _emissions_seen(w, K, X, a, n, em):
-    """:func:`_emissions` over the seen-pairs U block of X: em[t·K + u_lab[j]] += v_q · w[j]
+    """:func:`emissions` over the seen-pairs U block of X: em[t·K + u_lab[j]] += v_q · w[j]
     for the entries j of the label list of each feature f_q of token a+t (labels not in the
     list get nothing from f_q); costs the list's length per feature instead of K."""
     valued = X.feat_val.shape[0] > 0
@@ -173,7 +171,7 @@ def _token_emissions(w, K, X, a, n, em):
     if X.u_off.shape[0] > 0:
         _emissions_seen(w, K, X, a, n, em)
     else:
-        _emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+        emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -207,7 +205,7 @@ def _augment(K, gold, a, n, em, scale):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def _b_transitions(w, K, bbase, X, a, n, tr, trb, slots):
+def b_transitions(w, K, bbase, X, a, n, tr, trb, slots):
     """The transition matrices of the positions t = 1..n-1 of tokens a..a+n-1 where B features
     fire: trb[s·K² + j·K + k] = tr[j·K + k] + Σ_{q} v_q · w[bbase + g_q·K² + j·K + k] over the
     B features g_q = bfeat_idx[q] of token a+t (v_q = bfeat_val[q], or 1), with slots[t] = s
@@ -382,7 +380,7 @@ def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slot
     """argmax_y w·Φ(x, y) + augment·Δ(gold, y) for tokens a..a+n-1 of the :class:`Chain` X,
     written to y[:n]; returns its score (``augment`` is the loss scale: 0 plain Viterbi,
     1 loss-augmented, −1 loss-diminished). ``trb`` (w's dtype, K² per position with B
-    features) and ``slots`` (int32, ≥ n) are scratch for :func:`_b_transitions`. ``tmax``
+    features) and ``slots`` (int32, ≥ n) are scratch for :func:`b_transitions`. ``tmax``
     (``column_max`` of tr) not empty: the pruned forward pass (:func:`_forward_pruned`,
     ``scratch`` 4K, ``order`` 2K), with exactly the dense pass's result; empty: the dense one
     (``scratch`` 2K)."""
@@ -398,7 +396,7 @@ def _chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slot
         else:
             _forward(em, n, K, tr, start, scratch)
         return _backtrack(em, n, K, trT, end, y)
-    _b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
+    b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
     if pruned:
         _forward_pruned(em, n, K, tr, start, scratch, trb, slots, tmax, order)
     else:
@@ -431,9 +429,9 @@ def _pruning(tr, K, prune_from):
 @nb.njit(cache=True, nogil=True)
 def _hash_tags(y, n):
     """64-bit FNV-1a over the tag ids (one step per tag)."""
-    h = _FNV_OFFSET
+    h = FNV_OFFSET
     for t in range(n):
-        h = (h ^ np.uint64(y[t])) * _FNV_PRIME
+        h = (h ^ np.uint64(y[t])) * FNV_PRIME
     return h
 
 
@@ -507,130 +505,9 @@ def _phi_keys(F, K, X, gold, a, n, y, keys, vals):
     return m, ham
 
 
-@nb.njit(cache=True, nogil=True)
-def _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp):
-    """Sort the non-negative int64 keys[:m] (all < 2**nbits); returns (sorted keys, their vals),
-    both buffers among the ones passed.
-
-    Insertion sort for short inputs, otherwise an LSD radix sort with 8-bit digits ping-ponging
-    between ``keys`` and ``tmp`` (both ≥ m long; ``counts`` is an int64[256] scratch): branch-free
-    and about 4x faster than quicksort on the few hundred keys of a typical record.
-    vals[:m] (scratch ``vtmp``, both ≥ m long) move with their keys (the sort is stable); pass
-    None for both to sort keys alone: numba then compiles the key-only sort (a None argument
-    prunes the ``vals is not None`` branches at compile time).
-    """
-    if m <= 48:
-        for i in range(1, m):
-            x = keys[i]
-            if vals is not None:
-                xv = vals[i]
-            k = i - 1
-            while k >= 0 and keys[k] > x:
-                keys[k + 1] = keys[k]
-                if vals is not None:
-                    vals[k + 1] = vals[k]
-                k -= 1
-            keys[k + 1] = x
-            if vals is not None:
-                vals[k + 1] = xv
-        return keys, vals
-    src = keys
-    dst = tmp
-    vsrc = vals
-    vdst = vtmp
-    for shift in range(0, nbits, 8):
-        counts[:] = 0
-        for i in range(m):
-            counts[(src[i] >> shift) & 255] += 1
-        if counts[(src[0] >> shift) & 255] == m:
-            continue  # all keys share this digit
-        total = 0
-        for d in range(256):
-            c = counts[d]
-            counts[d] = total
-            total += c
-        for i in range(m):
-            x = src[i]
-            d = (x >> shift) & 255
-            dst[counts[d]] = x
-            if vals is not None:
-                vdst[counts[d]] = vsrc[i]
-            counts[d] += 1
-        src, dst = dst, src
-        vsrc, vdst = vdst, vsrc
-    return src, vsrc
-
 
 @nb.njit(cache=True, nogil=True)
-def _sort_keys(keys, tmp, counts, m, nbits):
-    """Sort keys[:m] (:func:`_sort_entries` without values); returns the sorted buffer."""
-    return _sort_entries(keys, tmp, counts, m, nbits, None, None)[0]
-
-
-@nb.njit(cache=True, nogil=True)
-def _merge(ks, m, w, out_idx, out_val, pos):
-    """Sum the ±1 entries of the sorted keys ks[:m] per index, drop zeros, append at pos.
-
-    Returns (new pos, w·φ); w may be empty (margin 0), e.g. when only φ is wanted.
-    """
-    has_w = w.shape[0] > 0
-    margin = 0.0
-    i = 0
-    while i < m:
-        idx = ks[i] >> 1
-        s = 0
-        while i < m and (ks[i] >> 1) == idx:
-            s += 1 if (ks[i] & 1) == 1 else -1
-            i += 1
-        if s != 0:
-            out_idx[pos] = idx
-            out_val[pos] = s
-            if has_w:
-                margin += s * w[idx]
-            pos += 1
-    return pos, margin
-
-
-merge_signed_keys = _merge  # shared with the entity-relation task (keys 2·index + [sign > 0])
-
-
-@nb.njit(cache=True, nogil=True)
-def _merge_valued(ks, vs, m, w, out_idx, out_val, pos):
-    """Like :func:`_merge` for entries with values: sum vs over each index of the sorted keys
-    ks[:m] (in entry order: the sort is stable), drop exact zeros, append at pos.
-
-    Returns (new pos, w·φ).
-    """
-    has_w = w.shape[0] > 0
-    margin = 0.0
-    i = 0
-    while i < m:
-        idx = ks[i] >> 1
-        s = 0.0
-        while i < m and (ks[i] >> 1) == idx:
-            s += vs[i]
-            i += 1
-        if s != 0.0:
-            out_idx[pos] = idx
-            out_val[pos] = s
-            if has_w:
-                margin += s * w[idx]
-            pos += 1
-    return pos, margin
-
-
-@nb.njit(cache=True, nogil=True)
-def _key_bits(dim):
-    """Number of bits of the largest key 2·(dim − 1) + 1."""
-    top = 2 * dim
-    nbits = 1
-    while (np.int64(1) << nbits) <= top:
-        nbits += 1
-    return nbits
-
-
-@nb.njit(cache=True, nogil=True)
-def _max_sizes(sent_ptr, feat_ptr, examples):
+def max_sizes(sent_ptr, feat_ptr, examples):
     """(longest sentence, largest unmerged φ) over the given examples."""
     max_n = 0
     max_keys = 0
@@ -648,24 +525,13 @@ def _max_sizes(sent_ptr, feat_ptr, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos):
-    """φ from the unmerged entries of :func:`_phi_keys` (binary, or with ``vals``), appended to
-    (out_idx, out_val) at pos; returns (new pos, w·φ)."""
-    if vals.shape[0] > 0:
-        ks, vs = _sort_entries(keys, tmp, counts, m, nbits, vals, vtmp)
-        return _merge_valued(ks, vs, m, w, out_idx, out_val, pos)
-    ks = _sort_keys(keys, tmp, counts, m, nbits)
-    return _merge(ks, m, w, out_idx, out_val, pos)
-
-
-@nb.njit(cache=True, nogil=True)
 def _valued(X):
     """Whether φ needs real values (some feature of X carries a value array)."""
     return X.feat_val.shape[0] > 0 or X.bfeat_val.shape[0] > 0
 
 
 @nb.njit(cache=True, nogil=True)
-def _b_sizes(sent_ptr, bfeat_ptr, examples):
+def b_sizes(sent_ptr, bfeat_ptr, examples):
     """(most positions with B features, most B entries) in one of the given examples, counting
     tokens 1..n-1 of each sentence (B features of a first token are ignored); (0, 0) without
     B features."""
@@ -692,8 +558,8 @@ def _b_sizes(sent_ptr, bfeat_ptr, examples):
 def _workspace(w, K, X, examples):
     """Scratch for :func:`_chain_viterbi` and φ over ``examples``: (max_keys, em, scratch, y,
     trb, slots), max_keys bounding the unmerged φ entries of one example."""
-    max_n, max_keys = _max_sizes(X.sent_ptr, X.feat_ptr, examples)
-    max_bpos, max_bnnz = _b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
+    max_n, max_keys = max_sizes(X.sent_ptr, X.feat_ptr, examples)
+    max_bpos, max_bnnz = b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
     em = np.empty(max(max_n, 1) * K, w.dtype)
     scratch = np.empty(4 * K, w.dtype)  # 2K dense relax, 2K more for the pruned one
     y = np.empty(max(max_n, 1), np.int32)
@@ -715,7 +581,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
     """
     n_ex = examples.shape[0]
     max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
-    tr, trT, start, end = _transitions(w, F, K)
+    tr, trT, start, end = transitions(w, F, K)
     prune = prune_from
     if prune < 0:
         prune = PRUNE_FROM_LABELS if augment == 0 else PRUNE_FROM_LABELS_AUGMENTED
@@ -725,7 +591,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
     vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
     vtmp = np.empty(vals.shape[0], np.float64)
     counts = np.empty(256, np.int64)
-    nbits = _key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
+    nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
     r_ex = np.empty(n_ex, np.int64)
     r_hash = np.empty(n_ex, np.uint64)
     r_delta = np.empty(n_ex, np.float64)
@@ -756,7 +622,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
             nv[:pos] = out_val[:pos]
             out_idx = ni
             out_val = nv
-        pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
+        pos, margin = phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
                                  pos)
         r_ex[nrec] = i
         r_hash[nrec] = _hash_tags(y, n)
@@ -780,7 +646,7 @@ def decode_kernel(w, F, K, X, examples, prune_from=PRUNE_FROM_LABELS):
         i = examples[e]
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
     _, em, scratch, _, trb, slots = _workspace(w, K, X, examples)
-    tr, trT, start, end = _transitions(w, F, K)
+    tr, trT, start, end = transitions(w, F, K)
     tmax, order = _pruning(tr, K, prune_from)
     tags = np.empty(ptr[n_ex], np.int32)
     dummy = np.empty(0, np.int32)
@@ -799,10 +665,10 @@ def chain_scores_kernel(w, F, K, X, examples):
     """The scores of every example as the kernels of :mod:`.chain_decoding` take them:
     (em, ptr, tr, start, end, pos_tr, pos_index) with
 
-        em[(ptr[e] + t)·K + k]   s_t(k) of token t of example e (:func:`_emissions`)
-        tr, start, end           the shared transitions (:func:`_transitions`)
+        em[(ptr[e] + t)·K + k]   s_t(k) of token t of example e (:func:`emissions`)
+        tr, start, end           the shared transitions (:func:`transitions`)
         pos_tr[m, K²]            M_t of every position t ≥ 1 where B features fire
-                                 (:func:`_b_transitions`), pos_index[ptr[e] + t] = its row, −1
+                                 (:func:`b_transitions`), pos_index[ptr[e] + t] = its row, −1
                                  elsewhere; both empty without B features
 
     computed by the functions Viterbi uses, so a decoder reading them scores exactly as
@@ -814,7 +680,7 @@ def chain_scores_kernel(w, F, K, X, examples):
         i = examples[e]
         ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
     n_tok = ptr[n_ex]
-    tr, _, start, end = _transitions(w, F, K)
+    tr, _, start, end = transitions(w, F, K)
     KK = K * K
     has_b = X.bfeat_ptr.shape[0] > 0
     m = 0
@@ -837,7 +703,7 @@ def chain_scores_kernel(w, F, K, X, examples):
         _token_emissions(w, K, X, a, n, em[ptr[e] * K:ptr[e + 1] * K])
         if has_b:
             slots = pos_index[ptr[e]:ptr[e + 1]]
-            s = _b_transitions(w, K, bbase, X, a, n, tr, flat[s0 * KK:], slots)
+            s = b_transitions(w, K, bbase, X, a, n, tr, flat[s0 * KK:], slots)
             for t in range(n):
                 if slots[t] >= 0:
                     slots[t] += s0
@@ -849,8 +715,8 @@ def chain_scores_kernel(w, F, K, X, examples):
 def phi_kernel(w, F, K, G, X, gold, i, y):
     """(idx, val, Δ, w·φ) of φ(y, y_i, x_i) for one tag sequence y (w may be empty: margin 0)."""
     one = np.array([i], np.int64)
-    _, mk = _max_sizes(X.sent_ptr, X.feat_ptr, one)
-    mk += 2 * _b_sizes(X.sent_ptr, X.bfeat_ptr, one)[1]
+    _, mk = max_sizes(X.sent_ptr, X.feat_ptr, one)
+    mk += 2 * b_sizes(X.sent_ptr, X.bfeat_ptr, one)[1]
     keys = np.empty(mk, np.int64)
     tmp = np.empty(mk, np.int64)
     vals = np.empty(mk if _valued(X) else 0, np.float64)
@@ -861,8 +727,8 @@ def phi_kernel(w, F, K, G, X, gold, i, y):
     m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
     idx = np.empty(m, np.int32)
     val = np.empty(m, np.float64)
-    pos, margin = _phi_merge(keys, vals, tmp, vtmp, counts, m,
-                             _key_bits(F * K + (K + 1) * (K + 1) + G * K * K), w, idx, val, 0)
+    pos, margin = phi_merge(keys, vals, tmp, vtmp, counts, m,
+                             key_bits(F * K + (K + 1) * (K + 1) + G * K * K), w, idx, val, 0)
     return idx[:pos].copy(), val[:pos].copy(), ham, margin
 
 
@@ -908,7 +774,7 @@ def seen_pairs(X: EncodedSequences, Y: np.ndarray, n_obs: int, n_tags: int
                               int(n_tags))
 
 
-def _check_pairs(pairs: tuple | None, F: int, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+def check_pairs(pairs: tuple | None, F: int, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``pairs`` as (int64 off, int32 lab) checked: off[0] = 0, non-decreasing, F + 1 long and
     ending at len(lab); labels in [0, K) and increasing within each feature's list."""
     if pairs is None:
@@ -1016,7 +882,7 @@ class SequenceTask(Task):
         if self.K < 1 or self.F < 0 or self.G < 0:
             raise ValueError("need n_tags >= 1, n_obs >= 0 and n_bigram_obs >= 0")
         self.feat_ptr, self.feat_idx = _csr(X.feat_ptr, X.feat_idx, self.F, "feat")
-        self.pairs = _check_pairs(pairs, self.F, self.K)
+        self.pairs = check_pairs(pairs, self.F, self.K)
         # the U block's rows as the kernels address it: F, or ⌈pairs / K⌉ (padded)
         self.u_rows = self.F if self.pairs is None else -(-self.pairs[1].shape[0] // self.K)
         n_tok = self.feat_ptr.shape[0] - 1
