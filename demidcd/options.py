@@ -18,8 +18,9 @@ This module imports nothing of the package: every layer may read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, make_dataclass
+from types import MappingProxyType
 from typing import Any
 
 BASIC, ADVANCED = "basic", "advanced"
@@ -342,3 +343,47 @@ def estimator_params() -> tuple[Option, ...]:
     """The options that are estimator keyword arguments, in table order."""
     return tuple(o for o in OPTIONS if o.param)
 
+
+
+# -- the option objects: what the CLI parses once, frozen --------------------------------------
+def _options_class(name: str, group: str, extra: tuple[tuple[str, Any, Any], ...],
+                   doc: str) -> type:
+    """A frozen dataclass with one field per option of ``group`` (default: the table's library
+    default) and the ``extra`` fields ``(name, type, default)`` that are not table rows (a
+    callable default is a factory)."""
+    rows = [(o.name, Any, field(default=o.default)) for o in OPTIONS if o.group == group]
+    rows += [(n, t, field(default_factory=d) if callable(d) else field(default=d))
+             for n, t, d in extra]
+
+    def from_mapping(cls: type, values: Mapping[str, Any]) -> Any:
+        """The options of ``values`` (e.g. ``vars()`` of the CLI's namespace) this class has;
+        the others keep their defaults."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    return make_dataclass(name, rows, frozen=True, namespace={
+        "__doc__": doc, "__module__": __name__, "from_mapping": classmethod(from_mapping)})
+
+
+def _empty_mapping() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+DataOptions = _options_class(
+    "DataOptions", DATA,
+    (("data", str | None, None), ("derived", Mapping, _empty_mapping)),
+    """The data options of a command, frozen: one field per ``data`` row of :data:`OPTIONS`
+    (``train``, ``column``, ``template``, ``encoding``, …), ``data`` (the input of evaluate /
+    predict) and ``derived``: what a task derived from a loaded model (set only by
+    :meth:`~demidcd.tasks.TaskSpec.configure`, which returns a new object; e.g. the columns a
+    template model reads). Tasks read it; nobody writes it.""")
+
+OutputOptions = _options_class(
+    "OutputOptions", OUTPUT, (("out", str | None, None),),
+    """The output options of a command, frozen: one field per ``output`` row of :data:`OPTIONS`
+    (``model``, ``nbest``, ``force``, ``scores``, ``marginals``, ``quiet``, …) and ``out`` (the
+    file ``predict`` writes).""")
+
+LearnerOptions = _options_class(
+    "LearnerOptions", LEARNER, (),
+    """The learning options of ``train``, frozen: one field per ``learner`` row of
+    :data:`OPTIONS` (``algorithm``, ``threads``, ``C``, …); None: the row's rule decides.""")

@@ -9,32 +9,45 @@ The module defines ``SPEC``, an instance of a :class:`TaskSpec` subclass. Regist
 and the module is imported the first time the task is used. ``cli.py`` and ``api.py`` never test
 a task's name; everything task-specific comes through the spec and its estimator.
 
-What a spec provides (``args`` is the parsed ``argparse.Namespace``: the common options
-the options of the table :mod:`demidcd.options`, a task's own ones among them (owned by the
-task); a spec may add attributes to it, e.g. defaults remembered by a model):
+What a spec provides. Options arrive as values, frozen, parsed once by the CLI (or built by a
+script): ``options`` is a :class:`~demidcd.options.DataOptions` (the data rows of the table
+:mod:`demidcd.options`, a task's own ones among them, plus ``data`` and ``derived``),
+``output`` an :class:`~demidcd.options.OutputOptions`. A spec never writes to them: what it
+derives from a loaded model it returns, as a new object, from ``configure``.
 
-===============================  =============================================================
-``name``, ``help``               the ``--task`` choice and its one-line help
-``max_sentence_length``,         the ``--max-sentence-length`` default and what inference on a
-``length_cost``                  long sentence costs (said when a longer one is refused)
-``estimator``                    ``"module:Class"`` of the estimator (contract below)
-``read(path, args, labeled)``    reader → a data object (raises ``InputError`` FILE:LINE)
-``xy(data)``                     → ``(X, Y)`` as the estimator's ``fit`` / ``metrics`` take them
-``describe(data)``               ``"8,936 sentences, 211,727 tokens"`` for the log
-``default_data(args)``           ``(train, dev, test)`` when ``train`` has no ``--train``;
-                                 the default raises ``OptionError`` (the task needs a file)
-``make_estimator(args, common)`` the estimator; ``common`` holds the learner's keyword arguments
-``data_options(args)``           JSON-able dict saved in the model (``est.data_options_``), e.g.
-                                 the label column, so evaluate / predict default to it
-``configure(est, args)``         after loading a model for evaluate / predict: apply the
-                                 model's ``data_options_`` as defaults and the options that
-                                 change inference (e.g. ``--ilp-solver``, ``--decoder``)
-``label_counts(data)``           tokens per gold label (None: no label set), for train's early
-                                 warnings (a single label; dev labels unknown to train)
-``check(est, data)``             warning lines before evaluating (e.g. labels the model lacks)
-``report(est, data, prefix)``    the lines ``evaluate`` (and ``train`` for dev/test) prints
-``write(path, data, pred, args)``  predict's writer (atomic; the input's encoding)
-===============================  =============================================================
+================================  ============================================================
+``name``, ``help``                the ``--task`` choice and its one-line help
+``max_sentence_length``,          the ``--max-sentence-length`` default and what inference on a
+``length_cost``                   long sentence costs (said when a longer one is refused)
+``estimator``                     ``"module:Class"`` of the estimator (contract below)
+``read(path, options, labeled)``  reader → a data object (raises ``InputError`` FILE:LINE)
+``xy(data)``                      → ``(X, Y)`` as the estimator's ``fit`` / ``metrics`` take them
+``describe(data)``                ``"8,936 sentences, 211,727 tokens"`` for the log
+``default_data(options, seed)``   ``(train, dev, test)`` when ``train`` has no ``--train``;
+                                  the default raises ``OptionError`` (the task needs a file)
+``make_estimator(options,         the estimator; ``common`` holds the learner's keyword
+common)``                         arguments
+``data_options(options)``         JSON-able dict saved in the model (``est.data_options_``),
+                                  e.g. the label column, so evaluate / predict default to it
+``configure(est, options)``       after loading a model for evaluate / predict: returns the
+                                  options with the model's ``data_options_`` as defaults (and
+                                  ``derived`` filled); sets the options that change inference
+                                  on ``est`` (e.g. ``--ilp-solver``, ``--decoder``)
+``check_options(est, options,     refuse options of other tasks (one line, before any data)
+output)``
+``label_counts(data)``            tokens per gold label (None: no label set), for train's
+                                  early warnings (a single label; dev labels unknown to train)
+``check(est, data)``              warning lines before evaluating (e.g. labels the model lacks)
+``report(est, data, prefix)``     the lines ``evaluate`` (and ``train`` for dev/test) prints
+``predict(est, data, options,     what ``predict`` writes for ``data``
+output)``
+``write(path, data, predicted,    predict's writer (atomic; the input's encoding)
+options)``
+================================  ============================================================
+
+A spec may also define ``predict_stream(est, options, output, threads, run)``: ``predict`` in
+blocks of sentences (constant memory), ``threads`` blocks at once; it returns the number of
+sentences written to ``output.out``.
 
 Only ``name``, ``estimator``, ``read``, ``xy``, ``describe``, ``report`` and ``write`` have no
 useful default.
@@ -55,7 +68,7 @@ import importlib
 from typing import Any
 
 from ..errors import OptionError
-from ..options import LEARNER, OPTIONS
+from ..options import DATA, LEARNER, OPTIONS
 
 __all__ = ["TaskSpec", "TASKS", "register", "get_task", "task_names"]
 
@@ -76,20 +89,22 @@ class TaskSpec:
         """The estimator class named by :attr:`estimator` (imported on first use)."""
         return _resolve(self.estimator)
 
-    def make_estimator(self, args: Any, common: dict[str, Any]) -> Any:
+    def make_estimator(self, options: Any, common: dict[str, Any]) -> Any:
         """The estimator for ``train``, built from the learner options ``common``."""
         return self.estimator_class()(**common)
 
-    def data_options(self, args: Any) -> dict[str, Any]:
+    def data_options(self, options: Any) -> dict[str, Any]:
         """What a model remembers about its training data (JSON-able), e.g. the label column."""
         return {}
 
-    def configure(self, est: Any, args: Any) -> None:
-        """Apply a loaded model's remembered data options and inference options to ``args``/
-        ``est`` before evaluate / predict read their data."""
+    def configure(self, est: Any, options: Any) -> Any:
+        """The data options for a loaded model's evaluate / predict: ``options`` with the
+        model's remembered data options as defaults (a new object); inference options are set
+        on ``est``."""
+        return options
 
     # -- data -------------------------------------------------------------------------------
-    def read(self, path: str, args: Any, labeled: bool = True) -> Any:
+    def read(self, path: str, options: Any, labeled: bool = True) -> Any:
         raise NotImplementedError
 
     def xy(self, data: Any) -> tuple[Any, Any]:
@@ -98,15 +113,16 @@ class TaskSpec:
     def describe(self, data: Any) -> str:
         return f"{len(data):,} examples"
 
-    def default_data(self, args: Any) -> tuple[Any, Any, Any]:
+    def default_data(self, options: Any, seed: int) -> tuple[Any, Any, Any]:
         raise OptionError(f"--task {self.name} needs --train FILE")
 
-    def write(self, path: str, data: Any, predicted: Any, args: Any) -> None:
+    def write(self, path: str, data: Any, predicted: Any, options: Any) -> None:
         raise NotImplementedError
 
     # -- options of some tasks only ----------------------------------------------------------
-    def check_options(self, est: Any, args: Any) -> None:
-        """Refuse, with one line before the data is read, every option given in ``args`` that
+    def check_options(self, est: Any, options: Any, output: Any) -> None:
+        """Refuse, with one line before the data is read, every option given in ``options`` or
+        ``output`` that
         this task does not read: the data and output options of the table
         :mod:`demidcd.options` owned by other tasks (``--template`` for dependency, ``--nbest``
         for entity-relation …), which would be ignored without a word. ``est``: the loaded
@@ -114,14 +130,15 @@ class TaskSpec:
         for o in OPTIONS:
             if o.group == LEARNER or self.name in o.owners or not set(o.owners) & TASKS.keys():
                 continue  # every task reads it, or learners own it (--save-state: the DCD ones)
-            if getattr(args, o.name, None) not in (None, False):
+            given = getattr(options if o.group == DATA else output, o.name, None)
+            if given not in (None, False) and given != o.default:
                 owners = list(o.owners)
                 who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
                     else owners[0]
                 raise OptionError(f"{o.flag} is not available for {self.name} models (only "
                                   f"for {who})")
 
-    def predict(self, est: Any, data: Any, args: Any) -> Any:
+    def predict(self, est: Any, data: Any, options: Any, output: Any) -> Any:
         """What ``predict`` writes (:meth:`write`) for ``data``: ``est.predict`` of it."""
         return est.predict(self.xy(data)[0])
 
