@@ -75,35 +75,12 @@ def sort_keys(keys, tmp, counts, m, nbits):
 
 
 @nb.njit(cache=True, nogil=True)
-def merge(ks, m, w, out_idx, out_val, pos):
-    """Sum the ±1 entries of the sorted keys ks[:m] per index, drop zeros, append at pos.
+def merge(ks, m, w, out_idx, out_val, pos, vs=None):
+    """Sum the entries of the sorted keys ks[:m] per index, drop exact zeros, append at pos.
 
-    Returns (new pos, w·φ); w may be empty (margin 0), e.g. when only φ is wanted.
-    """
-    has_w = w.shape[0] > 0
-    margin = 0.0
-    i = 0
-    while i < m:
-        idx = ks[i] >> 1
-        s = 0
-        while i < m and (ks[i] >> 1) == idx:
-            s += 1 if (ks[i] & 1) == 1 else -1
-            i += 1
-        if s != 0:
-            out_idx[pos] = idx
-            out_val[pos] = s
-            if has_w:
-                margin += s * w[idx]
-            pos += 1
-    return pos, margin
-
-
-@nb.njit(cache=True, nogil=True)
-def merge_valued(ks, vs, m, w, out_idx, out_val, pos):
-    """Like :func:`merge` for entries with values: sum vs over each index of the sorted keys
-    ks[:m] (in entry order: the sort is stable), drop exact zeros, append at pos.
-
-    Returns (new pos, w·φ).
+    An entry's value is ±1 from its key's low bit, or ``vs[i]`` when ``vs`` is given (summed in
+    entry order: the sort is stable; None compiles the binary version). Returns (new pos, w·φ);
+    w may be empty (margin 0), e.g. when only φ is wanted.
     """
     has_w = w.shape[0] > 0
     margin = 0.0
@@ -112,7 +89,10 @@ def merge_valued(ks, vs, m, w, out_idx, out_val, pos):
         idx = ks[i] >> 1
         s = 0.0
         while i < m and (ks[i] >> 1) == idx:
-            s += vs[i]
+            if vs is None:
+                s += 1.0 if (ks[i] & 1) == 1 else -1.0
+            else:
+                s += vs[i]
             i += 1
         if s != 0.0:
             out_idx[pos] = idx
@@ -139,6 +119,6 @@ def phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos)
     (out_idx, out_val) at pos; returns (new pos, w·φ)."""
     if vals.shape[0] > 0:
         ks, vs = sort_entries(keys, tmp, counts, m, nbits, vals, vtmp)
-        return merge_valued(ks, vs, m, w, out_idx, out_val, pos)
+        return merge(ks, m, w, out_idx, out_val, pos, vs)
     ks = sort_keys(keys, tmp, counts, m, nbits)
     return merge(ks, m, w, out_idx, out_val, pos)
