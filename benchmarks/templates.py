@@ -304,7 +304,7 @@ def crfsuite_child(template: str, train: str, test: str, model: str, iterations:
     import pycrfsuite
 
     from demidcd.io.tagged import read_tagged, token_columns
-    from demidcd.tasks.template import Template
+    from demidcd.tasks.template_language import Template
 
     tpl = Template.load(template)
     tr, te = (read_tagged(p, fmt="columns") for p in (train, test))

@@ -730,7 +730,7 @@ def cmd_split(args) -> int:
 
 def cmd_generate(args) -> int:
     from .io.model import make_dirs
-    from .io.tagged import write_tagged
+    from .io.tagged_writer import write_tagged
     from .synthetic import generate_splits
 
     _check_out_dir("--out-dir", args.out_dir)

@@ -29,7 +29,8 @@ from demidcd.api import EntityRelationExtractor, SequenceTagger, load_estimator
 from demidcd.errors import DemidcdError, InputError, InputWarning, ModelFileError
 from demidcd.io.conll04 import read_conll04, write_conll04
 from demidcd.io.model import FORMAT_VERSION, load_model
-from demidcd.io.tagged import read_tagged, write_tagged
+from demidcd.io.tagged import read_tagged
+from demidcd.io.tagged_writer import write_tagged
 from demidcd.synthetic import generate
 
 # Deterministic in CI (derandomize); DEMIDCD_FUZZ_SCALE=N runs N times more random examples,

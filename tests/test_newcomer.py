@@ -20,7 +20,7 @@ import pytest
 from cli_run import CLI, run, spawn, train_model
 
 from demidcd.cli import main
-from demidcd.io import tagged
+from demidcd.io import text_source
 from demidcd.io.tagged import read_tagged
 
 
@@ -82,14 +82,14 @@ def test_data_dash_reads_stdin_and_tells_the_format(monkeypatch, tmp_path):
              "2\truns\trun\tVERB\tVBZ\t_\t0\troot\t_\t_\n\n"
     for text, fmt, tags in ((conllu, "conllu", [["PRP", "VBZ"]]),
                             ("He PRP\nruns VBZ\n\n", "columns", [["PRP", "VBZ"]])):
-        monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+        monkeypatch.setattr(text_source, "_STDIN_DATA", [])
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
         c = read_tagged("-", fmt="auto", column="xpos" if fmt == "conllu" else None)
         assert c.fmt == fmt and c.tags == tags and c.path == "<stdin>"
-    monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+    monkeypatch.setattr(text_source, "_STDIN_DATA", [])
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("é X\n".encode("latin-1"))))
     assert read_tagged("-", fmt="auto", encoding="latin-1").tokens == [["é"]]
-    monkeypatch.setattr(tagged, "_STDIN_DATA", [])
+    monkeypatch.setattr(text_source, "_STDIN_DATA", [])
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a B\nc\n")))
     with pytest.raises(Exception, match=r"^<stdin>:2: "):
         read_tagged("-", fmt="auto")

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from demidcd.errors import InputError, InputWarning, OptionError
-from demidcd.io.tagged import corpus_from_lists, guess_format, read_tagged, write_tagged
+from demidcd.io.tagged import corpus_from_lists, guess_format, read_tagged
+from demidcd.io.tagged_writer import write_tagged
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -21,15 +21,13 @@ from hypothesis import strategies as st
 
 from demidcd.errors import InputError
 from demidcd.tasks.template import (
-    SHIPPED_TEMPLATES,
     DictFeaturizer,
-    Template,
     TemplateEncoding,
     TemplateFeaturizer,
-    WapitiRegex,
-    compile_regex,
     dict_features,
 )
+from demidcd.tasks.template_language import SHIPPED_TEMPLATES, Template
+from demidcd.tasks.template_regex import WapitiRegex, compile_regex
 
 # word, POS, a third column
 SENT = [("The", "DT", "x1"), ("U.S.", "NNP", "a-b"), ("costs", "NNS", "42"), ("rose", "VBD", "!?")]

@@ -16,7 +16,8 @@ from ..io.model import load_model, save_model
 from ..primitives.monitor import timed_step
 from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.sequence import SequenceTask, seen_pairs
-from ..tasks.template import DictFeaturizer, Template, TemplateFeaturizer, resolve_template
+from ..tasks.template import DictFeaturizer, TemplateFeaturizer, resolve_template
+from ..tasks.template_language import Template
 from .base import (
     StructuredEstimator,
     check_sentences,
@@ -72,8 +73,9 @@ class SequenceTagger(StructuredEstimator):
     * a word, or a tuple ``(word, col_1, …)`` of strings: with ``template=None`` the built-in
       features (:mod:`demidcd.tasks.features`; the extra columns, e.g. POS, feed its attribute
       window); with ``template`` (a CRF++ / Wapiti template: a shipped name ``"chunking"``,
-      ``"pos"``, ``"ner"``, a file path or a :class:`~demidcd.tasks.template.Template`) the
-      template's features, ``%x[r,c]`` reading column c of the tuple (0 = the word);
+      ``"pos"``, ``"ner"``, a file path or a
+      :class:`~demidcd.tasks.template_language.Template`) the template's features, ``%x[r,c]``
+      reading column c of the tuple (0 = the word);
     * a feature dict as sklearn-crfsuite takes it (python-crfsuite's rules: a str value →
       the indicator ``name:value``, a number → feature ``name`` with that real value, a bool →
       an indicator, a list of str → several, a nested dict → prefixed names), or a list of

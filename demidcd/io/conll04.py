@@ -65,7 +65,8 @@ def read_conll04(path: str | os.PathLike, encoding: str = "utf-8",
     :class:`~demidcd.errors.OptionError`. A file without sentences, and a sentence of more than
     ``max_sentence_length`` tokens, are errors too.
     """
-    from .tagged import read_text, source_name, too_long
+    from .tagged import too_long
+    from .text_source import read_text, source_name
 
     path = str(path)
     if max_sentence_length < 1:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from demidcd.errors import InputError, OptionError
 from demidcd.io.model import atomic_write
-from demidcd.io.tagged import conllu_kind, read_text, source_name, too_long
+from demidcd.io.tagged import conllu_kind, too_long
+from demidcd.io.text_source import read_text, source_name
 
 __all__ = ["DepCorpus", "read_dependency", "write_dependency", "DEP_FORMATS", "POS_COLUMNS"]
 

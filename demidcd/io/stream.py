@@ -16,7 +16,7 @@ those parsers would refuse or read differently, a word that may be Unicode white
 after the last sentence) is reported as an anomaly and the block is read by the parsers
 themselves, which give the same result or the same error. :func:`render_conllu` /
 :func:`render_columns` write the block with the predicted labels exactly as
-:func:`~demidcd.io.tagged.write_tagged` writes it.
+:func:`~demidcd.io.tagged_writer.write_tagged` writes it.
 """
 
 from __future__ import annotations

@@ -1,39 +1,39 @@
-"""Readers and writers for tagged corpora: CoNLL-U and whitespace-column (CoNLL-2000/2002) files.
+"""Tagged corpora: CoNLL-U and whitespace-column (CoNLL-2000/2002) files, and their reader.
 
 A corpus is a list of sentences x = (x_1 … x_n) with gold labels y = (y_1 … y_n). Every problem
 in a file raises :class:`demidcd.errors.InputError` naming the file and the 1-based line; a bad
 argument (format, column, encoding name) raises :class:`demidcd.errors.OptionError`.
 
-Writers put predicted labels into the label column and keep everything else of the original
-file (comments, multiword-token lines, other columns); they write atomically (temporary file in
-the same directory, then ``os.replace``). A ``.gz`` path is read and written gzip-compressed.
+This module holds the corpus (:class:`TaggedCorpus`), the formats and their columns (which
+field holds the labels, reading or writing; the feature and template columns of a token), and
+the parsers of the two formats. The text comes from :mod:`demidcd.io.text_source` (files,
+``.gz``, standard input, decoding checks); :mod:`demidcd.io.tagged_writer` writes predicted
+labels back into the original lines.
 """
 
 from __future__ import annotations
 
-import codecs
 import gc
 import gzip
-import io
 import os
 import re
-import sys
-import warnings
 import zlib
 from dataclasses import dataclass
-from typing import NamedTuple
 
-from demidcd.errors import InputError, InputWarning, OptionError, SentenceTooLong
+from demidcd.errors import InputError, OptionError, SentenceTooLong
+
+from .text_source import STDIN, read_text, source_name, stdin_sample
 
 __all__ = [
     "TaggedCorpus",
     "read_tagged",
-    "write_tagged",
+    "parse_text",
     "corpus_from_lists",
     "token_columns",
-    "Blocks",
     "column_values",
+    "output_label_index",
     "guess_format",
+    "resolve_format",
     "FORMATS",
 ]
 
@@ -122,14 +122,6 @@ def _label_index(fmt: str, column: str | int | None) -> int | None:
     raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-STDIN = "-"  # --data -: standard input
-STDIN_NAME = "<stdin>"  # how messages name it
-
-
-def source_name(path: str | os.PathLike[str]) -> str:
-    """``path`` as messages and the corpus name it (``-`` is ``<stdin>``)."""
-    p = os.fspath(path)
-    return STDIN_NAME if p == STDIN else p
 
 
 def sniff_format(text: str) -> str:
@@ -146,77 +138,6 @@ def sniff_format(text: str) -> str:
     return "columns"
 
 
-_STDIN_DATA: list[tuple[str, bytes]] = []
-"""Standard input as read so far (it cannot be read twice): [] nothing yet, [("head", the
-first bytes as they came, read to tell the format)], [("all", everything, decompressed)] or
-[("streamed", b"")] (handed out as a stream by :func:`open_source`)."""
-_HEAD = 65536
-
-
-class _HeadThen(io.RawIOBase):
-    """A binary stream: ``head``, then what ``rest`` still holds."""
-
-    def __init__(self, head: bytes, rest) -> None:
-        self.head, self.rest = memoryview(head), rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        if len(self.head):
-            n = min(len(b), len(self.head))
-            b[:n] = self.head[:n]
-            self.head = self.head[n:]
-            return n
-        return self.rest.readinto(b)
-
-
-def _stdin_head() -> bytes:
-    """The first bytes of standard input, as they came (gzip or not)."""
-    if not _STDIN_DATA:
-        if sys.stdin is None:
-            raise InputError(STDIN_NAME, None, "standard input is not open")
-        parts, n = [], 0
-        while n < _HEAD:
-            b = sys.stdin.buffer.read(_HEAD - n)
-            if not b:
-                break
-            parts.append(b)
-            n += len(b)
-        _STDIN_DATA.append(("head", b"".join(parts)))
-    kind, data = _STDIN_DATA[0]
-    if kind == "streamed":
-        raise InputError(STDIN_NAME, None, "standard input was already read")
-    return data[:_HEAD]
-
-
-def _stdin_stream():
-    """Standard input as a binary file to read once, gzip-decompressed when it is gzip."""
-    head = _stdin_head()
-    kind, data = _STDIN_DATA[0]
-    if kind == "all":
-        return io.BytesIO(data)
-    _STDIN_DATA[0] = ("streamed", b"")
-    raw = io.BufferedReader(_HeadThen(head, sys.stdin.buffer))
-    return gzip.GzipFile(fileobj=raw, mode="rb") if head[:2] == b"\x1f\x8b" else raw
-
-
-def _stdin_bytes() -> bytes:
-    """Everything on standard input (gzip-decompressed when it is gzip), read on first use."""
-    _stdin_head()
-    if _STDIN_DATA[0][0] != "all":
-        with _stdin_stream() as f:
-            data = f.read()
-        _STDIN_DATA[0] = ("all", data)
-    return _STDIN_DATA[0][1]
-
-
-def _stdin_sniff() -> bytes:
-    """The first bytes of standard input, decompressed (as far as they go) when gzip."""
-    head = _stdin_head()
-    if _STDIN_DATA[0][0] == "all" or head[:2] != b"\x1f\x8b":
-        return head
-    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
 
 
 def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
@@ -227,133 +148,11 @@ def resolve_format(path: str | os.PathLike[str], fmt: str) -> str:
     if os.fspath(path) != STDIN:
         return guess_format(path)
     try:
-        return sniff_format(_stdin_sniff()[:_HEAD].decode("latin-1"))
+        return sniff_format(stdin_sample().decode("latin-1"))
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return "columns"  # the reader reports the problem
 
 
-def read_text(path: str, encoding: str) -> str:
-    """Whole file (``-``: standard input) as text; decoding errors name the line where the bad
-    bytes are."""
-    check_encoding(encoding)
-    name = source_name(path)
-    with _read_errors(name):
-        if path == STDIN:
-            data = _stdin_bytes()
-        elif path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    text = decode_block(data, name, encoding)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    check_utf8_read_as_other(data, text, name, encoding)
-    return text
-
-
-def check_encoding(encoding: str) -> None:
-    """An unknown encoding name is an :class:`OptionError`."""
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        raise OptionError(f"unknown encoding {encoding!r}") from None
-
-
-class _read_errors:
-    """Context: the errors of opening and reading ``name`` as one-line InputErrors."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ, e, tb) -> bool:
-        name = self.name
-        if e is None:
-            return False
-        if isinstance(e, FileNotFoundError):
-            raise InputError(name, None, "no such file") from None
-        if isinstance(e, IsADirectoryError):
-            raise InputError(name, None, "is a directory, not a file") from None
-        if isinstance(e, PermissionError):
-            raise InputError(name, None, "permission denied") from None
-        if isinstance(e, gzip.BadGzipFile | EOFError | zlib.error):
-            raise InputError(name, None, "not a valid gzip file (truncated or corrupt)") \
-                from None
-        if isinstance(e, OSError):
-            raise InputError(name, None, f"cannot read file ({e.strerror or e})") from None
-        return False
-
-
-def open_source(path: str):
-    """``path`` (``-``: standard input; ``.gz``: decompressed) as a binary file to read in
-    pieces (:func:`read_source`), errors as :func:`read_text` gives them."""
-    with _read_errors(source_name(path)):
-        if path == STDIN:
-            return _stdin_stream()
-        if path.endswith(".gz"):
-            return gzip.open(path, "rb")
-        return open(path, "rb")
-
-
-def read_source(f, name: str, size: int) -> bytes:
-    """Up to ``size`` bytes of a file from :func:`open_source` (−1: the rest)."""
-    with _read_errors(name):
-        return f.read(size)
-
-
-def decode_block(data: bytes, name: str, encoding: str, line0: int = 0) -> str:
-    """``data`` (lines ``line0 + 1``… of ``name``) as text; bad bytes name their line."""
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as e:
-        from .encodings import encoding_hint
-
-        line = line0 + data.count(b"\n", 0, e.start) + 1
-        shown = "utf-8" if codecs.lookup(encoding).name == "utf-8" else encoding
-        raise InputError(name, line, f"not valid {shown} text; "
-                         f"{encoding_hint(data, encoding, e.start)}") from None
-    except LookupError:  # a bytes-to-bytes codec such as base64 or rot13
-        raise OptionError(f"{encoding!r} is not a text encoding") from None
-    except UnicodeError:  # codecs (idna, punycode) that give no position
-        raise InputError(name, None, f"not valid {encoding} text") from None
-
-
-_NON_ASCII = re.compile(rb"[\x80-\xff]")
-
-
-def check_utf8_read_as_other(data: bytes, text: str, name: str, encoding: str,
-                              line0: int = 0) -> bool:
-    """Warn (:class:`InputWarning`) when bytes that are valid UTF-8 with non-ASCII characters
-    are decoded with another encoding (``--encoding latin-1`` on a UTF-8 file): every accented
-    word then becomes another word (``España`` → ``EspaÃ±a``) and silently misses the features
-    a model learnt. Pure-ASCII files and UTF-8 reads are never flagged. Returns whether the
-    question is settled (False: ``data`` is ASCII, the rest of a file read in blocks still
-    has to be looked at); ``line0``: the lines of the file before ``data``."""
-    if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):
-        return True
-    first = _NON_ASCII.search(data)
-    if first is None:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    line = line0 + data.count(b"\n", 0, first.start()) + 1
-    start = data.rfind(b"\n", 0, first.start()) + 1
-    end = data.find(b"\n", first.start())
-    raw = data[start:end if end >= 0 else len(data)]
-    word = next((w for w in raw.split() if _NON_ASCII.search(w)), raw)[:40]
-    warnings.warn(InputWarning(
-        f"{name}:{line}: the file is valid UTF-8 but is read as {encoding}: "
-        f"{word.decode(encoding, 'replace')!r} would be {word.decode('utf-8')!r} in UTF-8, and "
-        f"so every word with a non-ASCII character becomes another word; unless the file really "
-        f"is {encoding}, train and read it as utf-8 (train's default; evaluate and predict "
-        f"read as the model was trained)"), stacklevel=3)
-    return True
 
 
 def too_long(path: str, first: int, lines: list[str], lineno: int, limit: int,
@@ -695,7 +494,8 @@ def corpus_from_lists(
     """Build an in-memory corpus from word lists and (optionally) tag lists of equal shape.
 
     ``lines`` are the lines the sentences would start on in a file written by
-    :func:`write_tagged` (one token per line, a blank line after each sentence).
+    :func:`~demidcd.io.tagged_writer.write_tagged` (one token per line, a blank line after each
+    sentence).
     """
     if fmt not in FORMATS:
         raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -724,149 +524,6 @@ def corpus_from_lists(
     return TaggedCorpus(toks, tg, "", lines, fmt, None, None)
 
 
-class Blocks(NamedTuple):
-    """Predictions to write as blocks (:func:`write_tagged`): block b is sentence ``order[b]``
-    with the tags ``tags[b]``, preceded by the line ``headers[b]`` (None: none) and with
-    ``extra[b][t]`` as a field after token t's label (None: no extra field). A sentence may
-    come in several blocks (n-best lists); the lines around its tokens that are not tokens
-    (``-DOCSTART-``) are written with its first block only."""
-
-    tags: list[list[str]]
-    order: list[int]
-    headers: list[str] | None = None
-    extra: list[list[str]] | None = None
-
-
-def _blocks(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks) -> Blocks:
-    if isinstance(predicted, Blocks):
-        if not (len(predicted.tags) == len(predicted.order)
-                and all(0 <= s < len(corpus.tokens) for s in predicted.order)
-                and (predicted.headers is None or len(predicted.headers) == len(predicted.order))
-                and (predicted.extra is None or len(predicted.extra) == len(predicted.order))):
-            raise ValueError("inconsistent prediction blocks")
-        return predicted
-    if len(predicted) != len(corpus.tokens):
-        raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.tokens)}")
-    return Blocks(predicted, list(range(len(predicted))))
-
-
-def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
-    """Every block's tags (and extra fields) match its sentence and hold no separator."""
-    bad = "\t\n\r" if fmt == "conllu" else ASCII_WS_CHARS + "\n"
-    good: set = set()  # tags seen and found fine (most repeat: each is looked at once)
-    for b, s in enumerate(blocks.order):
-        n = len(corpus.tokens[s])
-        fields = [blocks.tags[b]] + ([blocks.extra[b]] if blocks.extra is not None else [])
-        for p in fields:
-            if len(p) != n:
-                raise ValueError(f"sentence {s}: {len(p)} predicted tags for {n} tokens")
-            if all(t.__class__ is str for t in p) and good.issuperset(p):
-                continue
-            for t in p:
-                if not isinstance(t, str) or not t:
-                    raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
-                if t in good:
-                    continue
-                if any(c in t for c in bad):
-                    raise ValueError(f"sentence {s}: tag {t!r} contains a separator")
-                good.add(t)
-        if blocks.headers is not None and blocks.headers[b] is not None and \
-                any(c in blocks.headers[b] for c in "\n\r"):
-            raise ValueError(f"sentence {s}: header {blocks.headers[b]!r} spans lines")
-
-
-def _conllu_lines(corpus: TaggedCorpus, blocks: Blocks, li: int):
-    """CoNLL-U sentences with the label field replaced; the header (a ``#`` comment) after the
-    sentence's comments and an extra field in MISC as ``Margin=`` (as it is when it holds an
-    ``=``: ``Prob=`` of ``--marginals``)."""
-    for b, s in enumerate(blocks.order):
-        words, pred = corpus.tokens[s], blocks.tags[b]
-        ext = blocks.extra[b] if blocks.extra is not None else None
-        head = blocks.headers[b] if blocks.headers is not None else None
-        rl = corpus.raw[s] if corpus.raw is not None else None
-        if rl is None:
-            if head is not None:
-                yield head
-            for i, (w, t) in enumerate(zip(words, pred, strict=True)):
-                if "\t" in w or "\n" in w:
-                    raise ValueError(f"sentence {s}: word {w!r} contains a tab or newline")
-                f = [str(i + 1), w] + ["_"] * 8
-                f[li] = t
-                if ext is not None:
-                    f[9] = ext[i] if "=" in ext[i] else f"Margin={ext[i]}"
-                yield "\t".join(f)
-        else:
-            k = 0
-            for f in rl:
-                if head is not None and len(f) == 10:  # after the comments: before token 1
-                    yield head
-                    head = None
-                if len(f) == 10 and f[0].isdigit():
-                    g = list(f)
-                    g[li] = pred[k]
-                    if ext is not None:
-                        m = ext[k] if "=" in ext[k] else f"Margin={ext[k]}"
-                        g[9] = m if g[9] == "_" else f"{g[9]}|{m}"
-                    k += 1
-                    yield "\t".join(g)
-                else:
-                    yield "\t".join(f)
-        yield ""
-
-
-def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
-    """Token lines with the prediction in field ``li`` (``None`` or beyond the fields: a new
-    last field) and the extra field right after it; the header before the first token line.
-    ``-DOCSTART-`` lines get the label ``O`` the same way and are padded with ``O`` to the
-    token lines' field count, so that conlleval (which needs every line to have as many
-    fields) reads the file."""
-    ncols = next((len(f) for rl in (corpus.raw or ()) for f in rl
-                  if not f[0].startswith(DOCSTART)), 0)
-    appending = li is None or li >= ncols
-    n_out = (ncols + 1 if appending else ncols) + (blocks.extra is not None)
-    last = -1
-    for b, s in enumerate(blocks.order):
-        words, pred = corpus.tokens[s], blocks.tags[b]
-        ext = blocks.extra[b] if blocks.extra is not None else None
-        head = blocks.headers[b] if blocks.headers is not None else None
-        first, last = s != last, s
-        rl = corpus.raw[s] if corpus.raw is not None else None
-        if rl is None:
-            if head is not None:
-                yield head
-            for k, (w, t) in enumerate(zip(words, pred, strict=True)):
-                if ASCII_WS.search(w) or "\n" in w:
-                    raise ValueError(f"sentence {s}: word {w!r} contains whitespace")
-                yield f"{w} {t}" if ext is None else f"{w} {t} {ext[k]}"
-        else:
-            k = 0
-            for f in rl:
-                if f[0].startswith(DOCSTART):
-                    if not first:
-                        continue
-                    g = list(f)
-                    if appending:
-                        g.append("O")
-                    elif li < len(g):
-                        g[li] = "O"
-                    g.extend(["O"] * (n_out - len(g)))
-                    yield line_separator(f).join(g)
-                    yield ""
-                    continue
-                if k == 0 and head is not None:
-                    yield head
-                g = list(f)
-                if li is None or li >= len(g):
-                    g.append(pred[k])  # beyond the existing columns: append a new last column
-                    at = len(g)
-                else:
-                    g[li] = pred[k]
-                    at = li + 1
-                if ext is not None:
-                    g.insert(at, ext[k])
-                k += 1
-                yield line_separator(f).join(g)
-        yield ""
 
 
 def column_values(corpus: TaggedCorpus, column: str | int | None,
@@ -896,40 +553,11 @@ def column_values(corpus: TaggedCorpus, column: str | int | None,
     return out
 
 
-def write_tagged(
-    path: str | os.PathLike[str],
-    corpus: TaggedCorpus,
-    predicted: list[list[str]] | Blocks,
-    column: str | int | None = None,
-    encoding: str = "utf-8",
-) -> None:
-    """Write ``corpus`` with ``predicted`` labels in the label column, atomically
-    (``predicted``: a tag list per sentence, or :class:`Blocks`: n-best lists, header lines,
-    an extra field after the label).
-
-    ``column=None`` uses the column the corpus was read from (``corpus.label_column``); for an
-    unlabeled columns file, or an in-memory corpus, predicted labels go into a new last column
-    (in memory: ``word tag`` lines). A columns-format ``column`` beyond the existing columns
-    appends one new last column. A columns line comes back joined by a tab when it held one,
-    else by a space (:func:`line_separator`). CoNLL-U keeps every original line and replaces
-    only the label field of token lines; an in-memory corpus gets ``_`` in the unknown fields.
-    """
-    path = os.fspath(path)
-    text = render_tagged(corpus, predicted, column)
-    try:
-        data = text.encode(encoding)
-    except UnicodeEncodeError as e:
-        raise OptionError(f"{path}: {text[e.start:e.end]!r} cannot be written in {encoding}; "
-                          "pass another --encoding") from None
-    if path.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
-    from .model import atomic_write
-
-    atomic_write(path, lambda f: f.write(data))
 
 
 def output_label_index(corpus: TaggedCorpus, column: str | int | None) -> int | None:
-    """The field :func:`write_tagged` writes the labels to (None: a new last field)."""
+    """The field :func:`~demidcd.io.tagged_writer.write_tagged` writes the labels to (None: a new
+    last field)."""
     fmt = corpus.fmt
     if fmt not in FORMATS:
         raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -943,16 +571,6 @@ def output_label_index(corpus: TaggedCorpus, column: str | int | None) -> int | 
     return li
 
 
-def render_tagged(corpus: TaggedCorpus, predicted: list[list[str]] | Blocks,
-                  column: str | int | None = None) -> str:
-    """The text :func:`write_tagged` writes (before encoding)."""
-    li = output_label_index(corpus, column)
-    blocks = _blocks(corpus, predicted)
-    _check_blocks(corpus, blocks, corpus.fmt)
-    gen = _conllu_lines(corpus, blocks, li) if corpus.fmt == "conllu" else _columns_lines(
-        corpus, blocks, li
-    )
-    return "\n".join(gen) + "\n"
 
 
 def _token_fields(raw_lines: list[list[str]], fmt: str) -> list[list[str]]:

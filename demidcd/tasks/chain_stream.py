@@ -14,7 +14,7 @@ A block takes one of two routes, with the same output:
 * general: anything else (n-best, ``--force``, ``--scores``, templates, the ``ner``
   features, a block the fast reader does not take): the block is parsed, tagged and written
   by the same code as a whole file (:func:`~demidcd.io.tagged.parse_text`, the spec's
-  ``predict``, :func:`~demidcd.io.tagged.render_tagged`).
+  ``predict``, :func:`~demidcd.io.tagged_writer.render_tagged`).
 
 The ``ner`` features look at the other sentences within 1,000 tokens (document context), so a
 ner model reads its input as one block.
@@ -36,13 +36,13 @@ class _Plan:
     """What every block of one ``predict`` run shares."""
 
     def __init__(self, spec, est, args):
-        from ..io import tagged
+        from ..io import tagged, text_source
         from ..io.stream import transparent
 
         self.spec, self.est, self.args = spec, est, args
         self.path = args.data
-        self.name = tagged.source_name(self.path)
-        tagged.check_encoding(args.encoding)
+        self.name = text_source.source_name(self.path)
+        text_source.check_encoding(args.encoding)
         self.encoding = args.encoding
         self.fmt, column, self.features, self.templated = spec.read_plan(self.path, args,
                                                                          labeled=False)
@@ -92,7 +92,7 @@ def predict_stream(spec, est, args, run: Callable | None = None) -> int:
     """Tag ``args.data`` into ``args.out`` block by block (see the module docstring); returns
     the number of sentences. ``run(fn, *a)`` runs the work (the CLI: in a thread it can
     interrupt), else it runs here."""
-    from ..io import tagged
+    from ..io import text_source
     from ..io.model import atomic_write
     from ..io.stream import iter_blocks
 
@@ -107,7 +107,7 @@ def predict_stream(spec, est, args, run: Callable | None = None) -> int:
 
             out = gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0)
         encoder = codecs.getincrementalencoder(plan.encoding)()
-        source = tagged.open_source(plan.path)
+        source = text_source.open_source(plan.path)
         try:
             blocks = _blocks(plan, iter_blocks(_Reader(source, plan.name), plan.fmt == "conllu",
                                                whole=plan.whole))
@@ -132,7 +132,7 @@ class _Reader:
         self.source, self.name = source, name
 
     def read(self, size: int) -> bytes:
-        from ..io.tagged import read_source
+        from ..io.text_source import read_source
 
         return read_source(self.source, self.name, size)
 
@@ -142,7 +142,7 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
     """(line0, bytes, text) of each block: decoded (errors name the line), the byte-order
     mark of the file dropped, the UTF-8-read-as-another-encoding warning given; in input
     order (the warning and the columns state need it)."""
-    from ..io.tagged import check_utf8_read_as_other, decode_block
+    from ..io.text_source import check_utf8_read_as_other, decode_block
 
     first = True
     for line0, data in blocks:
@@ -207,7 +207,8 @@ def _tag_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple[int
 
 def _general_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple[int, bytes]:
     """A block through the whole-file code: parse, the spec's predict, render."""
-    from ..io.tagged import parse_text, render_tagged, token_columns
+    from ..io.tagged import parse_text, token_columns
+    from ..io.tagged_writer import render_tagged
 
     line0, _, text = block
     args = plan.args

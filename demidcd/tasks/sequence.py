@@ -1350,7 +1350,7 @@ class SequenceSpec(TaskSpec):
         import warnings
 
         from ..errors import InputWarning, OptionError
-        from ..io.tagged import source_name
+        from ..io.text_source import source_name
 
         column = _parse_column(args.column)
         features = _parse_feature_columns(getattr(args, "feature_columns", None))
@@ -1487,7 +1487,7 @@ class SequenceSpec(TaskSpec):
                 f"{len(data):,} sentences)"]
 
     def write(self, path: str, data, predicted, args) -> None:
-        from ..io.tagged import write_tagged
+        from ..io.tagged_writer import write_tagged
 
         write_tagged(path, data, predicted, column=self.write_column(data.fmt, args),
                      encoding=args.encoding)
@@ -1543,11 +1543,12 @@ class SequenceSpec(TaskSpec):
         return column
 
     def predict(self, est, data, args):
-        """Tags per sentence, or :class:`~demidcd.io.tagged.Blocks` for ``--nbest`` (a
+        """Tags per sentence, or :class:`~demidcd.io.tagged_writer.Blocks` for ``--nbest`` (a
         ``# RANK SCORE`` line before each of the K best taggings, as CRF++'s ``crf_test -n``)
         and ``--scores`` (a ``# SCORE MARGIN`` line before each sentence, a margin field after
         each label); ``--force`` keeps the given labels the model knows (Wapiti)."""
-        from ..io.tagged import Blocks, column_values
+        from ..io.tagged import column_values
+        from ..io.tagged_writer import Blocks
 
         X = self.xy(data)[0]
         fixed = None

@@ -1,39 +1,9 @@
-"""Feature templates (CRF++ syntax with Wapiti's extensions) and feature dicts → feature ids.
+"""Feature templates and feature dicts → feature ids: the featurizers of the chain taggers.
 
-**Templates.** A template file holds one pattern a line (``#`` comment lines and blank lines are
-skipped; a ``#`` after white space ends a line). The first character says what the line's
-features are attached to:
-
-    U…   unigram: observation × current label y_t
-    B…   bigram: observation × (y_{t-1}, y_t); a line without macros (bare ``B``) is the
-         label-bigram transition of the chain
-    *…   Wapiti's: both a U and a B feature (from the same string)
-
-The feature string of a line at token t is the line's text with every macro replaced by its
-value (CRF++: ``U01:%x[-1,0]/%x[0,0]`` → ``U01:the/dog``); equal strings are the same feature.
-Macros read column c (0-based, the label column excluded) of token t + r:
-
-    %x[r,c]            the value                     %X[r,c]            lower-cased
-    %t[r,c,"regex"]    true / false: does it match   %T[r,c,"regex"]    same (lower-cased)
-    %m[r,c,"regex"]    the leftmost match, or ""     %M[r,c,"regex"]    lower-cased
-
-Past either end of the sentence the value is CRF++'s boundary string: ``_B-k`` for the k-th
-position before the first token (t + r = −k) and ``_B+k`` for the k-th after the last; the
-macros apply to it like to any value.
-
-Regexes use Wapiti's dialect: ``.`` any character; ``\\d`` digit,
-``\\a`` letter, ``\\w`` letter or digit, ``\\l`` lower-case, ``\\u`` upper-case, ``\\p``
-punctuation or symbol, ``\\s`` white space, and the upper-case letter for the complement
-(``\\D`` …); ``\\`` before any other character takes it literally; ``^`` first anchors at the
-start, ``$`` last at the end (elsewhere both are literal); ``x*`` repeats x any number of times
-and ``x?`` makes it optional. As in Wapiti's backtracking matcher, ``*`` tries the fewest
-repetitions first (Python's ``*?``) and ``?`` tries the character first, and a regex without
-``^`` is searched at every start position from the left: ``%t`` is true when any match exists,
-``%m`` is the first match found. Classes are Unicode (Wapiti tests bytes with C's ctype). There
-are no groups, alternatives or ``+`` (``(``, ``|``, ``+`` are literal). :class:`WapitiRegex`
-finds that same match without backtracking, in time linear in the value's length (a
-backtracking matcher takes time exponential in the number of ``*`` on ``a*a*…a*b`` and ``aaa…a``);
-:func:`compile_regex` is the equivalent :mod:`re` pattern.
+A :class:`TemplateFeaturizer` applies a feature template (:mod:`.template_language`: CRF++
+syntax with Wapiti's extensions) to sentences of column tuples; a :class:`DictFeaturizer` maps
+sentences of feature dicts. Both give a :class:`TemplateEncoding` (CSR arrays of U and B
+feature ids).
 
 **Feature dicts** (python-crfsuite's ``ItemSequence`` rules, as sklearn-crfsuite passes them):
 a token is a dict name → value, flattened by :func:`dict_features` into (string, value) pairs:
@@ -61,557 +31,19 @@ import itertools
 import math
 import numbers
 import os
-import re
-import unicodedata
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, Self
 
-import numba as nb
 import numpy as np
 
-from ..errors import InputError, OptionError
+from ..errors import OptionError
 from .features import DEFAULT_MIN_COUNT
+from .template_kernels import csr_sorted, dense_ids, gather
+from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
 
 TEMPLATE_STATE_VERSION = 1
-MAX_OFFSET = 100  # |r| of %x[r,c] (CRF++ allows 8)
-SHIPPED_TEMPLATES = ("chunking", "pos", "ner")
-
-
-def boundary(k: int) -> str:
-    """CRF++'s value of a position k past the sentence: ``_B-k`` before it (k < 0), ``_B+k``
-    after it (k > 0)."""
-    return f"_B{k:+d}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Wapiti's regex dialect
-# ---------------------------------------------------------------------------------------------
-_CLASS_LETTERS = "dsawlup"  # bit k of a character's class mask: it is in \<_CLASS_LETTERS[k]>
-_ANY, _CHAR, _IN_CLASS, _NOT_IN_CLASS = 0, 1, 2, 3  # what an atom matches
-_ONCE, _STAR, _OPTIONAL = 0, 1, 2  # how often: x, x* (fewest first), x? (the character first)
-
-
-def _parse_regex(rx: str) -> tuple[bool, list[tuple[int, str, int]], bool]:
-    """``(anchored at the start, atoms, anchored at the end)`` of Wapiti's regex ``rx``; an atom
-    is ``(what, argument, how often)``: ``_ANY`` / ``_CHAR`` and the character / ``_IN_CLASS``
-    or ``_NOT_IN_CLASS`` and the lower-case class letter. Raises ValueError naming what is
-    wrong."""
-    atoms: list[tuple[int, str, int]] = []
-    n = len(rx)
-    start = rx.startswith("^")
-    end = False
-    i = 1 if start else 0
-    while i < n:
-        c = rx[i]
-        if c in "*?":
-            raise ValueError(f"{c!r} at position {i + 1} repeats nothing")
-        if c == "$" and i == n - 1:
-            end = True
-            break
-        if c == "\\":
-            if i + 1 == n:
-                raise ValueError("it ends in a lone backslash")
-            e = rx[i + 1]
-            if e.lower() in _CLASS_LETTERS:
-                atom = (_NOT_IN_CLASS if e.isupper() else _IN_CLASS, e.lower())
-            else:
-                atom = (_CHAR, e)
-            i += 2
-        else:
-            atom = (_ANY, "") if c == "." else (_CHAR, c)
-            i += 1
-        how = _ONCE
-        if i < n and rx[i] in "*?":
-            how = _STAR if rx[i] == "*" else _OPTIONAL
-            i += 1
-        atoms.append((*atom, how))
-    return start, atoms, end
-
-
-@cache
-def _class_body(letter: str) -> str:
-    """The inside of a :mod:`re` class for Wapiti's ``\\l``, ``\\u`` or ``\\p``.
-
-    The members are found by scanning U+0000–U+1FFFF: no code point above is lower-case,
-    upper-case, punctuation or symbol."""
-    pred = _CLASS_TESTS[letter]
-    ranges: list[list[int]] = []
-    for cp in range(0x20000):
-        if pred(chr(cp)):
-            if ranges and ranges[-1][1] == cp - 1:
-                ranges[-1][1] = cp
-            else:
-                ranges.append([cp, cp])
-    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
-
-
-_RE_CLASSES = {"d": r"\d", "D": r"\D", "s": r"\s", "S": r"\S",
-               "a": r"[^\W\d_]", "A": r"[\W\d_]", "w": r"[^\W_]", "W": r"[\W_]"}
-_CLASS_TESTS: dict[str, Callable[[str], object]] = {
-    **{k: re.compile(_RE_CLASSES[k]).fullmatch for k in "dsaw"},
-    "l": str.islower, "u": str.isupper,
-    "p": lambda c: unicodedata.category(c)[0] in "PS"}
-
-
-@cache
-def compile_regex(rx: str) -> re.Pattern:
-    """Wapiti's regex ``rx`` as an equivalent :mod:`re` pattern (use ``.search``); raises
-    ValueError naming what is wrong. The reference for :class:`WapitiRegex`, which matches
-    without backtracking (``re`` may take time exponential in the number of ``*``)."""
-    start, atoms, end = _parse_regex(rx)
-    out = [r"\A"] if start else []
-    for what, arg, how in atoms:
-        if what == _ANY:
-            atom = "."
-        elif what == _CHAR:
-            atom = re.escape(arg)
-        elif arg in _RE_CLASSES:
-            atom = _RE_CLASSES[arg.upper() if what == _NOT_IN_CLASS else arg]
-        else:
-            atom = f"[{'^' if what == _NOT_IN_CLASS else ''}{_class_body(arg)}]"
-        if how != _ONCE:
-            atom = f"(?:{atom})" + ("*?" if how == _STAR else "?")
-        out.append(atom)
-    if end:
-        out.append(r"\Z")
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _class_mask(cp: int) -> int:
-    """The classes (bits as in ``_CLASS_LETTERS``) of the character with code point ``cp``."""
-    c = chr(cp)
-    return sum(1 << k for k, letter in enumerate(_CLASS_LETTERS) if _CLASS_TESTS[letter](c))
-
-
-_KNOWN = 0x80  # in _CLASS_MASKS: the entry has been computed
-_CLASS_MASKS = np.zeros(0x110000, np.uint8)  # by code point: _class_mask | _KNOWN, or 0
-
-
-def _class_masks(codes: np.ndarray) -> np.ndarray:
-    """The class masks of the code points ``codes`` (with the bit ``_KNOWN`` set)."""
-    masks = _CLASS_MASKS[codes]
-    new = np.unique(codes[masks == 0])  # characters not met before
-    if new.shape[0]:
-        _CLASS_MASKS[new] = [_class_mask(cp) | _KNOWN for cp in new.tolist()]
-        masks = _CLASS_MASKS[codes]
-    return masks
-
-
-class WapitiRegex:
-    """Wapiti's regex ``rx`` compiled for :meth:`search`, a Thompson-NFA (Pike VM) simulation:
-    time O(len(rx) · len(value)), whatever the regex, and the same match as Wapiti's (and
-    :func:`compile_regex`'s) backtracking. Raises ValueError on a bad regex."""
-
-    def __init__(self, rx: str):
-        self.regex = rx
-        start, atoms, end = _parse_regex(rx)
-        self.anchored_start, self.anchored_end = start, end
-        self._what = np.array([a[0] for a in atoms], np.int8)
-        self._arg = np.array([ord(a[1]) if a[0] == _CHAR else
-                              _CLASS_LETTERS.index(a[1]) if a[0] != _ANY else 0 for a in atoms],
-                             np.int64)
-        self._how = np.array([a[2] for a in atoms], np.int8)
-
-    def search(self, values: list[str], any_match: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """``(start, end)``, int64 arrays: the first match of each value is
-        ``value[start:end]`` (-1, -1: no match). ``any_match``: only whether one exists (start
-        ≥ 0), which may stop earlier with another one than the first."""
-        lengths = np.fromiter(map(len, values), np.int64, count=len(values))
-        ptr = np.zeros(len(values) + 1, np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        codes = np.frombuffer("".join(values).encode("utf-32-le", "surrogatepass"), np.uint32)
-        start = np.empty(len(values), np.int64)
-        end = np.empty(len(values), np.int64)
-        _nfa_search(self._what, self._arg, self._how, self.anchored_start, self.anchored_end,
-                    any_match, codes, _class_masks(codes), ptr, start, end)
-        return start, end
-
-
-@nb.njit(cache=True, nogil=True)
-def _nfa_search(what, arg, how, anchored_start, anchored_end, any_match, codes, masks, ptr,
-                start, end):
-    """:meth:`WapitiRegex.search` of the values ``codes[ptr[v]:ptr[v + 1]]`` (code points, and
-    their class masks in ``masks``) into ``start`` / ``end``.
-
-    A state j < k is "about to match atom j"; k = len(atoms) is the match. Threads (a state
-    and the start of its match) are kept in priority order, the order in which backtracking
-    would try them: at each position the live threads first, then a new one starting there.
-    A thread's epsilon closure (skipping x* before trying x, trying x? before skipping it) is
-    walked depth-first in that order; a state reached earlier at the same position is dropped
-    (the earlier thread ends the same way, with higher priority). Reaching k records the
-    match and cuts every lower-priority thread."""
-    k = what.shape[0]
-    roots_state = np.empty(k + 2, np.int64)  # threads to expand at this position
-    roots_start = np.empty(k + 2, np.int64)
-    live_state = np.empty(k + 1, np.int64)  # threads waiting for the next character
-    live_start = np.empty(k + 1, np.int64)
-    stack_state = np.empty(2 * k + 2, np.int64)
-    stack_emit = np.empty(2 * k + 2, np.bool_)  # True: "wait at the state", False: expand it
-    seen = np.full(k + 1, -1, np.int64)  # the step that last reached a state
-    step = 0
-    for v in range(ptr.shape[0] - 1):
-        a = ptr[v]
-        n = ptr[v + 1] - a
-        best_start = -1
-        best_end = -1
-        n_roots = 0
-        for pos in range(n + 1):
-            step += 1
-            if best_start < 0 and (pos == 0 or not anchored_start):
-                roots_state[n_roots] = 0
-                roots_start[n_roots] = pos
-                n_roots += 1
-            n_live = 0
-            cut = False
-            for r in range(n_roots):
-                s = roots_start[r]
-                stack_state[0] = roots_state[r]
-                stack_emit[0] = False
-                sp = 1
-                while sp > 0:
-                    sp -= 1
-                    j = stack_state[sp]
-                    if stack_emit[sp]:
-                        live_state[n_live] = j
-                        live_start[n_live] = s
-                        n_live += 1
-                        continue
-                    if seen[j] == step:
-                        continue
-                    seen[j] = step
-                    if j == k:
-                        if anchored_end and pos != n:
-                            continue
-                        best_start = s
-                        best_end = pos
-                        cut = True
-                        break
-                    h = how[j]
-                    if h == 0:
-                        live_state[n_live] = j
-                        live_start[n_live] = s
-                        n_live += 1
-                    elif h == 1:  # x*: first without x, then with one more x
-                        stack_state[sp] = j
-                        stack_emit[sp] = True
-                        stack_state[sp + 1] = j + 1
-                        stack_emit[sp + 1] = False
-                        sp += 2
-                    else:  # x?: first with x, then without
-                        stack_state[sp] = j + 1
-                        stack_emit[sp] = False
-                        stack_state[sp + 1] = j
-                        stack_emit[sp + 1] = True
-                        sp += 2
-                if cut:
-                    break
-            if pos == n or (cut and any_match):
-                break
-            c = codes[a + pos]
-            m = masks[a + pos]
-            n_roots = 0
-            for i in range(n_live):
-                j = live_state[i]
-                w = what[j]
-                if w == 0:
-                    ok = True
-                elif w == 1:
-                    ok = c == arg[j]
-                else:
-                    ok = ((m >> arg[j]) & 1 == 1) == (w == 2)
-                if ok:
-                    roots_state[n_roots] = j if how[j] == 1 else j + 1
-                    roots_start[n_roots] = live_start[i]
-                    n_roots += 1
-            if n_roots == 0 and best_start >= 0:
-                break
-        start[v] = best_start
-        end[v] = best_end
-
-
-# ---------------------------------------------------------------------------------------------
-# templates
-# ---------------------------------------------------------------------------------------------
-class MacroFn:
-    """The value function of a macro, ``%x`` / ``%t`` / ``%m`` (lower-cased when ``fold``), with
-    a per-value cache. ``cmd`` is ``x``, ``t`` or ``m``."""
-
-    def __init__(self, cmd: str, fold: bool, regex: str | None):
-        self.cmd, self.fold, self.regex = cmd, fold, regex
-        self._rx = WapitiRegex(regex) if regex is not None else None
-        self._cache: dict[str, str] = {}
-
-    @property
-    def identity(self) -> bool:
-        return self.cmd == "x" and not self.fold
-
-    def map(self, values: list[str]) -> list[str]:
-        """The value of the macro for each of ``values`` (the regex runs once for all)."""
-        if self.cmd == "x":
-            return [v.lower() for v in values] if self.fold else list(values)
-        get = self._cache.get
-        out = [get(v) for v in values]
-        todo = [i for i, r in enumerate(out) if r is None]
-        if todo:
-            new = [values[i] for i in todo]
-            start, end = self._rx.search(new, any_match=self.cmd == "t")
-            if self.cmd == "t":
-                res = ["true" if s >= 0 else "false" for s in start.tolist()]
-            else:
-                res = [v[s:e] if s >= 0 else ""
-                       for v, s, e in zip(new, start.tolist(), end.tolist(), strict=True)]
-            if self.fold:
-                res = [r.lower() for r in res]
-            if len(self._cache) + len(res) > 1_000_000:
-                self._cache.clear()
-            self._cache.update(zip(new, res, strict=True))
-            for i, r in zip(todo, res, strict=True):
-                out[i] = r
-        return out
-
-    def __call__(self, v: str) -> str:
-        if self.cmd == "x":
-            return v.lower() if self.fold else v
-        r = self._cache.get(v)
-        return r if r is not None else self.map([v])[0]
-
-
-@dataclass(frozen=True)
-class Macro:
-    """``%<cmd>[row,col(,"regex")]``; ``fold`` for the upper-case form."""
-
-    cmd: str
-    fold: bool
-    row: int
-    col: int
-    regex: str | None = None
-
-    @property
-    def fn_key(self) -> tuple:
-        """What the value depends on besides the token: same key, same function."""
-        return (self.cmd, self.fold, self.regex)
-
-
-@dataclass(frozen=True)
-class TemplateLine:
-    """One pattern: ``kind`` U, B or *, literal text and macros in order, its file line."""
-
-    kind: str
-    items: tuple[str | Macro, ...]
-    lineno: int
-
-    @property
-    def unigram(self) -> bool:
-        return self.kind in "U*"
-
-    @property
-    def bigram(self) -> bool:
-        return self.kind in "B*"
-
-    @property
-    def macros(self) -> list[Macro]:
-        return [m for m in self.items if isinstance(m, Macro)]
-
-
-_ARGS = re.compile(r"\[\s*([+-]?\d+)\s*,\s*(\d+)\s*")  # [row,col of a macro
-_REGEX_START = re.compile(r',\s*"')  # ,"regex"] of %t and %m
-
-
-def _parse_line(text: str) -> tuple[str, tuple[str | Macro, ...]]:
-    """(kind, items) of a stripped, non-empty template line; ValueError on a bad one."""
-    kind = text[0].upper()
-    if kind not in "UB*":
-        raise ValueError(f"unknown line type {text[0]!r} (a line starts with U, B or *)")
-    items: list[str | Macro] = []
-    lit: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c != "%":
-            if c == "#" and i and text[i - 1].isspace():  # a trailing comment
-                break
-            lit.append(c)
-            i += 1
-            continue
-        cmd = text[i + 1] if i + 1 < n else ""
-        if cmd.lower() not in ("x", "t", "m"):
-            raise ValueError(f"unknown macro %{cmd} (known: %x %X %t %T %m %M)")
-        form = f"%{cmd}[row,col]" if cmd in "xX" else f'%{cmd}[row,col,"regex"]'
-        m = _ARGS.match(text, i + 2)
-        if not m:
-            if text.startswith(("[@", "[*"), i + 2):
-                raise ValueError(f"%{cmd}{text[i + 2:i + 4]}…: Wapiti's absolute and indirect "
-                                 "offsets are not supported")
-            raise ValueError(f"bad macro arguments at {text[i:i + 12]!r}: expected {form}")
-        row, col = int(m.group(1)), int(m.group(2))
-        if abs(row) > MAX_OFFSET:
-            raise ValueError(f"row offset {row} out of range (at most {MAX_OFFSET} either way)")
-        j = m.end()
-        regex = None
-        if cmd in "tTmM":
-            q = _REGEX_START.match(text, j)
-            if not q:
-                raise ValueError(f"%{cmd} needs a regex: expected {form}")
-            j = q.end()
-            start = j
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            if j >= n:
-                raise ValueError(f"unterminated regex in %{cmd}: missing closing \"")
-            regex = text[start:j]
-            try:
-                _parse_regex(regex)
-            except ValueError as e:
-                raise ValueError(f'bad regex "{regex}": {e}') from None
-            j += 1
-            while j < n and text[j].isspace():
-                j += 1
-        if j >= n or text[j] != "]":
-            raise ValueError(f"missing ] at {text[i:j + 1]!r}: expected {form}")
-        if lit:
-            items.append("".join(lit))
-            lit = []
-        items.append(Macro(cmd.lower(), cmd.isupper(), row, col, regex))
-        i = j + 1
-    if lit:
-        items.append("".join(lit).rstrip())
-    return kind, tuple(x for x in items if x != "")
-
-
-class Template:
-    """A parsed template: its lines (:class:`TemplateLine`), whether it asks for the label
-    transitions, and the source text and path (for error messages and for the model file).
-
-    Errors raise :class:`~demidcd.errors.InputError` naming ``path`` and the 1-based line."""
-
-    def __init__(self, text: str, path: str = "<template>"):
-        self.text, self.path = text, str(path)
-        lines: list[TemplateLine] = []
-        self.transitions = False
-        for k, raw in enumerate(text.splitlines(), 1):
-            s = raw.strip()
-            if not s or s.startswith("#"):
-                continue
-            try:
-                kind, items = _parse_line(s)
-            except ValueError as e:
-                raise InputError(self.path, k, str(e)) from None
-            line = TemplateLine(kind, items, k)
-            if line.bigram and not line.macros:  # a constant bigram is the transition matrix
-                self.transitions = True
-                if kind == "B":
-                    continue
-                line = TemplateLine("U", items, k)
-            lines.append(line)
-        if not lines and not self.transitions:
-            raise InputError(self.path, None, "no feature lines (lines start with U, B or *)")
-        self.lines = tuple(lines)
-        macros = [m for ln in self.lines for m in ln.macros]
-        self.n_columns = max((m.col + 1 for m in macros), default=0)
-        self.max_offset = max((abs(m.row) for m in macros), default=0)
-        self._fns: dict[tuple, MacroFn] = {}
-        for m in macros:
-            if m.fn_key not in self._fns:
-                self._fns[m.fn_key] = MacroFn(m.cmd, m.fold, m.regex)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Template:
-        """Read a template file (UTF-8)."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise InputError(str(path), None, f"cannot read template ({e.strerror or e})") from None
-        except UnicodeDecodeError as e:
-            raise InputError(str(path), None, f"template is not UTF-8 ({e.reason})") from None
-        return cls(text, str(path))
-
-    @classmethod
-    def load(cls, name_or_path: str | os.PathLike[str]) -> Template:
-        """A template file, or a shipped one by name (:data:`SHIPPED_TEMPLATES`)."""
-        p = str(name_or_path)
-        if p in SHIPPED_TEMPLATES and not os.path.exists(p):
-            res = resources.files("demidcd").joinpath("templates", f"{p}.template")
-            return cls(res.read_text(encoding="utf-8"), f"{p}.template")
-        return cls.from_file(p)
-
-    def fn(self, m: Macro) -> MacroFn:
-        return self._fns[m.fn_key]
-
-    @property
-    def unigram_lines(self) -> list[TemplateLine]:
-        return [ln for ln in self.lines if ln.unigram]
-
-    @property
-    def bigram_lines(self) -> list[TemplateLine]:
-        return [ln for ln in self.lines if ln.bigram]
-
-    def check_columns(self, n_columns: int) -> None:
-        """InputError at the first line reading a column the data does not have."""
-        for ln in self.lines:
-            for m in ln.macros:
-                if m.col >= n_columns:
-                    raise InputError(self.path, ln.lineno,
-                                     f"column {m.col} out of range (the data has {n_columns} "
-                                     f"feature column{'s' if n_columns != 1 else ''})")
-
-    def _expand_line(self, line: TemplateLine, sent: list, t: int) -> str:
-        parts = []
-        n = len(sent)
-        for it in line.items:
-            if isinstance(it, str):
-                parts.append(it)
-                continue
-            u = t + it.row
-            if u < 0:
-                v = boundary(u)
-            elif u >= n:
-                v = boundary(u - n + 1)
-            else:
-                tok = sent[u]
-                v = tok if isinstance(tok, str) else tok[it.col]
-            parts.append(self._fns[it.fn_key](v))
-        return "".join(parts)
-
-    def expand(self, sentences: list[list]) -> list[list[tuple[list[str], list[str]]]]:
-        """Per sentence, per token: (U feature strings, B feature strings), in line order.
-
-        Tokens are tuples of column strings (label excluded) or plain strings (one column)."""
-        n = _n_columns(sentences)
-        if n:
-            self.check_columns(n)
-        regex_columns = {(m.col, m.fn_key) for ln in self.lines for m in ln.macros if m.regex}
-        for c, key in regex_columns:  # one matcher call for all the values (then cached)
-            self._fns[key].map(list({tok if isinstance(tok, str) else tok[c]: None
-                                     for s in sentences for tok in s}))
-        uni, bi = self.unigram_lines, self.bigram_lines
-        return [[([self._expand_line(ln, s, t) for ln in uni],
-                  [self._expand_line(ln, s, t) for ln in bi]) for t in range(len(s))]
-                for s in sentences]
-
-
-def _n_columns(sentences: list[list]) -> int:
-    """The number of columns of every token (0 without tokens; ValueError when they differ)."""
-    return _width(list(itertools.chain.from_iterable(sentences)))
-
-
-def _width(flat: list) -> int:
-    """:func:`_n_columns` of the tokens of all sentences in one list."""
-    if not flat:
-        return 0
-    kinds = set(map(type, flat))
-    if kinds == {str}:
-        return 1
-    if str in kinds:
-        raise ValueError("tokens mix plain strings and tuples of columns")
-    widths = set(map(len, flat))
-    if len(widths) > 1:
-        raise ValueError(f"tokens with different numbers of columns: {sorted(widths)}")
-    return widths.pop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,126 +91,6 @@ def dict_features(token: dict | list) -> list[tuple[str, float]]:
     vals: list[float] = []
     _flatten_into(token, "", names, vals)
     return list(zip(names, vals, strict=True))
-
-
-# ---------------------------------------------------------------------------------------------
-# kernels
-# ---------------------------------------------------------------------------------------------
-@nb.njit(cache=True, nogil=True)
-def _gather(sent_ptr, tok_type, valmap, row, n_types, n_off):
-    """out[t] = valmap[type of column value at t + row], for positions outside the sentence the
-    boundary types n_types + k − 1 (``_B-k``) and n_types + n_off + k − 1 (``_B+k``)."""
-    out = np.empty(tok_type.shape[0], np.int64)
-    for s in range(sent_ptr.shape[0] - 1):
-        a = sent_ptr[s]
-        b = sent_ptr[s + 1]
-        for t in range(a, b):
-            u = t + row
-            if u < a:
-                out[t] = valmap[n_types + (a - u) - 1]
-            elif u >= b:
-                out[t] = valmap[n_types + n_off + (u - b)]
-            else:
-                out[t] = valmap[tok_type[u]]
-    return out
-
-
-@nb.njit(cache=True, nogil=True)
-def _dense_ids(key):
-    """(first, inverse) of an int64 array: the distinct keys numbered in order of first
-    occurrence, inverse[t] = the number of key[t], first[d] = the first t holding key d
-    (open-addressing hash table, linear probing)."""
-    n = key.shape[0]
-    bits = 1
-    while (1 << bits) < 2 * n:
-        bits += 1
-    mask = (1 << bits) - 1
-    slot_key = np.empty(1 << bits, np.int64)
-    slot_id = np.full(1 << bits, -1, np.int64)
-    inverse = np.empty(n, np.int64)
-    first = np.empty(n, np.int64)
-    m = 0
-    for t in range(n):
-        k = key[t]
-        h = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
-        while slot_id[h] >= 0 and slot_key[h] != k:
-            h = (h + 1) & mask
-        if slot_id[h] < 0:
-            slot_key[h] = k
-            slot_id[h] = m
-            first[m] = t
-            m += 1
-        inverse[t] = slot_id[h]
-    return first[:m].copy(), inverse
-
-
-@nb.njit(cache=True, nogil=True)
-def _sort_slice(idx, val, a, b, weighted):
-    """Sort idx[a:b] ascending (val alongside when weighted)."""
-    if b - a <= 32:
-        for i in range(a + 1, b):
-            x = idx[i]
-            y = val[i] if weighted else 0.0
-            k = i - 1
-            while k >= a and idx[k] > x:
-                idx[k + 1] = idx[k]
-                if weighted:
-                    val[k + 1] = val[k]
-                k -= 1
-            idx[k + 1] = x
-            if weighted:
-                val[k + 1] = y
-    else:
-        order = np.argsort(idx[a:b], kind="mergesort")
-        si = idx[a:b][order]
-        idx[a:b] = si
-        if weighted:
-            sv = val[a:b][order]
-            val[a:b] = sv
-
-
-@nb.njit(cache=True, nogil=True)
-def _csr_sorted(ptr, ids, vals, weighted):
-    """Per row r, ids[ptr[r]:ptr[r+1]] without −1 (and, weighted, without value 0), sorted,
-    equal ids merged (values summed, zero sums dropped; unweighted: kept once).
-
-    Returns (out_ptr int64, out_idx int32, out_val float64 — empty unless weighted)."""
-    n = ptr.shape[0] - 1
-    out_ptr = np.zeros(n + 1, np.int64)
-    out_idx = np.empty(ids.shape[0], np.int32)
-    out_val = np.empty(ids.shape[0] if weighted else 0, np.float64)
-    pos = 0
-    for r in range(n):
-        start = pos
-        for q in range(ptr[r], ptr[r + 1]):
-            f = ids[q]
-            if f < 0:
-                continue
-            if weighted:
-                if vals[q] == 0.0:
-                    continue
-                out_val[pos] = vals[q]
-            out_idx[pos] = f
-            pos += 1
-        _sort_slice(out_idx, out_val, start, pos, weighted)
-        m = start
-        i = start
-        while i < pos:
-            f = out_idx[i]
-            v = 0.0
-            while i < pos and out_idx[i] == f:
-                if weighted:
-                    v += out_val[i]
-                i += 1
-            if weighted:
-                if v == 0.0:
-                    continue
-                out_val[m] = v
-            out_idx[m] = f
-            m += 1
-        pos = m
-        out_ptr[r + 1] = pos
-    return out_ptr, out_idx[:pos].copy(), out_val[:pos if weighted else 0].copy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -913,7 +225,7 @@ def _remap(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray | None,
            remap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     new = remap[idx] if idx.shape[0] else idx
     w = val is not None
-    p, i, v = _csr_sorted(ptr, new, val if w else np.zeros(0, np.float64), w)
+    p, i, v = csr_sorted(ptr, new, val if w else np.zeros(0, np.float64), w)
     return p, i, (v if w else None)
 
 
@@ -966,7 +278,7 @@ class _SpacesFeaturizer:
         out = []
         for ptr, ids, vals in parts:
             w = vals is not None
-            p, i, v = _csr_sorted(ptr, ids, vals if w else np.zeros(0, np.float64), w)
+            p, i, v = csr_sorted(ptr, ids, vals if w else np.zeros(0, np.float64), w)
             out.append((p, i, v if w and np.any(v != 1.0) else None))
         if len(out) == 1:
             n = sent_ptr[-1]
@@ -1081,7 +393,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
 
     def _expand(self, tokens, lookups):
         flat = list(itertools.chain.from_iterable(tokens))
-        n = _width(flat)
+        n = tokens_width(flat)
         if n:
             if self.n_columns is not None and n != self.n_columns:
                 raise ValueError(f"tokens have {n} columns, the model was fitted on "
@@ -1139,7 +451,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
             if key not in gathered:
                 tt, ext = column(m.col)
                 vm, _ = values(m)
-                gathered[key] = _gather(sent_ptr, tt, vm, m.row, len(ext) - 2 * R, R)
+                gathered[key] = gather(sent_ptr, tt, vm, m.row, len(ext) - 2 * R, R)
             return gathered[key]
 
         for j, line in enumerate(lines):
@@ -1152,11 +464,11 @@ class TemplateFeaturizer(_SpacesFeaturizer):
             for m in macros[1:]:
                 v, size = per_token(m), len(values(m)[1])
                 if radix * size >= 2**62:
-                    first, key = _dense_ids(key)
+                    first, key = dense_ids(key)
                     radix = first.shape[0]
                 key = key * size + v
                 radix *= size
-            first, inverse = _dense_ids(key)
+            first, inverse = dense_ids(key)
             cols: list[Iterable[str]] = []
             for it in line.items:
                 if isinstance(it, str):
@@ -1262,15 +574,16 @@ class DictFeaturizer(_SpacesFeaturizer):
         return obj
 
 
-__all__ = ["DictFeaturizer", "Macro", "MacroFn", "Template", "TemplateEncoding",
-           "TemplateFeaturizer", "TemplateLine", "WapitiRegex", "boundary", "compile_regex",
-           "dict_features"]
+
+__all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "dict_features",
+           "resolve_template"]
 
 
 def resolve_template(template: Any) -> Template | None:
-    """The ``template`` parameter as a :class:`~demidcd.tasks.template.Template` (None: the
-    built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``) or a file
-    path; a template that does not parse raises InputError naming its file and line."""
+    """The ``template`` parameter as a :class:`~demidcd.tasks.template_language.Template`
+    (None: the built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``)
+    or a file path; a template that does not parse raises InputError naming its file and
+    line."""
     if template is None or isinstance(template, Template):
         return template
     if isinstance(template, str | os.PathLike):
