@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import OptionError, WorkerError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import RecordBatch, Task
+from .experimental import EXPERIMENTAL
 from .worker import (
     BACKOFF,
     CLEAN_VERSION,
@@ -219,16 +220,17 @@ TRANSPORTS: dict[str, str] = {"shm": "demidcd.parallel.engine:WorkerPool",
 interface imports none of its implementations (they import it)."""
 
 
-def make_transport(backend: str | Callable[..., Transport], task: Task, n_workers: int,
-                   spec: WorkerSpec, *,
+def make_transport(backend: str, task: Task, n_workers: int, spec: WorkerSpec, *,
                    log: Callable[[str], None] | None = None, debug: bool = False,
                    learner_share: bool = False, ring_words: int = RING_WORDS,
                    ray_address: str | None = None, max_restarts: int = 3) -> Transport:
     """The transport ``backend`` (a name of :data:`TRANSPORTS`) for ``n_workers`` workers
-    running ``spec``. A callable ``backend(task, n_workers, spec, log=, debug=,
-    learner_share=)`` builds any other :class:`Transport`."""
-    if callable(backend):
-        return backend(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share)
+    running ``spec``. The experimental hook's factory
+    (:attr:`~.experimental.Experimental.transport`), when set, builds the transport instead
+    (tests: a fake :class:`Transport`)."""
+    factory = EXPERIMENTAL.transport
+    if factory is not None:
+        return factory(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share)
     if backend not in TRANSPORTS:
         raise OptionError(f"unknown --backend {backend!r}; choose one of "
                           f"{', '.join(TRANSPORTS)}")
