@@ -13,7 +13,23 @@ a dead worker is restarted on its shard), and stops and closes. The workers run
 Two transports implement it: shared memory on one machine (:mod:`demidcd.parallel.engine`,
 forked processes, a double-buffered w̄ read in place, one SPSC ring per worker) and a Ray
 cluster (:mod:`demidcd.parallel.ray`, actors on any node, w̄ as versioned deltas through the
-object store, records in batches of numpy arrays). :func:`make_transport` picks one by name.
+object store, records in batches of numpy arrays). :func:`make_transport` picks one by name
+(or the experimental hook's factory, :mod:`.experimental`, builds a fake one for tests).
+
+The schedules reach processes through exactly two interfaces, both in this package:
+
+* this one, :class:`Transport`: one learner (the schedule, in this process) and p − 1
+  inference workers that search with a published w̄ and send records back. The learner's view
+  of it (the [w, A] vector it publishes, the drains, their staleness) is
+  :class:`~.learner.SharedLearner`; the one-process-learner schedules (DEMI-DCD, MS-DCD, SP-IPM,
+  the replicated mini-batches) use nothing else.
+* :class:`~.coordinator.Coordinator` (with :class:`~.multi.LearnerGroup` under it): K peer
+  learners that each infer and learn on their own part and write one shared w in place
+  (``--learners K``). It is not a Transport: nothing is published (every learner reads the
+  live w), no record travels (each admits its own), and what the schedule needs instead is
+  commands to all learners at once (pause, add Σ α φ, certify, collect the dual state) and
+  rebuilds of w; forcing them through publish/drain would leave most of either interface
+  unused.
 """
 
 from __future__ import annotations
