@@ -21,8 +21,9 @@ The schedules reach processes through exactly two interfaces, both in this packa
 * this one, :class:`Transport`: one learner (the schedule, in this process) and p − 1
   inference workers that search with a published w̄ and send records back. The learner's view
   of it (the [w, A] vector it publishes, the drains, their staleness) is
-  :class:`~.learner.SharedLearner`; the one-process-learner schedules (DEMI-DCD, MS-DCD, SP-IPM,
-  the replicated mini-batches) use nothing else.
+  :class:`~.learner.SharedLearner`. The schedules with one learner process use nothing else:
+  DEMI-DCD and MS-DCD through a SharedLearner, SP-IPM and the replicated mini-batches of
+  Pegasos and AdaGrad directly.
 * :class:`~.coordinator.Coordinator` (with :class:`~.multi.LearnerGroup` under it): K peer
   learners that each infer and learn on their own part and write one shared w in place
   (``--learners K``). It is not a Transport: nothing is published (every learner reads the
