@@ -182,6 +182,18 @@ def test_learners_option_errors(small):
         fit(small, algorithm="demi-dcd", threads=2, learners=2, update_mode="atomic")
 
 
+def test_the_update_mode_is_an_experimental_setting(task, experimental):
+    """The update mode is no keyword (dropped like any other) but a field of the engine's
+    experimental hook, checked before any learner starts."""
+    from demidcd.parallel.experimental import EXPERIMENTAL
+
+    assert EXPERIMENTAL.update_mode == "plain" and EXPERIMENTAL.transport is None
+    experimental(update_mode="hybrid")
+    with pytest.raises(ValueError, match="^EXPERIMENTAL.update_mode must be one of atomic, "
+                                         "plain, got 'hybrid'"):
+        train(task, "demi-dcd", SolverConfig(C=0.1), threads=2, learners=2)
+
+
 def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     from toy_task import SlowToyTask, ToyTask
 
