@@ -61,16 +61,17 @@ def shm_guard():
 
 
 @pytest.fixture
-def schedule_keywords(monkeypatch):
-    """Let solvers.train pass the multi-learner schedule's own keywords (``update_mode``,
-    ``check``, ``rebuild_every``: for experiments and tests, not user options) through to it."""
-    import dataclasses
+def experimental(monkeypatch):
+    """``experimental(**settings)``: set fields of the process engine's one experimental hook,
+    :data:`demidcd.parallel.experimental.EXPERIMENTAL` (``update_mode``, ``rebuild_every``,
+    ``check_rebuild``, ``transport``: not user options), for this test only."""
+    from demidcd.parallel.experimental import EXPERIMENTAL
 
-    from demidcd.solvers import LEARNERS
-
-    learner = LEARNERS["demi-dcd"]
-    monkeypatch.setitem(LEARNERS, "demi-dcd", dataclasses.replace(
-        learner, options=(*learner.options, "update_mode", "check", "rebuild_every")))
+    def configure(**settings) -> None:
+        for name, value in settings.items():
+            assert hasattr(EXPERIMENTAL, name), f"no experimental setting {name!r}"
+            monkeypatch.setattr(EXPERIMENTAL, name, value)
+    return configure
 
 
 @pytest.fixture

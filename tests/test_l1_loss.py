@@ -110,11 +110,12 @@ def test_l1_log_and_summary_report_the_hinge_primal(toy, dcd_l1):
 
 @pytest.mark.parametrize("mode", ["plain", "atomic"])
 def test_two_l1_learners_reach_the_1dcd_l1_optimum(toy, dcd_l1, mode, shm_guard,
-                                                   schedule_keywords):
+                                                   experimental):
     """Several learners on one w (multi_dcd) with the SMO update: a certified stop at the
     hinge optimum, the dual a lower bound of it."""
     p1 = _hinge(toy, dcd_l1.w)
-    res = train(toy, "demi-dcd", _cfg(loss="l1"), threads=2, learners=2, update_mode=mode)
+    experimental(update_mode=mode)
+    res = train(toy, "demi-dcd", _cfg(loss="l1"), threads=2, learners=2)
     assert res.stop_reason == "converged"
     p = _hinge(toy, res.w)
     assert abs(p - p1) / p1 <= 1e-3, (p, p1)

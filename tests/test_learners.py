@@ -309,13 +309,17 @@ def test_every_learner_trains_entity_relation_exact(algorithm: str) -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["pegasos", "adagrad"])
-def test_parallel_batches_need_shared_memory(algorithm: str) -> None:
+def test_parallel_batches_need_shared_memory(algorithm: str, monkeypatch,
+                                             experimental) -> None:
     """Replicated-weight mini-batches run on the shm transport only: any other backend is a
     one-line OptionError before a worker starts (and so is a replica job on Ray)."""
+    from demidcd.parallel import ray
+
     task, _ = _seq_task(20)
+    monkeypatch.setattr(ray, "require_ray", lambda: None)  # as if Ray were installed
+    experimental(transport=lambda *a, **k: pytest.fail("a transport was built"))
     with pytest.raises(OptionError, match="backend shm"):
-        train(task, algorithm, _cfg(max_epochs=1, eval_every=None), threads=2,
-              backend=lambda *a, **k: pytest.fail("a transport was built"))
+        train(task, algorithm, _cfg(max_epochs=1, eval_every=None), threads=2, backend="ray")
     from demidcd.parallel.ray import RayTransport
     from demidcd.parallel.worker import WorkerSpec
 

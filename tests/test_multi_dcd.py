@@ -16,11 +16,6 @@ from demidcd.solvers import train
 from demidcd.solvers.common import SolverConfig, primal_objective
 
 
-@pytest.fixture(autouse=True)
-def _keywords(schedule_keywords):
-    """Every test here may pass the multi-learner schedule's own keywords."""
-
-
 def run(task, k, **engine):
     """Several learners through solvers.train; returns the result and its primal."""
     cfg = SolverConfig(C=0.1, tol=1e-3, delta=1e-3, max_epochs=100000, time_limit=60)
@@ -44,8 +39,9 @@ def optimum(small):
 
 @pytest.mark.parametrize("mode", ["atomic", "plain"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
-    r, p = run(task, k, update_mode=mode, check=True, rebuild_every=0.2)
+def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard, experimental):
+    experimental(update_mode=mode, check_rebuild=True, rebuild_every=0.2)
+    r, p = run(task, k)
     assert r.stop_reason == "converged"
     assert r.extra["learners"] == k and r.extra["update_mode"] == mode
     assert abs(p - optimum) / optimum <= 1e-3
@@ -63,7 +59,7 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard):
 
 @pytest.mark.parametrize("mode", ["plain"])
 def test_time_limit_turns_to_atomic_adds_before_the_final_rebuild(task, mode, shm_guard,
-                                                                  monkeypatch):
+                                                                  monkeypatch, experimental):
     # a stop on the time limit returns w = Σ α φ: the last max(1 s, 5%) runs with atomic adds,
     # so no lost update separates the returned w from the one trained on (FINAL_TAIL). The
     # limit is short enough (the tail at 1.8 - 1 = 0.8 s; tol 1e-12 is certified after
@@ -73,17 +69,18 @@ def test_time_limit_turns_to_atomic_adds_before_the_final_rebuild(task, mode, sh
 
     monkeypatch.setattr(multi_dcd, "TAIL_SHARE", -1.0)
     cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-3, max_epochs=None, time_limit=1.8)
-    r = train(task, "demi-dcd", cfg, threads=2, learners=2, update_mode=mode)
+    experimental(update_mode=mode)
+    r = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert r.stop_reason == "time-limit"
     assert r.extra["atomic_from"] is not None and 0.6 <= r.extra["atomic_from"] <= 1.3
     at, drift, entries = r.extra["drift_log"][-1]
     assert at >= r.extra["atomic_from"] and entries == 0
 
 
-def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
+def test_dual_between_rebuilds_with_plain_stores(task, shm_guard, experimental):
     recs = []
-    r, _ = run(task, 2, update_mode="plain", rebuild_every=0.02,
-               callback=lambda rec, w: recs.append(dict(rec)))
+    experimental(update_mode="plain", rebuild_every=0.02)
+    r, _ = run(task, 2, callback=lambda rec, w: recs.append(dict(rec)))
     assert r.stop_reason == "converged"
     assert len(recs) >= 3
     # −D (the dual lower bound) may fall between rebuilds only by what lost updates can do:
@@ -94,7 +91,8 @@ def test_dual_between_rebuilds_with_plain_stores(task, shm_guard):
     assert recs[-1]["dual"] > recs[0]["dual"]
 
 
-def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum, shm_guard):
+def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum, shm_guard,
+                                                                  experimental):
     lines, killed = [], []
 
     def kill_one(rec, w):  # learners are paused in a rebuild: kill learner 2 once
@@ -103,8 +101,8 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum,
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    r, p = run(task, 2, update_mode="atomic", rebuild_every=0.01, callback=kill_one,
-               log=lines.append, check=True)
+    experimental(update_mode="atomic", rebuild_every=0.01, check_rebuild=True)
+    r, p = run(task, 2, callback=kill_one, log=lines.append)
     assert killed and r.extra["restarts"] >= 1
     assert any("its α is lost" in s for s in lines)
     assert r.stop_reason == "converged"
@@ -112,12 +110,13 @@ def test_killed_learner_restarts_and_training_reaches_the_optimum(task, optimum,
     assert r.extra["rebuild_error"] <= 1e-9
 
 
-def test_a_second_ctrl_c_mid_rebuild_keeps_the_w_from_before_it(task, shm_guard, monkeypatch):
+def test_a_second_ctrl_c_mid_rebuild_keeps_the_w_from_before_it(task, shm_guard, monkeypatch,
+                                                                 experimental):
     """Issue 45, item 17: a second Ctrl-C (KeyboardInterrupt) while the learners add Σ α φ into
     the zeroed w returned that half-built w (all zeros here: a zero model was saved); now the
     w from before the rebuild."""
+    from demidcd.parallel.coordinator import ADD
     from demidcd.parallel.multi import LearnerGroup
-    from demidcd.solvers.multi_dcd import ADD
 
     command, adds = LearnerGroup.command, []
 
@@ -129,7 +128,8 @@ def test_a_second_ctrl_c_mid_rebuild_keeps_the_w_from_before_it(task, shm_guard,
 
     monkeypatch.setattr(LearnerGroup, "command", interrupted)
     cfg = SolverConfig(C=0.1, tol=1e-9, delta=1e-3, max_epochs=100000, time_limit=60)
-    r = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.2)
+    experimental(rebuild_every=0.2)
+    r = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert r.stop_reason == "interrupted" and sum(adds) == 2
     zero = primal_objective(task, np.zeros_like(r.w), 0.1)[0]
     assert primal_objective(task, r.w, 0.1)[0] < 0.5 * zero
@@ -163,7 +163,7 @@ def test_atomic_add_loses_nothing_under_contention():
 
 
 def test_drift_counts_lost_updates_not_rounding():
-    from demidcd.solvers.multi_dcd import drift
+    from demidcd.parallel.coordinator import drift
 
     w = np.ones(64)
     old = w.copy()
@@ -180,6 +180,18 @@ def test_learners_option_errors(small):
         fit(small, algorithm="demi-dcd", threads=2, learners=3)
     with pytest.raises(TypeError):  # not an option any more (CHANGELOG)
         fit(small, algorithm="demi-dcd", threads=2, learners=2, update_mode="atomic")
+
+
+def test_the_update_mode_is_an_experimental_setting(task, experimental):
+    """The update mode is no keyword (dropped like any other) but a field of the engine's
+    experimental hook, checked before any learner starts."""
+    from demidcd.parallel.experimental import EXPERIMENTAL
+
+    assert EXPERIMENTAL.update_mode == "plain" and EXPERIMENTAL.transport is None
+    experimental(update_mode="hybrid")
+    with pytest.raises(ValueError, match="^EXPERIMENTAL.update_mode must be one of atomic, "
+                                         "plain, got 'hybrid'"):
+        train(task, "demi-dcd", SolverConfig(C=0.1), threads=2, learners=2)
 
 
 def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
@@ -214,19 +226,20 @@ def test_several_learners_need_shared_memory(task):
     assert engine["learners"] == 1 and "learner_choice" not in engine
 
 
-def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard):
+def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard, experimental):
     """Every record of a multi-learner run carries max_pg, the largest over the learners'
     parts (not 0.0 while the run is far from converged; this task certifies tol 1e-12 after
     2.5-3.7 s on a 2-core EPYC, so the run stops at 1.5 s)."""
     cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, time_limit=1.5)
-    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.5)
+    experimental(rebuild_every=0.5)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert res.stop_reason == "time-limit" and len(res.history) >= 2
     pgs = [rec["max_pg"] for rec in res.history]
     assert all(pg > cfg.tol for pg in pgs), pgs
     assert any(np.isfinite(pg) for pg in pgs), pgs  # once every learner finished a pass
 
 
-def test_the_log_is_true_while_costly_inference_passes_go_on(shm_guard):
+def test_the_log_is_true_while_costly_inference_passes_go_on(shm_guard, experimental):
     """With costly inference a learner's first inference pass over its part lasts longer than
     many rebuilds (Brown, 453 tags: minutes); every record taken once structures were admitted
     shows them in the active sets and a max |PG| > 0 (it printed ``active 0``, ``max_pg 0``
@@ -237,7 +250,8 @@ def test_the_log_is_true_while_costly_inference_passes_go_on(shm_guard):
 
     task = SlowToyTask(0.03, n=80, seed=3)  # a part of 40 examples: 1.2 s of inference
     cfg = SolverConfig(C=0.1, tol=1e-6, delta=1e-6, time_limit=1.5, batch=2)
-    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.25)
+    experimental(rebuild_every=0.25)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert res.stop_reason == "time-limit"
     seen = [rec for rec in res.history if rec["admitted"] > 0]
     assert len(seen) >= 2, res.history
@@ -271,7 +285,7 @@ def test_auto_times_the_update_step_without_the_first_touch_of_w(monkeypatch):
     assert fig["step_us"] < 200.0, fig  # 50 ms / 64 steps = 780 us when it counted
 
 
-def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard):
+def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard, experimental):
     """A rebuild copied, zeroed and compared all of w while the learners waited (Brown, 453
     tags, 1.2 GiB w: 1.3 s per rebuild, 6.5 of a 30 s run); w = Σ α φ is 0 off the lines an
     admitted φ touches, and only those are touched now: the coordinator's memory does not
@@ -302,21 +316,22 @@ def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard):
     task = SpreadToyTask(n=40, m=6, dim=20, density=0.5, seed=5)  # w: 16M entries, 128 MiB
     cfg = SolverConfig(C=0.1, tol=1e-9, delta=1e-9, max_epochs=10**6, time_limit=1.5)
     before, mapped = shmem(), []
-    res = train_multi_dcd(task, cfg, 2, rebuild_every=0.3,  # (solvers.train's callback copies w)
+    experimental(rebuild_every=0.3)
+    res = train_multi_dcd(task, cfg, 2,  # (solvers.train's callback copies w)
                           callback=lambda rec, w: mapped.append(shmem() - before))
     assert res.extra["rebuilds"] >= 2 and res.extra["updates"] > 0 and np.abs(res.w).max() > 0
     assert max(mapped) < task.dim * 8 / 8, [m >> 20 for m in mapped]
 
 
-def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch):
+def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch, experimental):
     """A rebuild pauses every learner; where one is costly (Brown, 453 tags: 0.7 s) the
-    periodic ones came every ``rebuild_every`` s all the same (18 in this 3 s run, paused for
-    more than half of it). Now they take at most REBUILD_SHARE of the time (the time limit's
-    rebuilds aside)."""
+    periodic ones came every ``EXPERIMENTAL.rebuild_every`` s all the same (18 in this 3 s run,
+    paused for more than half of it). Now they take at most REBUILD_SHARE of the time (the time
+    limit's rebuilds aside)."""
     import time as _time
 
+    from demidcd.parallel.coordinator import ADD
     from demidcd.parallel.multi import LearnerGroup
-    from demidcd.solvers.multi_dcd import ADD
 
     command = LearnerGroup.command
 
@@ -327,7 +342,8 @@ def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch):
 
     monkeypatch.setattr(LearnerGroup, "command", slow_add)
     cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=3.0)
-    res = train(task, "demi-dcd", cfg, threads=2, learners=2, rebuild_every=0.05)
+    experimental(rebuild_every=0.05)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert res.stop_reason == "time-limit"
     # periodic ones at 0.05 s, then 0.1 / REBUILD_SHARE = 2 s later at the earliest; the time
     # limit adds two (the tail's and the final one)

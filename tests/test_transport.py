@@ -152,9 +152,9 @@ def _fake_factory(made):
     return make
 
 
-def test_ms_dcd_over_the_fake_transport_is_deterministic(toy):
-    runs = [train(toy, "ms-dcd", SolverConfig(**CFG), threads=3, backend=_fake_factory([]))
-            for _ in range(2)]
+def test_ms_dcd_over_the_fake_transport_is_deterministic(toy, experimental):
+    experimental(transport=_fake_factory([]))
+    runs = [train(toy, "ms-dcd", SolverConfig(**CFG), threads=3) for _ in range(2)]
     assert runs[0].epochs == runs[1].epochs
     assert np.array_equal(runs[0].w, runs[1].w)
 
@@ -172,12 +172,12 @@ def seq():
     return est.training_task(c.tokens, c.tags)
 
 
-def test_sp_ipm_fake_transport_equals_shared_memory(seq, shm_guard):
+def test_sp_ipm_fake_transport_equals_shared_memory(seq, shm_guard, experimental):
     cfg = dict(C=0.5, max_epochs=3)
     toy = seq
     shm = train(toy, "sp-ipm", SolverConfig(**cfg), threads=3, perceptron_epochs_per_round=2)
-    fake = train(toy, "sp-ipm", SolverConfig(**cfg), threads=3, perceptron_epochs_per_round=2,
-                 backend=_fake_factory([]))
+    experimental(transport=_fake_factory([]))
+    fake = train(toy, "sp-ipm", SolverConfig(**cfg), threads=3, perceptron_epochs_per_round=2)
     assert shm.epochs == fake.epochs == 3
     assert np.abs(shm.w).sum() > 0
     assert np.array_equal(shm.w, fake.w)  # same shards, same mappers, same mixing

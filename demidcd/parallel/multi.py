@@ -1,9 +1,10 @@
 """K learner processes over one shared float64 w: process management, commands, supervision.
 
-Used by :mod:`demidcd.solvers.multi_dcd` (several learners, PASSCoDe-style). The caller (the
-*coordinator*) owns every shared-memory segment in one :class:`~.shm.SharedArena` and forks K
-processes (``multiprocess`` "fork" context, as :mod:`.engine` does: the bound task and its
-compiled kernels are inherited, nothing is pickled). Each runs ``body(group, k)`` on its part
+Used by :class:`~.coordinator.Coordinator` (several learners, PASSCoDe-style; the algorithm
+is :mod:`demidcd.solvers.multi_dcd`). The caller (the *coordinator*) owns every shared-memory
+segment in one :class:`~.shm.SharedArena` and forks K processes (``multiprocess`` "fork"
+context, as :mod:`.engine` does: the bound task and its compiled kernels are inherited,
+nothing is pickled). Each runs ``body(group, k)`` on its part
 ``parts[k]`` of the examples and writes nothing shared but w (the learners' own business: plain
 or atomic adds) and its own row of ``stats``/``fstats``.
 

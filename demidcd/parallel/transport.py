@@ -13,7 +13,24 @@ a dead worker is restarted on its shard), and stops and closes. The workers run
 Two transports implement it: shared memory on one machine (:mod:`demidcd.parallel.engine`,
 forked processes, a double-buffered w̄ read in place, one SPSC ring per worker) and a Ray
 cluster (:mod:`demidcd.parallel.ray`, actors on any node, w̄ as versioned deltas through the
-object store, records in batches of numpy arrays). :func:`make_transport` picks one by name.
+object store, records in batches of numpy arrays). :func:`make_transport` picks one by name
+(or the experimental hook's factory, :mod:`.experimental`, builds a fake one for tests).
+
+The schedules reach processes through exactly two interfaces, both in this package:
+
+* this one, :class:`Transport`: one learner (the schedule, in this process) and p − 1
+  inference workers that search with a published w̄ and send records back. The learner's view
+  of it (the [w, A] vector it publishes, the drains, their staleness) is
+  :class:`~.learner.SharedLearner`. The schedules with one learner process use nothing else:
+  DEMI-DCD and MS-DCD through a SharedLearner, SP-IPM and the replicated mini-batches of
+  Pegasos and AdaGrad directly.
+* :class:`~.coordinator.Coordinator` (with :class:`~.multi.LearnerGroup` under it): K peer
+  learners that each infer and learn on their own part and write one shared w in place
+  (``--learners K``). It is not a Transport: nothing is published (every learner reads the
+  live w), no record travels (each admits its own), and what the schedule needs instead is
+  commands to all learners at once (pause, add Σ α φ, certify, collect the dual state) and
+  rebuilds of w; forcing them through publish/drain would leave most of either interface
+  unused.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ import numpy as np
 from ..errors import OptionError, WorkerError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import RecordBatch, Task
+from .experimental import EXPERIMENTAL
 from .worker import (
     BACKOFF,
     CLEAN_VERSION,
@@ -219,16 +237,17 @@ TRANSPORTS: dict[str, str] = {"shm": "demidcd.parallel.engine:WorkerPool",
 interface imports none of its implementations (they import it)."""
 
 
-def make_transport(backend: str | Callable[..., Transport], task: Task, n_workers: int,
-                   spec: WorkerSpec, *,
+def make_transport(backend: str, task: Task, n_workers: int, spec: WorkerSpec, *,
                    log: Callable[[str], None] | None = None, debug: bool = False,
                    learner_share: bool = False, ring_words: int = RING_WORDS,
                    ray_address: str | None = None, max_restarts: int = 3) -> Transport:
     """The transport ``backend`` (a name of :data:`TRANSPORTS`) for ``n_workers`` workers
-    running ``spec``. A callable ``backend(task, n_workers, spec, log=, debug=,
-    learner_share=)`` builds any other :class:`Transport`."""
-    if callable(backend):
-        return backend(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share)
+    running ``spec``. The experimental hook's factory
+    (:attr:`~.experimental.Experimental.transport`), when set, builds the transport instead
+    (tests: a fake :class:`Transport`)."""
+    factory = EXPERIMENTAL.transport
+    if factory is not None:
+        return factory(task, n_workers, spec, log=log, debug=debug, learner_share=learner_share)
     if backend not in TRANSPORTS:
         raise OptionError(f"unknown --backend {backend!r}; choose one of "
                           f"{', '.join(TRANSPORTS)}")

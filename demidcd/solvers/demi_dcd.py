@@ -64,7 +64,7 @@ from ..tasks.base import Task
 from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .dcd import saved_rng
-from .learner import SharedLearner
+from .learner import DcdLearner
 from .state import Start
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
@@ -84,7 +84,7 @@ PASSES_PER_SWEEP = 8.0  # R0 of inference_share: update passes per worker sweep 
 MAX_INFERENCE_SHARE = 0.95  # the learner always keeps 5% of its time for updates
 
 
-def publish_gap(L: SharedLearner, longest: float) -> float:
+def publish_gap(L: DcdLearner, longest: float) -> float:
     """Seconds to wait after a publish before the next one.
 
     The share of the learner's time spent publishing follows the share of pushed structures the
@@ -93,11 +93,11 @@ def publish_gap(L: SharedLearner, longest: float) -> float:
     up to 3/4 of the structures arrive stale) publishes come every few ms; near the optimum
     (< 10% rejected) they cost ≤ 3–10% of the learner's time. Bounded by
     :data:`MIN_PUBLISH_INTERVAL` and ``longest``."""
-    share = min(PUBLISH_SHARE[1], max(PUBLISH_SHARE[0], L.stale_share))
-    return min(longest, max(MIN_PUBLISH_INTERVAL, L.last_publish_cost / share))
+    share = min(PUBLISH_SHARE[1], max(PUBLISH_SHARE[0], L.shared.stale_share))
+    return min(longest, max(MIN_PUBLISH_INTERVAL, L.shared.last_publish_cost / share))
 
 
-def inference_share(L: SharedLearner, pass_seconds: float) -> float:
+def inference_share(L: DcdLearner, pass_seconds: float) -> float:
     """Share of the learner's time to spend on loss-augmented inference of its own after the
     first epoch: 1 − R0/R with R = (a worker's sweep time) / (the learner's full update-pass
     time, ``pass_seconds``),
@@ -127,7 +127,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
     """Train with one learner (this process) and ``threads − 1`` inference workers on the
     ``backend`` transport ("shm" or "ray"). ``start``: a prior and/or a saved state
     (:mod:`.state`)."""
-    L = SharedLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
+    L = DcdLearner(task, config, threads, "demi", callback, rho_worker, ring_words, log,
                       debug, tick=tick, backend=backend, ray_address=ray_address, start=start)
     n, workers = task.n_examples, L.transport
     rng = saved_rng(start, ("demi-dcd",), config.seed)
@@ -191,7 +191,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                 t = time.perf_counter()  # one the workers' clean sweeps certify
                 while not L.poll():
                     L.ingest()  # records only enter the active sets (α = 0): w stays w_V
-                    if L.last_drained:  # a worker saw a violation at V: resume
+                    if L.shared.last_drained:  # a worker saw a violation at V: resume
                         break
                     if workers.all_clean_since(version):
                         converged = True

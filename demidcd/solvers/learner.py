@@ -1,9 +1,10 @@
-"""The learner side shared by the multi-process DCD schedules (DEMI-DCD and MS-DCD).
+"""The learner's algorithm shared by the multi-process DCD schedules (DEMI-DCD and MS-DCD).
 
-:class:`SharedLearner` owns the active sets over a local [w, A] vector, and a
-:class:`~demidcd.parallel.transport.Transport` (shared memory or Ray, ``backend``). It drains
-the workers' records into the active sets (:meth:`ingest`), publishes [w, A] (:meth:`publish`,
-only the lines an admitted φ touches), builds the
+:class:`DcdLearner` owns the active sets over the [w, A] vector of a
+:class:`~demidcd.parallel.learner.SharedLearner` (the process side: the transport to the
+workers, shared memory or Ray, ``backend``, and the publishing). It admits the workers' records
+into the active sets (:meth:`DcdLearner.ingest`), runs UPDATEWEIGHT and inference of its own,
+publishes [w, A] (:meth:`DcdLearner.publish`, only the lines an admitted φ touches), builds the
 per-iteration log record and the final :class:`TrainResult`. A schedule decides only *when*
 each of these happens.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..parallel.transport import make_transport
+from ..parallel.learner import SharedLearner
 from ..parallel.worker import WorkerSpec
 from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets
@@ -31,7 +32,10 @@ FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after it
 # sweeps was no better at 12 s (2.6/2.7/2.4% vs 2.5/2.3/4.1%), so 1-DCD keeps one.
 
 
-class SharedLearner:
+class DcdLearner:
+    """The learner of DEMI-DCD and MS-DCD (module docstring); ``shared`` is its
+    :class:`~demidcd.parallel.learner.SharedLearner`, ``transport`` the workers'."""
+
     def __init__(self, task: Task, config: SolverConfig, threads: int, mode: str,
                  callback: Callback | None, chunk: int, ring_words: int,
                  log: Callable[[str], None] | None, debug: bool, learner_share: bool = False,
@@ -45,11 +49,12 @@ class SharedLearner:
         self.transport_mode = mode
         spec = WorkerSpec(mode, config.C, config.admit, config.tol, config.seed, chunk,
                           loss=config.loss)
-        self.transport = make_transport(backend, task, threads - 1, spec, log=self.log,
-                                        debug=debug, learner_share=learner_share,
-                                        ring_words=ring_words, ray_address=ray_address)
+        self.shared = SharedLearner(task, threads, spec, log=self.log, debug=debug,
+                                    learner_share=learner_share, ring_words=ring_words,
+                                    backend=backend, ray_address=ray_address)
+        self.transport = self.shared.transport
         self.tick = tick
-        self.wa = np.zeros(dim + n)  # [w, A], published as one vector (L1 loss: [w, ξ̂])
+        self.wa = self.shared.wa  # [w, A], published as one vector (L1 loss: [w, ξ̂])
         tail = {"xi": self.wa[dim:]} if config.loss == "l1" else {"alpha_sum": self.wa[dim:]}
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], sweeps=config.sweeps,
@@ -66,11 +71,6 @@ class SharedLearner:
                                  tick=tick, prior=start.prior if start else None)
         self.history = self.recorder.history
         self.clock: Clock | None = None
-        self.last_publish_cost = 0.0  # seconds the last publish took
-        self._drained_since_publish = self._rejected_since_publish = 0
-        self.stale_share = 1.0  # share of the records drained since the last publish that were
-        # rejected (no longer violated under w, Eq. 11); kept when nothing was drained
-        self.last_drained = 0  # records in the last drain (admitted, duplicate or rejected)
 
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
@@ -79,14 +79,14 @@ class SharedLearner:
         self.clock = clock = self.recorder.start()
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
         self.task.should_stop = lambda: StopRequest.requested or clock.expired()
-        self.transport.start(expired=clock.expired)
+        self.shared.start(clock.expired)
         if self.start_point is not None and (self.start_point.prior is not None
                                              or self.start_point.state is not None):
             self.publish()  # the workers search with w = w₀ + Σ α φ from the start
 
     def poll(self) -> bool:
         """Snapshot when due, supervise the workers; True once the run must stop."""
-        self.transport.check()
+        self.shared.check()
         return self.clock.poll(self.act.w)
 
     @property
@@ -106,14 +106,10 @@ class SharedLearner:
         has A; ``fresh`` recomputes every ξ̂_i with w first, so that sweeps at this version test
         exactly what the stopping rule needs (otherwise each ξ̂_i is from its example's last
         visit or admission)."""
-        t = time.perf_counter()
-        if fresh and self.act.l1:
-            self.act.refresh_slack()
-        version = self.transport.publish(self.wa, self.act.mark, self.act.dim)
+        version = self.shared.publish(
+            self.act.mark, self.act.refresh_slack if fresh and self.act.l1 else None)
         self.cnt["publishes"] += 1
-        self._drained_since_publish = self._rejected_since_publish = 0
-        self.last_publish_cost = time.perf_counter() - t
-        self.seconds["publish"] += self.last_publish_cost
+        self.seconds["publish"] += self.shared.last_publish_cost
         return version
 
     def ingest(self, update_now: bool = False) -> int:
@@ -124,14 +120,11 @@ class SharedLearner:
         DCD-Light does right after inference, sweeping each up to :data:`FRESH_SWEEPS` times
         (DEMI-DCD; MS-DCD's master waits for the barrier).
         """
-        batch = self.transport.drain()
-        self.last_drained = len(batch)
+        batch = self.shared.drain()
         if not len(batch):
             return 0
         st = self._insert(batch)
-        self._drained_since_publish += len(batch)
-        self._rejected_since_publish += st.rejected
-        self.stale_share = self._rejected_since_publish / self._drained_since_publish
+        self.shared.count_stale(len(batch), st.rejected)
         if update_now:
             self.update(np.unique(batch.ex), sweeps=FRESH_SWEEPS)
         return st.admitted + st.duplicates
@@ -197,7 +190,7 @@ class SharedLearner:
         tot = self.transport.totals()
         traffic = self.transport.traffic()
         started = self.transport.start_figures(self.clock.t0) if self.clock else {}
-        self.transport.close()
+        self.shared.close()
         self.task.__dict__.pop("should_stop", None)  # back to the class default
         sec = self.seconds
         res = self.recorder.finish(

@@ -307,7 +307,7 @@ class BatchInference:
                  infer: Callable[[Task, np.ndarray], RecordBatch],
                  apply: Callable[[RecordBatch], None], max_batch: int, seed: int = 0,
                  log: Callable[[str], None] | None = None, debug: bool = False,
-                 ring_words: int = RING_WORDS, backend: str | Callable[..., Any] = "shm"):
+                 ring_words: int = RING_WORDS, backend: str = "shm"):
         self.task, self.threads, self.weights = task, int(threads), weights
         self._infer, self._apply = infer, apply
         self.pool: Any = None

@@ -24,7 +24,7 @@ from .activeset import SweepPlan
 from .common import Callback, SolverConfig, TrainResult, stop_reason
 from .dcd import saved_rng
 from .demi_dcd import LEARNER_CHUNK
-from .learner import SharedLearner
+from .learner import DcdLearner
 from .state import Start
 
 
@@ -39,7 +39,7 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
     The data is split into ``threads`` parts (as JLIS does for p processors): the master infers
     on its own part while the slaves infer on theirs, then waits at the barrier. ``start``: a
     prior and/or a saved state (:mod:`.state`)."""
-    L = SharedLearner(task, config, threads, "barrier", callback, rho_worker, ring_words, log,
+    L = DcdLearner(task, config, threads, "barrier", callback, rho_worker, ring_words, log,
                       debug, learner_share=True, tick=tick, backend=backend,
                       ray_address=ray_address, start=start)
     n, workers = task.n_examples, L.transport

@@ -12,7 +12,8 @@ both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented.
 ``--loss l1`` the update is the SMO visit (:func:`~.kernels.smo_examples`), the violation's
 tail ξ̂_i, the stop measure the KKT gap and the dual Σ Δλ − ½‖w‖² (no A² term).
 
-Updates to w: ``update_mode="atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
+Updates to w (:attr:`~demidcd.parallel.experimental.Experimental.update_mode`, an experimental
+setting): ``"atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
 (:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
 adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
 "Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
@@ -28,9 +29,11 @@ In the tail (every learner's last pass found violators in at most 1% of its part
 turn to atomic adds (the TAIL command, logged): the few updates left then lose nothing, so a
 rebuild no longer undoes the last steps and the stop rule can certify.
 
-Exactness: a coordinator (this process, which mostly sleeps) rebuilds w every
-``rebuild_every`` seconds (less often where a rebuild takes more than :data:`REBUILD_SHARE`
-of that), before every stop test and at the end: it pauses the learners
+Exactness: a coordinator (this process, which mostly sleeps;
+:class:`~demidcd.parallel.coordinator.Coordinator` does what involves the processes) rebuilds
+w every 5 s (less often where a rebuild takes more than
+:data:`~demidcd.parallel.coordinator.REBUILD_SHARE` of that), before every stop test and at
+the end: it pauses the learners
 (each between two blocks of work), keeps the old w, zeroes w and lets every learner add its own
 Σ_{i∈P_k} α φ with atomic adds (:func:`~.kernels.add_alpha_phi`). The *drift*
 ‖w_old − Σ α φ‖ measures the lost updates since the last rebuild (entries with drift: a lower
@@ -46,12 +49,15 @@ rebuilt at the end, and the dual −D(α) (Eq. 2) summed over the learners' α.
 Supervision: a learner that dies loses its α; w is then rebuilt from the live learners' α
 (α_{P_k} = 0 is a feasible dual point) and the learner restarts on its part with empty active
 sets (:mod:`demidcd.parallel.multi`).
+
+This module is the algorithm: each learner's body (its DCD-SSVM passes and its answers to the
+coordinator's commands) and the schedule's stop rule; the processes, the commands and the
+rebuilds of w are :mod:`demidcd.parallel.coordinator`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 import time
@@ -62,8 +68,20 @@ from numba import njit
 
 from ..errors import OptionError
 from ..parallel import multi as M
+from ..parallel.coordinator import (
+    ADD,
+    CERTIFY,
+    CHECK,
+    POLL,
+    STATE,
+    TAIL,
+    Coordinator,
+    part_path,
+    warm_up_kernels,
+)
+from ..parallel.experimental import EXPERIMENTAL
 from ..primitives.monitor import usable_cores
-from ..primitives.seqlock import LINE_SHIFT, load_word, mark_array, store_word
+from ..primitives.seqlock import load_word, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
@@ -71,14 +89,7 @@ from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, obj
 from .dcd import begin
 from .state import DualState, Start, empty_state, merge_parts, state_w
 
-UPDATE_MODES = ("atomic", "plain")
-DEFAULT_UPDATE_MODE = "plain"
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
-REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
-REBUILD_SHARE = 0.05  # ...or more: the periodic rebuilds pause every learner at most this share
-# of the time (Brown, 453 tags: a rebuild over the marked lines of the 1.2 GiB w took 0.7 s)
-COORDINATOR_POLL = 0.01  # seconds between the coordinator's checks
-ADD, CERTIFY, CHECK, TAIL, STATE = 16, 17, 18, 19, 20  # schedule commands (demidcd.parallel.multi)
 FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(1 s, 5% T) before
 # it. Lost adds make the learners overshoot α on the lines both write (transitions), so w = Σ α φ
 # rebuilt at a stop after plain stores was far worse than the w trained on (CoNLL-2000 chunking,
@@ -242,57 +253,6 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
     return out
 
 
-@njit(cache=True, nogil=True)
-def drift(saved: np.ndarray, w: np.ndarray, lines: np.ndarray) -> tuple[float, int, float]:
-    """(‖old − w‖, entries where |old − w| > 1e-10 · max(1, max|w|), ‖w‖) for an old w whose
-    given lines of ``2**LINE_SHIFT`` entries are ``saved`` (:func:`save_lines`; both are 0 off
-    them), in two passes without temporaries (w has millions of entries and the learners
-    wait)."""
-    width, dim = 1 << LINE_SHIFT, w.shape[0]
-    scale = 1.0
-    sq_w = 0.0
-    for q in range(lines.shape[0]):
-        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
-            a = abs(w[j])
-            sq_w += a * a
-            if a > scale:
-                scale = a
-    thr = 1e-10 * scale
-    sq, n = 0.0, 0
-    for q in range(lines.shape[0]):
-        first = lines[q] << LINE_SHIFT
-        for j in range(first, min(first + width, dim)):
-            e = saved[(q << LINE_SHIFT) + j - first] - w[j]
-            sq += e * e
-            if abs(e) > thr:
-                n += 1
-    return np.sqrt(sq), n, np.sqrt(sq_w)
-
-
-@njit(cache=True, nogil=True)
-def save_lines(saved: np.ndarray, w: np.ndarray, lines: np.ndarray, back: bool) -> None:
-    """The given lines of ``2**LINE_SHIFT`` entries of w one after another in ``saved``
-    (``back``: from ``saved`` into w)."""
-    width, dim = 1 << LINE_SHIFT, w.shape[0]
-    for q in range(lines.shape[0]):
-        first = lines[q] << LINE_SHIFT
-        for j in range(first, min(first + width, dim)):
-            if back:
-                w[j] = saved[(q << LINE_SHIFT) + j - first]
-            else:
-                saved[(q << LINE_SHIFT) + j - first] = w[j]
-
-
-@njit(cache=True, nogil=True)
-def copy_lines(dst: np.ndarray, src: np.ndarray, lines: np.ndarray) -> None:
-    """dst ← src on the given lines of ``2**LINE_SHIFT`` entries (``src`` empty: dst ← 0)."""
-    width, dim = 1 << LINE_SHIFT, dst.shape[0]
-    zero = src.shape[0] == 0
-    for q in range(lines.shape[0]):
-        for j in range(lines[q] << LINE_SHIFT, min((lines[q] << LINE_SHIFT) + width, dim)):
-            dst[j] = 0.0 if zero else src[j]
-
-
 def _learner_body(task: Task, config: SolverConfig, mode: str,
                   start: Start | None = None, state_dir: str | None = None
                   ) -> Callable[[M.LearnerGroup, int], None]:
@@ -349,7 +309,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
             elif code == CHECK:  # Σ α φ of this part, sequentially (tests of the rebuild)
                 g.arrays["check"][k] = act.rebuilt_w() - (act.w0 if act.w0 is not None else 0)
             elif code == STATE and state_dir is not None:  # this part's dual state, to a file
-                np.savez(os.path.join(state_dir, f"part-{k}.npz"), **act.state(part))
+                np.savez(part_path(state_dir, k), **act.state(part))
 
         def poll() -> None:
             blocks[0] += 1
@@ -422,22 +382,15 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
     return body
 
 
-def collect_state(group: M.LearnerGroup, state_dir: str, start: Start | None, n: int,
+def collect_state(co: Coordinator, state_dir: str, start: Start | None, n: int,
                   epoch: int) -> DualState:
     """The dual state of the paused learners: each writes its part's to ``state_dir`` (the
     STATE command), merged here (:func:`~.state.merge_parts`). When no learner began, the
     state the run started from (or empty active sets)."""
-    if group.incomplete:
+    if co.group.incomplete:
         arrays = start.state.arrays if start and start.state is not None else empty_state(n)
     else:
-        group.command(STATE)
-        parts = []
-        for j, part in enumerate(group.parts):
-            path = os.path.join(state_dir, f"part-{j}.npz")
-            if os.path.exists(path):  # a learner that died meanwhile: its α is lost
-                with np.load(path, allow_pickle=False) as z:
-                    parts.append((part, {key: z[key] for key in z.files}))
-        arrays = merge_parts(n, parts)
+        arrays = merge_parts(n, co.collect_parts(state_dir))
     return DualState(arrays, {"epoch": epoch, "algorithm": "demi-dcd", "rng": None})
 
 
@@ -455,34 +408,30 @@ def warm_up(task: Task, loss: str = "l2") -> None:
                      act.p_val, True)
     act.max_pg(np.zeros(1, np.int64))
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
-    lines = np.zeros(1, np.int64)
-    saved = np.zeros(1 << LINE_SHIFT)
-    save_lines(saved, w, lines, False)
-    drift(saved, w, lines)
-    copy_lines(w, w, lines)
+    warm_up_kernels(w)
 
 
 def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     callback: Callback | None = None, learners: int | None = None,
-                    update_mode: str | None = None, cpu_log: str | None = None,
+                    cpu_log: str | None = None,
                     log: Callable[[str], None] | None = None, debug: bool = False,
                     tick: Callable[[float, np.ndarray], None] | None = None,
-                    rebuild_every: float = REBUILD_EVERY, check: bool = False,
                     start: Start | None = None,
                     **_: object) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
-    inference pass over its part); the log has one record per rebuild of w.
-    ``check``: after the final rebuild each learner also sums its α φ sequentially and
-    ``extra["rebuild_error"]`` is max |w − w₀ − Σ_k (Σ_{P_k} α φ)| (tests of the rebuild).
+    inference pass over its part); the log has one record per rebuild of w. The processes,
+    the rebuilds and the commands are the :class:`~demidcd.parallel.coordinator.Coordinator`'s;
+    this function is the schedule (when to rebuild, switch to atomic adds, certify, stop).
+    The update mode and the rebuild interval are :data:`~demidcd.parallel.experimental.EXPERIMENTAL`
+    settings (plain stores, every 5 s), as is the check of the rebuild
+    (``extra["rebuild_error"]``).
     ``start``: a prior w₀ and/or a saved state (:mod:`.state`); every rebuild then sets
     w = w₀ + Σ α φ, and the dual gains ½‖w₀‖²."""
     config.validate()
     log = log or (lambda s: None)
     k = threads if learners is None else int(learners)
-    mode = update_mode or DEFAULT_UPDATE_MODE
-    if mode not in UPDATE_MODES:
-        raise OptionError(f"--update-mode must be one of {', '.join(UPDATE_MODES)}, got {mode!r}")
+    mode = EXPERIMENTAL.checked_update_mode()
     if k != threads:
         raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
                           "(DEMI-DCD) or --learners equal to --threads (every process infers "
@@ -493,69 +442,38 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     prior_sq = 0.0 if prior is None else float(prior @ prior)
     keep_state = bool(start and start.keep_state)
     state_dir = tempfile.mkdtemp(prefix="demidcd-state-") if keep_state else None
-    cnt = {"rebuilds": 0, "certifications": 0, "restarts": 0, "rebuild_seconds": 0.0}
+    cnt = {"certifications": 0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
-    group = M.LearnerGroup(task.n_examples, task.costs(), dim, k,
-                           _learner_body(task, config, mode, start, state_dir),
-                           config.seed, log, debug,
-                           arrays={"mark": (mark_array(dim).shape, np.uint8),
-                                   **({"check": ((k, dim), np.float64)} if check else {})})
-    w, mark = group.w, group.arrays["mark"]
+    co = Coordinator(task.n_examples, task.costs(), dim, k,
+                     _learner_body(task, config, mode, start, state_dir), config.seed, log,
+                     debug, base=np.zeros(0) if prior is None else prior, mode=mode)
+    group, w = co.group, co.w
     if start and start.state is not None:
-        w[:] = state_w(start.state, dim)  # w₀ + Σ α φ before any learner moves it
+        co.set_w(state_w(start.state, dim))  # w₀ + Σ α φ before any learner moves it
     elif prior is not None:
-        w[:] = prior
-    if start and (start.state is not None or prior is not None):  # the learners mark their
-        mark[np.flatnonzero(w) >> LINE_SHIFT] = 1  # parts' φ too, once they began
-    base = np.zeros(0) if prior is None else prior  # w before Σ α φ is added
-    interval = rebuild_every
-    old = (np.zeros(0, np.int64), np.zeros(0))  # w before a rebuild: (lines, save_lines')
-    state = {"dual": None, "paused": False, "tail": None, "rebuilding": False}
+        co.set_w(prior)
+    dual: float | None = None
     clock: Clock | None = None
     epoch0 = start.epoch if start else 0
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
     log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
-        f"{mode} updates to one shared w, rebuilt from α every {rebuild_every:g} s")
+        f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
-        t0 = time.perf_counter()
-        group.command(M.PAUSE)
-        # w = w₀ + Σ α φ is 0 off the lines that w₀ or an admitted φ touches (marked, never
-        # cleared): only those are saved, reset and compared. Copying, zeroing and comparing
-        # all of w paused the learners 1.3 s per rebuild on Brown's 453 tags (1.2 GiB w)
-        nonlocal old
-        lines = np.flatnonzero(mark)
-        old = (lines, np.empty(lines.shape[0] << LINE_SHIFT))
-        save_lines(old[1], w, lines, False)
-        state["rebuilding"] = True  # w is incomplete until every ADD came back: old holds it
-        while True:
-            copy_lines(w, base, lines)
-            if not group.command(ADD):  # a learner dying mid-add: add again without it
-                break
-        state["rebuilding"] = False
-        respawned = [] if clock.expired() else group.missing()  # none once the run stops
-        for j in respawned:  # restarted with empty active sets (α = 0), paused
-            group.respawn(j)
-            cnt["restarts"] += 1
-        if respawned and state["tail"] is not None:
-            group.command(TAIL)  # a restarted learner takes atomic adds too
-        state["paused"] = True
-        cnt["rebuilds"] += 1
-        d, entries, w_norm = drift(old[1], w, lines)
-        cnt["rebuild_seconds"] += time.perf_counter() - t0
-        live = [j for j in range(k) if group.procs[j] is not None]
+        nonlocal dual
+        d, entries, w_norm, active = co.rebuild()
+        live = co.live()
         sq = float(group.fstats[live, F_SQ].sum())
         lin = float(group.fstats[live, F_LIN].sum())
         quad = 0.0 if config.loss == "l1" else sq / (4.0 * C)  # Eq. (2); the L1 dual has none
-        dual = -0.5 * float(w_norm) ** 2 + 0.5 * prior_sq - quad + lin
-        state["dual"] = dual
-        drift_log.append((clock.elapsed() if clock else 0.0, float(d), int(entries)))
-        return {"drift": float(d), "drift_entries": int(entries), "dual": dual,
-                "w_norm": float(w_norm), "active": int(group.stats[live, M.ACTIVE].sum())}
+        dual = -0.5 * w_norm ** 2 + 0.5 * prior_sq - quad + lin
+        drift_log.append((clock.elapsed() if clock else 0.0, d, entries))
+        return {"drift": d, "drift_entries": entries, "dual": dual, "w_norm": w_norm,
+                "active": active}
 
     def tail(why: str = "") -> None:
         """Plain stores: switch every learner to atomic adds once each one's last pass since
@@ -565,29 +483,26 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         after every rebuild (CoNLL04, exact solver: no certified stop in 150 s). ``why``:
         switch now, for this reason (the time limit is near, :data:`FINAL_TAIL`; every
         learner's last pass was clean)."""
-        if mode == "atomic" or \
-                state["tail"] is not None or group.missing():
+        if mode == "atomic" or co.atomic_from is not None or group.missing():
             return
         s = group.stats
         if why or all(0 <= s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j])
                       for j in range(k)):
-            group.command(TAIL)
-            state["tail"] = clock.elapsed()
+            co.to_atomic(clock.elapsed())
             why = why or f"violators {int(s[:, M.VIOLATORS].sum())}"
-            log(f"multi-learner: the tail at {state['tail']:.1f} s ({why}): atomic adds from "
+            log(f"multi-learner: the tail at {co.atomic_from:.1f} s ({why}): atomic adds from "
                 "now on")
 
     def resume() -> None:
         tail()
-        while group.command(M.RESUME):  # someone died: rebuild without it, then go on
+        while co.command(M.RESUME):  # someone died: rebuild without it, then go on
             rebuild()
-        state["paused"] = False
 
     def certify() -> tuple[bool, float, int]:
         cnt["certifications"] += 1
-        if group.command(CERTIFY):
+        if co.command(CERTIFY):
             return False, np.inf, -1
-        live = [j for j in range(k) if group.procs[j] is not None]
+        live = co.live()
         viol = int(group.stats[live, M.VIOLATORS].sum())
         pg = float(group.fstats[live, F_MAXPG].max())
         return viol == 0 and pg < config.tol and not group.missing(), pg, viol
@@ -595,7 +510,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     def largest_pg() -> float:
         """max |PG| (the L1 loss: the largest KKT gap) over the learners' parts, each from its
         last pass over its active sets (+inf for a learner that has not finished one)."""
-        live = [j for j in range(k) if group.procs[j] is not None]
+        live = co.live()
         return float(group.fstats[live, F_PASS_PG].max()) if live else np.inf
 
     def record(figs: dict, **extra) -> None:
@@ -619,13 +534,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     try:
         clock = Clock(config.time_limit, tick)  # starting the learners is on the clock
         task.should_stop = lambda: StopRequest.requested or clock.expired()
-        group.start(expired=clock.expired)
-        last_rebuild, cert_epochs = 0.0, [0] * k
+        co.start(expired=clock.expired)
+        cert_epochs = [0] * k
         max_epochs = config.max_epochs
         limit = config.time_limit
         final_tail = None if not limit else limit - max(FINAL_TAIL[0], FINAL_TAIL[1] * limit)
         while not group.incomplete:  # (incomplete: no learner began, w = Σ α φ = 0)
-            time.sleep(COORDINATOR_POLL)
+            time.sleep(POLL)
             if group.dead():  # rebuild w from the live learners' α, restart the dead
                 record(rebuild())
                 resume()
@@ -639,7 +554,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             cand = [int(group.stats[j, M.CANDIDATE]) for j in range(k)]
             if all(c == e and e > ce for c, e, ce in zip(cand, ep, cert_epochs, strict=True)):
                 figs = rebuild()
-                last_rebuild = clock.elapsed()
+                co.rebuilt(clock.elapsed())
                 tail("every learner's last pass was clean")  # the tail, at the latest
                 ok, pg, viol = certify()
                 record(figs, max_pg=pg, violators=viol)
@@ -650,43 +565,34 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 if group.missing():  # one died while certifying: w without its α first
                     record(rebuild())
                 resume()
-            elif (final_tail is not None and mode != "atomic" and state["tail"] is None
+            elif (final_tail is not None and mode != "atomic" and co.atomic_from is None
                   and clock.elapsed() >= final_tail):
                 record(rebuild())
-                last_rebuild = clock.elapsed()
+                co.rebuilt(clock.elapsed())
                 tail("the time limit is near")
                 resume()
-            elif clock.elapsed() - last_rebuild >= interval:
+            elif co.periodic_due(clock.elapsed()):
                 paused = clock.elapsed()
                 record(rebuild())
-                last_rebuild = clock.elapsed()
-                interval = max(min(2.0 * interval, rebuild_every),
-                               (last_rebuild - paused) / REBUILD_SHARE)
+                co.rebuilt(clock.elapsed(), began=paused)
                 resume()
         if group.incomplete:
             reason = stop_reason(False, clock) or "time-limit"
         elif reason != "converged":
             store_word(group.ctrl, M.URGENT, 1)  # abandon expensive inferences
             record(rebuild())
-        if check and not group.incomplete:
-            group.command(CHECK)
-            check_error = float(np.abs(group.arrays["check"].sum(0) + (
-                0.0 if prior is None else prior) - w).max())
+        check_error = co.rebuild_error(prior)
         if keep_state:
-            final_state = collect_state(group, state_dir, start, task.n_examples, epoch)
+            final_state = collect_state(co, state_dir, start, task.n_examples, epoch)
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
         seconds = clock.elapsed() if clock else 0.0
         started = group.start_figures(clock.t0) if clock else {}
-        if state["rebuilding"]:  # a second Ctrl-C mid-rebuild: the w from before it
-            w_out = np.zeros(dim)
-            save_lines(old[1], w_out, old[0], True)
-        else:
-            w_out = w.copy()
+        w_out = co.w_out()
         s, f = group.stats.copy(), group.fstats.copy()
         try:
-            group.close()
+            co.close()
         finally:
             task.__dict__.pop("should_stop", None)
             if state_dir is not None:
@@ -695,7 +601,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     if cpu_log:
         mon.write_csv(cpu_log)
     res = TrainResult(w_out, reason == "converged", reason, epoch, seconds, history,
-                      state["dual"], state=final_state)
+                      dual, state=final_state)
     drifts = [d for _, d, _ in drift_log]
     res.extra = {"cpu_average": mon.average(), "cpu_line": mon.summary_line(k),
                  "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
@@ -708,10 +614,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "drift_max": max(drifts, default=0.0),
                  "drift_entries": int(sum(e for _, _, e in drift_log)),
                  "drift_log": drift_log, "rebuild_error": check_error,
-                 "atomic_from": state["tail"], **cnt}
+                 "atomic_from": co.atomic_from, "rebuilds": co.counts["rebuilds"],
+                 "certifications": cnt["certifications"], "restarts": co.counts["restarts"],
+                 "rebuild_seconds": co.counts["rebuild_seconds"]}
     log(f"multi-learner: {k} learners ({mode}), {res.extra['updates']:,} updates, "
-        f"{res.extra['inferences']:,} inferences, {cnt['rebuilds']} rebuilds "
-        f"({cnt['rebuild_seconds']:.2f} s; largest drift "
+        f"{res.extra['inferences']:,} inferences, {co.counts['rebuilds']} rebuilds "
+        f"({co.counts['rebuild_seconds']:.2f} s; largest drift "
         f"‖w − Σαφ‖ {res.extra['drift_max']:.3g}, {res.extra['drift_entries']:,} entries with "
-        f"lost updates), {cnt['certifications']} certification(s), {cnt['restarts']} restarts")
+        f"lost updates), {cnt['certifications']} certification(s), {co.counts['restarts']} "
+        "restarts")
     return res
