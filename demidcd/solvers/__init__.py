@@ -34,7 +34,8 @@ class Learner:
     fewest processes it runs on (:func:`train` refuses fewer); ``single_process``: it runs on
     one process whatever ``threads`` says (sequential algorithms; the log says so when more were
     asked for). ``warm``: "module:function" compiling its own kernels, called by warm-up.
-    ``options``: the engine options it reads (the CLI shows them, the others are dropped), and
+    ``options``: the engine options it reads (the CLI shows them; its plan leaves the others
+    out, :func:`.plan.make_plan`, and its schedule refuses any other keyword), and
     ``"loss"`` when it solves either SSVM loss of ``SolverConfig.loss`` (the DCD family;
     :func:`check_loss` refuses ``--loss`` for the others).
     ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
@@ -284,9 +285,9 @@ def train(task: Task, plan: TrainingPlan | str, config: SolverConfig | None = No
         given = () if not start else tuple(
             name for name, on in (("save_state", start.keep_state),
                                   ("resume", start.state is not None),
-                                  ("init", start.prior is not None)) if on)
+                                  ("init", start.state is None and start.w0 is not None)) if on)
         plan = make_plan(plan, config, threads, loss=None if config.loss == "l2" else
-                         config.loss, start=given or (("init",) if start else ()), **engine)
+                         config.loss, start=given, **engine)
         plan = decide_learners(plan, task, log)
     elif config is not None or engine or threads != 1:
         raise TypeError("train() takes a TrainingPlan alone: its config, threads and options "

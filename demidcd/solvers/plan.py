@@ -283,11 +283,13 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
     backend = backend or "shm"
     if not callable(backend) and backend not in ("shm", "ray"):
         raise OptionError(f"unknown backend {backend!r}; choose shm or ray")
+    if ray_address and backend != "ray":
+        raise OptionError("--ray-address needs --backend ray")
+    k, reason = _learners(learner.name, learners, n, backend)
     if backend == "ray" and n > 1 and "backend" in learner.options:
         from ..parallel.ray import require_ray
 
         require_ray()
-    k, reason = _learners(learner.name, learners, n, backend)
     opts = {k_: v for k_, v in {**engine, "backend": backend, "ray_address": ray_address}.items()
             if v is not None and k_ in learner.options}
     return TrainingPlan(algorithm=algorithm, threads=n, config=config,
