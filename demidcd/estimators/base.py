@@ -421,15 +421,12 @@ class StructuredEstimator:
 
     def _start_source(self) -> tuple[str, Any] | None:
         """("resume" | "init", the fitted model it names), loaded once per fit; None when
-        neither is set."""
+        neither is set (both: refused by :meth:`plan` first)."""
         from .warm import load_source, source_key
 
         resume, init = getattr(self, "resume", None), getattr(self, "init", None)
         if resume is None and init is None:
             return None
-        if resume is not None and init is not None:
-            raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
-                              "continues (its state file holds it); give one of them")
         kind, value = ("resume", resume) if resume is not None else ("init", init)
         if kind == "resume":
             from ..io.model import STATE_SUFFIX
