@@ -18,7 +18,7 @@ from demidcd.parallel.worker import FST_STARTED, INFER, WorkerSpec
 from demidcd.primitives.monitor import usable_cores
 from demidcd.solvers import oversubscription, train
 from demidcd.solvers.common import SolverConfig
-from demidcd.solvers.multi_dcd import resolve_learners
+from demidcd.solvers.plan import decide_learners, make_plan
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +87,10 @@ def test_auto_learners_never_outnumber_the_cores_and_the_warning_says_so(task):
     describes the learners sharing the cores instead."""
     cores = usable_cores()
     threads = cores + 2
-    eng = {"learners": "auto"}
     lines: list[str] = []
-    assert resolve_learners(task, SolverConfig(), threads, eng, lines.append) == 1
-    assert eng["learners"] == 1 and lines and lines[0].startswith("learners auto: 1 (")
+    plan = decide_learners(make_plan("demi-dcd", SolverConfig(), threads, learners="auto"),
+                           task, lines.append)
+    assert plan.learners == 1 and lines and lines[0].startswith("1 learner: because --threads")
     note = oversubscription("demi-dcd", threads, "auto")
     assert note is not None and f"{threads - 1} inference workers share" in note
     assert "learner keeps one core" in note
@@ -110,7 +110,7 @@ def test_cli_warning_and_learners_agree_with_more_threads_than_cores(corpus):
     assert r.returncode == 0, r.stderr
     warn = [s for s in r.stderr.splitlines() if "warning" in s]
     assert len(warn) == 1 and f"the {threads - 1} inference workers share" in warn[0], r.stderr
-    assert re.search(r"^learners auto: 1 \(", r.stdout, re.M), r.stdout
+    assert re.search(r"^1 learner: because --threads", r.stdout, re.M), r.stdout
     workers = re.findall(r"^worker \d+ pid \d+ \(shard of", r.stdout, re.M)
     assert len(workers) == threads - 1, r.stdout
     assert "multi-learner" not in r.stdout

@@ -198,7 +198,7 @@ def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     from toy_task import SlowToyTask, ToyTask
 
     from demidcd.solvers.common import SolverConfig
-    from demidcd.solvers.multi_dcd import choose_learners, resolve_learners
+    from demidcd.solvers.plan import choose_learners, decide_learners, make_plan
 
     cfg, lines = SolverConfig(), []
     k, fig = choose_learners(SlowToyTask(0.005, n=40), cfg, 4, lines.append, sample=8)
@@ -207,23 +207,25 @@ def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     assert fig["learners"] == k and fig["step_us"] > 0
     assert k == (2 if fig["sweep_over_pass"] < 8.0 else 1)
     assert len(lines) == 2 and all(s.startswith("learners auto: ") for s in lines)
-    eng = {}
-    assert resolve_learners(ToyTask(), cfg, 2, eng) == 1  # the library default: one learner
-    eng = {"learners": "auto"}
-    assert resolve_learners(ToyTask(), cfg, 3, eng) in (1, 3) and "learner_choice" in eng
+    assert make_plan("demi-dcd", cfg, 2).learners == 1  # the library default: one learner
+    lines = []
+    plan = decide_learners(make_plan("demi-dcd", cfg, 3, learners="auto"), ToyTask(),
+                           lines.append)
+    assert plan.learners in (1, 3) and plan.learners_reason
+    assert lines == [f"{plan.learners} learner{'s' * (plan.learners > 1)}: because "
+                     f"{plan.learners_reason}"]
 
 
 def test_several_learners_need_shared_memory(task):
     """Several learners share w in shared memory: --learners K > 1 with another backend is
     an error, and auto runs one learner there."""
-    from demidcd.solvers.multi_dcd import resolve_learners
+    from demidcd.solvers.plan import make_plan
 
     cfg = SolverConfig(C=0.1)
     with pytest.raises(OptionError, match="needs backend shm"):
-        resolve_learners(task, cfg, 2, {"learners": 2}, backend="ray")
-    engine = {"learners": "auto"}
-    assert resolve_learners(task, cfg, 2, engine, backend="ray") == 1
-    assert engine["learners"] == 1 and "learner_choice" not in engine
+        make_plan("demi-dcd", cfg, 2, learners=2, backend="ray")
+    plan = make_plan("demi-dcd", cfg, 2, learners="auto", backend=lambda *a: None)
+    assert plan.learners == 1 and "need --backend shm, not custom" in plan.learners_reason
 
 
 def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard, experimental):
@@ -270,7 +272,7 @@ def test_auto_times_the_update_step_without_the_first_touch_of_w(monkeypatch):
     from toy_task import ToyTask
 
     from demidcd.solvers.activeset import ActiveSets
-    from demidcd.solvers.multi_dcd import choose_learners
+    from demidcd.solvers.plan import choose_learners
 
     update, touched = ActiveSets.update, set()
 

@@ -29,7 +29,7 @@ import logging
 import os
 import typing
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, fields
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,9 @@ from ..errors import InputTypeError, ModelFileError, OptionError, not_fitted
 from ..options import BY_NAME, DCD, LEARNER, Option, default_C, learner_params
 from ..options import default as table_default
 from ..progress import LOGGER, Cadence, format_iteration, print_line, stop_line
-from ..solvers import check_loss, get_learner, train
+from ..solvers import train
 from ..solvers.common import SolverConfig, TrainResult, objective
+from ..solvers.plan import TrainingPlan, decide_learners, make_plan
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
 """Constructor arguments that go into :class:`SolverConfig` (defaults there)."""
@@ -420,15 +421,12 @@ class StructuredEstimator:
 
     def _start_source(self) -> tuple[str, Any] | None:
         """("resume" | "init", the fitted model it names), loaded once per fit; None when
-        neither is set."""
+        neither is set (both: refused by :meth:`plan` first)."""
         from .warm import load_source, source_key
 
         resume, init = getattr(self, "resume", None), getattr(self, "init", None)
         if resume is None and init is None:
             return None
-        if resume is not None and init is not None:
-            raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
-                              "continues (its state file holds it); give one of them")
         kind, value = ("resume", resume) if resume is not None else ("init", init)
         if kind == "resume":
             from ..io.model import STATE_SUFFIX
@@ -513,17 +511,30 @@ class StructuredEstimator:
                              "load a model) first")
 
     # -- options --------------------------------------------------------------------------------
-    def solver_config(self) -> SolverConfig:
-        """The validated :class:`SolverConfig`: the options that are set, defaults for the
-        rest."""
+    def plan(self, feature_kind: str | None | object = _FROM_TABLE) -> TrainingPlan:
+        """The :class:`~demidcd.solvers.plan.TrainingPlan` of these parameters: every learner
+        option checked once and every default resolved (:func:`~demidcd.solvers.plan.
+        make_plan`): the algorithm (None: DEMI-DCD on several threads, else 1-DCD), the
+        processes (None: 1), the :class:`SolverConfig` (``C=None`` by the features' kind,
+        ``feature_kind``, :func:`~demidcd.options.default_C`; ``loss=None`` the task's loss for
+        the DCD learners), the engine options, DEMI-DCD's ``learners`` and the start options.
+        A bad value raises :class:`~demidcd.errors.OptionError` naming the parameter."""
         opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
         if opts.get("C") is None:  # the option table's rule, by the featurizer's kind
-            opts["C"] = default_C(self._feature_kind())
-        if opts.get("loss") is None and "loss" in get_learner(self._algorithm()).options:
-            opts["loss"] = self._default_loss
-        config = SolverConfig.from_options(**opts)
-        config.validate()
-        return config
+            opts["C"] = default_C(self._feature_kind() if feature_kind is _FROM_TABLE
+                                  else feature_kind)
+        engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS}
+        return make_plan(self.algorithm, opts, 1 if self.threads is None else self.threads,
+                         default_loss=self._default_loss,
+                         start=tuple(k for k in START_OPTIONS
+                                     if getattr(self, k, None) not in (None, False)),
+                         backend=self.backend, ray_address=self.ray_address,
+                         debug=bool(self.debug), **engine)
+
+    def solver_config(self) -> SolverConfig:
+        """The validated :class:`SolverConfig` of :meth:`plan`: the options that are set,
+        defaults for the rest."""
+        return self.plan().config
 
     def _feature_kind(self) -> str | None:
         """What the model's features are, for the defaults that depend on it (``C``:
@@ -531,42 +542,28 @@ class StructuredEstimator:
         before fit)."""
         return None
 
+    def _begin_fit(self, feature_kind: str | None | object = _FROM_TABLE) -> TrainingPlan:
+        """The plan of the fit under way (:meth:`plan`, once per fit: bad options fail before
+        any work), which :meth:`_train` runs."""
+        plan = self.plan(feature_kind)
+        self.__dict__["_fit_plan"] = plan
+        return plan
+
     def _algorithm(self) -> str:
-        """The learner's name: ``algorithm``, else DEMI-DCD on several threads, 1-DCD on one."""
-        threads = self.threads
-        several = isinstance(threads, int | np.integer) and not isinstance(threads, bool) \
-            and threads > 1
-        return str(self.algorithm or ("demi-dcd" if several else "dcd"))
-
-    def _learner(self) -> tuple[str, int, dict[str, Any]]:
-        """(algorithm, threads, the engine options that are set)."""
-        from ..solvers import check_resumable
-
-        threads = 1 if self.threads is None else self.threads
-        if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
-            raise OptionError(f"--threads must be an integer, got {threads!r}")
-        if threads < 1:
-            raise OptionError(f"--threads must be >= 1, got {threads}")
-        algorithm = self._algorithm()
-        check_loss(get_learner(algorithm), self.loss)
-        check_resumable(get_learner(algorithm), *(
-            f"--{k.replace('_', '-')}" for k in START_OPTIONS
-            if getattr(self, k, None) not in (None, False)))
-        engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS
-                  if getattr(self, k, None) is not None}
-        return str(algorithm), int(threads), engine
+        """The learner's name: the plan's of the fit under way, else of the fitted model, else
+        of the parameters (:meth:`plan`)."""
+        plan = self.__dict__.get("_fit_plan") or self.__dict__.get("plan_") or self.plan()
+        return plan.algorithm
 
     def hyper_parameters(self) -> dict[str, Any]:
-        """The options the model was trained with, every one resolved: algorithm, threads,
-        all fields of :class:`SolverConfig`, the engine options that were set and the task's
-        own (``_task_params``)."""
-        algorithm, threads, engine = self._learner()
+        """The options the model was trained with (before ``fit``: would be trained with),
+        every one resolved (:meth:`~demidcd.solvers.plan.TrainingPlan.hyper_parameters`:
+        algorithm, threads, the fields of :class:`SolverConfig` the learner reads, its engine
+        options, DEMI-DCD's ``learners`` as decided) and the task's own (``_task_params``)."""
+        plan = self.__dict__.get("plan_") or self.plan()
         task = {k: self._task_defaults.get(k) if getattr(self, k) is None else getattr(self, k)
                 for k in self._task_params}
-        config = asdict(self.solver_config())
-        if "loss" not in get_learner(algorithm).options:
-            del config["loss"]  # not an option of this learner (check_loss)
-        return {"algorithm": algorithm, "threads": threads, **config, **engine, **task}
+        return {**plan.hyper_parameters(), **task}
 
     # -- training -------------------------------------------------------------------------------
     def _train(self, task, dev_eval: Callable[[np.ndarray], dict] | None = None) -> TrainResult:
@@ -575,9 +572,9 @@ class StructuredEstimator:
         from ..errors import WorkerError
         from ..solvers.state import StateMismatch, weights_digest
 
-        config = self.solver_config()
-        algorithm, threads, engine = self._learner()
-        for attr in ("state_", "prior_"):
+        plan = self.__dict__.pop("_fit_plan", None) or self.plan()
+        config, algorithm = plan.config, plan.algorithm
+        for attr in ("state_", "prior_", "plan_"):
             self.__dict__.pop(attr, None)
         try:
             start = self._start_point(task)
@@ -609,10 +606,10 @@ class StructuredEstimator:
                 LOGGER.debug(format_iteration(rec))
 
         try:
-            result = train(task, algorithm, config, threads, cb, cpu_log=self.cpu_log,
-                           log=say, debug=bool(self.debug),
-                           tick=snap.maybe if snap else None, backend=self.backend,
-                           ray_address=self.ray_address, start=start, **engine)
+            plan = decide_learners(plan, task, say)  # learners="auto", measured on the task
+            self.plan_ = plan  # what the model records (hyper_parameters)
+            result = train(task, plan, callback=cb, cpu_log=self.cpu_log, log=say,
+                           tick=snap.maybe if snap else None, start=start)
         except StateMismatch as e:
             from ..io.model import state_path
 
@@ -693,6 +690,8 @@ class StructuredEstimator:
         return {"task": self.task_name, "dim": int(self.coef_.shape[0]),
                 "parameters": encode_parameters(self.get_params(deep=False)),
                 "hyper_parameters": self.hyper_parameters(),
+                **({"learners_reason": self.plan_.learners_reason}
+                   if getattr(self, "plan_", None) and self.plan_.learners_reason else {}),
                 "data_options": dict(getattr(self, "data_options_", {}) or {}),
                 "finished": bool(res.finished) if res else True,
                 "stop_reason": res.stop_reason if res else "unknown",
@@ -722,6 +721,15 @@ class StructuredEstimator:
                 setattr(self, name, value)
         self.coef_, self.meta_ = w, meta
         self.result_ = saved_result(str(path), w, meta)
+        saved = (meta.get("hyper_parameters") or {}).get("learners")
+        if isinstance(saved, int) and not isinstance(saved, bool):
+            try:  # learners="auto" as decided when the model was trained
+                plan = self.plan()
+            except OptionError:
+                return
+            if plan.learners == "auto":
+                self.plan_ = replace(plan, learners=saved,
+                                     learners_reason=str(meta.get("learners_reason") or ""))
 
     def weight_lines(self, top: int | None = 50) -> Iterator[str]:
         """The lines of ``demidcd dump``: a header, then the ``top`` weights by |weight| (None:

@@ -153,7 +153,7 @@ class DependencyParser(StructuredEstimator):
         check_sentences(X)
         if not X:
             raise OptionError("cannot fit on an empty data set")
-        self.solver_config(), self._learner()  # bad options fail before any work
+        self._begin_fit()  # bad options fail before any work
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
         self.second_pos_ = self.labels_ = self.label_arcs_ = None

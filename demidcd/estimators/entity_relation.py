@@ -127,8 +127,9 @@ class EntityRelationExtractor(StructuredEstimator):
         X = self._with_labels(self._check(X), Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
-        self.solver_config(), self._learner()  # bad options fail before any work
-        min_count = 1 if self.min_count is None else self.min_count
+        self._begin_fit()  # bad options fail before any work
+        min_count = self._task_defaults["min_count"] if self.min_count is None else \
+            self.min_count
         if isinstance(min_count, bool) or not isinstance(min_count, int | np.integer) or \
                 min_count < 1:
             raise OptionError(f"--min-count must be an integer >= 1, got {min_count!r}")

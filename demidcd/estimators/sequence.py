@@ -187,10 +187,12 @@ class SequenceTagger(StructuredEstimator):
         """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
         X = check_sentences(X, dicts=True)
         Y = check_tags(X, Y)
+        self._check_labels(Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
-        self.solver_config(), self._learner()  # bad options fail before any work
-        featurizer = self._new_featurizer(token_kind(X))
+        kind = token_kind(X)
+        self._begin_fit("dict" if kind == "dict" else None)  # bad options fail before any work
+        featurizer = self._new_featurizer(kind)
         for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
         self.classes_ = sorted(set(itertools.chain.from_iterable(Y)))
@@ -214,6 +216,10 @@ class SequenceTagger(StructuredEstimator):
 
         self._train(task, dev_eval)
         return self
+
+    def _check_labels(self, Y: list[list[str]]) -> None:
+        """What ``fit`` requires of the (checked) training tags beyond their shape (the
+        chunkers: a label scheme that reads them)."""
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
         return self._names(*self._decode_ids(task, w))
@@ -597,15 +603,14 @@ class ChunkTagger(SequenceTagger):
                               _TEMPLATE_PARAM, param("constraints", bool | None),
                               _WEIGHTS_PARAM)
 
-    def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
-            Y_dev: list[list[str]] | None = None) -> ChunkTagger:
+    def _check_labels(self, Y: list[list[str]]) -> None:
+        """The label scheme must read the training tags (fails before any work); it sets
+        ``constraint_scheme_``."""
         from ..tasks.chain_decoding import training_scheme
         from ..tasks.chunks import resolve_scheme
 
-        Y = check_tags(check_sentences(X, dicts=True), Y)
-        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")  # fail early
+        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")
         self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
-        return super().fit(X, Y, X_dev, Y_dev)
 
     # -- label-scheme constraints -------------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -61,8 +61,8 @@ import psutil
 
 from ..errors import DemidcdError
 
-__all__ = ["SharedArena", "sweep_stale", "list_segments", "raise_on_sigterm", "SHM_DIR",
-           "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
+__all__ = ["SharedArena", "sweep_stale", "sweep_once", "list_segments", "raise_on_sigterm",
+           "SHM_DIR", "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
 
 SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
 _MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
@@ -418,6 +418,18 @@ def sweep_stale(prefix: str = "demidcd") -> list[str]:
         if not _owner_alive(pid, mtime) and _unlink("/" + e):
             removed.append(e)
     return removed
+
+
+_SWEPT_IN: list[int] = []  # the pid of the process whose sweep_once has run
+
+
+def sweep_once(prefix: str = "demidcd") -> list[str]:
+    """:func:`sweep_stale`, the first time this process calls it (the command line at start-up
+    and the first training run of a library process share one sweep); [] afterwards."""
+    if os.getpid() in _SWEPT_IN:
+        return []
+    _SWEPT_IN[:] = [os.getpid()]
+    return sweep_stale(prefix)
 
 
 def raise_on_sigterm() -> None:

@@ -21,6 +21,7 @@ from ..errors import OptionError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
+from .plan import TrainingPlan, decide_learners, make_plan
 from .state import Start, check_start, fingerprint
 
 
@@ -33,7 +34,8 @@ class Learner:
     fewest processes it runs on (:func:`train` refuses fewer); ``single_process``: it runs on
     one process whatever ``threads`` says (sequential algorithms; the log says so when more were
     asked for). ``warm``: "module:function" compiling its own kernels, called by warm-up.
-    ``options``: the engine options it reads (the CLI shows them, the others are dropped), and
+    ``options``: the engine options it reads (the CLI shows them; its plan leaves the others
+    out, :func:`.plan.make_plan`, and its schedule refuses any other keyword), and
     ``"loss"`` when it solves either SSVM loss of ``SolverConfig.loss`` (the DCD family;
     :func:`check_loss` refuses ``--loss`` for the others).
     ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
@@ -138,9 +140,8 @@ def get_learner(algorithm: str) -> Learner:
 
 
 def check_threads(learner: Learner, threads: int) -> None:
-    """Refuse a process count the learner cannot run on (never run another learner)."""
-    if threads < 1:
-        raise OptionError(f"--threads must be >= 1, got {threads}")
+    """Refuse a process count (an int >= 1, :func:`.plan.check_threads_value`) the learner
+    cannot run on (never run another learner)."""
     if threads < learner.min_threads:
         raise OptionError(f"--algorithm {learner.name} needs --threads >= {learner.min_threads} "
                           "(one learner and at least one inference worker); use --algorithm "
@@ -173,7 +174,7 @@ def oversubscription(algorithm: str, threads: int, learners: str | int | None = 
     when they fit, or when the workers run on a Ray cluster), describing the layout the run
     will have: the learner keeps a core and the inference workers share the others at a lower
     priority (:mod:`demidcd.parallel.engine`), which is also what DEMI-DCD's
-    ``learners="auto"`` chooses then (:func:`.multi_dcd.auto_fits_cores`); or, with as many
+    ``learners="auto"`` chooses then (:func:`.plan.auto_fits_cores`); or, with as many
     learners as threads asked for, the learners sharing the cores (:mod:`.multi_dcd`)."""
     from ..primitives.monitor import usable_cores
 
@@ -184,7 +185,7 @@ def oversubscription(algorithm: str, threads: int, learners: str | int | None = 
     head = f"--threads {threads} is more than the {cores} core{'s' * (cores > 1)} this " \
            "process may use"
     if algorithm == "demi-dcd" and backend == "shm":
-        from .multi_dcd import parse_learners
+        from .plan import parse_learners
 
         if parse_learners(learners) == threads:
             return (f"{head}: the {threads} learners (--learners {threads}) share "
@@ -261,80 +262,85 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
                            np.zeros(0, np.int32), np.zeros(0), 1.0)
 
 
-def train(task: Task, algorithm: str, config: SolverConfig, threads: int = 1,
-          callback: Callback | None = None, cpu_log: str | None = None,
+def train(task: Task, plan: TrainingPlan | str, config: SolverConfig | None = None,
+          threads: Any = 1, callback: Callback | None = None, cpu_log: str | None = None,
           log: Any = None, tick: Any = None, start: Start | None = None,
           **engine: Any) -> TrainResult:
-    """Train ``task`` with the registered learner ``algorithm`` on ``threads`` processes.
+    """Train ``task`` as ``plan`` says (:class:`~.plan.TrainingPlan`, which the estimators
+    build once with every option checked), or with the registered learner named ``plan``,
+    ``config`` and ``threads`` processes, whose plan is made here (:func:`~.plan.make_plan`:
+    the ``engine`` options of the learners, ``learners``, ``backend``, ``ray_address``, …; an
+    option no learner reads is a TypeError).
 
     ``start`` (the DCD learners, :mod:`.state`): a prior w₀ (warm start), a saved
     :class:`~.state.DualState` to resume from (refused with :class:`~.state.StateMismatch`
     when it is of another problem: data, C, loss, feature space), and whether to return the
     final state in ``result.state`` (with this problem's fingerprint and the solver time of
-    every run so far).
+    every run so far). ``tick(seconds, w)`` is called by the learner between blocks of work
+    (snapshots). ``learners="auto"`` is decided on ``task`` before training starts
+    (:func:`~.plan.decide_learners`)."""
+    if not isinstance(plan, TrainingPlan):
+        if config is None:
+            raise TypeError("train() needs a SolverConfig with an algorithm name")
+        given = () if not start else tuple(
+            name for name, on in (("save_state", start.keep_state),
+                                  ("resume", start.state is not None),
+                                  ("init", start.state is None and start.w0 is not None)) if on)
+        plan = make_plan(plan, config, threads, loss=None if config.loss == "l2" else
+                         config.loss, start=given, **engine)
+        plan = decide_learners(plan, task, log)
+    elif config is not None or engine or threads != 1:
+        raise TypeError("train() takes a TrainingPlan alone: its config, threads and options "
+                        "are the plan's")
+    return run_plan(task, plan, callback, cpu_log=cpu_log, log=log, tick=tick, start=start)
 
-    A learner that cannot run on ``threads`` processes raises :class:`OptionError` (see
-    :data:`LEARNERS`); ``tick(seconds, w)`` is called by the learner between blocks of work
-    (snapshots); ``engine`` options (``rho``, ``rho_worker``, ``debug``, DEMI-DCD's
-    ``learners`` and ``update_mode`` (:mod:`.multi_dcd`), SP-IPM's ``mixing``, Pegasos'
-    ``batch_size``, the transport's ``backend`` "shm" or "ray" and ``ray_address`` (see
-    :mod:`demidcd.parallel.transport`), …) go to the learners that read them (each
-    :class:`Learner` lists its ``options``), the others are dropped.
-    """
-    from ..primitives.shm import sweep_stale
 
-    learner = get_learner(algorithm)
-    check_threads(learner, threads)
-    config.validate()
-    check_loss(learner, None if config.loss == "l2" else config.loss)
-    # what a killed run left in /dev/shm when its janitor was killed too: every run sweeps
-    # it, whatever its thread count (a one-process run creates no segment of its own)
-    sweep_stale()
-    if learner.single_process and threads > 1:
-        if log is not None:
-            log(f"{learner.name} is sequential: it runs on one process (--threads {threads})")
-        threads = 1
-    backend = engine.get("backend") or "shm"
-    if not callable(backend) and backend not in ("shm", "ray"):
-        raise OptionError(f"unknown backend {backend!r}; choose shm or ray")
-    if backend == "ray" and threads > 1:
-        from ..parallel.ray import require_ray
+def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
+             cpu_log: str | None = None, log: Any = None, tick: Any = None,
+             start: Start | None = None) -> TrainResult:
+    """Run a checked :class:`~.plan.TrainingPlan` on ``task`` (see :func:`train`). Nothing of
+    the plan is checked again; only what depends on the data is: the memory the weights
+    need, a start point's dimension and problem, and ``learners="auto"``, measured on ``task``
+    when the plan still says so."""
+    from ..primitives.shm import sweep_once
 
-        require_ray()
-    check_memory(task, threads, engine.get("ring_words", RING_WORDS))
+    learner, threads, config = plan.learner, plan.threads, plan.config
+    if plan.note and log is not None:
+        log(plan.note)
+    sweep_once()  # what a killed run left in /dev/shm (a one-process run makes no segment)
+    check_memory(task, threads, RING_WORDS)
     fp = None
     if start:
-        check_resumable(learner, "a start point (prior, saved state)")
         check_start(start, task.dim)
         fp = fingerprint(task, config.C, config.loss, start.prior)
         if start.state is not None:
             start.state.check(fp)
             start.state.validate(task.n_examples, task.dim)
+    if plan.learners == "auto":
+        plan = decide_learners(plan, task, log)
     with compile_notice(log):
-        warm_up(task, algorithm, threads, config.loss)
+        warm_up(task, plan.algorithm, threads, config.loss)
         if start:
             _warm_state_kernels(task.dim)
-    opts = {k: v for k, v in engine.items() if v is not None and k in learner.options}
+    opts = plan.schedule_options()
     schedule = learner.load()
-    if learner.name == "demi-dcd" and threads > 1:
+    if plan.several_learners:
         from . import multi_dcd
 
-        if multi_dcd.resolve_learners(task, config, threads, opts, log,
-                                      backend if isinstance(backend, str) else "custom") > 1:
-            schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
+        schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
     if start:
         opts["start"] = start
     if threads == 1:
         res = schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
                        **opts)
-        return _with_state(res, start, fp, algorithm)
+        return _with_state(res, start, fp, plan.algorithm)
     from ..errors import WorkerError
 
     seen = _LastIterate(task, callback)
     try:
         res = schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
                        **opts)
-        return _with_state(res, start, fp, algorithm)
+        return _with_state(res, start, fp, plan.algorithm)
     except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
         e.partial = seen.result("worker-failed")
         raise

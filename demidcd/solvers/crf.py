@@ -238,7 +238,7 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               c1: float = default("c1"), c2: float = default("c2"),
               max_iterations: int | None = default("max_iterations"),
               epsilon: float = default("epsilon"), period: int = default("period"),
-              stop_delta: float = default("stop_delta"), **_: object) -> TrainResult:
+              stop_delta: float = default("stop_delta")) -> TrainResult:
     """CRF by L-BFGS / OWL-QN (module docstring); one iteration record per accepted step
     (``objective``: L(w); ``max_pg``: ‖g‖ / max(1, ‖w‖); ``active``: non-zero weights)."""
     check_marginals(task)

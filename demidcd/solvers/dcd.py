@@ -67,13 +67,12 @@ def saved_rng(start: Start | None, names: tuple[str, ...], seed: int | list[int]
 
 def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None,
               light: bool = False, tick: Callable[[float, np.ndarray], None] | None = None,
-              cpu_log: str | None = None, start: Start | None = None,
-              **_: object) -> TrainResult:
+              cpu_log: str | None = None, start: Start | None = None) -> TrainResult:
     """Train with DCD-SSVM (``light=False``, r = config.inner_passes) or DCD-Light.
     ``tick(seconds, w)`` is called between chunks of inference (snapshots on time whatever
     one outer iteration costs). ``start``: a prior w₀ and/or a saved state to resume from, and
-    whether to keep the final state (:mod:`.state`)."""
-    config.validate()
+    whether to keep the final state (:mod:`.state`). ``config`` is checked by the caller
+    (:func:`~.plan.make_plan`)."""
     name = "dcd-light" if light else "dcd"
     recorder = Recorder(task, config, callback, tick=tick, prior=start.prior if start else None)
     rng = saved_rng(start, (name,), config.seed)
@@ -200,7 +199,8 @@ def _schedule(light: bool, doc: str) -> Callable[..., TrainResult]:
     def run(task: Task, config: SolverConfig, threads: int = 1,
             callback: Callback | None = None, cpu_log: str | None = None,
             tick: Callable[[float, np.ndarray], None] | None = None,
-            start: Start | None = None, **_: object) -> TrainResult:
+            start: Start | None = None,
+            log: Callable[[str], None] | None = None) -> TrainResult:
         return train_dcd(task, config, callback, light=light, tick=tick, cpu_log=cpu_log,
                          start=start)
 

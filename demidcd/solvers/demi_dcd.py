@@ -123,7 +123,7 @@ def train_demi_dcd(task: Task, config: SolverConfig, threads: int,
                    ring_words: int = RING_WORDS, publish_interval: float = PUBLISH_INTERVAL,
                    tick: Callable[[float, np.ndarray], None] | None = None,
                    backend: str = "shm", ray_address: str | None = None,
-                   start: Start | None = None, **_: object) -> TrainResult:
+                   start: Start | None = None) -> TrainResult:
     """Train with one learner (this process) and ``threads − 1`` inference workers on the
     ``backend`` transport ("shm" or "ray"). ``start``: a prior and/or a saved state
     (:mod:`.state`)."""

@@ -34,7 +34,7 @@ def train_ms_dcd(task: Task, config: SolverConfig, threads: int,
                  debug: bool = False, ring_words: int = RING_WORDS,
                  tick: Callable[[float, np.ndarray], None] | None = None,
                  backend: str = "shm", ray_address: str | None = None,
-                 start: Start | None = None, **_: object) -> TrainResult:
+                 start: Start | None = None) -> TrainResult:
     """Train with a master (this process) and ``threads − 1`` slaves, barrier-synchronised.
     The data is split into ``threads`` parts (as JLIS does for p processors): the master infers
     on its own part while the slaves infer on theirs, then waits at the barrier. ``start``: a

@@ -57,7 +57,6 @@ rebuilds of w are :mod:`demidcd.parallel.coordinator`'s.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 import time
@@ -66,7 +65,6 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ..errors import OptionError
 from ..parallel import multi as M
 from ..parallel.coordinator import (
     ADD,
@@ -80,13 +78,13 @@ from ..parallel.coordinator import (
     warm_up_kernels,
 )
 from ..parallel.experimental import EXPERIMENTAL
-from ..primitives.monitor import usable_cores
 from ..primitives.seqlock import load_word, store_word
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 from .dcd import begin
+from .plan import check_learners  # noqa: F401 (cli._train's import until it calls plan())
 from .state import DualState, Start, empty_state, merge_parts, state_w
 
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
@@ -98,10 +96,6 @@ FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(
 TAIL_SHARE = 0.01  # plain stores turn to atomic adds once every learner's last pass found
 # violators in at most this share of its part (the tail, where lost updates block the stop)
 F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_PASS_PG = range(6)  # fstats columns
-EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
-# few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
-PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
-# worker sweep; fewer and the single learner is the bottleneck
 
 
 class _PartPlan(SweepPlan):
@@ -123,121 +117,6 @@ class _PartPlan(SweepPlan):
         pg = self.act.ex_pg[self.part]
         k = min(int(self.skip * pg.shape[0]), pg.shape[0] - 1)
         return float(np.partition(pg, k)[k])
-
-
-def parse_learners(value: str | int | None) -> int | None:
-    """``--learners``: a positive integer, or ``auto`` / None (chosen by measurement)."""
-    if value is None or value == "auto":
-        return None
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        raise OptionError(f"--learners must be a positive integer or auto, got {value!r}") \
-            from None
-    if k < 1:
-        raise OptionError(f"--learners must be >= 1, got {k}")
-    return k
-
-
-def check_learners(value: str | int | None, threads: int) -> None:
-    """Fail early (before data is read) on a ``--learners`` no schedule runs."""
-    k = parse_learners(value)
-    if k is not None and k > threads:
-        raise OptionError(f"--learners {k} is more than --threads {threads}")
-    if k is not None and 1 < k < threads:
-        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
-                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
-                          "and learns) is implemented")
-
-
-def choose_learners(task: Task, config: SolverConfig, threads: int,
-                    log: Callable[[str], None] | None = None, sample: int = 64
-                    ) -> tuple[int, dict]:
-    """``--learners auto``: K = p when one learner could not keep up with p − 1 inference
-    workers, else 1 (DEMI-DCD). Measured on a sample of examples at w = 0: t_inf, seconds per
-    loss-augmented inference, and t_step, seconds per Eq. (7)–(8) step; a pass over the
-    active sets costs about ``EXPECTED_ACTIVE`` steps per example. One learner is the
-    bottleneck when a worker sweep (n t_inf / (p − 1)) is shorter than
-    :data:`PASSES_PER_SWEEP` update passes (the rule of ``demi_dcd.inference_share``).
-    Returns (K, the figures), and logs both."""
-    n = task.n_examples
-    rng = np.random.default_rng(config.seed)
-    ex = np.sort(rng.choice(n, size=min(n, sample), replace=False)).astype(np.int64)
-    w = np.zeros(task.dim)
-    t = time.perf_counter()
-    batch = task.loss_augmented(w, ex)
-    t_inf = (time.perf_counter() - t) / max(len(ex), 1)
-    # the L2 step's cost for either loss (an L1 visit after the first takes no step to time;
-    # its pair steps cost more, so the rule errs towards one learner), on the sample's own
-    # entries of w renumbered 0..u−1 (in order: each φ stays sorted). On a fresh w of the
-    # task's size every first touch of a page is a fault, and with many labels (w[f·K + k])
-    # nearly every entry of φ lies on a page of its own: Brown's 453 tags (1.2 GiB w) timed
-    # 560-1,800 us per step and chose 2 learners, 1.5-3 us on pages already mapped
-    cols, idx = np.unique(batch.idx, return_inverse=True)
-    batch = dataclasses.replace(batch, idx=idx.astype(batch.idx.dtype))
-    act = ActiveSets(n, max(len(cols), 1), config.C, config.delta, config.max_active)
-    act.insert(batch, 0.0)
-    act.update(ex, shrink=False)  # untimed: numba's dispatch, the pools' first touch
-    # the median over the passes of 20 ms: a pause of the process (a garbage collection, the
-    # scheduler) lands in one pass (it made a 2 us step read 110-170 us on a test's first call)
-    per_step, t = [], time.perf_counter()
-    while time.perf_counter() - t < 0.02 and len(batch):
-        t0 = time.perf_counter()
-        steps = act.update(ex, shrink=False).updates
-        per_step.append((time.perf_counter() - t0) / max(steps, 1))
-    t_step = float(np.median(per_step)) if per_step else 0.0
-    t_pass = EXPECTED_ACTIVE * t_step
-    ratio = t_inf / max(threads - 1, 1) / max(t_pass, 1e-12)  # worker sweep / learner pass
-    k = threads if threads > 1 and ratio < PASSES_PER_SWEEP else 1
-    figures = {"infer_ms": t_inf * 1e3, "step_us": t_step * 1e6, "pass_ms": t_pass * 1e3,
-               "sweep_over_pass": ratio, "learners": k}
-    if log is not None:
-        log(f"learners auto: {k} (inference {t_inf * 1e3:.3f} ms/example, update step "
-            f"{t_step * 1e6:.2f} us, pass ~{EXPECTED_ACTIVE} steps/example: a sweep of "
-            f"{max(threads - 1, 1)} worker(s) lasts {ratio:.1f} update passes, "
-            f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
-            f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'})")
-    return k, figures
-
-
-def auto_fits_cores(threads: int) -> bool:
-    """Whether ``--learners auto`` may choose ``threads`` learners: only when each has a core
-    of its own. With more processes than cores the learners would take turns on the cores, and
-    every rebuild of w waits for the slowest to reach its next poll (64 learners on 2 cores:
-    the first ran before the last was forked); one learner keeps a core to itself instead and
-    the inference workers share the others at a lower priority (:mod:`demidcd.parallel.engine`)."""
-    return threads <= usable_cores()
-
-
-def resolve_learners(task: Task, config: SolverConfig, threads: int, engine: dict,
-                     log: Callable[[str], None] | None = None, backend: str = "shm") -> int:
-    """The number of learners for a DEMI-DCD run on ``threads`` processes, from
-    ``engine["learners"]``: an integer, ``"auto"`` (:func:`choose_learners` when
-    :func:`auto_fits_cores`, else 1; the CLI's default) or absent (1: the library keeps
-    DEMI-DCD's single learner unless asked); stores it back in ``engine`` with the auto
-    figures under ``learner_choice``. Several learners share w in shared memory, so another
-    ``backend`` (Ray) runs one learner under ``auto``."""
-    k = parse_learners(engine.get("learners", 1))
-    if backend != "shm":
-        if k is not None and k > 1:
-            raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
-                              "shared memory on one machine)")
-        if k is None and log is not None:
-            log(f"learners auto: 1 (several learners need --backend shm, not {backend})")
-        k = 1
-    elif k is None and not auto_fits_cores(threads):
-        k, cores = 1, usable_cores()
-        engine["learner_choice"] = {"learners": 1, "cores": cores}
-        if log is not None:
-            log(f"learners auto: 1 (--threads {threads} is more than the {cores} cores: "
-                "several learners only when each has a core of its own; one learner and "
-                f"{threads - 1} inference workers)")
-    elif k is None:
-        k, engine["learner_choice"] = choose_learners(task, config, threads, log)
-    if k > threads:
-        raise OptionError(f"--learners {k} is more than --threads {threads}")
-    engine["learners"] = k
-    return k
 
 
 @njit(cache=True, nogil=True)
@@ -416,8 +295,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     cpu_log: str | None = None,
                     log: Callable[[str], None] | None = None, debug: bool = False,
                     tick: Callable[[float, np.ndarray], None] | None = None,
-                    start: Start | None = None,
-                    **_: object) -> TrainResult:
+                    start: Start | None = None) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
     inference pass over its part); the log has one record per rebuild of w. The processes,
@@ -428,14 +306,9 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     (``extra["rebuild_error"]``).
     ``start``: a prior w₀ and/or a saved state (:mod:`.state`); every rebuild then sets
     w = w₀ + Σ α φ, and the dual gains ½‖w₀‖²."""
-    config.validate()
     log = log or (lambda s: None)
     k = threads if learners is None else int(learners)
     mode = EXPERIMENTAL.checked_update_mode()
-    if k != threads:
-        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
-                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
-                          "and learns) is implemented")
     C, dim = config.C, task.dim
     warm_up(task, config.loss)
     prior = start.prior if start else None

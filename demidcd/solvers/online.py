@@ -82,7 +82,6 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
                 tick: Tick | None = None) -> TrainResult:
     """The perceptron (``mira=False``) and 1-best MIRA: one example at a time, in a fresh
     random order each epoch, w averaged over every visit."""
-    config.validate()
     n = task.n_examples
     W = AveragedWeights(task.dim)
     rng = np.random.default_rng(config.seed)
@@ -121,7 +120,8 @@ def _sequential(task: Task, config: SolverConfig, callback: Callback | None,
 
 def train_perceptron(task: Task, config: SolverConfig, threads: int = 1,
                      callback: Callback | None = None, cpu_log: str | None = None,
-                     averaged: bool = True, tick: Tick | None = None, **_: object) -> TrainResult:
+                     averaged: bool = True, tick: Tick | None = None,
+                     log: Callable[[str], None] | None = None) -> TrainResult:
     """Averaged structured perceptron (Collins 2002); ``averaged=False`` outputs the last w.
     Stops when an epoch makes no mistake ("converged")."""
     return _sequential(task, config, callback, cpu_log, averaged, mira=False, tick=tick)
@@ -129,7 +129,8 @@ def train_perceptron(task: Task, config: SolverConfig, threads: int = 1,
 
 def train_mira(task: Task, config: SolverConfig, threads: int = 1,
                callback: Callback | None = None, cpu_log: str | None = None,
-               averaged: bool = True, tick: Tick | None = None, **_: object) -> TrainResult:
+               averaged: bool = True, tick: Tick | None = None,
+               log: Callable[[str], None] | None = None) -> TrainResult:
     """1-best MIRA with loss-augmented inference and step cap C (``config.C``), averaged."""
     return _sequential(task, config, callback, cpu_log, averaged, mira=True, tick=tick)
 
@@ -144,7 +145,6 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
     """The mini-batch loop shared by Pegasos and AdaGrad: batches of exactly k distinct
     examples from consecutive random permutations, inferred by :class:`BatchInference`, then
     one ``apply`` step; an epoch every ⌈n/k⌉ steps."""
-    config.validate()
     n = task.n_examples
     k = max(1, min(int(k), n))
     rng = np.random.default_rng(config.seed)
@@ -206,8 +206,10 @@ def train_pegasos(task: Task, config: SolverConfig, threads: int = 1,
                   batch_size: int = DEFAULT_BATCH, lam: float | None = None,
                   projection: bool = default("projection"), averaged: bool = True,
                   ring_words: int = RING_WORDS, tick: Tick | None = None, backend: str = "shm",
-                  **_: object) -> TrainResult:
-    """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lam`` or 1/(C n))."""
+                  ray_address: str | None = None) -> TrainResult:
+    """Structured Pegasos (mini-batch k = ``batch_size``, λ = ``lam`` or 1/(C n)).
+    ``ray_address`` (an option the table gives Pegasos) is not read: the batch inference does
+    not take it."""
     n = task.n_examples
     lam = float(lam) if lam is not None else 1.0 / (config.C * n)
     if not lam > 0:
@@ -258,10 +260,11 @@ def train_adagrad(task: Task, config: SolverConfig, threads: int = 1,
                   log: Callable[[str], None] | None = None, debug: bool = False,
                   batch_size: int = DEFAULT_BATCH, eta: float = DEFAULT_ETA,
                   regularizer: str = default("regularizer"), ring_words: int = RING_WORDS,
-                  tick: Tick | None = None,
-                  backend: str = "shm", **_: object) -> TrainResult:
+                  tick: Tick | None = None, backend: str = "shm",
+                  ray_address: str | None = None) -> TrainResult:
     """Online primal subgradient with AdaGrad (mini-batch k = ``batch_size``, learning rate
-    ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n))."""
+    ``eta``, ``regularizer`` "l2" or "l1" with per-step strength k/(C n)). ``ray_address``
+    (an option the table gives AdaGrad) is not read: the batch inference does not take it."""
     if regularizer not in ("l1", "l2"):
         raise OptionError(f"--regularizer must be l1 or l2, got {regularizer!r}")
     if not eta > 0:

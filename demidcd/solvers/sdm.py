@@ -25,6 +25,8 @@ first, ȳ_n = y_n and the first outer iteration is the hinge loss's SDM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -159,7 +161,6 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
     """SDM for the hinge loss (epochs until an epoch finds no violation beyond tol and its SMO
     met no KKT gap beyond tol) or, with ``ramp``, CCCP outer iterations of
     ``config.inner_passes`` SDM epochs each (``config.max_epochs`` counts outer iterations)."""
-    config.validate()
     from ..errors import OptionError
     from .online import hinge_objective
 
@@ -207,13 +208,15 @@ def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None
 
 def train_sdm_hinge(task: Task, config: SolverConfig, threads: int = 1,
                     callback: Callback | None = None, cpu_log: str | None = None,
-                    tick: Tick | None = None, **_: object) -> TrainResult:
+                    tick: Tick | None = None,
+                    log: Callable[[str], None] | None = None) -> TrainResult:
     """The registry's ``sdm-hinge``."""
     return train_sdm(task, config, callback, cpu_log, ramp=False, tick=tick)
 
 
 def train_sdm_ramp(task: Task, config: SolverConfig, threads: int = 1,
                    callback: Callback | None = None, cpu_log: str | None = None,
-                   tick: Tick | None = None, **_: object) -> TrainResult:
+                   tick: Tick | None = None,
+                   log: Callable[[str], None] | None = None) -> TrainResult:
     """The registry's ``sdm-ramp``."""
     return train_sdm(task, config, callback, cpu_log, ramp=True, tick=tick)

@@ -76,13 +76,11 @@ def train_sp_ipm(task: Task, config: SolverConfig, threads: int,
                  mixing: str = default("mixing"),
                  averaged: bool = False,
                  tick: Callable[[float, np.ndarray], None] | None = None,
-                 backend: str = "shm", ray_address: str | None = None,
-                 **_: object) -> TrainResult:
+                 backend: str = "shm", ray_address: str | None = None) -> TrainResult:
     """Train a structured perceptron by iterative parameter mixing on ``threads − 1`` workers.
     ``config.max_epochs`` counts mixing rounds (default 100)."""
     if mixing not in ("uniform", "mistakes"):
         raise OptionError(f"mixing must be 'uniform' or 'mistakes', got {mixing!r}")
-    config.validate()
     k, dim, n = threads - 1, task.dim, task.n_examples
     E = int(perceptron_epochs_per_round)
 

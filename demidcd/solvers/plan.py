@@ -1,0 +1,353 @@
+"""The training plan: every choice of a run resolved and checked once, before any data is read.
+
+:func:`make_plan` is the one place where the learner options of a run are checked and their
+defaults resolved: the process count (an integer >= 1), the algorithm (its default from the
+process count, a known learner, one that runs on that many processes), the loss (an option of
+the DCD learners only), the start options (``resume``, ``init``, ``save_state``: the DCD
+learners only, ``resume`` and ``init`` not together), the solver config's ranges
+(:meth:`~.common.SolverConfig.validate`), the transport (``backend``, ``ray_address``) and
+DEMI-DCD's ``learners``. It returns a frozen :class:`TrainingPlan`, which the estimators
+build with :meth:`~demidcd.estimators.base.StructuredEstimator.plan`, the CLI prints
+(:meth:`TrainingPlan.lines`), the model records (:meth:`TrainingPlan.hyper_parameters`) and
+:func:`demidcd.solvers.run_plan` runs without checking anything again.
+
+Each check raises :class:`~demidcd.errors.OptionError` worded with the CLI's flags
+(``--threads must be >= 1, got 0``); ``str()`` of the error names the library's parameter
+instead (``threads must be >= 1, got 0``), so the library and the CLI share each check.
+
+``learners="auto"`` (DEMI-DCD on several processes) is the one choice that needs the data: the
+plan keeps ``"auto"`` until :func:`decide_learners`, called once the task is built and before
+training starts, measures it and returns the plan with the number of learners and the reason,
+which the log shows (``2 learners: because ...``) and the model keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import OptionError
+from ..primitives.monitor import usable_cores
+from .common import SolverConfig
+
+if TYPE_CHECKING:
+    from ..tasks.base import Task
+    from . import Learner
+
+START_FLAGS = {"save_state": "--save-state", "resume": "--resume", "init": "--init"}
+"""The start options (:mod:`.state`) and their flags, in the order the errors name them."""
+
+
+def parse_learners(value: str | int | None) -> int | None:
+    """``learners``: a positive integer, or ``auto`` / None (chosen by measurement)."""
+    if value is None or value == "auto":
+        return None
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"--learners must be a positive integer or auto, got {value!r}") \
+            from None
+    if k < 1:
+        raise OptionError(f"--learners must be >= 1, got {k}")
+    return k
+
+
+def check_learners(value: str | int | None, threads: int) -> None:
+    """Refuse a ``learners`` no schedule runs on ``threads`` processes."""
+    k = parse_learners(value)
+    if k is not None and k > threads:
+        raise OptionError(f"--learners {k} is more than --threads {threads}")
+    if k is not None and 1 < k < threads:
+        raise OptionError(f"--learners {k} with --threads {threads}: only --learners 1 "
+                          "(DEMI-DCD) or --learners equal to --threads (every process infers "
+                          "and learns) is implemented")
+
+
+def auto_fits_cores(threads: int) -> bool:
+    """Whether ``learners="auto"`` may choose ``threads`` learners: only when each has a core
+    of its own. With more processes than cores the learners would take turns on the cores, and
+    every rebuild of w waits for the slowest to reach its next poll (64 learners on 2 cores:
+    the first ran before the last was forked); one learner keeps a core to itself instead and
+    the inference workers share the others at a lower priority (:mod:`demidcd.parallel.engine`)."""
+    return threads <= usable_cores()
+
+
+EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
+# few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
+PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
+# worker sweep; fewer and the single learner is the bottleneck
+
+
+def choose_learners(task: Task, config: SolverConfig, threads: int,
+                    log: Callable[[str], None] | None = None, sample: int = 64
+                    ) -> tuple[int, dict]:
+    """``--learners auto``: K = p when one learner could not keep up with p − 1 inference
+    workers, else 1 (DEMI-DCD). Measured on a sample of examples at w = 0: t_inf, seconds per
+    loss-augmented inference, and t_step, seconds per Eq. (7)–(8) step; a pass over the
+    active sets costs about ``EXPECTED_ACTIVE`` steps per example. One learner is the
+    bottleneck when a worker sweep (n t_inf / (p − 1)) is shorter than
+    :data:`PASSES_PER_SWEEP` update passes (the rule of ``demi_dcd.inference_share``).
+    Returns (K, the figures), and logs both."""
+    from .activeset import ActiveSets
+
+    n = task.n_examples
+    rng = np.random.default_rng(config.seed)
+    ex = np.sort(rng.choice(n, size=min(n, sample), replace=False)).astype(np.int64)
+    w = np.zeros(task.dim)
+    t = time.perf_counter()
+    batch = task.loss_augmented(w, ex)
+    t_inf = (time.perf_counter() - t) / max(len(ex), 1)
+    # the L2 step's cost for either loss (an L1 visit after the first takes no step to time;
+    # its pair steps cost more, so the rule errs towards one learner), on the sample's own
+    # entries of w renumbered 0..u−1 (in order: each φ stays sorted). On a fresh w of the
+    # task's size every first touch of a page is a fault, and with many labels (w[f·K + k])
+    # nearly every entry of φ lies on a page of its own: Brown's 453 tags (1.2 GiB w) timed
+    # 560-1,800 us per step and chose 2 learners, 1.5-3 us on pages already mapped
+    cols, idx = np.unique(batch.idx, return_inverse=True)
+    batch = dataclasses.replace(batch, idx=idx.astype(batch.idx.dtype))
+    act = ActiveSets(n, max(len(cols), 1), config.C, config.delta, config.max_active)
+    act.insert(batch, 0.0)
+    act.update(ex, shrink=False)  # untimed: numba's dispatch, the pools' first touch
+    # the median over the passes of 20 ms: a pause of the process (a garbage collection, the
+    # scheduler) lands in one pass (it made a 2 us step read 110-170 us on a test's first call)
+    per_step, t = [], time.perf_counter()
+    while time.perf_counter() - t < 0.02 and len(batch):
+        t0 = time.perf_counter()
+        steps = act.update(ex, shrink=False).updates
+        per_step.append((time.perf_counter() - t0) / max(steps, 1))
+    t_step = float(np.median(per_step)) if per_step else 0.0
+    t_pass = EXPECTED_ACTIVE * t_step
+    ratio = t_inf / max(threads - 1, 1) / max(t_pass, 1e-12)  # worker sweep / learner pass
+    k = threads if threads > 1 and ratio < PASSES_PER_SWEEP else 1
+    figures = {"infer_ms": t_inf * 1e3, "step_us": t_step * 1e6, "pass_ms": t_pass * 1e3,
+               "sweep_over_pass": ratio, "learners": k}
+    if log is not None:
+        log(f"learners auto: {k} (inference {t_inf * 1e3:.3f} ms/example, update step "
+            f"{t_step * 1e6:.2f} us, pass ~{EXPECTED_ACTIVE} steps/example: a sweep of "
+            f"{max(threads - 1, 1)} worker(s) lasts {ratio:.1f} update passes, "
+            f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
+            f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'})")
+    return k, figures
+
+
+def check_threads_value(threads: Any) -> int:
+    """``threads`` as an int, refusing a non-integer or a value below 1."""
+    if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
+        raise OptionError(f"--threads must be an integer, got {threads!r}")
+    threads = int(threads)
+    if threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {threads}")
+    return threads
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What a run will do, every default resolved: ``algorithm`` (the learner's name),
+    ``threads`` (the processes it runs on, after a sequential learner's collapse to one;
+    ``asked_threads`` the count asked for and ``note`` why they differ), ``config`` (the
+    :class:`~.common.SolverConfig`, validated), ``engine`` (the options of the learner that
+    are set, the transport's included), ``backend`` and ``ray_address``, ``learners``
+    (DEMI-DCD on several processes: an int, or ``"auto"`` until :func:`decide_learners`;
+    None for the other learners) with ``learners_reason`` (why, when chosen), and ``start``
+    (the start options given, as flags). Build it with :func:`make_plan`."""
+
+    algorithm: str
+    threads: int
+    config: SolverConfig
+    engine: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    backend: Any = "shm"
+    ray_address: str | None = None
+    learners: int | str | None = None
+    learners_reason: str = ""
+    asked_threads: int = 1
+    note: str = ""
+    start: tuple[str, ...] = ()
+
+    @property
+    def learner(self) -> Learner:
+        """The registered :class:`~demidcd.solvers.Learner` of :attr:`algorithm`."""
+        from . import get_learner
+
+        return get_learner(self.algorithm)
+
+    @property
+    def several_learners(self) -> bool:
+        """Whether the run has several DEMI-DCD learners on one shared w (:mod:`.multi_dcd`)."""
+        return isinstance(self.learners, int) and self.learners > 1
+
+    def schedule_options(self) -> dict[str, Any]:
+        """The keyword options the schedule takes (its ``learners`` for several learners)."""
+        opts = dict(self.engine)
+        if self.several_learners:  # one shared w in this machine's memory: no transport
+            opts = {k: v for k, v in opts.items() if k not in ("backend", "ray_address")}
+            opts["learners"] = self.learners
+        return opts
+
+    def solver_options(self) -> dict[str, Any]:
+        """The config's fields this learner reads (``loss`` only for the DCD learners)."""
+        config = dataclasses.asdict(self.config)
+        if "loss" not in self.learner.options:
+            del config["loss"]  # not an option of this learner (check_loss)
+        return config
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """What a model file records: algorithm, threads, the config's fields the learner
+        reads, its engine options that are set (the transport's left out: where training ran is
+        not saved) and, for DEMI-DCD on several processes, ``learners`` (every key a
+        constructor argument of the estimators, which load older models from them)."""
+        engine = {k: v for k, v in self.engine.items()
+                  if k not in ("backend", "ray_address", "debug") and v is not None}
+        out = {"algorithm": self.algorithm, "threads": self.threads, **self.solver_options(),
+               **engine}
+        if self.learners is not None:
+            out["learners"] = self.learners
+        return out
+
+    def lines(self) -> list[str]:
+        """The lines that describe the plan (the CLI prints them before reading the data)."""
+        processes = f"{self.threads} process{'es' * (self.threads > 1)}"
+        head = [f"algorithm {self.algorithm}", processes]
+        if self.learners is not None:
+            head.append(f"learners {self.learners}")
+        if self.threads > 1 and self.backend != "shm":
+            head.append(f"backend {self.backend if isinstance(self.backend, str) else 'custom'}")
+        opts = ", ".join(f"{k} {v}" for k, v in self.solver_options().items() if v is not None)
+        out = [", ".join(head) + (f", {opts}" if opts else "")]
+        engine = {k: v for k, v in self.engine.items()
+                  if k not in ("backend", "ray_address", "debug") and v is not None}
+        if engine:
+            out.append("options: " + ", ".join(f"{k} {v}" for k, v in engine.items()))
+        if self.note:
+            out.append(self.note)
+        return out
+
+
+def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
+              threads: Any = 1, *, loss: str | None = None, default_loss: str = "l2",
+              start: tuple[str, ...] = (),
+              learners: str | int | None = None, backend: Any = None,
+              ray_address: str | None = None, **engine: Any) -> TrainingPlan:
+    """Check every learner option once and resolve its default: the :class:`TrainingPlan`.
+
+    ``algorithm`` None: DEMI-DCD on several ``threads``, else 1-DCD. ``config``: a
+    :class:`~.common.SolverConfig`, or the solver options as given (None: the default; the
+    config is built here, with ``loss`` None meaning ``default_loss``, the task's, for a
+    learner that takes a loss). ``loss``: the loss as given with a config (None: not given),
+    refused for a learner that does not take it. ``start``: the start options given, by name
+    (``resume``, ``init``, ``save_state``). ``learners``: DEMI-DCD's (None: 1, one learner;
+    ``"auto"``: measured by :func:`decide_learners`). ``engine``: the other options of the
+    learners (``rho``, ``mixing``, …); those the learner does not read are left out (the
+    estimators pass every option that is set), a name that is no learner's option is a
+    TypeError."""
+    from . import (
+        LEARNERS,
+        check_loss,
+        check_resumable,
+        check_threads,
+        get_learner,
+    )
+
+    readable = {o for learner in LEARNERS.values() for o in learner.options}
+    unknown = sorted(set(engine) - readable)
+    if unknown:
+        raise TypeError(f"unknown training option{'s' * (len(unknown) > 1)} "
+                        f"{', '.join(map(repr, unknown))}")
+    asked = check_threads_value(threads)
+    algorithm = str(algorithm or ("demi-dcd" if asked > 1 else "dcd"))
+    learner = get_learner(algorithm)
+    check_threads(learner, asked)  # too few processes: an error, never another learner
+    if not isinstance(config, SolverConfig):
+        opts = dict(config)
+        loss = opts.get("loss")
+        if loss is None and "loss" in learner.options:
+            opts["loss"] = default_loss
+        config = SolverConfig.from_options(**opts)
+    check_loss(learner, loss)
+    unknown_start = [k for k in start if k not in START_FLAGS]
+    if unknown_start:
+        raise TypeError(f"unknown start option {unknown_start[0]!r}")
+    if "resume" in start and "init" in start:
+        raise OptionError("--resume and --init: a resumed run keeps the prior of the run it "
+                          "continues (its state file holds it); give one of them")
+    check_resumable(learner, *(START_FLAGS[k] for k in START_FLAGS if k in start))
+    config.validate()
+    n = asked
+    note = ""
+    if learner.single_process and asked > 1:
+        note, n = f"{learner.name} is sequential: it runs on one process (--threads {asked})", 1
+    backend = backend or "shm"
+    if not callable(backend) and backend not in ("shm", "ray"):
+        raise OptionError(f"unknown backend {backend!r}; choose shm or ray")
+    if ray_address and backend != "ray":
+        raise OptionError("--ray-address needs --backend ray")
+    k, reason = _learners(learner.name, learners, n, backend)
+    if backend == "ray" and n > 1 and "backend" in learner.options:
+        from ..parallel.ray import require_ray
+
+        require_ray()
+    opts = {k_: v for k_, v in {**engine, "backend": backend, "ray_address": ray_address}.items()
+            if v is not None and k_ in learner.options}
+    return TrainingPlan(algorithm=algorithm, threads=n, config=config,
+                        engine=MappingProxyType(opts), backend=backend,
+                        ray_address=ray_address, learners=k, learners_reason=reason,
+                        asked_threads=asked, note=note,
+                        start=tuple(s for s in START_FLAGS if s in start))
+
+
+def _learners(algorithm: str, value: str | int | None, threads: int,
+              backend: Any) -> tuple[int | str | None, str]:
+    """DEMI-DCD's learners on ``threads`` processes: (K or ``"auto"``, the reason when it was
+    chosen for the user); (None, "") for the other learners and one process."""
+    if algorithm != "demi-dcd" or threads < 2:
+        return None, ""
+    k = parse_learners(1 if value is None else value)
+    name = backend if isinstance(backend, str) else "custom"
+    if name != "shm":
+        if k is not None and k > 1:
+            raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
+                              "shared memory on one machine)")
+        return 1, "" if k is not None else f"several learners need --backend shm, not {name}"
+    check_learners(k, threads)
+    if k is not None:
+        return k, ""
+    if not auto_fits_cores(threads):
+        return 1, (f"--threads {threads} is more than the {usable_cores()} cores: several "
+                   "learners only when each has a core of its own; one learner and "
+                   f"{threads - 1} inference workers")
+    return "auto", ""
+
+
+def learners_line(plan: TrainingPlan) -> str:
+    """``K learners: because ...``, the log line of a choice made for the user."""
+    k = plan.learners
+    return f"{k} learner{'s' * (k != 1)}: because {plan.learners_reason}"
+
+
+def decide_learners(plan: TrainingPlan, task: Task,
+                    log: Callable[[str], None] | None = None) -> TrainingPlan:
+    """The plan with ``learners="auto"`` decided on ``task`` (the measurement of
+    :func:`~.multi_dcd.choose_learners`), before training starts; a choice made for the user
+    (here, or in :func:`make_plan`) is logged as ``K learners: because ...``. Any other plan
+    is returned as it is."""
+    if plan.learners == "auto":
+        from . import compile_notice, warm_up
+
+        with compile_notice(log):  # the kernels the measurement times, compiled untimed
+            warm_up(task, plan.algorithm, plan.threads, plan.config.loss)
+        k, fig = choose_learners(task, plan.config, plan.threads)
+        ratio = fig["sweep_over_pass"]
+        why = (f"learners auto measured inference {fig['infer_ms']:.3f} ms/example and an "
+               f"update pass {fig['pass_ms']:.3f} ms/example: a sweep of {plan.threads - 1} "
+               f"worker(s) lasts {ratio:.1f} update passes, "
+               f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
+               f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'}")
+        plan = dataclasses.replace(plan, learners=k, learners_reason=why)
+    if plan.learners_reason and log is not None:
+        log(learners_line(plan))
+    return plan
