@@ -24,10 +24,18 @@ from demidcd.tasks.template import (
     DictFeaturizer,
     TemplateEncoding,
     TemplateFeaturizer,
-    dict_features,
+    flatten_into,
 )
 from demidcd.tasks.template_language import SHIPPED_TEMPLATES, Template
 from demidcd.tasks.template_regex import WapitiRegex, compile_regex
+
+
+def dict_features(token):
+    """The (feature string, value) pairs of one token, as the DictFeaturizer flattens it."""
+    names, vals = [], []
+    flatten_into(token, "", names, vals)
+    return list(zip(names, vals, strict=True))
+
 
 # word, POS, a third column
 SENT = [("The", "DT", "x1"), ("U.S.", "NNP", "a-b"), ("costs", "NNS", "42"), ("rose", "VBD", "!?")]

@@ -281,21 +281,16 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
     return out
 
 
-CONLLU_TOKEN_COLUMNS = ("FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS",
-                        "MISC")
-"""The columns of a CoNLL-U token in a template's numbering (:func:`token_columns`), before the
-label column is taken out."""
-
-
 def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[tuple[str, ...]]]:
     """Per token, every input column but the label column, the word first: what a CRF++ /
     Wapiti template's ``%x[r,c]`` reads as column c (``crf_learn`` numbers a file's columns so,
     the label being the last).
 
     A columns file: its columns without the label column (CoNLL-2000: 0 = word, 1 = POS).
-    CoNLL-U: :data:`CONLLU_TOKEN_COLUMNS` (ID dropped) without the label column (UPOS by
-    default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD, 5 = DEPREL, 6 = DEPS, 7 = MISC).
-    ``width``: how many columns a model reads; an unlabeled columns file (predict) may hold
+    CoNLL-U: FORM, LEMMA, UPOS, XPOS, FEATS, HEAD, DEPREL, DEPS, MISC (ID dropped) without the
+    label column (UPOS by default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD,
+    5 = DEPREL, 6 = DEPS, 7 = MISC).
+    ``width``: how many columns a model reads; an unlabelled columns file (predict) may hold
     that many, or one more, the label column (``corpus.label_column``, else the last), which is
     dropped as ``crf_test`` drops the answer column. A file of another width is an
     :class:`InputError` naming its first token line.

@@ -334,11 +334,6 @@ class CpuMonitor:
         late = [t for sec, t, _ in s if sec >= 1.0] or [t for _, t, _ in s]
         return sum(late) / len(late)
 
-    @property
-    def peak_memory(self) -> int:
-        """Bytes: the peak PSS sum (the resident sum when no PSS could be read)."""
-        return self.peak_pss or self.peak_rss
-
     def memory_line(self) -> str:
         """E.g. ``"peak memory: 2,250 MiB (PSS, all processes)"``: the peak of the summed
         proportional set sizes, shared pages counted once in all (module docstring)."""

@@ -265,11 +265,6 @@ class SharedWeights:
         if self._pending_full:
             self.publish(w, force=True)
 
-    @property
-    def has_pending(self) -> bool:
-        """True if a deferred whole-vector publish has not reached w̄ yet."""
-        return self._pending_full
-
     # -- readers ---------------------------------------------------------------------------
     def read_begin(self) -> int:
         """For reading w̄ in place: the current version v (its data: :meth:`buffer` ``(v)``)."""

@@ -388,10 +388,6 @@ class ActiveSets:
         val[code == 2] = self.p_val[vb:vb + int(self.p_idx[st])]
         return keys >> 2, val
 
-    def phi_bytes(self) -> int:
-        """Bytes of the φ pool holding the live structures (garbage of freed ones excluded)."""
-        return int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB]) * self.p_idx.itemsize
-
     def memory_bytes(self) -> int:
         """Bytes of the arrays (reserved, not only touched; the φ pool's float64 view is the
         same memory as its int32 words)."""

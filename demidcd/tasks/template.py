@@ -6,7 +6,7 @@ sentences of feature dicts. Both give a :class:`TemplateEncoding` (CSR arrays of
 feature ids).
 
 **Feature dicts** (python-crfsuite's ``ItemSequence`` rules, as sklearn-crfsuite passes them):
-a token is a dict name → value, flattened by :func:`dict_features` into (string, value) pairs:
+a token is a dict name → value, flattened by :func:`flatten_into` into (string, value) pairs:
 str → ``name:value`` with 1; int/float → ``name`` with that value; bool → ``name`` with 1 / 0;
 list, tuple or set of str → ``name:v`` with 1 each; a nested dict → its pairs prefixed
 ``name:``. A token may also be a list of strings (names with value 1). Pairs of value 0 are
@@ -49,8 +49,10 @@ TEMPLATE_STATE_VERSION = 1
 # ---------------------------------------------------------------------------------------------
 # feature dicts
 # ---------------------------------------------------------------------------------------------
-def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
-    """Append the (name, value) pairs of python-crfsuite's item rules for ``x``."""
+def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float]) -> None:
+    """Append the (name, value) pairs of python-crfsuite's item rules for ``x`` (a token: a
+    feature dict or a list of feature names; see the module docstring), each name prefixed by
+    ``prefix``, to ``names`` and ``vals``."""
     if isinstance(x, dict):
         for k, v in x.items():
             if not isinstance(k, str):
@@ -71,7 +73,7 @@ def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
                     names.append(key)
                     vals.append(f)
             elif isinstance(v, dict | list | tuple | set | frozenset):
-                _flatten_into(v, key + ":", names, vals)
+                flatten_into(v, key + ":", names, vals)
             else:
                 raise TypeError(f"feature {key!r} has a value of type {type(v).__name__} "
                                 "(expected str, number, bool, list of str or dict)")
@@ -83,14 +85,6 @@ def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
             vals.append(1.0)
     else:
         raise TypeError(f"a token is a dict or a list of feature names, not {type(x).__name__}")
-
-
-def dict_features(token: dict | list) -> list[tuple[str, float]]:
-    """The (feature string, value) pairs of one token (see the module docstring)."""
-    names: list[str] = []
-    vals: list[float] = []
-    _flatten_into(token, "", names, vals)
-    return list(zip(names, vals, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,7 +498,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
 
 class DictFeaturizer(_SpacesFeaturizer):
     """Maps sentences of feature dicts (or lists of feature names) to :class:`TemplateEncoding`
-    (U features with values; no B features; ``transitions`` True), by :func:`dict_features`."""
+    (U features with values; no B features; ``transitions`` True), by :func:`flatten_into`."""
 
     kind = "DictFeaturizer"
     n_spaces = 1
@@ -522,7 +516,7 @@ class DictFeaturizer(_SpacesFeaturizer):
         for s in tokens:
             for tok in s:
                 if tok.__class__ is dict:
-                    for k, v in tok.items():  # the common cases inline, the rest in _flatten_into
+                    for k, v in tok.items():  # the common cases inline, the rest in flatten_into
                         c = v.__class__
                         if c is str and k.__class__ is str:
                             na(k + ":" + v)
@@ -547,10 +541,10 @@ class DictFeaturizer(_SpacesFeaturizer):
 
     @staticmethod
     def _slow(x, names: list[str], num_at: list[int], num_val: list[float]) -> None:
-        """:func:`_flatten_into` for what the inline cases of :meth:`_expand` do not cover."""
+        """:func:`flatten_into` for what the inline cases of :meth:`_expand` do not cover."""
         nm: list[str] = []
         vl: list[float] = []
-        _flatten_into(x, "", nm, vl)
+        flatten_into(x, "", nm, vl)
         for n, v in zip(nm, vl, strict=True):
             if v != 1.0:
                 num_at.append(len(names))
@@ -575,7 +569,7 @@ class DictFeaturizer(_SpacesFeaturizer):
 
 
 
-__all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "dict_features",
+__all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "flatten_into",
            "resolve_template"]
 
 
