@@ -246,7 +246,7 @@ def test_token_columns_conllu_order(tmp_path):
     from demidcd.datasets import load_tagged
 
     assert load_tagged(q, all_columns=True) == xy(chunk_corpus(3))
-    unl = read_tagged(q, fmt="columns", labeled=False)
+    unl = read_tagged(q, fmt="columns", labelled=False)
     assert token_columns(unl, 2) == token_columns(read_tagged(q, fmt="columns"))
     with pytest.raises(InputError, match=r"c\.txt:1: 3 columns; the model's template reads 1 "):
         token_columns(unl, 1)
