@@ -196,9 +196,10 @@ OPTIONS: tuple[Option, ...] = (
        commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
-       BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
-    _o("threads", "--threads", int, 1, "processes (predict: threads tagging blocks of "
-       "sentences at once, output in input order)", BASIC, cli_default="all cores",
+       BASIC, metavar="NAME", rule="demi-dcd when --threads > 1, else dcd"),
+    _o("threads", "--threads", int, 1, "cores to use: train runs that many processes "
+       "(crf: threads in one process), predict that many threads tagging blocks of sentences "
+       "(output in input order)", BASIC, cli_default="all cores",
        commands=("train", "predict"),
        rule="the library uses 1 so that a script never takes every core unasked; the command "
             "line uses all cores"),
@@ -228,11 +229,12 @@ OPTIONS: tuple[Option, ...] = (
        owners=DCD, metavar="SHARE"),
     _o("sweeps", "--sweeps", int, 1, "sweeps over an example's active set per visit, at most "
        "(--loss l1: SWEEPS x |A_i| SMO pair steps)", owners=DCD),
-    _o("learners", "--learners", str, "auto", "learner processes updating one shared w: K = "
-       "--threads (every process infers and learns), 1 (one learner, --threads - 1 inference "
-       "workers) or auto (measured: --threads when one learner could not keep up)",
+    _o("learners", "--learners", str, "auto", "K learner processes (each infers and updates) "
+       "sharing one w: K = --threads, 1 (one learner process and --threads - 1 inference "
+       "workers) or auto (K = --threads when one learner process cannot keep up)",
        owners=("demi-dcd",), metavar="K|auto"),
-    _o("backend", "--backend", str, "shm", "how the learner reaches its workers: shm (processes "
+    _o("backend", "--backend", str, "shm", "how the learner process reaches its inference "
+       "workers: shm (processes "
        "on this machine) or ray (a Ray cluster; pip install 'demidcd[ray]')",
        owners=("demi-dcd", "ms-dcd", "sp-ipm", "pegasos", "adagrad"), choices=("shm", "ray")),
     _o("ray_address", "--ray-address", str, None, "--backend ray: the cluster to join "

@@ -211,9 +211,9 @@ class SharedLearner:
                 "epoch": epoch, "algorithm": name,
                 "rng": None if rng is None else rng.bit_generator.state})
         c = self.cnt
-        self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
-                 f", {c['publishes']:,} publishes costing "
-                 f"{100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time, "
+        self.log(f"learner process: {c['updates']:,} updates "
+                 f"({c['updates'] / max(seconds, 1e-9):,.0f}/s), {c['publishes']:,} publishes "
+                 f"costing {100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time, "
                  f"{c['learner_inferences']:,} inferences of its own; workers: "
                  f"{tot['inferences']:,} inferences, {tot['pushed']:,} structures pushed, "
                  f"{tot['wasted']:,} chunks redone after a concurrent publish")

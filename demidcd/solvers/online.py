@@ -194,8 +194,8 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                      worker_share=bi.worker_share)
     if log:
         log(f"{name}: {weights.steps:,} steps of {k} examples, {bi.inferences():,} inferences "
-            f"({bi.own_inferences:,} in the learner), {bi.wait_seconds:.2f}s waiting for the "
-            f"workers, whose share of a batch ended at {bi.worker_share:.0%}")
+            f"({bi.own_inferences:,} in the learner process), {bi.wait_seconds:.2f}s waiting for "
+            f"the inference workers, whose share of a batch ended at {bi.worker_share:.0%}")
     return res
 
 
