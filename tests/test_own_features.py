@@ -210,7 +210,7 @@ def test_template_round_trip_and_b_features(tmp_path):
     assert back.predict(X) == est.predict(X)
     np.testing.assert_array_equal(back.coef_, est.coef_)
     assert back.template == str(path)  # the parameter as given
-    shipped = ChunkTagger(template=Template.load("chunking"), **FIT).fit(X, Y)
+    shipped = ChunkTagger(template=Template.from_name_or_file("chunking"), **FIT).fit(X, Y)
     shipped.save(m)
     again = ChunkTagger.load(m)
     assert isinstance(again.template, Template) and again.template.text == \

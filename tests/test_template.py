@@ -175,7 +175,7 @@ def test_benchmark_chunk_template_file_parses():
 def test_shipped_templates_parse_and_are_package_data(name):
     res = resources.files("demidcd").joinpath("templates", f"{name}.template")
     assert res.is_file()
-    t = Template.load(name)
+    t = Template.from_name_or_file(name)
     assert t.path == f"{name}.template" and t.transitions and t.n_columns >= 1
     sent = [tok[:t.n_columns] for tok in [("Mr.", "NNP"), ("Vinken", "NNP"), ("61", "CD")]]
     got = t.expand([sent])[0]

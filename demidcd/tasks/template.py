@@ -203,7 +203,8 @@ class _FeatureSpace:
         blob, ends = _pack_strings(self.features)
         return {f"{prefix}_strings": blob, f"{prefix}_ends": ends}
 
-    def load(self, arrays: dict[str, np.ndarray], prefix: str, n: int) -> None:
+    def restore(self, arrays: dict[str, np.ndarray], prefix: str, n: int) -> None:
+        """The inverse of :meth:`state`: the index of ``n`` features from a model's arrays."""
         if self.hashing:
             if n != self.hashing:
                 raise ValueError(f"{prefix}: size does not match hashing")
@@ -326,12 +327,12 @@ class _SpacesFeaturizer:
             arrays.update(sp.state(("feature", "bfeature")[k]))
         return arrays, self._meta()
 
-    def _load_spaces(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    def _restore_spaces(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         sizes = [int(x) for x in meta["sizes"]]
         if len(sizes) != self.n_spaces or min(sizes) < 0:
             raise ValueError("bad feature space sizes")
         for k, sp in enumerate(self.spaces):
-            sp.load(arrays, ("feature", "bfeature")[k], sizes[k])
+            sp.restore(arrays, ("feature", "bfeature")[k], sizes[k])
         self._fitted = True
 
     @staticmethod
@@ -345,7 +346,8 @@ class _SpacesFeaturizer:
 class TemplateFeaturizer(_SpacesFeaturizer):
     """Maps sentences of column tuples to :class:`TemplateEncoding` through a :class:`Template`.
 
-    ``template``: a :class:`Template`, or a file path or shipped name (:meth:`Template.load`).
+    ``template``: a :class:`Template`, or a file path or shipped name
+    (:meth:`Template.from_name_or_file`).
     ``min_count`` / ``hashing`` as in :class:`~demidcd.tasks.features.SequenceFeaturizer`;
     B features are hashed mod ``bhashing`` (default: ``hashing``; each B weight row has K² entries
     against K for U, so a smaller modulus is often wiser).
@@ -358,7 +360,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
                  hashing: int = 0, bhashing: int | None = None):
         super().__init__(min_count, hashing)
         if not isinstance(template, Template):
-            template = Template.load(template)
+            template = Template.from_name_or_file(template)
         self.template = template
         self.bhashing = self.hashing if bhashing is None else int(bhashing)
         _check_params(1, self.bhashing)
@@ -492,7 +494,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
         obj.n_columns = int(meta["n_columns"]) or None
         if obj.n_columns is not None:
             tpl.check_columns(obj.n_columns)
-        obj._load_spaces(arrays, meta)
+        obj._restore_spaces(arrays, meta)
         return obj
 
 
@@ -564,7 +566,7 @@ class DictFeaturizer(_SpacesFeaturizer):
         """Inverse of :meth:`state`; ValueError on inconsistent input."""
         cls._check_state(meta, cls.kind)
         obj = cls(int(meta["min_count"]), int(meta["hashing"]))
-        obj._load_spaces(arrays, meta)
+        obj._restore_spaces(arrays, meta)
         return obj
 
 
@@ -581,6 +583,6 @@ def resolve_template(template: Any) -> Template | None:
     if template is None or isinstance(template, Template):
         return template
     if isinstance(template, str | os.PathLike):
-        return Template.load(os.fspath(template))
+        return Template.from_name_or_file(os.fspath(template))
     raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
                       f"got {type(template).__name__}")
