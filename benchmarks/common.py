@@ -345,10 +345,11 @@ def parse_cpu_line(text: str) -> dict[str, float] | None:
 
 
 def parse_learner_line(text: str) -> dict[str, float] | None:
-    """DEMI-DCD / MS-DCD ``learner: N updates (R/s), P publishes costing X% of its time[, L
+    """DEMI-DCD / MS-DCD ``learner process: N updates (R/s), P publishes costing X% of its time[, L
     inferences of its own]; workers: I inferences, S structures pushed, W chunks redone ...``
-    (``inferences`` counts both the learner's and the workers')."""
-    m = re.findall(r"learner:\s*" + _NUM + r" updates \(" + _NUM + r"/s\),\s*" + _NUM +
+    (``inferences`` counts both the learner's and the workers'; logs written before the line
+    said ``learner process:`` read as well)."""
+    m = re.findall(r"learner(?: process)?:\s*" + _NUM + r" updates \(" + _NUM + r"/s\),\s*" + _NUM +
                    r" publishes costing " + _NUM + r"% of its time(?:,\s*" + _NUM +
                    r" inferences of its own)?; workers:\s*" + _NUM +
                    r" inferences,\s*" + _NUM + r" structures pushed,\s*" + _NUM +

@@ -306,7 +306,7 @@ def crfsuite_child(template: str, train: str, test: str, model: str, iterations:
     from demidcd.io.tagged import read_tagged, token_columns
     from demidcd.tasks.template_language import Template
 
-    tpl = Template.load(template)
+    tpl = Template.from_name_or_file(template)
     tr, te = (read_tagged(p, fmt="columns") for p in (train, test))
 
     def items(corpus):

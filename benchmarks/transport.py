@@ -8,7 +8,7 @@ such) of a 4-node × 16-core Ray cluster from those measured costs.
 Each backend trains DEMI-DCD through the CLI (``--backend shm`` / ``--backend ray``, a local Ray
 instance), with snapshots every second; the snapshots' primal objectives give the time to 1%
 (f* = the lowest primal of either run, or ``--fstar``). Transport figures come from the
-learner's last log lines (``learner: …``, ``transport: … MB of w̄ out, … MB of records in``).
+learner's last log lines (``learner process: …``, ``transport: … MB of w̄ out, … MB of records in``).
 Writes ``results/transport_<task>.json`` and prints a Markdown table. Needs the ``[ray]`` extra.
 """
 

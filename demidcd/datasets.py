@@ -47,19 +47,19 @@ def _columns(value: Column | Sequence[Column] | None) -> list[Column]:
     return list(value)
 
 
-def _read(task: str, path: str | os.PathLike[str], labeled: bool, **options: Any) -> Any:
+def _read(task: str, path: str | os.PathLike[str], labelled: bool, **options: Any) -> Any:
     """The task's reader (``TaskSpec.read``) with ``options`` as the command line's
     arguments."""
     from .tasks import get_task
 
     args = SimpleNamespace(**options)
-    return get_task(task).read(os.fspath(path), args, labeled)
+    return get_task(task).read(os.fspath(path), args, labelled)
 
 
 def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Column | None = None,
                 feature_columns: Column | Sequence[Column] | None = None,
                 encoding: str = "utf-8", max_sentence_length: int = 5000,
-                labeled: bool = True, all_columns: bool = False
+                labelled: bool = True, all_columns: bool = False
                 ) -> tuple[list[list], list[list[str]] | None]:
     """``(X, y)`` of a tagged file for :class:`~demidcd.api.SequenceTagger`,
     :class:`~demidcd.api.ChunkTagger` or :class:`~demidcd.api.NamedEntityTagger`.
@@ -69,7 +69,7 @@ def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Colu
     column, ``"upos"`` (the CoNLL-U default), ``"xpos"`` or a 1-based number (columns: default
     the last). ``feature_columns``: other 1-based columns (or ``"upos"`` / ``"xpos"``) whose
     values go with each word into the feature template; X's tokens are then tuples
-    ``(word, value, ...)``, otherwise words. ``labeled=False`` reads no labels (a file to
+    ``(word, value, ...)``, otherwise words. ``labelled=False`` reads no labels (a file to
     predict on) and returns ``y = None``. ``-DOCSTART-`` lines, comments and CoNLL-U multiword
     and empty-node lines are skipped. ``all_columns``: tokens are tuples of every column but the
     label, the word first, as a template's ``%x[r,c]`` numbers them (``template=`` of the
@@ -81,19 +81,19 @@ def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Colu
     >>> X, y = load_tagged("esp.train", feature_columns=2)   # NER: (word, POS) and BIO tags
     >>> X, y = load_tagged("conll2000/train.txt", all_columns=True)   # for template="chunking"
     """
-    data = _read("sequence", path, labeled, format=format, column=column,
+    data = _read("sequence", path, labelled, format=format, column=column,
                  column_given=column is not None, feature_columns=_columns(feature_columns),
                  encoding=encoding, max_sentence_length=max_sentence_length,
                  all_columns=all_columns)
     from .tasks import get_task
 
     X, y = get_task("sequence").xy(data)
-    return X, (y if labeled else None)
+    return X, (y if labelled else None)
 
 
 def load_dependency(path: str | os.PathLike[str], format: str = "auto", pos_column: str = "upos",
                     second_pos: bool | None = None, encoding: str = "utf-8",
-                    max_sentence_length: int = 1000, labeled: bool = True) -> tuple[Any, Any]:
+                    max_sentence_length: int = 1000, labelled: bool = True) -> tuple[Any, Any]:
     """``(X, y)`` of a CoNLL-U or CoNLL-X treebank for
     :class:`~demidcd.estimators.dependency.DependencyParser`.
 
@@ -102,7 +102,7 @@ def load_dependency(path: str | os.PathLike[str], format: str = "auto", pos_colu
     POS column is filled throughout the file (``second_pos=None``, as ``demidcd train``), always
     (``True``: an error when it is not filled) or never (``False``). ``y[s][k]`` is the
     ``(head, DEPREL)`` pair of word k+1 (head 0 = the root), or the head alone when the file
-    has no DEPRELs (all ``_``); ``labeled=False`` reads no trees and returns ``y = None``.
+    has no DEPRELs (all ``_``); ``labelled=False`` reads no trees and returns ``y = None``.
     ``format``: ``"conllu"``, ``"conllx"`` or ``"auto"`` (``.conllu`` names are CoNLL-U, others
     CoNLL-X).
 
@@ -110,13 +110,13 @@ def load_dependency(path: str | os.PathLike[str], format: str = "auto", pos_colu
     >>> X[0][:2], y[0][:2]
     ([('Al', 'PROPN', 'NNP'), ('-', 'PUNCT', 'HYPH')], [(0, 'root'), (3, 'punct')])
     """
-    data = _read("dependency", path, labeled, format=format, pos_column=pos_column,
+    data = _read("dependency", path, labelled, format=format, pos_column=pos_column,
                  second_pos=second_pos, encoding=encoding,
                  max_sentence_length=max_sentence_length)
     from .tasks import get_task
 
     X, y = get_task("dependency").xy(data)
-    return X, (y if labeled else None)
+    return X, (y if labelled else None)
 
 
 def conll04_labels(X: Sequence[Any]) -> list[tuple[list[str], dict[tuple[int, int], str]]]:

@@ -80,12 +80,9 @@ C_DEFAULT = 0.1
 C_DICTS = 0.3
 """What ``C=None`` means for a sequence estimator fitted on feature dicts: such dicts hold few
 features per token (the sklearn-crfsuite tutorial's ~16, the built-in templates ~30-60), so the
-weights must be larger and less regularisation pays. Measured with the tutorial's dicts
-(the tutorial's ``word2features``), 60 s, 2 threads, DEMI-DCD, L1 loss, one run each unless a
-range: CoNLL-2000 test chunk F1 92.92 / 93.11 / 92.60 at C = 0.1 / 0.3 / 1
-(sklearn-crfsuite L-BFGS c1 = c2 = 0.1: 93.00); CoNLL-2002 Spanish esp.testb entity F1
-73.4-73.8 (3 runs) / 74.90 / 75.8-76.6 (6 runs) / 75.6-75.7 (2) / 75.67 / 75.48 at C = 0.1 /
-0.2 / 0.3 / 0.4 / 0.5 / 1 (sklearn-crfsuite: 76.77)."""
+weights must be larger and less regularisation pays. Chosen on CoNLL-2000 and CoNLL-2002
+Spanish with the tutorial's dicts (benchmarks/README.md, the feature-dict runs of "Own
+features")."""
 
 
 def default_C(feature_kind: str | None = None) -> float:
@@ -178,7 +175,7 @@ OPTIONS: tuple[Option, ...] = (
        "scheme of the training labels (IOB2: no I-X after O or another type, none first; "
        "BIOES likewise)", ADVANCED, DATA, ("chunking", "ner"),
        commands=("train", "evaluate", "predict"),
-       rule="off (measured: CoNLL-2000 chunk F1 -0.01, CoNLL-2002 Spanish entity F1 +0.06); "
+       rule="off (no F1 gain on CoNLL-2000 / CoNLL-2002); "
             "evaluate / predict: the model's"),
     _o("nbest", "--nbest", int, None, "the K best taggings of each sentence in CRF++'s n-best "
        "layout: '# RANK SCORE' before each labelled copy, SCORE = w·Φ(x, y)", ADVANCED, OUTPUT,
@@ -199,15 +196,16 @@ OPTIONS: tuple[Option, ...] = (
        commands=("predict",), param=False),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
-       BASIC, metavar="NAME", rule="demi-dcd with more than one thread, else dcd"),
-    _o("threads", "--threads", int, 1, "processes (predict: threads tagging blocks of "
-       "sentences at once, output in input order)", BASIC, cli_default="all cores",
+       BASIC, metavar="NAME", rule="demi-dcd when --threads > 1, else dcd"),
+    _o("threads", "--threads", int, 1, "cores to use: train runs that many processes "
+       "(crf: threads in one process), predict that many threads tagging blocks of sentences "
+       "(output in input order)", BASIC, cli_default="all cores",
        commands=("train", "predict"),
        rule="the library uses 1 so that a script never takes every core unasked; the command "
             "line uses all cores"),
     _o("C", "--C", float, None, "regularisation C of Eq. (1)", BASIC,
-       rule=f"{C_DEFAULT:g}; {C_DICTS:g} for feature dicts (the library's sequence "
-            "estimators; measured: options.C_DICTS)"),
+       rule=f"{C_DEFAULT:g}; {C_DICTS:g} for feature dicts (few features per token; the "
+            "library's sequence estimators)"),
     _o("time_limit", "--time-limit", float, None, "wall-clock seconds of training, worker "
        "start-up included", BASIC, metavar="SECONDS", rule="none: until converged"),
     _o("loss", "--loss", str, None, "the SSVM's loss: l2 (squared hinge, Eq. 1) or l1 (hinge)",
@@ -231,11 +229,12 @@ OPTIONS: tuple[Option, ...] = (
        owners=DCD, metavar="SHARE"),
     _o("sweeps", "--sweeps", int, 1, "sweeps over an example's active set per visit, at most "
        "(--loss l1: SWEEPS x |A_i| SMO pair steps)", owners=DCD),
-    _o("learners", "--learners", str, "auto", "learner processes updating one shared w: K = "
-       "--threads (every process infers and learns), 1 (one learner, --threads - 1 inference "
-       "workers) or auto (measured: --threads when one learner could not keep up)",
+    _o("learners", "--learners", str, "auto", "K learner processes (each infers and updates) "
+       "sharing one w: K = --threads, 1 (one learner process and --threads - 1 inference "
+       "workers) or auto (K = --threads when one learner process cannot keep up)",
        owners=("demi-dcd",), metavar="K|auto"),
-    _o("backend", "--backend", str, "shm", "how the learner reaches its workers: shm (processes "
+    _o("backend", "--backend", str, "shm", "how the learner process reaches its inference "
+       "workers: shm (processes "
        "on this machine) or ray (a Ray cluster; pip install 'demidcd[ray]')",
        owners=("demi-dcd", "ms-dcd", "sp-ipm", "pegasos", "adagrad"), choices=("shm", "ray")),
     _o("ray_address", "--ray-address", str, None, "--backend ray: the cluster to join "

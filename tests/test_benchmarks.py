@@ -170,8 +170,8 @@ def test_log_parsers_on_fixed_lines():
                   "publish_percent": 6.7, "inferences": 1380992, "learner_inferences": 0,
                   "pushed": 498387, "chunks_redone": 903}
     own = common.parse_learner_line(
-        "learner: 10 updates (5/s), 3 publishes costing 1.0% of its time, 12,544 inferences of "
-        "its own; workers: 100 inferences, 7 structures pushed, 0 chunks redone")
+        "learner process: 10 updates (5/s), 3 publishes costing 1.0% of its time, 12,544 "
+        "inferences of its own; workers: 100 inferences, 7 structures pushed, 0 chunks redone")
     assert own["inferences"] == 12644 and own["learner_inferences"] == 12544
     ms = common.parse_ms_split(text)
     assert ms["inference_seconds"] == 12.5 and ms["master_seconds"] == 37.5

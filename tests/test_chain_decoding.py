@@ -18,6 +18,17 @@ from demidcd.tasks import sequence as sq
 NEG = -np.inf
 
 
+def max_marginals(em, tr, start, end, *, pos_tr=None, pos_index=None, fixed=None, allowed=None,
+                  allowed_start=None, allowed_end=None):
+    """:func:`~demidcd.tasks.chain_decoding.max_marginals_chain` for one sentence (arguments as
+    :func:`~demidcd.tasks.chain_decoding.kbest`): M (n, K)."""
+    n, K, a = cd.chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
+                            allowed_start, allowed_end)
+    M = np.empty(n * K, np.float64)
+    cd.max_marginals_chain(a[0], n, K, *a[1:], M, np.empty(3 * K, np.float64))
+    return M.reshape(n, K)
+
+
 # ---------------------------------------------------------------------------------------------
 # brute force, written from the definitions
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +220,7 @@ def test_random_masks(seed, n, K, k, n_pos, force):
         ys, scores = cd.kbest(c["em"], c["tr"], c["start"], c["end"], kk, **masks,
                               **kernel_args(c))
         assert_matches_enumeration(ys, scores, ref, kk, exact=bool(seed % 2), tol=1e-9)
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks, **kernel_args(c))
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks, **kernel_args(c))
     np.testing.assert_allclose(M, brute_max_marginals(ref, n, K), rtol=1e-9, atol=1e-9)
 
 
@@ -259,7 +270,7 @@ def test_scheme_constraints(seed, n, scheme, which, k, f32, n_pos):
     assert_matches_enumeration(ys, scores, ref, k, exact=False, tol=1e-4 if f32 else 1e-9)
     y1, s1 = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 1, **masks, **kernel_args(c))
     assert np.array_equal(y1, ys[:1]) and np.array_equal(s1, scores[:1])
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks, **kernel_args(c))
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks, **kernel_args(c))
     np.testing.assert_allclose(M, brute_max_marginals(ref, n, K), rtol=1e-4, atol=1e-4)
 
 
@@ -297,7 +308,7 @@ def test_impossible_constraints():
                  fixed=np.array([2, -1, -1], np.int32))
     ys, scores = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 3, **masks)
     assert ys.shape == (0, 3) and scores.shape == (0,)
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks)
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"], **masks)
     assert np.all(M == NEG)
     pos_tr, pos_index = cd.no_constraints()[:2]
     args = (c["em"].reshape(-1), np.array([0, 3], np.int64), 3, c["tr"].reshape(-1), c["start"],
@@ -336,7 +347,7 @@ def brute_max_marginals(ref, n, K):
 def test_max_marginals_equal_brute_force(seed, n, K, f32, n_pos):
     rng = np.random.default_rng(seed)
     c = random_chain(rng, n, K, np.float32 if f32 else np.float64, False, n_pos)
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"], **kernel_args(c))
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"], **kernel_args(c))
     assert M.dtype == np.float64
     np.testing.assert_allclose(M, brute_max_marginals(enumerate_sorted(c), n, K), rtol=1e-12,
                                atol=1e-12)
@@ -355,7 +366,7 @@ def test_margins_zero_exactly_at_ties(seed, n, K, n_pos, force):
              if force else None)
     ys, scores = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 2, fixed=fixed,
                           **kernel_args(c))
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"], fixed=fixed, **kernel_args(c))
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"], fixed=fixed, **kernel_args(c))
     tok, sent = cd.margins(M, ys[0])
     ref = enumerate_sorted(c, mask_admissible(fixed=fixed))
     best = ref[0][0]
@@ -372,7 +383,7 @@ def test_margins_zero_exactly_at_ties(seed, n, K, n_pos, force):
 def test_token_margins_of_a_non_viterbi_path_can_be_negative():
     c = random_chain(np.random.default_rng(5), 4, 3)
     ys, _ = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 27)
-    M = cd.max_marginals(c["em"], c["tr"], c["start"], c["end"])
+    M = max_marginals(c["em"], c["tr"], c["start"], c["end"])
     tok, sent = cd.margins(M, ys[-1])  # the worst sequence; the best is unique (random floats)
     differs = ys[-1] != ys[0]
     assert differs.any() and sent < 0
@@ -400,7 +411,7 @@ def test_confidence_batch_matches_per_sentence():
     for e, n in enumerate(lengths):
         a = int(sent_ptr[e])
         sl = slice(a, a + n)
-        M = cd.max_marginals(em[a * K:(a + n) * K].reshape(n, K), tr.reshape(K, K), start, end,
+        M = max_marginals(em[a * K:(a + n) * K].reshape(n, K), tr.reshape(K, K), start, end,
                              pos_tr=pos_tr, pos_index=pos_index[sl], fixed=fixed[sl])
         np.testing.assert_array_equal(table[a * K:(a + n) * K], M.reshape(-1))
         tok, s = cd.margins(M, tags[sl])

@@ -496,8 +496,8 @@ def test_writer_replaces_head_deprel_and_clears_deps(tmp_path, fmt, text):
     assert c2.heads == new and c2.deprels == rels and c2.words == c.words
     if fmt == "conllu":
         assert ud_problems(out.read_text()) == []
-    # unlabeled read (HEAD and DEPREL "_"), predict-style write without labels: root / _
-    u = read_dependency(p, fmt, "upos", labeled=False)
+    # unlabelled read (HEAD and DEPREL "_"), predict-style write without labels: root / _
+    u = read_dependency(p, fmt, "upos", labelled=False)
     assert u.heads == [[], []]
     write_dependency(out, u, c.heads)
     back = read_dependency(out, fmt, "upos")

@@ -136,9 +136,9 @@ def _input_warnings(path: Path):
        fmt=st.sampled_from(["conllu", "columns", "auto"]),
        column=st.sampled_from([None, None, "upos", "xpos", "2", 3, 1, "lemma"]),
        encoding=st.sampled_from(_ENCODINGS), max_len=st.sampled_from([1, 3, 5000, 0]),
-       labeled=st.booleans(), gz=st.sampled_from([False, False, True, "broken"]))
+       labelled=st.booleans(), gz=st.sampled_from([False, False, True, "broken"]))
 def test_tagged_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, fmt: str, column,
-                                                encoding: str, max_len: int, labeled: bool,
+                                                encoding: str, max_len: int, labelled: bool,
                                                 gz) -> None:
     name = "f.conllu" if fmt != "columns" else "f.txt"
     if gz:
@@ -151,7 +151,7 @@ def test_tagged_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, fmt
     try:
         with _input_warnings(path):
             c = read_tagged(path, fmt=fmt, column=column, encoding=encoding,
-                            max_sentence_length=max_len, labeled=labeled)
+                            max_sentence_length=max_len, labelled=labelled)
     except DemidcdError as e:
         _check_clean(e, str(path))
         if isinstance(e, InputError) and e.line is not None:
@@ -162,7 +162,7 @@ def test_tagged_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, fmt
     for w in (w for s in c.tokens for w in s):  # columns words may be NBSP or NEL (not ASCII ws)
         assert w and (not w.isspace() if c.fmt == "conllu" else not set(w) & set(" \t\r\n\f\v"))
     assert all(len(s) <= max_len for s in c.tokens)
-    if labeled:
+    if labelled:
         assert c.labeled and all(t for s in c.tags for t in s)
         out = tmp_path / ("o" + name)
         write_tagged(out, c, c.tags)  # the writer accepts what the reader returned ...

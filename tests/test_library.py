@@ -69,7 +69,7 @@ def test_load_tagged_columns_gives_what_the_chunker_takes(tmp_path):
     assert load_tagged(p, feature_columns=[2])[0] == X2
     Xp, yp = load_tagged(p, column=2)
     assert yp[0] == ["PRP", "VBZ", "DT", "NN"]
-    assert load_tagged(p, labeled=False) == (X, None)
+    assert load_tagged(p, labelled=False) == (X, None)
     chunker = ChunkTagger(**FAST).fit(X2, y2)
     pred = chunker.predict(X2)
     assert [len(s) for s in pred] == [4, 3]
@@ -91,7 +91,7 @@ def test_load_tagged_conllu(tmp_path):
     assert X[1] == [("Dogs", "NOUN"), ("bark", "VERB")] and y[1] == ["NNS", "VBP"]
     tagger = SequenceTagger(**FAST).fit(X, y)
     assert [len(s) for s in tagger.predict(X)] == [4, 2]
-    X, y = load_tagged(p, format="conllu", labeled=False)
+    X, y = load_tagged(p, format="conllu", labelled=False)
     assert y is None and X[1] == ["Dogs", "bark"]
 
 
@@ -116,7 +116,7 @@ def test_load_dependency(tmp_path):
                      [(2, "nsubj"), (0, "root")]]
     X1, _ = load_dependency(p, pos_column="xpos", second_pos=False)
     assert X1[1] == [("Dogs", "NNS"), ("bark", "VBP")]
-    assert load_dependency(p, labeled=False)[1] is None
+    assert load_dependency(p, labelled=False)[1] is None
     conllx = _write(tmp_path, "d.conll", CONLLU.replace("3-4\tsat.\t_\t_\t_\t_\t_\t_\t_\t_\n",
                                                         ""))
     assert load_dependency(conllx) == (X, heads)  # not .conllu: read as CoNLL-X

@@ -210,7 +210,7 @@ def test_template_round_trip_and_b_features(tmp_path):
     assert back.predict(X) == est.predict(X)
     np.testing.assert_array_equal(back.coef_, est.coef_)
     assert back.template == str(path)  # the parameter as given
-    shipped = ChunkTagger(template=Template.load("chunking"), **FIT).fit(X, Y)
+    shipped = ChunkTagger(template=Template.from_name_or_file("chunking"), **FIT).fit(X, Y)
     shipped.save(m)
     again = ChunkTagger.load(m)
     assert isinstance(again.template, Template) and again.template.text == \
@@ -246,7 +246,7 @@ def test_token_columns_conllu_order(tmp_path):
     from demidcd.datasets import load_tagged
 
     assert load_tagged(q, all_columns=True) == xy(chunk_corpus(3))
-    unl = read_tagged(q, fmt="columns", labeled=False)
+    unl = read_tagged(q, fmt="columns", labelled=False)
     assert token_columns(unl, 2) == token_columns(read_tagged(q, fmt="columns"))
     with pytest.raises(InputError, match=r"c\.txt:1: 3 columns; the model's template reads 1 "):
         token_columns(unl, 1)

@@ -71,7 +71,7 @@ def test_conllu_skips_comments_multiword_and_empty_nodes(tmp_path: Path) -> None
     x = read_tagged(p, column="xpos")
     assert x.tags == [["PRP", "MD", "RB", "VB", "."], ["UH"]]
     assert read_tagged(p, column=8).tags[1] == ["root"]
-    u = read_tagged(p, labeled=False)
+    u = read_tagged(p, labelled=False)
     assert u.tokens == c.tokens and u.tags == [[], []] and not u.labeled
 
 
@@ -152,9 +152,9 @@ def test_columns_docstart_and_label_column(tmp_path: Path) -> None:
     assert r.tags == [["A", "B"], ["C"], ["D"]]
     assert read_tagged(out, fmt="columns", column=3).tags == c.tags
     assert Path(out).read_text().splitlines()[2] == "Confidence NN B-NP A"
-    # unlabeled file: predictions are appended as a new last column
+    # unlabelled file: predictions are appended as a new last column
     u = _write(tmp_path, "u.txt", "a\nb\n\nc\n")
-    cu = read_tagged(u, fmt="columns", labeled=False)
+    cu = read_tagged(u, fmt="columns", labelled=False)
     write_tagged(out, cu, [["X", "Y"], ["Z"]])
     assert Path(out).read_text() == "a X\nb Y\n\nc Z\n\n"
 

@@ -181,10 +181,10 @@ def test_writer_defers_for_a_starving_reader_then_catches_up(arena):
     # whole publish deferred, then flush writes everything
     sw.hdr[WANT] = 1
     w[:] = 6.0
-    assert not sw.publish(w) and sw.has_pending
+    assert not sw.publish(w) and sw._pending_full
     sw.flush(w)
     sw.hdr[WANT] = 0
-    assert not sw.has_pending
+    assert not sw._pending_full
     sw.read_into(loc)
     np.testing.assert_array_equal(loc, w)
 

@@ -24,10 +24,18 @@ from demidcd.tasks.template import (
     DictFeaturizer,
     TemplateEncoding,
     TemplateFeaturizer,
-    dict_features,
+    flatten_into,
 )
 from demidcd.tasks.template_language import SHIPPED_TEMPLATES, Template
 from demidcd.tasks.template_regex import WapitiRegex, compile_regex
+
+
+def dict_features(token):
+    """The (feature string, value) pairs of one token, as the DictFeaturizer flattens it."""
+    names, vals = [], []
+    flatten_into(token, "", names, vals)
+    return list(zip(names, vals, strict=True))
+
 
 # word, POS, a third column
 SENT = [("The", "DT", "x1"), ("U.S.", "NNP", "a-b"), ("costs", "NNS", "42"), ("rose", "VBD", "!?")]
@@ -167,7 +175,7 @@ def test_benchmark_chunk_template_file_parses():
 def test_shipped_templates_parse_and_are_package_data(name):
     res = resources.files("demidcd").joinpath("templates", f"{name}.template")
     assert res.is_file()
-    t = Template.load(name)
+    t = Template.from_name_or_file(name)
     assert t.path == f"{name}.template" and t.transitions and t.n_columns >= 1
     sent = [tok[:t.n_columns] for tok in [("Mr.", "NNP"), ("Vinken", "NNP"), ("61", "CD")]]
     got = t.expand([sent])[0]

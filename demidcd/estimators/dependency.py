@@ -63,13 +63,7 @@ class DependencyParser(StructuredEstimator):
     and LAS (universal DEPREL: the part before ':', as the CoNLL 2018 evaluator) and LAS with
     subtypes (the full DEPREL), each with and without punctuation.
 
-    Measured on EWT (train 12,544 sentences → test 2,077, UPOS + XPOS, DEMI-DCD, 2 threads,
-    ``--time-limit 120``, Eisner, shared machine): UAS 86.88, LAS 83.11 (the CoNLL 2018
-    evaluator's), LAS with subtypes 82.64 (87.84 / 83.02 without punctuation), every sentence with
-    one root word labelled ``root``. The unlabelled parser before labels and the root
-    constraint had UAS 87.45 in the same 120 s (with more CPU: 61% of 200% against 42%, and 2.7x
-    the inferences), wrote 2 sentences with two roots and 368 words whose DEPREL contradicted
-    the HEAD (gold labels passed through).
+    Accuracy on UD English EWT: benchmarks/README.md ("Evidence behind the defaults").
     """
 
     task_name = "dependency"

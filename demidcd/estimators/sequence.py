@@ -58,11 +58,9 @@ SEEN_FROM_WEIGHTS = 2**25  # weights="auto": seen pairs once F·K dense would pa
 
 CONSTRAINTS_DEFAULT = False
 """Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
-as they lower CoNLL-2000 chunk F1 (two 60-s chunkers, 2 threads, --feature-columns 2: test
-93.83 → 93.82 and 93.82 → 93.81) though they raise CoNLL-2002 Spanish entity F1 (two 60-s NER
-models, --feature-columns 2: esp.testa 77.92 → 78.00 and 77.99 → 78.04, esp.testb
-80.88 → 80.94 and 80.85 → 80.91). conlleval reads an I-X that follows O as a chunk start,
-so an ill-formed tagging is still scored as chunks."""
+as they do not raise CoNLL-2000 chunk F1 and raise CoNLL-2002 Spanish entity F1 by under 0.1
+(benchmarks/README.md, "Evidence behind the defaults"). conlleval reads an I-X that follows O
+as a chunk start, so an ill-formed tagging is still scored as chunks."""
 
 
 class SequenceTagger(StructuredEstimator):
@@ -93,7 +91,7 @@ class SequenceTagger(StructuredEstimator):
     is not ``crf``);
     the others are those of :class:`StructuredEstimator`,
     except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
-    dicts have few features per token; measured there).
+    dicts have few features per token; see its docstring).
     Template B lines (``B01:%x[0,1]``, Wapiti's ``*``) give label-bigram features (G of them, K²
     weights each); the label transitions are always part of the chain (as if the template had
     its bare ``B`` line). Fitted: ``coef_``, ``classes_`` (tag names), ``featurizer_``,
@@ -580,10 +578,10 @@ class ChunkTagger(SequenceTagger):
     them (:mod:`demidcd.tasks.chunks`). :meth:`score` is chunk F1 and :meth:`metrics` gives
     precision, recall and F1 overall and per type, and token accuracy.
 
-    The DCD learners solve the hinge-loss (L1) SSVM by default here (``loss=None``): measured
-    with 1-DCD, C = 0.1, CoNLL-2000 test chunk F1 93.83 against 93.53 (the L2 loss peaks at 93.67
-    over C), CoNLL-2002 Spanish esp.testa / esp.testb entity F1 78.19 / 80.85 against
-    76.97 / 80.29. ``loss="l2"`` gives the L2 loss (and several DEMI-DCD learners).
+    The DCD learners solve the hinge-loss (L1) SSVM by default here (``loss=None``): it scored
+    higher than the L2 loss on CoNLL-2000 and CoNLL-2002 Spanish (benchmarks/README.md,
+    "Evidence behind the defaults"). ``loss="l2"`` gives the L2 loss (and several DEMI-DCD
+    learners).
 
     ``constraints`` (None: :data:`CONSTRAINTS_DEFAULT`, off): decode only taggings that obey
     the label scheme of the training labels (``constraint_scheme_``: IOB2, no I-X after O or
@@ -667,8 +665,8 @@ class NamedEntityTagger(ChunkTagger):
     """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
 
     Its features are the ``ner`` template of :mod:`demidcd.tasks.features` (word clusters and a
-    wider window) and ``min_count`` defaults to 1 (on CoNLL-2002 Spanish, 80 s runs: entity F1
-    78.48 with 2, 79.04 with 1)."""
+    wider window) and ``min_count`` defaults to 1 (rare words matter for entities: it raised
+    CoNLL-2002 Spanish entity F1, benchmarks/README.md)."""
 
     task_name = "ner"
     score_name = "entity F1"

@@ -44,7 +44,7 @@ class DepCorpus:
     """Sentences of words and POS tags with (optional) gold heads.
 
     ``heads[s][k]`` is the head of word k+1 (0 = the root) and ``deprels[s][k]`` its DEPREL
-    (``_`` when the file has none); empty lists when read unlabeled (None: in-memory corpus
+    (``_`` when the file has none); empty lists when read unlabelled (None: in-memory corpus
     without labels).
     ``other_pos``: the other POS column (XPOS when ``pos`` is UPOS and vice versa; CoNLL-X
     POSTAG / CPOSTAG) when it has a tag for every word of the file, else None.
@@ -113,11 +113,11 @@ def _cycle(heads: list[int]) -> int:
 
 
 def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_column: str = "upos",
-                    encoding: str = "utf-8", labeled: bool = True,
+                    encoding: str = "utf-8", labelled: bool = True,
                     max_sentence_length: int = 5000, missing_pos: bool = False) -> DepCorpus:
     """Read a CoNLL-U (``fmt="conllu"``) or CoNLL-X (``"conllx"``) treebank.
 
-    ``labeled=False`` reads neither HEAD nor DEPREL (they may be ``_``); otherwise HEAD must be
+    ``labelled=False`` reads neither HEAD nor DEPREL (they may be ``_``); otherwise HEAD must be
     an integer in 0..n for every word of an n-word sentence and DEPREL non-empty (``_`` allowed).
     ``missing_pos=True`` accepts a ``pos_column`` that is ``_`` for every word of the file when
     the other POS column has a tag for every word (a tagger's output that filled the other
@@ -153,7 +153,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
 
     def close() -> None:
         n = len(words)
-        if labeled:
+        if labelled:
             for h, ln in zip(heads, hline, strict=True):
                 if h > n:
                     raise InputError(path, ln, f"HEAD {h} is beyond the sentence's {n} words")
@@ -165,8 +165,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
         words_all.append(words)
         pos_all.append(tags)
         other_all.append(other)
-        heads_all.append(heads if labeled else [])
-        rels_all.append(rels if labeled else [])
+        heads_all.append(heads if labelled else [])
+        rels_all.append(rels if labelled else [])
         lines.append(first)
         raw.append(rl)
 
@@ -214,7 +214,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                 p = "_"
             else:
                 some_pos = True
-            if labeled:
+            if labelled:
                 h = f[_HEAD]
                 if not (h.isdigit() and h.isascii()):
                     raise InputError(path, lineno, f"bad HEAD {h!r} (column 7): expected an "

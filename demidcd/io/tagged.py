@@ -191,7 +191,7 @@ def read_tagged(
     column: str | int | None = None,
     encoding: str = "utf-8",
     max_sentence_length: int = 5000,
-    labeled: bool = True,
+    labelled: bool = True,
     keep_raw: bool = True,
     feature_columns: tuple[str | int, ...] = (),
 ) -> TaggedCorpus:
@@ -203,7 +203,7 @@ def read_tagged(
     column (``None`` = last); ``-DOCSTART-`` lines end the current sentence and are skipped.
     ``fmt="auto"`` picks by file name (:func:`guess_format`), or for ``path="-"`` (standard
     input, named ``<stdin>`` in messages) by content (:func:`sniff_format`). With
-    ``labeled=False`` labels are not read (``tags`` holds empty lists) and a columns file may
+    ``labelled=False`` labels are not read (``tags`` holds empty lists) and a columns file may
     have a single column.
     ``keep_raw=False`` drops the original lines (saves memory; the writer then emits the
     minimal format). ``max_sentence_length`` guards against files without sentence breaks; the
@@ -219,7 +219,7 @@ def read_tagged(
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = read_text(path, encoding)
     path = source_name(path)
-    corpus = parse_text(text, path, fmt, li, max_sentence_length, labeled, keep_raw,
+    corpus = parse_text(text, path, fmt, li, max_sentence_length, labelled, keep_raw,
                         feature_columns)
     if not corpus.tokens:
         raise InputError(path, None, "no sentences found (empty file?)")
@@ -227,7 +227,7 @@ def read_tagged(
 
 
 def parse_text(text: str, path: str, fmt: str, li: int | None, max_sentence_length: int,
-               labeled: bool, keep_raw: bool = True, feature_columns: tuple = (),
+               labelled: bool, keep_raw: bool = True, feature_columns: tuple = (),
                line0: int = 0, state: dict | None = None) -> TaggedCorpus:
     """The corpus in ``text`` (lines ``line0 + 1``… of ``path``, format ``fmt``, labels in
     field ``li``), as :func:`read_tagged` reads it, without the check that it has sentences;
@@ -236,17 +236,17 @@ def parse_text(text: str, path: str, fmt: str, li: int | None, max_sentence_leng
     gc.disable()  # millions of small lists, no cycles: the cyclic GC only costs time here
     try:
         parse = _parse_conllu if fmt == "conllu" else _parse_columns
-        corpus = parse(text, path, li, max_sentence_length, labeled, keep_raw, line0, state)
+        corpus = parse(text, path, li, max_sentence_length, labelled, keep_raw, line0, state)
     finally:
         if gc_was_enabled:
             gc.enable()
     if feature_columns and corpus.tokens:
-        corpus.attributes = _attributes(corpus, fmt, feature_columns, labeled)
+        corpus.attributes = _attributes(corpus, fmt, feature_columns, labelled)
     return corpus
 
 
 def feature_indices(fmt: str, feature_columns, path: str, label_column: int | None = None,
-                    labeled: bool = False) -> list[int]:
+                    labelled: bool = False) -> list[int]:
     """The 0-based fields of ``feature_columns`` (1-based, or ``upos`` / ``xpos`` in
     CoNLL-U); OptionError for a bad one."""
     idx = []
@@ -260,17 +260,17 @@ def feature_indices(fmt: str, feature_columns, path: str, label_column: int | No
                               f"({_FORMAT_NAMES[fmt]}); use {use}") from None
         if j < 1 or (fmt == "conllu" and j > 9):
             raise OptionError(f"bad feature column {c!r}: column 1 is the word; use 2 or more")
-        if labeled and label_column is not None and j == label_column:
+        if labelled and label_column is not None and j == label_column:
             raise OptionError(f"feature column {c} is the label column")
         idx.append(j)
     return idx
 
 
-def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
+def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labelled: bool):
     """The values of ``feature_columns`` per token, from the raw lines of ``corpus``."""
     if corpus.raw is None:
         raise OptionError("feature columns need the original lines (keep_raw=True)")
-    idx = feature_indices(fmt, feature_columns, corpus.path, corpus.label_column, labeled)
+    idx = feature_indices(fmt, feature_columns, corpus.path, corpus.label_column, labelled)
     out = []
     for rl in corpus.raw:
         toks = _token_fields(rl, fmt)
@@ -281,21 +281,16 @@ def _attributes(corpus: TaggedCorpus, fmt: str, feature_columns, labeled: bool):
     return out
 
 
-CONLLU_TOKEN_COLUMNS = ("FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS",
-                        "MISC")
-"""The columns of a CoNLL-U token in a template's numbering (:func:`token_columns`), before the
-label column is taken out."""
-
-
 def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[tuple[str, ...]]]:
     """Per token, every input column but the label column, the word first: what a CRF++ /
     Wapiti template's ``%x[r,c]`` reads as column c (``crf_learn`` numbers a file's columns so,
     the label being the last).
 
     A columns file: its columns without the label column (CoNLL-2000: 0 = word, 1 = POS).
-    CoNLL-U: :data:`CONLLU_TOKEN_COLUMNS` (ID dropped) without the label column (UPOS by
-    default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD, 5 = DEPREL, 6 = DEPS, 7 = MISC).
-    ``width``: how many columns a model reads; an unlabeled columns file (predict) may hold
+    CoNLL-U: FORM, LEMMA, UPOS, XPOS, FEATS, HEAD, DEPREL, DEPS, MISC (ID dropped) without the
+    label column (UPOS by default: 0 = FORM, 1 = LEMMA, 2 = XPOS, 3 = FEATS, 4 = HEAD,
+    5 = DEPREL, 6 = DEPS, 7 = MISC).
+    ``width``: how many columns a model reads; an unlabelled columns file (predict) may hold
     that many, or one more, the label column (``corpus.label_column``, else the last), which is
     dropped as ``crf_test`` drops the answer column. A file of another width is an
     :class:`InputError` naming its first token line.
@@ -334,11 +329,11 @@ class _Sentences:
     """What a parser has read: finished sentences, and the one being read (``words``, ``labs``,
     ``rlines``, starting on line ``first``)."""
 
-    __slots__ = ("labeled", "keep_raw", "tokens", "tags", "lines", "raw", "words", "labs",
+    __slots__ = ("labelled", "keep_raw", "tokens", "tags", "lines", "raw", "words", "labs",
                  "rlines", "first")
 
-    def __init__(self, labeled: bool, keep_raw: bool) -> None:
-        self.labeled, self.keep_raw = labeled, keep_raw
+    def __init__(self, labelled: bool, keep_raw: bool) -> None:
+        self.labelled, self.keep_raw = labelled, keep_raw
         self.tokens: list[list[str]] = []
         self.tags: list[list[str]] = []
         self.lines: list[int] = []
@@ -352,7 +347,7 @@ class _Sentences:
         """Finish the sentence being read, if it has words."""
         if self.words:
             self.tokens.append(self.words)
-            self.tags.append(self.labs if self.labeled else [])
+            self.tags.append(self.labs if self.labelled else [])
             self.lines.append(self.first)
             self.raw.append(self.rlines)
             self.words, self.labs, self.rlines = [], [], []
@@ -368,12 +363,12 @@ class _Sentences:
 
 
 def _parse_conllu(
-    text: str, path: str, li: int, max_len: int, labeled: bool, keep_raw: bool,
+    text: str, path: str, li: int, max_len: int, labelled: bool, keep_raw: bool,
     line0: int = 0, state: dict | None = None
 ) -> TaggedCorpus:
     """``line0``: the lines of the file before ``text`` (a block of it); ``state``: unused
     (the columns parser's)."""
-    out = _Sentences(labeled, keep_raw)
+    out = _Sentences(labelled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
     lines = text.split("\n")
     for idx, line in enumerate(lines, 1):
@@ -407,7 +402,7 @@ def _parse_conllu(
         w = f[1]
         if not w or w.isspace():
             raise InputError(path, lineno, "empty word (column 2)")
-        if labeled:
+        if labelled:
             lab = f[li]
             if not lab or lab.isspace() or lab == "_":
                 raise InputError(path, lineno, f"empty label in {colname} (column {li + 1})")
@@ -435,19 +430,19 @@ def line_separator(fields: list[str]) -> str:
 
 
 def _parse_columns(
-    text: str, path: str, li: int | None, max_len: int, labeled: bool, keep_raw: bool,
+    text: str, path: str, li: int | None, max_len: int, labelled: bool, keep_raw: bool,
     line0: int = 0, state: dict | None = None
 ) -> TaggedCorpus:
     """``line0``: the lines of the file before ``text`` (a block of it); ``state``: the
     token lines' field count and where it was set (``ncols``, ``ncols_line``), carried from
     block to block."""
-    out = _Sentences(labeled, keep_raw)
+    out = _Sentences(labelled, keep_raw)
     state = {} if state is None else state
     ncols = state.get("ncols", 0)
     ncols_line = state.get("ncols_line", 0)
-    min_cols = 2 if labeled else 1
+    min_cols = 2 if labelled else 1
     if li is not None:
-        min_cols = max(min_cols, li + 1) if labeled else 1
+        min_cols = max(min_cols, li + 1) if labelled else 1
     lines = text.split("\n")
     for idx, line in enumerate(lines, 1):
         lineno = line0 + idx
@@ -479,12 +474,12 @@ def _parse_columns(
         if not out.words:
             out.first = lineno
         out.words.append(f[0])
-        if labeled:
+        if labelled:
             out.labs.append(f[-1] if li is None else f[li])
         if keep_raw:
             out.rlines.append(f)
     state["ncols"], state["ncols_line"] = ncols, ncols_line
-    label_col = (ncols - 1 if li is None else li) if (labeled and ncols) else li
+    label_col = (ncols - 1 if li is None else li) if (labelled and ncols) else li
     return out.corpus(path, "columns", label_col)
 
 
@@ -567,7 +562,7 @@ def output_label_index(corpus: TaggedCorpus, column: str | int | None) -> int | 
         return corpus.label_column
     li = _label_index(fmt, None)
     if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
-        li = None  # unlabeled file: append the predictions
+        li = None  # unlabelled file: append the predictions
     return li
 
 

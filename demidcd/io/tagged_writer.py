@@ -187,7 +187,7 @@ def write_tagged(
     an extra field after the label).
 
     ``column=None`` uses the column the corpus was read from (``corpus.label_column``); for an
-    unlabeled columns file, or an in-memory corpus, predicted labels go into a new last column
+    unlabelled columns file, or an in-memory corpus, predicted labels go into a new last column
     (in memory: ``word tag`` lines). A columns-format ``column`` beyond the existing columns
     appends one new last column. A columns line comes back joined by a tab when it held one,
     else by a space (:func:`~demidcd.io.tagged.line_separator`). CoNLL-U keeps every original

@@ -26,9 +26,8 @@ Memory: the peak of the processes' proportional set size summed over the same pr
 ``/proc/<pid>/smaps_rollup``: each resident page divided by the number of processes mapping
 it), so the pages the forked workers share with the learner (the interpreter, numba's code, the
 task's arrays, the shared segments) count once in all; their summed resident sizes counted
-them once per process (``peak memory: 26368 MiB resident`` for 64 processes on a 24 GiB machine
-that used 2.25 GB). Reading PSS walks each process's page tables (~9 ms per EWT worker on the
-loaded 2-core machine, 0.55 s for 64 of them, on the learner's core), so the readings take
+them once per process, many times the real use with many workers. Reading PSS walks each
+process's page tables (milliseconds per process, on the learner's core), so the readings take
 at most ``PSS_BUDGET`` of the time (the first one waits as if each process cost
 ``PSS_GUESS``; the next ones are spaced by the measured cost), and one more is taken when the
 monitor stops (while the workers still run; memory peaks late, as the active sets grow). The
@@ -138,7 +137,7 @@ class CpuMonitor:
     def add(self, role: str, pid: int, fresh: bool = False) -> None:
         """Monitor ``pid`` under ``role`` (replaces the pid of an existing role, e.g. a
         restarted worker). ``fresh``: a process just forked, without descendants yet, whose
-        baseline needs no scan of every process (~10 ms each: 0.8 s for 64 workers)."""
+        baseline needs no scan of every process (milliseconds per process)."""
         r = _Role(self._open(pid))
         with self._lock:
             monitored = set() if fresh else self._monitored_pids()
@@ -334,11 +333,6 @@ class CpuMonitor:
         late = [t for sec, t, _ in s if sec >= 1.0] or [t for _, t, _ in s]
         return sum(late) / len(late)
 
-    @property
-    def peak_memory(self) -> int:
-        """Bytes: the peak PSS sum (the resident sum when no PSS could be read)."""
-        return self.peak_pss or self.peak_rss
-
     def memory_line(self) -> str:
         """E.g. ``"peak memory: 2,250 MiB (PSS, all processes)"``: the peak of the summed
         proportional set sizes, shared pages counted once in all (module docstring)."""
@@ -379,8 +373,7 @@ def _gone(p: psutil.Process) -> bool:
 
 def _ppid_map() -> dict[int, list[int]]:
     """parent pid → child pids, over every process on the machine (one /proc scan; psutil's
-    own ``ppid_map`` where it has one: ~2 ms for 100 processes against ~8 ms through
-    ``process_iter``)."""
+    own ``ppid_map`` where it has one, faster than ``process_iter``)."""
     out: dict[int, list[int]] = {}
     fast = getattr(psutil._psplatform, "ppid_map", None)
     if fast is not None:

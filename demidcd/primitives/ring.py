@@ -64,7 +64,7 @@ def record_words(nnz: int | np.ndarray) -> int | np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _load(ctrl: np.ndarray, i: int) -> int:
+def _acquire_load(ctrl: np.ndarray, i: int) -> int:
     """Acquire-load of a control word (the fence keeps later payload accesses after it)."""
     v = ctrl[i]
     fence()
@@ -72,7 +72,7 @@ def _load(ctrl: np.ndarray, i: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _store(ctrl: np.ndarray, i: int, v: int) -> None:
+def _release_store(ctrl: np.ndarray, i: int, v: int) -> None:
     """Release-store of a control word (the fence keeps earlier payload accesses before it)."""
     fence()
     ctrl[i] = v
@@ -268,14 +268,14 @@ class RecordRing:
         if start >= n:
             return n
         head = int(self.ctrl[HEAD])  # only this process writes head
-        tail = _load(self.ctrl, TAIL)
+        tail = _acquire_load(self.ctrl, TAIL)
         k, new_head, too_big = _push_kernel(
             self.payload, self._pf, self._pi, head, tail,
             _as(batch.ex, np.int64), _as(batch.hash, np.int64), _as(batch.delta, np.float64),
             _as(batch.margin, np.float64), _as(batch.ptr, np.int64),
             _as(batch.idx, INDEX_DTYPE), _as(batch.val, VALUE_DTYPE), int(start))
         if new_head != head:
-            _store(self.ctrl, HEAD, new_head)
+            _release_store(self.ctrl, HEAD, new_head)
         if too_big:
             nnz = int(batch.ptr[k + 1] - batch.ptr[k])
             raise ValueError(
@@ -286,7 +286,7 @@ class RecordRing:
     # -- consumer --------------------------------------------------------------------------
     def pop(self, max_records: int = 1 << 30) -> RecordBatch:
         """Remove and return all available records (at most ``max_records``), in push order."""
-        head = _load(self.ctrl, HEAD)
+        head = _acquire_load(self.ctrl, HEAD)
         tail = int(self.ctrl[TAIL])  # only this process writes tail
         if head == tail:
             return RecordBatch.empty()
@@ -301,7 +301,7 @@ class RecordRing:
         new_tail = _pop_copy(self.payload, self._pf, self._pi, tail, head, b.ex, b.hash,
                              b.delta, b.margin, b.ptr, b.idx, b.val)
         if new_tail != tail:
-            _store(self.ctrl, TAIL, new_tail)
+            _release_store(self.ctrl, TAIL, new_tail)
         return b
 
     # -- either side -----------------------------------------------------------------------

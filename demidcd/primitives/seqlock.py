@@ -19,7 +19,8 @@ marks every line of 8 entries that some admitted φ touches (``mark[j >> LINE_SH
 admission); w = Σ α φ is zero everywhere else, so :meth:`SharedWeights.publish_lines` copies
 the marked lines (and the tail, A) into ``buf[(v+1) % 2]`` and that buffer is then exact.
 Marking at admission rather than at every change keeps the update kernel free of stores other
-than w (marking changed lines there cost it 9–15%). On EWT XPOS the touched lines are about
+than w (marking changed lines there is costly: benchmarks/README.md, "Marks at admission").
+On EWT XPOS the touched lines are about
 30% of w's lines (6% of its entries).
 
 Memory ordering — the guarantee relied on
@@ -264,11 +265,6 @@ class SharedWeights:
         """Write a deferred whole-vector publish now, ignoring reader requests."""
         if self._pending_full:
             self.publish(w, force=True)
-
-    @property
-    def has_pending(self) -> bool:
-        """True if a deferred whole-vector publish has not reached w̄ yet."""
-        return self._pending_full
 
     # -- readers ---------------------------------------------------------------------------
     def read_begin(self) -> int:

@@ -21,8 +21,9 @@ from ..primitives.seqlock import LINE_SHIFT, mark_array
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 
-DEFAULT_MAX_ACTIVE = 50  # EWT XPOS, 20 epochs of 1-DCD uncapped: largest |A_i| 20, p99 17;
-# a cap of 8 evicts and costs 0.09% test accuracy (94.68% -> 94.59%)
+DEFAULT_MAX_ACTIVE = 50  # above the largest active set of uncapped 1-DCD on EWT XPOS, so it
+# rarely evicts; a small cap evicts and costs accuracy (benchmarks/README.md, "Evidence behind
+# the defaults")
 
 
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
@@ -43,7 +44,7 @@ def _reserve_pool(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The φ pool (:func:`_pool`) with room for ``POOL_WORDS_PER_EXAMPLE`` words per example,
     at most 1/16 of physical memory. ``np.zeros`` of this size maps fresh zero pages that the OS
     commits only when first written, so the reservation costs what is used; growing by copying
-    instead cost EWT XPOS 0.75 s of page faults and copies in its first seconds."""
+    costs page faults and copies while training starts (benchmarks/README.md)."""
     import psutil
 
     budget = psutil.virtual_memory().total // 16 // 4  # 4 bytes per word
@@ -234,10 +235,9 @@ class ActiveSets:
         gradient, until the KKT gap is below τ; ``shrink`` drops the structures with λ = 0
         after the visit, and |PG| reads the example's KKT gap. Solving each example's
         subproblem to τ on every visit (up to 100 steps, as the SDM's SMO does) spends steps
-        on examples whose w·φ the next visits change anyway (CoNLL-2000, C = 0.1, DEMI-DCD
-        p = K = 2: primal at 4 s 1,080 with |A_i| steps against 1,167 with 100; certified
-        convergence 13.2 s against 21.0 s; one step per visit, whatever |A_i|, was as fast
-        early but certified only after 34.2 s)."""
+        on examples whose w·φ the next visits change anyway; |A_i| steps per visit certified
+        convergence soonest, and one step per visit, whatever |A_i|, certified late
+        (benchmarks/README.md, "Evidence behind the defaults")."""
         st = self._stats
         st[:] = 0.0
         self._fresh = None
@@ -387,10 +387,6 @@ class ActiveSets:
         vb = (st + ln + 2) // 2
         val[code == 2] = self.p_val[vb:vb + int(self.p_idx[st])]
         return keys >> 2, val
-
-    def phi_bytes(self) -> int:
-        """Bytes of the φ pool holding the live structures (garbage of freed ones excluded)."""
-        return int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB]) * self.p_idx.itemsize
 
     def memory_bytes(self) -> int:
         """Bytes of the arrays (reserved, not only touched; the φ pool's float64 view is the

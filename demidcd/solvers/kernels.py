@@ -55,8 +55,8 @@ ALPHA, DELTA, SQNORM = 0, 1, 2
 # touched lines: with tracking on, insert_records stores mark[j >> LINE_SHIFT] = 1 for every entry
 # j of an admitted φ (a line is 8 entries, one cache line). w = Σ α φ changes only on entries of
 # stored φ, so a publish that copies every marked line reproduces w exactly (see
-# demidcd.primitives.seqlock), and the update kernel, the hot loop, stores nothing but w: marking
-# each changed line there cost 9-15% of its time (EWT XPOS frozen active sets, AMD EPYC)
+# demidcd.primitives.seqlock), and the update kernel, the hot loop, stores nothing but w (marking
+# each changed line there is costly: benchmarks/README.md, "Marks at admission")
 M_NEXT, M_PUSED, M_PGARB, M_NFREE = 0, 1, 2, 3
 META_FIELDS = 4
 # stats[k] returned by the update kernel
@@ -74,8 +74,8 @@ RESWEEP_RATIO = 0.3  # a visit stops re-sweeping an example once its max |PG| fe
 # indices, so every a[k] with a signed k (or a signed feature index) costs a sign test and a
 # select; with unsigned loop counters and indices the loop body is one load, one multiply and
 # one add (or one read-modify-write). Together with four partial sums (which break the serial
-# chain of floating-point adds) this made the update kernel 1.24-1.47x faster on frozen EWT
-# XPOS active sets (AMD EPYC; benchmarks/README.md, "Current code (772ea80)").
+# chain of floating-point adds) this makes the update kernel markedly faster (benchmarks/README.md,
+# "Earlier code (772ea80)").
 _U1, _U2, _U3, _U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
 _LINE = np.uint64(LINE_SHIFT)
 

@@ -26,10 +26,9 @@ from .state import DualState, Start
 
 FRESH_SWEEPS = 6  # sweeps (at most) over an example's active set right after its structures
 # arrive (kernels.update_examples stops earlier once its |PG| fell to RESWEEP_RATIO of the first
-# sweep's). EWT XPOS p=2, AMD EPYC, interleaved CLI pairs, relative primal difference at 10 s:
-# 3 sweeps beat 1 in 6 of 7 pairs (1.0/1.5/1.4/1.1/4.0/5.7/1.5% vs 1.9/1.9/1.7/1.1/5.8/11/3.0%),
-# 6 beat 3 in 3 of 3 (0.9/2.0/1.8% vs 1.9/2.3/2.0%). 1-DCD's update after each inference with 6
-# sweeps was no better at 12 s (2.6/2.7/2.4% vs 2.5/2.3/4.1%), so 1-DCD keeps one.
+# sweep's). More sweeps on fresh structures lowered DEMI-DCD's primal sooner; 1-DCD's update after
+# each inference gains nothing from them and keeps one (benchmarks/README.md, "Float32 w̄ for the
+# workers and fresh-structure sweeps").
 
 
 class DcdLearner:
@@ -205,9 +204,9 @@ class DcdLearner:
                 "epoch": epoch, "algorithm": name,
                 "rng": None if rng is None else rng.bit_generator.state})
         c = self.cnt
-        self.log(f"learner: {c['updates']:,} updates ({c['updates'] / max(seconds, 1e-9):,.0f}/s)"
-                 f", {c['publishes']:,} publishes costing "
-                 f"{100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time, "
+        self.log(f"learner process: {c['updates']:,} updates "
+                 f"({c['updates'] / max(seconds, 1e-9):,.0f}/s), {c['publishes']:,} publishes "
+                 f"costing {100 * sec['publish'] / max(seconds, 1e-9):.1f}% of its time, "
                  f"{c['learner_inferences']:,} inferences of its own; workers: "
                  f"{tot['inferences']:,} inferences, {tot['pushed']:,} structures pushed, "
                  f"{tot['wasted']:,} chunks redone after a concurrent publish")

@@ -241,11 +241,6 @@ class AdaGradWeights:
         adagrad_catch_up(self.w, self.q, self.u, self.n, np.ascontiguousarray(starts, np.int64),
                          np.ascontiguousarray(lens, np.int64), self.eta, self.C, self.l1)
 
-    def catch_up_all(self) -> np.ndarray:
-        """Bring every weight up to step n; returns w."""
-        self.catch_up(np.zeros(1, np.int64), np.full(1, self.w.shape[0], np.int64))
-        return self.w
-
     def materialize(self) -> np.ndarray:
         """A copy of w with every weight up to step n (the state is not changed, so replicas
         stay identical)."""

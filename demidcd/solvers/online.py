@@ -40,9 +40,8 @@ from .linear import AdaGradWeights, AveragedWeights, BatchInference, record_sqno
 from .recorder import Recorder, Tick
 
 DEFAULT_EPOCHS = 100  # the mini-batch learners
-SEQUENTIAL_EPOCHS = 30  # the perceptron and MIRA: averaged-perceptron dev accuracy on EWT XPOS
-# peaked at 20-30 epochs (94.45/94.43/94.46% at 20/25/30) and then fell (94.34% at 50, 94.23% at
-# 80; en_ewt-ud-dev, AMD EPYC)
+SEQUENTIAL_EPOCHS = 30  # the perceptron and MIRA: averaged-perceptron dev accuracy peaks at
+# 20-30 epochs and then falls (benchmarks/README.md, "Evidence behind the defaults")
 DEFAULT_BATCH = default("batch_size")
 DEFAULT_ETA = default("eta")
 
@@ -195,8 +194,8 @@ def _minibatch(task: Task, config: SolverConfig, threads: int, callback: Callbac
                      worker_share=bi.worker_share)
     if log:
         log(f"{name}: {weights.steps:,} steps of {k} examples, {bi.inferences():,} inferences "
-            f"({bi.own_inferences:,} in the learner), {bi.wait_seconds:.2f}s waiting for the "
-            f"workers, whose share of a batch ended at {bi.worker_share:.0%}")
+            f"({bi.own_inferences:,} in the learner process), {bi.wait_seconds:.2f}s waiting for "
+            f"the inference workers, whose share of a batch ended at {bi.worker_share:.0%}")
     return res
 
 

@@ -685,8 +685,15 @@ def confidence_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, 
 # ---------------------------------------------------------------------------------------------
 # Python conveniences (one sentence, 2-D arrays) and label-scheme constraints
 # ---------------------------------------------------------------------------------------------
-def _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
-                allowed_end):
+def chain_args(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray,
+               pos_tr: np.ndarray | None, pos_index: np.ndarray | None,
+               fixed: np.ndarray | None, allowed: np.ndarray | None,
+               allowed_start: np.ndarray | None, allowed_end: np.ndarray | None
+               ) -> tuple[int, int, list[np.ndarray]]:
+    """One sentence's arrays as the chain kernels take them: ``(n, K, arrays)``, arrays being
+    em, tr, start, end flattened (float32 when em is float32, else float64), then pos_tr,
+    pos_index, fixed, allowed, allowed_start, allowed_end, each the empty constraint of
+    :func:`no_constraints` when None."""
     em = np.asarray(em)
     dt = np.float32 if em.dtype == np.float32 else np.float64
     if em.ndim != 2:
@@ -715,26 +722,13 @@ def kbest(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray, k:
           ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`kbest_chain` for one sentence given as em (n, K), tr (K, K), start (K), end (K):
     (int32 sequences (c, n), float64 scores (c,)), best first, c ≤ k."""
-    n, K, a = _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
+    n, K, a = chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
                           allowed_start, allowed_end)
     k = int(k)
     ys = np.empty(k * n, np.int32)
     scores = np.empty(k, np.float64)
     c = kbest_chain(a[0], n, K, *a[1:], k, ys, scores, kbest_workspace(n, K, k, a[0]))
     return ys[:c * n].reshape(c, n), scores[:c]
-
-
-def max_marginals(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray, *,
-                  pos_tr: np.ndarray | None = None, pos_index: np.ndarray | None = None,
-                  fixed: np.ndarray | None = None, allowed: np.ndarray | None = None,
-                  allowed_start: np.ndarray | None = None,
-                  allowed_end: np.ndarray | None = None) -> np.ndarray:
-    """:func:`max_marginals_chain` for one sentence (arguments as :func:`kbest`): M (n, K)."""
-    n, K, a = _chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
-                          allowed_start, allowed_end)
-    M = np.empty(n * K, np.float64)
-    max_marginals_chain(a[0], n, K, *a[1:], M, np.empty(3 * K, np.float64))
-    return M.reshape(n, K)
 
 
 def margins(M: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:

@@ -18,8 +18,7 @@ example over a_t = attr_j of token t (``<s>`` / ``</s>`` outside the sentence):
     a<j>[o|o+1]=a_{t+o}|a_{t+o+1}           o = −2 … 1          (bigrams)
     a<j>[o|o+1|o+2]=a_{t+o}|…|a_{t+o+2}     o = −2 … 0          (trigrams)
 
-The bigrams were added by measurement: on EWT XPOS dev, 1-DCD for 15 epochs (C = 0.1)
-reached 94.25% without them and 94.54% with them (neighbour suffixes and shapes added nothing).
+The bigrams raised EWT XPOS dev accuracy (neighbour suffixes and shapes did not).
 
 The ``ner`` template (``template="ner"``, used by ``--task ner``) adds, from the training
 words alone (no external resources): distributional clusters k0=, k1= of the word
@@ -27,18 +26,17 @@ words alone (no external resources): distributional clusters k0=, k1= of the wor
 
     W[-1]=, W[1]=<w_{t±1}> (cased), w[-3]=, w[3]=<lower(w_{t±3})>, wa=<lower(w_t)>|<a0_t>
 
-(:func:`_ner_window`; a0 is the first attribute column, e.g. POS). Measured on CoNLL-2002
-Spanish (DEMI-DCD, 2 threads, 80 s, min_count 1, esp.train → esp.testb entity F1): 79.04
-without them, 79.25 with the window without clusters, 79.38 with the word's clusters.
+(:func:`_ner_window`; a0 is the first attribute column, e.g. POS). The window and then the
+clusters each raised CoNLL-2002 Spanish entity F1.
 
 It also looks beyond the sentence (:func:`_doc_context`): for a capitalised word, the other
 occurrences of the same word within ``DOC_WINDOW`` = 1000 tokens of the text (sentences in
 their order in the file) give capitalisation evidence (dc:low, dc:mid, dc:after, dc:before) and
 their neighbours (ca-1=, ca+1=; context aggregation, Ratinov & Roth 2009). A sentence predicted
-alone gets none of them. sdm-hinge, C = 0.1, 100 epochs, esp.testb / esp.testa (the development
-set) entity F1: 79.58 / 76.32 without; windows of 100, 200, 500, 1000, 3000, 20000 tokens:
-79.99 / 76.91, 80.33 / 77.18, 80.68 / 77.97, 80.84 / 78.19, 80.51 / 77.69, 80.48 / 77.44
-(1000 kept, by esp.testa); the four flags alone 80.28 / 77.04.
+alone gets none of them. ``DOC_WINDOW`` was chosen on esp.testa (the development set).
+
+The figures behind these choices: benchmarks/README.md, "Evidence behind the defaults and
+design choices".
 
 Everything that depends on the word alone is computed once per word *type*; the per-token work
 (concatenating the type's ids with the neighbours' ids, sorting, deduplicating) is one numba
@@ -49,9 +47,8 @@ across processes).
 
 Why frequency order: the weight of feature f for tag k is w[f·K + k], so the rows of frequent
 features, which inference reads and the learner updates most, then sit together at the front of
-w (fewer cache and TLB misses than ids in string order, which scatter them over all of w). On
-EWT XPOS (w of 46 MB), one core, AMD EPYC: loss-augmented inference 1.15x and the DCD update
-kernel 1.2x faster than with string-order ids (medians of 6 interleaved pairs).
+w (fewer cache and TLB misses than ids in string order, which scatter them over all of w;
+benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -68,10 +65,8 @@ from ..primitives.monitor import timed_step
 from .feature_counts import count_base_features, frequency_order
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
-# Measured on UD English EWT train (204,577 tokens), XPOS: F = 126,172 / 69,597 / 50,160 /
-# 33,191 features for min_count 1 / 2 / 3 / 5; an averaged structured perceptron (10 epochs)
-# reaches 94.27 / 94.21 / 94.14 / 94.16 % dev accuracy, differences within the ±0.15 % standard
-# error. 2 drops the singletons (45 % of the features, so of w) at no measurable cost.
+# 2 drops the singletons (about half the features, so of w) at no measurable accuracy cost
+# (benchmarks/README.md, "Evidence behind the defaults").
 DEFAULT_MIN_COUNT = 2
 TEMPLATE_VERSION = 2
 _BOS, _EOS = "<s>", "</s>"

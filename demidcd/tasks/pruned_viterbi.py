@@ -13,11 +13,10 @@ from __future__ import annotations
 import numba as nb
 
 # Tag counts from which Viterbi prunes the max over predecessors (:func:`relax_pruned`); below,
-# the dense the dense ``_relax`` scan (vectorised, K² adds) is as fast or faster. Loss-augmented
+# the dense ``_relax`` scan (vectorised, K² adds) is as fast or faster. Loss-augmented
 # inference prunes from more tags: its +1 on every wrong tag lifts the runners-up to the gold
-# tag, so the top predecessors tie and pruning goes deeper. Measured (benchmarks/README.md,
-# "Many labels"; forward pass, float32, dense / pruned): decoded 2.5x at 102 tags, 3.7x at
-# 453; augmented 0.64x at 102, 1.5x at 453.
+# tag, so the top predecessors tie and pruning goes deeper (benchmarks/README.md, "Many
+# labels").
 PRUNE_FROM_LABELS = 64
 PRUNE_FROM_LABELS_AUGMENTED = 256
 

@@ -6,7 +6,7 @@ sentences of feature dicts. Both give a :class:`TemplateEncoding` (CSR arrays of
 feature ids).
 
 **Feature dicts** (python-crfsuite's ``ItemSequence`` rules, as sklearn-crfsuite passes them):
-a token is a dict name → value, flattened by :func:`dict_features` into (string, value) pairs:
+a token is a dict name → value, flattened by :func:`flatten_into` into (string, value) pairs:
 str → ``name:value`` with 1; int/float → ``name`` with that value; bool → ``name`` with 1 / 0;
 list, tuple or set of str → ``name:v`` with 1 each; a nested dict → its pairs prefixed
 ``name:``. A token may also be a list of strings (names with value 1). Pairs of value 0 are
@@ -22,7 +22,7 @@ once (``%t``/``%m``/``%X`` are functions of the value), gathers the per-token va
 (macro, row) with a numba kernel, collapses a line's value-id tuple to one integer key, and builds
 and looks up a string only for the line's *distinct* keys; a numba kernel then sorts and
 deduplicates each token's ids. (Also for one sentence, this beat looking up the strings of
-:meth:`Template.expand`: CoNLL-2000 test, one sentence a call, 638 against 518 sentences/s.)
+:meth:`Template.expand`: benchmarks/README.md, "Evidence behind the defaults".)
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ TEMPLATE_STATE_VERSION = 1
 # ---------------------------------------------------------------------------------------------
 # feature dicts
 # ---------------------------------------------------------------------------------------------
-def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
-    """Append the (name, value) pairs of python-crfsuite's item rules for ``x``."""
+def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float]) -> None:
+    """Append the (name, value) pairs of python-crfsuite's item rules for ``x`` (a token: a
+    feature dict or a list of feature names; see the module docstring), each name prefixed by
+    ``prefix``, to ``names`` and ``vals``."""
     if isinstance(x, dict):
         for k, v in x.items():
             if not isinstance(k, str):
@@ -71,7 +73,7 @@ def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
                     names.append(key)
                     vals.append(f)
             elif isinstance(v, dict | list | tuple | set | frozenset):
-                _flatten_into(v, key + ":", names, vals)
+                flatten_into(v, key + ":", names, vals)
             else:
                 raise TypeError(f"feature {key!r} has a value of type {type(v).__name__} "
                                 "(expected str, number, bool, list of str or dict)")
@@ -83,14 +85,6 @@ def _flatten_into(x, prefix: str, names: list[str], vals: list[float]) -> None:
             vals.append(1.0)
     else:
         raise TypeError(f"a token is a dict or a list of feature names, not {type(x).__name__}")
-
-
-def dict_features(token: dict | list) -> list[tuple[str, float]]:
-    """The (feature string, value) pairs of one token (see the module docstring)."""
-    names: list[str] = []
-    vals: list[float] = []
-    _flatten_into(token, "", names, vals)
-    return list(zip(names, vals, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +203,8 @@ class _FeatureSpace:
         blob, ends = _pack_strings(self.features)
         return {f"{prefix}_strings": blob, f"{prefix}_ends": ends}
 
-    def load(self, arrays: dict[str, np.ndarray], prefix: str, n: int) -> None:
+    def restore(self, arrays: dict[str, np.ndarray], prefix: str, n: int) -> None:
+        """The inverse of :meth:`state`: the index of ``n`` features from a model's arrays."""
         if self.hashing:
             if n != self.hashing:
                 raise ValueError(f"{prefix}: size does not match hashing")
@@ -332,12 +327,12 @@ class _SpacesFeaturizer:
             arrays.update(sp.state(("feature", "bfeature")[k]))
         return arrays, self._meta()
 
-    def _load_spaces(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    def _restore_spaces(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         sizes = [int(x) for x in meta["sizes"]]
         if len(sizes) != self.n_spaces or min(sizes) < 0:
             raise ValueError("bad feature space sizes")
         for k, sp in enumerate(self.spaces):
-            sp.load(arrays, ("feature", "bfeature")[k], sizes[k])
+            sp.restore(arrays, ("feature", "bfeature")[k], sizes[k])
         self._fitted = True
 
     @staticmethod
@@ -351,7 +346,8 @@ class _SpacesFeaturizer:
 class TemplateFeaturizer(_SpacesFeaturizer):
     """Maps sentences of column tuples to :class:`TemplateEncoding` through a :class:`Template`.
 
-    ``template``: a :class:`Template`, or a file path or shipped name (:meth:`Template.load`).
+    ``template``: a :class:`Template`, or a file path or shipped name
+    (:meth:`Template.from_name_or_file`).
     ``min_count`` / ``hashing`` as in :class:`~demidcd.tasks.features.SequenceFeaturizer`;
     B features are hashed mod ``bhashing`` (default: ``hashing``; each B weight row has K² entries
     against K for U, so a smaller modulus is often wiser).
@@ -364,7 +360,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
                  hashing: int = 0, bhashing: int | None = None):
         super().__init__(min_count, hashing)
         if not isinstance(template, Template):
-            template = Template.load(template)
+            template = Template.from_name_or_file(template)
         self.template = template
         self.bhashing = self.hashing if bhashing is None else int(bhashing)
         _check_params(1, self.bhashing)
@@ -498,13 +494,13 @@ class TemplateFeaturizer(_SpacesFeaturizer):
         obj.n_columns = int(meta["n_columns"]) or None
         if obj.n_columns is not None:
             tpl.check_columns(obj.n_columns)
-        obj._load_spaces(arrays, meta)
+        obj._restore_spaces(arrays, meta)
         return obj
 
 
 class DictFeaturizer(_SpacesFeaturizer):
     """Maps sentences of feature dicts (or lists of feature names) to :class:`TemplateEncoding`
-    (U features with values; no B features; ``transitions`` True), by :func:`dict_features`."""
+    (U features with values; no B features; ``transitions`` True), by :func:`flatten_into`."""
 
     kind = "DictFeaturizer"
     n_spaces = 1
@@ -522,7 +518,7 @@ class DictFeaturizer(_SpacesFeaturizer):
         for s in tokens:
             for tok in s:
                 if tok.__class__ is dict:
-                    for k, v in tok.items():  # the common cases inline, the rest in _flatten_into
+                    for k, v in tok.items():  # the common cases inline, the rest in flatten_into
                         c = v.__class__
                         if c is str and k.__class__ is str:
                             na(k + ":" + v)
@@ -547,10 +543,10 @@ class DictFeaturizer(_SpacesFeaturizer):
 
     @staticmethod
     def _slow(x, names: list[str], num_at: list[int], num_val: list[float]) -> None:
-        """:func:`_flatten_into` for what the inline cases of :meth:`_expand` do not cover."""
+        """:func:`flatten_into` for what the inline cases of :meth:`_expand` do not cover."""
         nm: list[str] = []
         vl: list[float] = []
-        _flatten_into(x, "", nm, vl)
+        flatten_into(x, "", nm, vl)
         for n, v in zip(nm, vl, strict=True):
             if v != 1.0:
                 num_at.append(len(names))
@@ -570,12 +566,12 @@ class DictFeaturizer(_SpacesFeaturizer):
         """Inverse of :meth:`state`; ValueError on inconsistent input."""
         cls._check_state(meta, cls.kind)
         obj = cls(int(meta["min_count"]), int(meta["hashing"]))
-        obj._load_spaces(arrays, meta)
+        obj._restore_spaces(arrays, meta)
         return obj
 
 
 
-__all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "dict_features",
+__all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "flatten_into",
            "resolve_template"]
 
 
@@ -587,6 +583,6 @@ def resolve_template(template: Any) -> Template | None:
     if template is None or isinstance(template, Template):
         return template
     if isinstance(template, str | os.PathLike):
-        return Template.load(os.fspath(template))
+        return Template.from_name_or_file(os.fspath(template))
     raise OptionError(f"--template must be a file name, a shipped template name or a Template, "
                       f"got {type(template).__name__}")

@@ -248,7 +248,7 @@ class Template:
         return cls(text, str(path))
 
     @classmethod
-    def load(cls, name_or_path: str | os.PathLike[str]) -> Template:
+    def from_name_or_file(cls, name_or_path: str | os.PathLike[str]) -> Template:
         """A template file, or a shipped one by name (:data:`SHIPPED_TEMPLATES`)."""
         p = str(name_or_path)
         if p in SHIPPED_TEMPLATES and not os.path.exists(p):

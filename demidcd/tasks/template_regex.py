@@ -99,7 +99,8 @@ _CLASS_TESTS: dict[str, Callable[[str], object]] = {
 def compile_regex(rx: str) -> re.Pattern:
     """Wapiti's regex ``rx`` as an equivalent :mod:`re` pattern (use ``.search``); raises
     ValueError naming what is wrong. The reference for :class:`WapitiRegex`, which matches
-    without backtracking (``re`` may take time exponential in the number of ``*``)."""
+    without backtracking (``re`` may take time exponential in the number of ``*``): a
+    reference for the tests, training never calls it."""
     start, atoms, end = parse_regex(rx)
     out = [r"\A"] if start else []
     for what, arg, how in atoms:
