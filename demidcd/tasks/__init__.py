@@ -26,9 +26,11 @@ derives from a loaded model it returns, as a new object, from ``configure``.
 ``default_data(options, seed)``   ``(train, dev, test)`` when ``train`` has no ``--train``;
                                   the default raises ``OptionError`` (the task needs a file)
 ``make_estimator(options,         the estimator; ``common`` holds the learner's keyword
-common)``                         arguments
-``data_options(options)``         JSON-able dict saved in the model (``est.data_options_``),
-                                  e.g. the label column, so evaluate / predict default to it
+common)``                         arguments; what the options name (a ``--template``) is
+                                  resolved here, once, and the estimator holds it
+``data_options(est, options)``    JSON-able dict saved in the model (``est.data_options_``),
+                                  e.g. the label column, so evaluate / predict default to it;
+                                  ``est`` the estimator ``make_estimator`` built
 ``configure(est, options)``       after loading a model for evaluate / predict: returns the
                                   options with the model's ``data_options_`` as defaults (and
                                   ``derived`` filled); sets the options that change inference
@@ -93,8 +95,10 @@ class TaskSpec:
         """The estimator for ``train``, built from the learner options ``common``."""
         return self.estimator_class()(**common)
 
-    def data_options(self, options: Any) -> dict[str, Any]:
-        """What a model remembers about its training data (JSON-able), e.g. the label column."""
+    def data_options(self, est: Any, options: Any) -> dict[str, Any]:
+        """What a model remembers about its training data (JSON-able), e.g. the label column;
+        ``est``: the estimator of :meth:`make_estimator` (what it resolved, e.g. a
+        template)."""
         return {}
 
     def configure(self, est: Any, options: Any) -> Any:
