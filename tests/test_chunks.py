@@ -222,7 +222,7 @@ def test_a_new_task_is_one_registration(tmp_path):
     try:
         args = build_parser().parse_args(["train", "--task", "toy-task"])
         assert get_task(args.task).name == "toy-task"
-        with pytest.raises(OptionError, match="needs --train FILE"):
+        with pytest.raises(OptionError, match="needs train FILE"):
             get_task("toy-task").default_data(DataOptions.from_mapping(vars(args)), 0)
     finally:
         del TASKS["toy-task"]

@@ -6,10 +6,17 @@ any data is read. Solver options default to None here and only the ones given ar
 defaults live in :class:`~demidcd.solvers.common.SolverConfig` (and the schedules' signatures for
 the engine options), and ``--help`` reads them from there. Heavy modules (numpy, numba) are
 imported inside the commands, so that Ctrl-C at any moment exits with 130 and no traceback.
+
+The parsed namespace stays here: each command turns it once into frozen option objects
+(:class:`~demidcd.options.DataOptions`, :class:`~demidcd.options.OutputOptions`) and hands
+those to the task's spec (:mod:`demidcd.tasks`), which returns new ones rather than writing
+back. The parser and its help texts are :mod:`demidcd.cli.parser`; the log, the interruptible
+inference thread and the signal handling are :mod:`demidcd.cli.log`.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -169,7 +176,7 @@ def _metric_values(est, spec, data) -> dict[str, float]:
     return {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     """``train``, holding the lock on ``--model`` (:class:`~demidcd.io.model.ModelLock`)
     from the start: a second training of the same model file fails at once."""
     from ..io.model import ModelLock
@@ -332,7 +339,7 @@ def _train(args) -> int:
     return 130 if res.stop_reason == "interrupted" else 0
 
 
-def load_model(args: Any, model: str | None = None
+def load_model(args: argparse.Namespace, model: str | None = None
                ) -> tuple[Any, Any, DataOptions, OutputOptions]:
     """``(spec, est, options, output)``: the model of ``--model`` (or ``model``), its task's
     spec, and the command's data options with the model's applied (its remembered data
@@ -367,7 +374,7 @@ def _encoding_name(encoding: str) -> str:
         return encoding
 
 
-def cmd_evaluate(args: Any) -> int:
+def cmd_evaluate(args: argparse.Namespace) -> int:
     spec, est, options, output = load_model(args)
     data = _read(spec, options.data, options)
     interruptible(_report, spec, est, data, "", output.quiet)
@@ -382,7 +389,7 @@ def _status_stream(out: str):
     return sys.stderr if stdio_fd(out) == 1 else sys.stdout
 
 
-def cmd_predict(args) -> int:
+def cmd_predict(args: argparse.Namespace) -> int:
     from ..io.model import shown_name
 
     _check_outputs(("--out", args.out))
@@ -432,7 +439,7 @@ def _numba_without_blas() -> None:
             sys.modules["scipy.linalg"] = saved
 
 
-def cmd_evaluate_snapshots(args) -> int:
+def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..io.model import atomic_write
@@ -459,7 +466,7 @@ def cmd_evaluate_snapshots(args) -> int:
     return 0
 
 
-def cmd_dump(args) -> int:
+def cmd_dump(args: argparse.Namespace) -> int:
     """``dump``: the model's weights, largest |weight| first (:meth:`weight_lines` of its
     estimator: feature, label, weight for the sequence tasks; by index for the others)."""
     from ..api import load_estimator
@@ -474,7 +481,7 @@ def cmd_dump(args) -> int:
     return 0
 
 
-def cmd_split(args) -> int:
+def cmd_split(args: argparse.Namespace) -> int:
     from ..io.splits import check_fraction, split_file
 
     check_fraction(args.test_fraction)
@@ -486,7 +493,7 @@ def cmd_split(args) -> int:
     return 0
 
 
-def cmd_generate(args) -> int:
+def cmd_generate(args: argparse.Namespace) -> int:
     from ..io.model import make_dirs
     from ..io.tagged import write_tagged
     from ..synthetic import generate_splits
@@ -504,7 +511,7 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_learners(args) -> int:
+def cmd_learners(args: argparse.Namespace) -> int:
     """List the learners (name, processes, objective, summary), or one learner's own options
     with their defaults (from the option table)."""
     from .. import options as T
