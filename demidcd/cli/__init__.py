@@ -258,17 +258,17 @@ def _train(args) -> int:
         check_learners(args.learners or default("learners"), threads)
     seed = config.seed
     t0 = time.perf_counter()
-    if args.train:
-        train = _read(spec, args.train, options)
-        dev = _read(spec, args.dev, options) if args.dev else None
-        test = _read(spec, args.test, options) if args.test else None
-        source = args.train
-        if args.split_test is not None:
+    if options.train:
+        train = _read(spec, options.train, options)
+        dev = _read(spec, options.dev, options) if options.dev else None
+        test = _read(spec, options.test, options) if options.test else None
+        source = options.train
+        if options.split_test is not None:
             from ..io.splits import check_fraction, split_sentences
 
-            check_fraction(args.split_test, "--split-test")
-            train, test = split_sentences(train, args.split_test, seed)
-            source += f" (seeded split: {1 - args.split_test:.0%} train, seed {seed})"
+            check_fraction(options.split_test, "--split-test")
+            train, test = split_sentences(train, options.split_test, seed)
+            source += f" (seeded split: {1 - options.split_test:.0%} train, seed {seed})"
     else:
         train, dev, test = spec.default_data(options, seed)
         source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
@@ -276,7 +276,7 @@ def _train(args) -> int:
              f"{time.perf_counter() - t0:.1f}s)")
     if not args.quiet:
         for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
-                                    args.train or "the training data"):
+                                    options.train or "the training data"):
             print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
     takes_loss = "loss" in learner.options
     log.info(f"model: task {spec.name}, algorithm {algorithm}, threads {threads}, "
@@ -449,8 +449,8 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     _check_outputs(("--out", args.out))
     snaps = list_snapshots(args.snapshot_dir)
     spec, est, options, _ = load_model(args, os.path.join(args.snapshot_dir, "base.npz"))
-    train = _read(spec, args.train, options)
-    test = _read(spec, args.test, options) if args.test else train
+    train = _read(spec, options.train, options)
+    test = _read(spec, options.test, options) if options.test else train
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     config = est.solver_config()
