@@ -51,10 +51,13 @@ __all__ = ["main", "build_parser", "load_model", "COMMANDS", "Log"]
 def _options(args: Any, task: str | None = None) -> tuple[Any, DataOptions, OutputOptions]:
     """The spec of ``task`` (default: ``--task``, else sequence) and the command's options,
     parsed once into frozen values: the data options (``--max-sentence-length``: the task's
-    default when not given) and the output options."""
+    default when not given) and the output options. An option the command does not take is
+    None, as one it takes but was not given (not the table's default: the specs' checks
+    tell given options by it)."""
+    from ..options import OPTIONS
     from ..tasks import get_task
 
-    values = vars(args)
+    values = {**{o.name: None for o in OPTIONS}, **vars(args)}
     spec = get_task(task or values.get("task") or "sequence")
     options = DataOptions.from_mapping({**values, "task": spec.name})
     if options.max_sentence_length is None:

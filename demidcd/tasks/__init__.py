@@ -126,16 +126,19 @@ class TaskSpec:
     # -- options of some tasks only ----------------------------------------------------------
     def check_options(self, est: Any, options: Any, output: Any) -> None:
         """Refuse, with one line before the data is read, every option given in ``options`` or
-        ``output`` that
-        this task does not read: the data and output options of the table
+        ``output`` that this task does not read: the data and output options of the table
         :mod:`demidcd.options` owned by other tasks (``--template`` for dependency, ``--nbest``
-        for entity-relation …), which would be ignored without a word. ``est``: the loaded
-        model (evaluate / predict), None in ``train``; a spec may check more against it."""
+        for entity-relation …), which would be ignored without a word. Given: neither None nor
+        False, as the CLI leaves an option that is not on the command line; a value equal to
+        the table's default is given too (``--ilp-time-limit 2`` for sequence is refused), so
+        options built by a script for this check hold None, not the defaults, where nothing
+        was given. ``est``: the loaded model (evaluate / predict), None in ``train``; a spec
+        may check more against it."""
         for o in OPTIONS:
             if o.group == LEARNER or self.name in o.owners or not set(o.owners) & TASKS.keys():
                 continue  # every task reads it, or learners own it (--save-state: the DCD ones)
             given = getattr(options if o.group == DATA else output, o.name, None)
-            if given not in (None, False) and given != o.default:
+            if given not in (None, False):  # given, even at its default: the CLI's None
                 owners = list(o.owners)
                 who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
                     else owners[0]

@@ -1700,8 +1700,9 @@ class DependencySpec(TaskSpec):
             est.decoder = options.decoder
         derived = {**options.derived, "second_pos": est.second_pos_,
                    "fill_pos": getattr(est, "pos_by_second_", None) is not None}
-        return replace(options, pos_column=options.pos_column or opts.get("pos_column", "upos"),
-                       derived=MappingProxyType(derived))
+        pos_column = opts.get("pos_column", "upos") if options.pos_column is None \
+            else options.pos_column
+        return replace(options, pos_column=pos_column, derived=MappingProxyType(derived))
 
     def read(self, path: str, options: DataOptions, labeled: bool = True) -> DepCorpus:
         """The file; for a model trained on both POS columns that learnt the map between them
