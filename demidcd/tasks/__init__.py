@@ -6,8 +6,8 @@ A task is **one module plus one registration line** (at the bottom of this file)
 
 The module defines ``SPEC``, an instance of a :class:`TaskSpec` subclass. Registration is lazy
 (a ``"module:attribute"`` string): listing the task names (``--task`` choices) imports nothing,
-and the module is imported the first time the task is used. ``cli.py`` and ``api.py`` never test
-a task's name; everything task-specific comes through the spec and its estimator.
+and the module is imported the first time the task is used. :mod:`demidcd.cli` and ``api.py``
+never test a task's name; everything task-specific comes through the spec and its estimator.
 
 What a spec provides. Options arrive as values, frozen, parsed once by the CLI (or built by a
 script): ``options`` is a :class:`~demidcd.options.DataOptions` (the data rows of the table
