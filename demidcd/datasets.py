@@ -29,8 +29,8 @@ loader                 X                                          y
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from types import SimpleNamespace
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 __all__ = ["load_tagged", "load_dependency", "load_conll04", "conll04_labels"]
@@ -47,13 +47,16 @@ def _columns(value: Column | Sequence[Column] | None) -> list[Column]:
     return list(value)
 
 
-def _read(task: str, path: str | os.PathLike[str], labelled: bool, **options: Any) -> Any:
-    """The task's reader (``TaskSpec.read``) with ``options`` as the command line's
-    arguments."""
+def _read(task: str, path: str | os.PathLike[str], labelled: bool,
+          derived: Mapping[str, Any] | None = None, **options: Any) -> Any:
+    """The task's reader (``TaskSpec.read``) with ``options`` as the command line's data
+    options and ``derived`` as what a loaded model would have said about its input
+    (:class:`~demidcd.options.DataOptions`)."""
+    from .options import DataOptions
     from .tasks import get_task
 
-    args = SimpleNamespace(**options)
-    return get_task(task).read(os.fspath(path), args, labelled)
+    values = DataOptions(**options, derived=MappingProxyType(dict(derived or {})))
+    return get_task(task).read(os.fspath(path), values, labelled)
 
 
 def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Column | None = None,
@@ -82,9 +85,9 @@ def load_tagged(path: str | os.PathLike[str], format: str = "auto", column: Colu
     >>> X, y = load_tagged("conll2000/train.txt", all_columns=True)   # for template="chunking"
     """
     data = _read("sequence", path, labelled, format=format, column=column,
-                 column_given=column is not None, feature_columns=_columns(feature_columns),
-                 encoding=encoding, max_sentence_length=max_sentence_length,
-                 all_columns=all_columns)
+                 feature_columns=_columns(feature_columns), encoding=encoding,
+                 max_sentence_length=max_sentence_length,
+                 derived={"column_given": column is not None, "templated": all_columns})
     from .tasks import get_task
 
     X, y = get_task("sequence").xy(data)
@@ -111,8 +114,8 @@ def load_dependency(path: str | os.PathLike[str], format: str = "auto", pos_colu
     ([('Al', 'PROPN', 'NNP'), ('-', 'PUNCT', 'HYPH')], [(0, 'root'), (3, 'punct')])
     """
     data = _read("dependency", path, labelled, format=format, pos_column=pos_column,
-                 second_pos=second_pos, encoding=encoding,
-                 max_sentence_length=max_sentence_length)
+                 encoding=encoding, max_sentence_length=max_sentence_length,
+                 derived={"second_pos": second_pos})
     from .tasks import get_task
 
     X, y = get_task("dependency").xy(data)

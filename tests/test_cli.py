@@ -167,7 +167,7 @@ def test_evaluation_of_a_cbc_trained_model_defaults_to_exact(tmp_path):
     both reach the same optima, so the reports agree."""
     from test_entity_relation import SAMPLE
 
-    from demidcd.cli import _load, build_parser
+    from demidcd.cli import build_parser, load_model
 
     corp = tmp_path / "s.corp"
     corp.write_text(SAMPLE * 3)
@@ -182,7 +182,7 @@ def test_evaluation_of_a_cbc_trained_model_defaults_to_exact(tmp_path):
                               None)):
         for cmd in (["evaluate", "--model", str(m), "--data", str(corp)],
                     ["predict", "--model", str(m), "--data", str(corp), "--out", "x"]):
-            _, est = _load(parser.parse_args(cmd + extra))
+            _, est, _, _ = load_model(parser.parse_args(cmd + extra))
             assert est.solver == want
             if want != "highs":
                 task = est.training_task([])

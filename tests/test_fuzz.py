@@ -163,7 +163,7 @@ def test_tagged_reader_raises_only_clean_errors(tmp_path: Path, data: bytes, fmt
         assert w and (not w.isspace() if c.fmt == "conllu" else not set(w) & set(" \t\r\n\f\v"))
     assert all(len(s) <= max_len for s in c.tokens)
     if labelled:
-        assert c.labeled and all(t for s in c.tags for t in s)
+        assert c.labelled and all(t for s in c.tags for t in s)
         out = tmp_path / ("o" + name)
         write_tagged(out, c, c.tags)  # the writer accepts what the reader returned ...
         r = read_tagged(out, fmt=c.fmt, column=column if c.fmt == "conllu" else None,

@@ -18,6 +18,7 @@ from test_chain_features import naive_phi, random_chain, sentence
 from demidcd.api import ChunkTagger, SequenceTagger, load_estimator
 from demidcd.cli import main
 from demidcd.errors import OptionError
+from demidcd.options import OPTIONS, DataOptions, OutputOptions
 from demidcd.tasks import get_task
 from demidcd.tasks.chain_decoding import scheme_transitions, training_scheme
 from demidcd.tasks.sequence import SequenceTask
@@ -377,11 +378,15 @@ def test_cli_refuses_chain_options_for_dependency(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"demidcd: error: {opt[0]} is not available for dependency models "
                        "(only for sequence, chunking and ner)"]
+    unset = {o.name: None for o in OPTIONS}  # as the CLI leaves the options not given
+    data = DataOptions.from_mapping(unset)
     with pytest.raises(OptionError, match="scores is not available for entity-relation"):
-        get_task("entity-relation").check_options(None, type("A", (), {"scores": True})())
+        get_task("entity-relation").check_options(
+            None, data, OutputOptions.from_mapping({**unset, "scores": True}))
     with pytest.raises(OptionError, match="force is not available for entity-relation models "
                                           r"\(only for sequence, chunking, ner and dependency\)"):
-        get_task("entity-relation").check_options(None, type("A", (), {"force": True})())
+        get_task("entity-relation").check_options(
+            None, data, OutputOptions.from_mapping({**unset, "force": True}))
 
 
 def test_cli_conllu_headers_follow_comments_and_margins_go_to_misc(tmp_path):

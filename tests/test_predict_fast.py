@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from demidcd.cli import _load, build_parser, main
+from demidcd.cli import build_parser, load_model, main
 from demidcd.errors import DemidcdError
 from demidcd.io import stream
 from demidcd.tasks.features import SequenceFeaturizer
@@ -115,9 +115,9 @@ def _whole_file(model, data, out, *extra: str) -> None:
     """The whole-file path: read everything, the spec's predict, write (as predict did)."""
     args = build_parser(helps=False).parse_args(["predict", "--model", str(model), "--data",
                                                  str(data), "--out", str(out), *extra])
-    spec, est = _load(args)
-    corpus = spec.read(str(data), args, labeled=False)
-    spec.write(str(out), corpus, spec.predict(est, corpus, args), args)
+    spec, est, options, output = load_model(args)
+    corpus = spec.read(str(data), options, labelled=False)
+    spec.write(str(out), corpus, spec.predict(est, corpus, options, output), options)
 
 
 def _streamed(model, data, out, *extra: str) -> None:

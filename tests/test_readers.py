@@ -72,7 +72,7 @@ def test_conllu_skips_comments_multiword_and_empty_nodes(tmp_path: Path) -> None
     assert x.tags == [["PRP", "MD", "RB", "VB", "."], ["UH"]]
     assert read_tagged(p, column=8).tags[1] == ["root"]
     u = read_tagged(p, labelled=False)
-    assert u.tokens == c.tokens and u.tags == [[], []] and not u.labeled
+    assert u.tokens == c.tokens and u.tags == [[], []] and not u.labelled
 
 
 def test_conllu_writer_keeps_every_other_line(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def test_default_splits_shape() -> None:
     whole = generate(n_sentences=3000)
     assert tr.tokens == whole.tokens[:2000] and te.tags == whole.tags[2500:]
     for c in (tr, dv, te):
-        assert c.labeled and c.fmt == "columns" and c.path == ""
+        assert c.labelled and c.fmt == "columns" and c.path == ""
         assert all(1 <= len(s) <= 60 for s in c.tokens)
     small = generate_splits(n_sentences=40, n_tags=8, vocab_size=300, ambiguity=0.1,
                             mean_length=7)  # the call `demidcd generate` makes

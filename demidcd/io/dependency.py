@@ -71,7 +71,7 @@ class DepCorpus:
         return sum(len(w) for w in self.words)
 
     @property
-    def labeled(self) -> bool:
+    def labelled(self) -> bool:
         """True when every sentence carries gold heads."""
         return len(self.heads) == len(self.words) and all(
             len(h) == len(w) for h, w in zip(self.heads, self.words, strict=True))
@@ -81,7 +81,7 @@ class DepCorpus:
         """True when gold DEPRELs were read and some word not attached to the root has one
         other than ``_`` (a file with only ``root`` and ``_``, as written for an unlabelled
         parser, has none)."""
-        return self.labeled and self.deprels is not None and any(
+        return self.labelled and self.deprels is not None and any(
             r != "_" and h != 0 for hs, rs in zip(self.heads, self.deprels, strict=True)
             for h, r in zip(hs, rs, strict=True))
 

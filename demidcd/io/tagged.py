@@ -32,6 +32,7 @@ __all__ = [
     "token_columns",
     "column_values",
     "output_label_index",
+    "label_index",
     "guess_format",
     "resolve_format",
     "FORMATS",
@@ -78,7 +79,7 @@ class TaggedCorpus:
         return sum(len(t) for t in self.tokens)
 
     @property
-    def labeled(self) -> bool:
+    def labelled(self) -> bool:
         """True when every sentence carries gold labels."""
         return len(self.tags) == len(self.tokens) and all(
             len(g) == len(t) for g, t in zip(self.tags, self.tokens, strict=True)
@@ -93,7 +94,7 @@ def guess_format(path: str | os.PathLike[str]) -> str:
     return "conllu" if name.endswith(".conllu") else "columns"
 
 
-def _label_index(fmt: str, column: str | int | None) -> int | None:
+def label_index(fmt: str, column: str | int | None) -> int | None:
     """Resolve the user's ``column`` to a 0-based field index (``None`` = last column)."""
     if fmt == "conllu":
         if column is None:
@@ -214,7 +215,7 @@ def read_tagged(
     """
     path = os.fspath(path)
     fmt = resolve_format(path, fmt)
-    li = _label_index(fmt, column)
+    li = label_index(fmt, column)
     if max_sentence_length < 1:
         raise OptionError(f"--max-sentence-length must be >= 1, got {max_sentence_length}")
     text = read_text(path, encoding)
@@ -252,7 +253,7 @@ def feature_indices(fmt: str, feature_columns, path: str, label_column: int | No
     idx = []
     for c in feature_columns:
         try:
-            j = _label_index(fmt, c) if fmt == "conllu" else int(c) - 1
+            j = label_index(fmt, c) if fmt == "conllu" else int(c) - 1
         except (OptionError, ValueError):
             use = "upos, xpos or a column number 3..10" if fmt == "conllu" else \
                 "a 1-based column number"
@@ -308,7 +309,7 @@ def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[t
             n = len(toks[0])
             if conllu:
                 drop = (0, li)
-            elif not corpus.labeled and (width is None or n == width):
+            elif not corpus.labelled and (width is None or n == width):
                 drop = ()
             else:
                 drop = (n - 1 if li is None else li,)
@@ -316,7 +317,7 @@ def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[t
             if width is not None and got != width:
                 have = f"{n} columns ({got} without ID and the label column)" if conllu else \
                     f"{n} columns" + (f" ({got} without the label column)"
-                                      if corpus.labeled else "")
+                                      if corpus.labelled else "")
                 raise InputError(corpus.path, corpus.lines[s],
                                  f"{have}; the model's template reads {width} token columns "
                                  "(plus the label column, if present)")
@@ -530,7 +531,7 @@ def column_values(corpus: TaggedCorpus, column: str | int | None,
     if corpus.raw is None:
         raise OptionError("reading a column needs the original lines (keep_raw=True)")
     fmt = corpus.fmt
-    li = _label_index(fmt, column)
+    li = label_index(fmt, column)
     out = []
     for rl in corpus.raw:
         toks = _token_fields(rl, fmt)
@@ -540,7 +541,7 @@ def column_values(corpus: TaggedCorpus, column: str | int | None,
             which = "" if li is None else f" {li + 1}"
             raise OptionError(f"{corpus.path} has no label column{which} ({have} column"
                               f"{'' if have == 1 else 's'})")
-        if toks and any(j == (_label_index(fmt, c) if fmt == "conllu" else int(c) - 1)
+        if toks and any(j == (label_index(fmt, c) if fmt == "conllu" else int(c) - 1)
                         for c in exclude):
             raise OptionError(f"the label column ({j + 1}) of {corpus.path} is a feature "
                               "column; give the labels in another one (--column N)")
@@ -557,11 +558,11 @@ def output_label_index(corpus: TaggedCorpus, column: str | int | None) -> int | 
     if fmt not in FORMATS:
         raise OptionError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     if column is not None:
-        return _label_index(fmt, column)
+        return label_index(fmt, column)
     if corpus.label_column is not None:
         return corpus.label_column
-    li = _label_index(fmt, None)
-    if fmt == "columns" and corpus.raw is not None and not corpus.labeled:
+    li = label_index(fmt, None)
+    if fmt == "columns" and corpus.raw is not None and not corpus.labelled:
         li = None  # unlabelled file: append the predictions
     return li
 

@@ -75,7 +75,6 @@ from ..primitives.shm import (
     free_bytes,
     require_space,
     segment_bytes,
-    sweep_stale,
 )
 from ..tasks.base import RecordBatch, Task
 from .supervisor import ProcessGroup, StartGate
@@ -124,7 +123,6 @@ class WorkerPool(ProcessGroup, Transport):
         self.log = log or (lambda s: None)
         self.debug, self.max_restarts = debug, max_restarts
         self.dim, self.n = task.dim, task.n_examples
-        sweep_stale()
         arrays = {"ctrl": ((8,), np.int64), "stats": ((n_workers, N_STATS), np.int64),
                   "fstats": ((n_workers, N_FSTATS), np.float64),
                   "err": ((n_workers, ERR_BYTES), np.uint8),

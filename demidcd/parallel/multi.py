@@ -54,7 +54,7 @@ import numpy as np
 
 from ..primitives.monitor import CpuMonitor
 from ..primitives.seqlock import load_word, store_word
-from ..primitives.shm import SharedArena, require_space, segment_bytes, sweep_stale
+from ..primitives.shm import SharedArena, require_space, segment_bytes
 from .engine import WORKER_NICE, balanced_shards
 from .supervisor import ProcessGroup, StartGate, cpu_seconds
 from .transport import start_figures
@@ -96,7 +96,6 @@ class LearnerGroup(ProcessGroup):
                  arrays: dict[str, tuple[tuple[int, ...], type]] | None = None):
         self.k, self.body, self.seed = int(k), body, seed
         self.log, self.debug, self.max_restarts = log or (lambda s: None), debug, max_restarts
-        sweep_stale()
         require_space(sum(segment_bytes(shape, dt) for shape, dt in (
             ((dim,), np.float64), ((16,), np.int64), ((self.k, ROW), np.int64),
             ((self.k, ROW), np.float64), ((self.k, ERR_BYTES), np.uint8),

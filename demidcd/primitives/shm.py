@@ -285,6 +285,7 @@ class SharedArena:
         self._counter = 0
         self._closed = False
         self._lock = threading.Lock()
+        sweep_once(prefix)  # what a killed run left, before this process makes segments
         atexit.register(self.close)
 
     # -- parent side -----------------------------------------------------------------------

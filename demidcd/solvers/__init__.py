@@ -302,12 +302,9 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
     the plan is checked again; only what depends on the data is: the memory the weights
     need, a start point's dimension and problem, and ``learners="auto"``, measured on ``task``
     when the plan still says so."""
-    from ..primitives.shm import sweep_once
-
     learner, threads, config = plan.learner, plan.threads, plan.config
     if plan.note and log is not None:
         log(plan.note)
-    sweep_once()  # what a killed run left in /dev/shm (a one-process run makes no segment)
     check_memory(task, threads, RING_WORDS)
     fp = None
     if start:

@@ -84,7 +84,6 @@ from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 from .dcd import begin
-from .plan import check_learners  # noqa: F401 (cli._train's import until it calls plan())
 from .state import DualState, Start, empty_state, merge_parts, state_w
 
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)

@@ -6,8 +6,8 @@ A task is **one module plus one registration line** (at the bottom of this file)
 
 The module defines ``SPEC``, an instance of a :class:`TaskSpec` subclass. Registration is lazy
 (a ``"module:attribute"`` string): listing the task names (``--task`` choices) imports nothing,
-and the module is imported the first time the task is used. ``cli.py`` and ``api.py`` never test
-a task's name; everything task-specific comes through the spec and its estimator.
+and the module is imported the first time the task is used. :mod:`demidcd.cli` and ``api.py``
+never test a task's name; everything task-specific comes through the spec and its estimator.
 
 What a spec provides. Options arrive as values, frozen, parsed once by the CLI (or built by a
 script): ``options`` is a :class:`~demidcd.options.DataOptions` (the data rows of the table
@@ -20,15 +20,17 @@ derives from a loaded model it returns, as a new object, from ``configure``.
 ``max_sentence_length``,          the ``--max-sentence-length`` default and what inference on a
 ``length_cost``                   long sentence costs (said when a longer one is refused)
 ``estimator``                     ``"module:Class"`` of the estimator (contract below)
-``read(path, options, labeled)``  reader → a data object (raises ``InputError`` FILE:LINE)
+``read(path, options, labelled)``  reader → a data object (raises ``InputError`` FILE:LINE)
 ``xy(data)``                      → ``(X, Y)`` as the estimator's ``fit`` / ``metrics`` take them
 ``describe(data)``                ``"8,936 sentences, 211,727 tokens"`` for the log
 ``default_data(options, seed)``   ``(train, dev, test)`` when ``train`` has no ``--train``;
                                   the default raises ``OptionError`` (the task needs a file)
 ``make_estimator(options,         the estimator; ``common`` holds the learner's keyword
-common)``                         arguments
-``data_options(options)``         JSON-able dict saved in the model (``est.data_options_``),
-                                  e.g. the label column, so evaluate / predict default to it
+common)``                         arguments; what the options name (a ``--template``) is
+                                  resolved here, once, and the estimator holds it
+``data_options(est, options)``    JSON-able dict saved in the model (``est.data_options_``),
+                                  e.g. the label column, so evaluate / predict default to it;
+                                  ``est`` the estimator ``make_estimator`` built
 ``configure(est, options)``       after loading a model for evaluate / predict: returns the
                                   options with the model's ``data_options_`` as defaults (and
                                   ``derived`` filled); sets the options that change inference
@@ -93,8 +95,10 @@ class TaskSpec:
         """The estimator for ``train``, built from the learner options ``common``."""
         return self.estimator_class()(**common)
 
-    def data_options(self, options: Any) -> dict[str, Any]:
-        """What a model remembers about its training data (JSON-able), e.g. the label column."""
+    def data_options(self, est: Any, options: Any) -> dict[str, Any]:
+        """What a model remembers about its training data (JSON-able), e.g. the label column;
+        ``est``: the estimator of :meth:`make_estimator` (what it resolved, e.g. a
+        template)."""
         return {}
 
     def configure(self, est: Any, options: Any) -> Any:
@@ -104,7 +108,7 @@ class TaskSpec:
         return options
 
     # -- data -------------------------------------------------------------------------------
-    def read(self, path: str, options: Any, labeled: bool = True) -> Any:
+    def read(self, path: str, options: Any, labelled: bool = True) -> Any:
         raise NotImplementedError
 
     def xy(self, data: Any) -> tuple[Any, Any]:
@@ -122,16 +126,19 @@ class TaskSpec:
     # -- options of some tasks only ----------------------------------------------------------
     def check_options(self, est: Any, options: Any, output: Any) -> None:
         """Refuse, with one line before the data is read, every option given in ``options`` or
-        ``output`` that
-        this task does not read: the data and output options of the table
+        ``output`` that this task does not read: the data and output options of the table
         :mod:`demidcd.options` owned by other tasks (``--template`` for dependency, ``--nbest``
-        for entity-relation …), which would be ignored without a word. ``est``: the loaded
-        model (evaluate / predict), None in ``train``; a spec may check more against it."""
+        for entity-relation …), which would be ignored without a word. Given: neither None nor
+        False, as the CLI leaves an option that is not on the command line; a value equal to
+        the table's default is given too (``--ilp-time-limit 2`` for sequence is refused), so
+        options built by a script for this check hold None, not the defaults, where nothing
+        was given. ``est``: the loaded model (evaluate / predict), None in ``train``; a spec
+        may check more against it."""
         for o in OPTIONS:
             if o.group == LEARNER or self.name in o.owners or not set(o.owners) & TASKS.keys():
                 continue  # every task reads it, or learners own it (--save-state: the DCD ones)
             given = getattr(options if o.group == DATA else output, o.name, None)
-            if given not in (None, False) and given != o.default:
+            if given not in (None, False):  # given, even at its default: the CLI's None
                 owners = list(o.owners)
                 who = ", ".join(owners[:-1]) + " and " + owners[-1] if len(owners) > 1 \
                     else owners[0]

@@ -30,29 +30,30 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, OptionError
+from ..options import DataOptions, OutputOptions
 
 
 class _Plan:
     """What every block of one ``predict`` run shares."""
 
-    def __init__(self, spec, est, args):
+    def __init__(self, spec: Any, est: Any, options: DataOptions, output: OutputOptions):
         from ..io import tagged, text_source
         from ..io.stream import transparent
 
-        self.spec, self.est, self.args = spec, est, args
-        self.path = args.data
+        self.spec, self.est, self.options, self.output = spec, est, options, output
+        self.path = options.data
         self.name = text_source.source_name(self.path)
-        text_source.check_encoding(args.encoding)
-        self.encoding = args.encoding
-        self.fmt, column, self.features, self.templated = spec.read_plan(self.path, args,
-                                                                         labeled=False)
-        self.read_li = tagged._label_index(self.fmt, column)
-        if args.max_sentence_length < 1:
+        text_source.check_encoding(options.encoding)
+        self.encoding = options.encoding
+        self.fmt, column, self.features, self.templated = spec.read_plan(self.path, options,
+                                                                         labelled=False)
+        self.read_li = tagged.label_index(self.fmt, column)
+        if options.max_sentence_length < 1:
             raise OptionError(f"--max-sentence-length must be >= 1, got "
-                              f"{args.max_sentence_length}")
-        self.max_len = int(args.max_sentence_length)
+                              f"{options.max_sentence_length}")
+        self.max_len = int(options.max_sentence_length)
         probe = tagged.TaggedCorpus([], [], self.name, [], self.fmt, [], self.read_li)
-        self.write_li = tagged.output_label_index(probe, spec.write_column(self.fmt, args))
+        self.write_li = tagged.output_label_index(probe, spec.write_column(self.fmt, options))
         self.transparent = transparent(self.encoding)
         featurizer = getattr(est, "featurizer_", None)
         self.whole = not self.transparent or getattr(featurizer, "doc_window", 0) > 0
@@ -64,10 +65,9 @@ class _Plan:
 
     def _fast_tables(self, featurizer):
         """The featurizer's type tables when blocks can take the fast route, else None."""
-        args = self.args
-        if not self.transparent or self.templated or any(
-                getattr(args, a, None) not in (None, False) for a in ("nbest", "force",
-                                                                      "scores", "marginals")):
+        output = self.output
+        if not self.transparent or self.templated or output.nbest is not None or any(
+                (output.force, output.scores, output.marginals)):
             return None
         tables = getattr(featurizer, "type_tables", None)
         n_attr = self.cols.shape[0]
@@ -88,21 +88,22 @@ class _Plan:
         return tables(n_attr)
 
 
-def predict_stream(spec, est, args, run: Callable | None = None) -> int:
-    """Tag ``args.data`` into ``args.out`` block by block (see the module docstring); returns
-    the number of sentences. ``run(fn, *a)`` runs the work (the CLI: in a thread it can
-    interrupt), else it runs here."""
+def predict_stream(spec: Any, est: Any, options: DataOptions, output: OutputOptions,
+                   threads: int = 1, run: Callable | None = None) -> int:
+    """Tag ``options.data`` into ``output.out`` block by block, ``threads`` blocks at once
+    (see the module docstring); returns the number of sentences. ``run(fn, *a)`` runs the
+    work (the CLI: in a thread it can interrupt), else it runs here."""
     from ..io import text_source
     from ..io.model import atomic_write
     from ..io.stream import iter_blocks
 
-    plan = _Plan(spec, est, args)
-    threads = max(1, int(getattr(args, "threads", None) or 1))
+    plan = _Plan(spec, est, options, output)
+    threads = max(1, int(threads or 1))
     counts = [0]
 
     def body(f: Any) -> None:
         out = f
-        if args.out.endswith(".gz"):
+        if output.out.endswith(".gz"):
             import gzip
 
             out = gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0)
@@ -121,7 +122,7 @@ def predict_stream(spec, est, args, run: Callable | None = None) -> int:
         finally:
             source.close()
 
-    atomic_write(args.out, (lambda f: run(body, f)) if run is not None else body)
+    atomic_write(output.out, (lambda f: run(body, f)) if run is not None else body)
     return counts[0]
 
 
@@ -211,19 +212,19 @@ def _general_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple
     from ..io.tagged_writer import render_tagged
 
     line0, _, text = block
-    args = plan.args
+    options = plan.options
     corpus = parse_text(text, plan.name, plan.fmt, plan.read_li, plan.max_len, False, True,
                         plan.features, line0, plan.state if plan.fmt == "columns" else None)
     if not corpus.tokens:
         return 0, b""
     if plan.templated:
-        corpus.columns = token_columns(corpus, getattr(args, "template_width", None))
-    predicted = plan.spec.predict(plan.est, corpus, args)
-    out = render_tagged(corpus, predicted, plan.spec.write_column(plan.fmt, args))
+        corpus.columns = token_columns(corpus, options.derived.get("template_width"))
+    predicted = plan.spec.predict(plan.est, corpus, options, plan.output)
+    out = render_tagged(corpus, predicted, plan.spec.write_column(plan.fmt, options))
     try:
         return len(corpus), encoder.encode(out)
     except UnicodeEncodeError as e:
-        raise OptionError(f"{args.out}: {out[e.start:e.end]!r} cannot be written in "
+        raise OptionError(f"{plan.output.out}: {out[e.start:e.end]!r} cannot be written in "
                           f"{plan.encoding}; pass another --encoding") from None
 
 

@@ -6,6 +6,9 @@ the chunk tags); only the metric, the report and the estimator's ``score`` diffe
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..options import DataOptions
 from .chunks import format_report
 from .sequence import SequenceSpec
 
@@ -18,16 +21,18 @@ class ChunkingSpec(SequenceSpec):
     estimator = "demidcd.estimators.sequence:ChunkTagger"
     unit = "chunk"  # what the report calls a chunk (chunk F1, entity F1)
 
-    def estimator_params(self, args) -> dict:
-        return {"label_scheme": getattr(args, "label_scheme", None) or "auto",
-                "constraints": getattr(args, "constraints", None)}
+    def estimator_params(self, options: DataOptions) -> dict[str, Any]:
+        return {"label_scheme": options.label_scheme or "auto",
+                "constraints": options.constraints}
 
-    def configure(self, est, args) -> None:
-        super().configure(est, args)
-        if getattr(args, "label_scheme", None):
-            est.label_scheme = args.label_scheme
-        if getattr(args, "constraints", None) is not None:
-            est.constraints = args.constraints
+    def configure(self, est: Any, options: DataOptions) -> DataOptions:
+        """The sequence task's, and ``--label-scheme`` / ``--constraints`` set on ``est``."""
+        options = super().configure(est, options)
+        if options.label_scheme:
+            est.label_scheme = options.label_scheme
+        if options.constraints is not None:
+            est.constraints = options.constraints
+        return options
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)

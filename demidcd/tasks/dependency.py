@@ -88,7 +88,8 @@ from __future__ import annotations
 import unicodedata
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import numba as nb
@@ -101,6 +102,7 @@ from ..io.dependency import (
     read_dependency,
     write_dependency,
 )
+from ..options import DataOptions, OutputOptions
 from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .phi import merge, sort_keys
@@ -1658,8 +1660,8 @@ def fill_pos(words: list[list[str]], given: list[list[str]], pos_map: dict[str, 
     return out
 
 
-def _dep_format(path: str, args: Any) -> str:
-    fmt = getattr(args, "format", None) or "auto"
+def _dep_format(path: str, options: DataOptions) -> str:
+    fmt = options.format or "auto"
     if fmt == "auto":
         name = str(path).lower()
         name = name[:-3] if name.endswith(".gz") else name
@@ -1681,32 +1683,39 @@ class DependencySpec(TaskSpec):
     length_cost = "dependency parsing costs O(n^3): about 5-15 s of CPU for 1,000 words, 8x " \
                   "that for 2,000"
     estimator = "demidcd.estimators.dependency:DependencyParser"
-    def make_estimator(self, args: Any, common: dict[str, Any]) -> Any:
-        return self.estimator_class()(decoder=getattr(args, "decoder", None),
-                                hashing=getattr(args, "hashing", None), **common)
 
-    def data_options(self, args: Any) -> dict[str, Any]:
-        return {"pos_column": getattr(args, "pos_column", None) or "upos"}
+    def make_estimator(self, options: DataOptions, common: dict[str, Any]) -> Any:
+        return self.estimator_class()(decoder=options.decoder, hashing=options.hashing,
+                                      **common)
 
-    def configure(self, est: Any, args: Any) -> None:
+    def data_options(self, est: Any, options: DataOptions) -> dict[str, Any]:
+        return {"pos_column": options.pos_column or "upos"}
+
+    def configure(self, est: Any, options: DataOptions) -> DataOptions:
+        """The model's ``--pos-column`` when none is given; ``--decoder`` set on ``est``;
+        ``derived``: ``second_pos`` (whether the model reads both POS columns) and
+        ``fill_pos`` (whether it learnt to fill an empty one from the other)."""
         opts = getattr(est, "data_options_", {}) or {}
-        if getattr(args, "pos_column", None) is None:
-            args.pos_column = opts.get("pos_column", "upos")
-        if getattr(args, "decoder", None):
-            est.decoder = args.decoder
-        args.second_pos = est.second_pos_
-        args.fill_pos = getattr(est, "pos_by_second_", None) is not None
+        if options.decoder:
+            est.decoder = options.decoder
+        derived = {**options.derived, "second_pos": est.second_pos_,
+                   "fill_pos": getattr(est, "pos_by_second_", None) is not None}
+        pos_column = opts.get("pos_column", "upos") if options.pos_column is None \
+            else options.pos_column
+        return replace(options, pos_column=pos_column, derived=MappingProxyType(derived))
 
-    def read(self, path: str, args: Any, labeled: bool = True) -> DepCorpus:
+    def read(self, path: str, options: DataOptions, labelled: bool = True) -> DepCorpus:
         """The file; for a model trained on both POS columns that learnt the map between them
-        (``fill_pos``), one column may be ``_`` for every word: the estimator fills it from the
-        other (:meth:`~demidcd.estimators.dependency.DependencyParser._fill_pos`)."""
-        fill = bool(getattr(args, "fill_pos", False))
-        data = read_dependency(path, _dep_format(path, args),
-                               getattr(args, "pos_column", None) or "upos",
-                               encoding=args.encoding, labeled=labeled,
-                               max_sentence_length=args.max_sentence_length, missing_pos=fill)
-        second = getattr(args, "second_pos", None)
+        (``derived["fill_pos"]``), one column may be ``_`` for every word: the estimator fills
+        it from the other (:meth:`~demidcd.estimators.dependency.DependencyParser._fill_pos`).
+        ``derived["second_pos"]``: read the second POS column (True: it must be filled),
+        never (False) or when it is filled throughout the file (None)."""
+        fill = bool(options.derived.get("fill_pos", False))
+        data = read_dependency(path, _dep_format(path, options), options.pos_column or "upos",
+                               encoding=options.encoding, labelled=labelled,
+                               max_sentence_length=options.max_sentence_length,
+                               missing_pos=fill)
+        second = options.derived.get("second_pos")
         if second is False:
             data.other_pos = None
         elif second and data.other_pos is None:
@@ -1723,7 +1732,7 @@ class DependencySpec(TaskSpec):
                  for w, p, o in zip(data.words, data.pos, data.other_pos, strict=True)]
         else:
             X = [list(zip(w, p, strict=True)) for w, p in zip(data.words, data.pos, strict=True)]
-        if not data.labeled:
+        if not data.labelled:
             return X, None
         if not data.has_deprels:  # DEPREL all "_": an unlabelled treebank
             return X, data.heads
@@ -1781,13 +1790,14 @@ class DependencySpec(TaskSpec):
             fixed.append(out if len(out) == n else [None] * n)
         return fixed
 
-    def predict(self, est: Any, data: DepCorpus, args: Any) -> Any:
+    def predict(self, est: Any, data: DepCorpus, options: DataOptions,
+                output: OutputOptions) -> Any:
         """``est.predict`` of ``data``; with ``--force`` the given heads (:meth:`given`) are
         kept: given heads that no tree keeps are an error naming the file and the sentence's
         first line, and a sentence whose given heads no projective tree keeps (Eisner) is
         decoded with Chu-Liu-Edmonds, with one warning line naming the first such sentence."""
         X = self.xy(data)[0]
-        if not getattr(args, "force", False):
+        if not output.force:
             return est.predict(X)
         try:
             with warnings.catch_warnings(record=True) as caught:
@@ -1809,11 +1819,11 @@ class DependencySpec(TaskSpec):
                 ": decoded with Chu-Liu-Edmonds (non-projective)"), stacklevel=2)
         return trees
 
-    def write(self, path: str, data: DepCorpus, predicted: Any, args: Any) -> None:
+    def write(self, path: str, data: DepCorpus, predicted: Any, options: DataOptions) -> None:
         labelled = any(bool(t) and isinstance(t[0], tuple) for t in predicted)
         heads = [[h for h, _ in t] for t in predicted] if labelled else predicted
         rels = [[r for _, r in t] for t in predicted] if labelled else None
-        write_dependency(path, data, heads, rels, encoding=args.encoding)
+        write_dependency(path, data, heads, rels, encoding=options.encoding)
 
 
 SPEC = DependencySpec()

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from demidcd.io.conll04 import ENTITY_LABELS, RELATION_LABELS, ERSentence
+from demidcd.options import DataOptions
 from demidcd.tasks import TaskSpec
 from demidcd.tasks.base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from demidcd.tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT, REL_OF, exact_solve_into, get_solver
@@ -458,17 +459,17 @@ class EntityRelationTask(Task):
         ent = np.zeros(int(eoff[-1]), np.int64)
         pair = np.zeros(int(poff[-1]), np.int64)
         obj = np.zeros(len(examples))
-        args = self._arrays()
+        arrays = self._arrays()
         rlw = self.relation_loss_weight
         if self.solver_name == "exact":
-            _infer_exact(w, examples, *args, self._fe4, augment, rlw, REL_OF, eoff, poff, ent,
+            _infer_exact(w, examples, *arrays, self._fe4, augment, rlw, REL_OF, eoff, poff, ent,
                          pair, obj, self._maxn)
         else:
             maxn = max(self._maxn, 1)
             U = np.zeros((maxn, 4))
             P = np.zeros((max(maxn * (maxn - 1), 1), 6))
             for q, s in enumerate(examples):
-                n = _scores(w, s, *args, self._fe4, augment, rlw, U, P)
+                n = _scores(w, s, *arrays, self._fe4, augment, rlw, U, P)
                 m = n * (n - 1)
                 res = self._solver(U[:n], P[:m], time_limit=self.ilp_time_limit,
                                    should_stop=self.should_stop)
@@ -606,11 +607,11 @@ class EntityRelationSpec(TaskSpec):
     length_cost = "the relation ILP grows with the entity pairs: about 5 s of CPU for 200 " \
                   "entities"
 
-    def read(self, path: str, args, labeled: bool = True):
+    def read(self, path: str, options: DataOptions, labelled: bool = True) -> Any:
         from demidcd.io.conll04 import read_conll04
 
-        return read_conll04(path, encoding=args.encoding,
-                            max_sentence_length=args.max_sentence_length)
+        return read_conll04(path, encoding=options.encoding,
+                            max_sentence_length=options.max_sentence_length)
 
     def xy(self, data):
         return data, None
@@ -619,29 +620,30 @@ class EntityRelationSpec(TaskSpec):
         return (f"{len(data):,} sentences, {sum(s.n_entities for s in data):,} entities, "
                 f"{sum(len(s.relations) for s in data):,} relations")
 
-    def make_estimator(self, args, common: dict):
-        return self.estimator_class()(solver=args.ilp_solver or "exact",
-                                      ilp_time_limit=args.ilp_time_limit,
-                                      relation_loss_weight=args.relation_loss_weight,
-                                      min_count=args.min_count or 1, **common)
+    def make_estimator(self, options: DataOptions, common: dict[str, Any]) -> Any:
+        return self.estimator_class()(solver=options.ilp_solver or "exact",
+                                      ilp_time_limit=options.ilp_time_limit,
+                                      relation_loss_weight=options.relation_loss_weight,
+                                      min_count=options.min_count or 1, **common)
 
-    def configure(self, est, args) -> None:
+    def configure(self, est: Any, options: DataOptions) -> DataOptions:
         # evaluation and prediction solve with the exact branch and bound unless --ilp-solver
         # says otherwise, whatever the model was trained with: it reaches the same optima, and
         # CBC made two snapshot evaluations of CoNLL04 take over 300 s against 7 s (issue 22)
-        est.solver = getattr(args, "ilp_solver", None) or "exact"
-        est.ilp_time_limit = getattr(args, "ilp_time_limit", None)  # None: default, 0: none
+        est.solver = options.ilp_solver or "exact"
+        est.ilp_time_limit = options.ilp_time_limit  # None: default, 0: none
+        return options
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         m = est.metrics(data)
         return [f"{prefix}{kind} F1: {100 * m[kind + '_f1']:.2f} (P {100 * m[kind + '_p']:.2f}, "
                 f"R {100 * m[kind + '_r']:.2f})" for kind in ("entity", "relation")]
 
-    def write(self, path: str, data, predicted, args) -> None:
+    def write(self, path: str, data: Any, predicted: Any, options: DataOptions) -> None:
         from demidcd.io.conll04 import write_conll04
 
         write_conll04(path, data, [p[0] for p in predicted], [p[1] for p in predicted],
-                      encoding=args.encoding)
+                      encoding=options.encoding)
 
 
 SPEC = EntityRelationSpec()

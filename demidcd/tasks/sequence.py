@@ -54,11 +54,13 @@ checks unit values and ignored B features against them).
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
 
+from ..options import DataOptions, OutputOptions
 from . import TaskSpec
 from .base import INDEX_DTYPE, VALUE_DTYPE, RecordBatch, Task
 from .features import EncodedSequences
@@ -861,7 +863,7 @@ def _values(val: np.ndarray | None, idx: np.ndarray, name: str) -> np.ndarray | 
 class SequenceTask(Task):
     """First-order chain labelling over :class:`EncodedSequences` with ``n_tags`` tags.
 
-    ``Y``: int32 gold tag id per token (None for unlabeled data; −1 = a tag unseen in training,
+    ``Y``: int32 gold tag id per token (None for unlabelled data; −1 = a tag unseen in training,
     allowed for evaluation only). ``n_obs``: F, the number of (unigram) observation features;
     ``n_bigram_obs``: G, the number of bigram observation (B) features (X.bfeat_*).
     ``pairs``: None for the dense U block (F·K weights), or (off, lab) of :func:`seen_pairs`:
@@ -1294,7 +1296,14 @@ def _named_format(opts: dict) -> str | None:
 
 
 class SequenceSpec(TaskSpec):
-    """First-order chain labelling of CoNLL-U or whitespace-column files, token accuracy."""
+    """First-order chain labelling of CoNLL-U or whitespace-column files, token accuracy.
+
+    What :meth:`configure` derives from a loaded model (``options.derived``):
+    ``column_given`` / ``feature_columns_given`` (whether --column / --feature-columns were
+    given, or are the model's), ``model_format`` (the format the model was trained on),
+    ``templated`` (the tokens are every column but the label: a template model, or
+    ``all_columns`` of :func:`~demidcd.datasets.load_tagged`) and ``template_width`` (a
+    template model's number of columns)."""
 
     name = "sequence"
     help = "sequence labelling (POS tagging), scored by token accuracy"
@@ -1302,36 +1311,35 @@ class SequenceSpec(TaskSpec):
     max_sentence_length = 10_000  # Viterbi is linear in n: a limit only for files without breaks
     length_cost = "Viterbi is linear in n; a file without blank lines reads as one sentence"
 
-    def _format(self, path: str, args) -> str:
+    def _format(self, path: str, options: DataOptions) -> str:
         """``--format``; auto: by the file name, or for ``-`` (standard input) by content."""
         from ..io.tagged import resolve_format
 
-        return resolve_format(path, getattr(args, "format", "auto"))
+        return resolve_format(path, options.format or "auto")
 
-    def read(self, path: str, args, labeled: bool = True):
+    def read(self, path: str, options: DataOptions, labelled: bool = True) -> Any:
         from ..io.tagged import read_tagged, token_columns
 
-        fmt, column, features, templated = self.read_plan(path, args, labeled)
+        fmt, column, features, templated = self.read_plan(path, options, labelled)
         # the original lines are for writing predictions (unlabelled reads) and for the
         # feature and template columns; a labelled corpus without them keeps only the tokens
-        data = read_tagged(path, fmt=fmt, column=column, encoding=args.encoding,
-                           max_sentence_length=args.max_sentence_length, labeled=labeled,
-                           keep_raw=not labeled or bool(features) or templated,
+        data = read_tagged(path, fmt=fmt, column=column, encoding=options.encoding,
+                           max_sentence_length=options.max_sentence_length, labelled=labelled,
+                           keep_raw=not labelled or bool(features) or templated,
                            feature_columns=features)
         if templated:
-            data.columns = token_columns(data, getattr(args, "template_width", None))
+            data.columns = token_columns(data, options.derived.get("template_width"))
         return data
 
-    def read_plan(self, path: str, args, labeled: bool = True
+    def read_plan(self, path: str, options: DataOptions, labelled: bool = True
                   ) -> tuple[str, str | int | None, tuple[str | int, ...], bool]:
         """How :meth:`read` reads ``path``: (format, label column, feature columns, whether
         the tokens are a template's columns)."""
-        fmt = self._format(path, args)
-        column, features = self._columns(fmt, path, args, labeled)
-        if not labeled and fmt == "columns" and not getattr(args, "column_given", False):
+        fmt = self._format(path, options)
+        column, features = self._columns(fmt, path, options, labelled)
+        if not labelled and fmt == "columns" and not options.derived.get("column_given", False):
             column = None  # predict on columns: the labels go into a new last column
-        templated = getattr(args, "template", None) is not None or \
-            bool(getattr(args, "all_columns", False))
+        templated = bool(options.derived.get("templated", options.template is not None))
         if templated and features:
             from ..errors import OptionError
 
@@ -1339,7 +1347,7 @@ class SequenceSpec(TaskSpec):
                               "every column but the label is a token column")
         return fmt, column, features, templated
 
-    def _columns(self, fmt: str, path: str, args, labeled: bool
+    def _columns(self, fmt: str, path: str, options: DataOptions, labelled: bool
                  ) -> tuple[str | int | None, tuple[str | int, ...]]:
         """The label column and feature columns to read ``path`` (format ``fmt``) with: the
         options given, else the model's, mapped to ``fmt`` when the model was trained on the
@@ -1352,27 +1360,27 @@ class SequenceSpec(TaskSpec):
         from ..errors import InputWarning, OptionError
         from ..io.text_source import source_name
 
-        column = _parse_column(args.column)
-        features = _parse_feature_columns(getattr(args, "feature_columns", None))
-        trained = getattr(args, "model_format", None)  # set by configure (evaluate / predict)
+        column = _parse_column(options.column)
+        features = _parse_feature_columns(options.feature_columns)
+        trained = options.derived.get("model_format")  # from configure (evaluate / predict)
         if trained is None or trained == fmt:
             return column, features
         name = source_name(path)
         kind = {"conllu": "CoNLL-U", "columns": "a columns file"}
-        if features and not getattr(args, "feature_columns_given", True):
+        if features and not options.derived.get("feature_columns_given", True):
             use = "upos or xpos (or 3..10)" if fmt == "conllu" else "N (1-based numbers)"
             raise OptionError(
                 f"the model was trained on {kind[trained]} with feature columns "
                 f"{','.join(map(str, features))}; {name} is {kind[fmt]}: give "
                 f"--feature-columns {use}")
-        if getattr(args, "column_given", True):
+        if options.derived.get("column_given", True):
             return column, features
         if trained == "conllu":  # None: CoNLL-U's default label column, UPOS
             was = {None: "UPOS", "upos": "UPOS", "xpos": "XPOS"}.get(column, f"column {column}")
         else:
             was = "the last column" if column is None else f"column {column}"
         if fmt == "columns":  # the label (or the prediction) is the last column
-            if labeled:
+            if labelled:
                 warnings.warn(InputWarning(
                     f"the model was trained on CoNLL-U (labels in {was}); {name} is a columns "
                     "file: its last column is read as the labels (give --column N for "
@@ -1381,7 +1389,7 @@ class SequenceSpec(TaskSpec):
         if column is None:
             warnings.warn(InputWarning(
                 f"the model was trained on a columns file (labels in the last column); {name} "
-                f"is CoNLL-U: {'reading labels from' if labeled else 'writing predictions to'} "
+                f"is CoNLL-U: {'reading labels from' if labelled else 'writing predictions to'} "
                 "UPOS (give --column xpos for XPOS)"), stacklevel=2)
             return "upos", features
         raise OptionError(f"the model was trained on a columns file (labels in {was}); {name} "
@@ -1399,69 +1407,73 @@ class SequenceSpec(TaskSpec):
     def describe(self, data) -> str:
         return f"{len(data):,} sentences, {data.n_tokens:,} tokens"
 
-    def default_data(self, args):
+    def default_data(self, options: DataOptions, seed: int) -> tuple[Any, Any, Any]:
         from ..synthetic import generate_splits
 
-        return generate_splits(seed=args.seed)
+        return generate_splits(seed=seed)
 
-    def make_estimator(self, args, common: dict):
+    def make_estimator(self, options: DataOptions, common: dict[str, Any]) -> Any:
+        """The tagger; ``--template`` is resolved here, once (a template that does not parse
+        fails now, naming its file and line): the estimator holds the :class:`Template`."""
         from .template import resolve_template
 
         cls = self.estimator_class()
-        template = resolve_template(getattr(args, "template", None))  # errors: file:line, now
-        if template is not None:
-            args.template = template
-        min_count = args.min_count if args.min_count is not None else \
+        template = resolve_template(options.template)  # errors: file:line, now
+        min_count = options.min_count if options.min_count is not None else \
             None if template is not None else cls._default_min_count
-        return cls(min_count=min_count, hashing=args.hashing, template=template,
-                   weights=getattr(args, "weights", None) or "all",
-                   **self.estimator_params(args), **common)
+        return cls(min_count=min_count, hashing=options.hashing, template=template,
+                   weights=options.weights or "all",
+                   **self.estimator_params(options), **common)
 
-    def estimator_params(self, args) -> dict:
+    def estimator_params(self, options: DataOptions) -> dict[str, Any]:
         """The estimator's keyword arguments of this task's own options (chunking, ner)."""
         return {}
 
-    def data_options(self, args) -> dict:
-        train = getattr(args, "train", None)
-        return {"column": _parse_column(args.column),
-                "feature_columns": list(_parse_feature_columns(
-                    getattr(args, "feature_columns", None))),
-                "format": self._format(train, args) if train else None,
-                "template": getattr(getattr(args, "template", None), "path", None)}
+    def data_options(self, est: Any, options: DataOptions) -> dict[str, Any]:
+        train = options.train
+        return {"column": _parse_column(options.column),
+                "feature_columns": list(_parse_feature_columns(options.feature_columns)),
+                "format": self._format(train, options) if train else None,
+                "template": getattr(getattr(est, "template", None), "path", None)}
 
-    def configure(self, est, args) -> None:
+    def configure(self, est: Any, options: DataOptions) -> DataOptions:
+        """The model's label and feature columns when none are given; ``derived``: what the
+        model says about its input (see the class docstring)."""
+        from dataclasses import replace
+
         opts = getattr(est, "data_options_", {}) or {}
-        self._configure_template(est, args)
-        args.column_given = args.column is not None
-        args.feature_columns_given = getattr(args, "feature_columns", None) is not None
-        if args.column is None:
-            args.column = opts.get("column")
-        if getattr(args, "feature_columns", None) is None:
-            args.feature_columns = opts.get("feature_columns") or None
-        args.model_format = opts.get("format") or _named_format(opts)
+        derived = {**options.derived, **self._template_derived(est, options),
+                   "column_given": options.column is not None,
+                   "feature_columns_given": options.feature_columns is not None,
+                   "model_format": opts.get("format") or _named_format(opts)}
+        return replace(
+            options,
+            column=opts.get("column") if options.column is None else options.column,
+            feature_columns=(opts.get("feature_columns") or None
+                             if options.feature_columns is None else options.feature_columns),
+            derived=MappingProxyType(derived))
 
     @staticmethod
-    def _configure_template(est, args) -> None:
-        """A template model reads every column but the label (``args.template`` its template,
-        ``args.template_width`` its number of columns); a --template given must be the
-        model's."""
+    def _template_derived(est: Any, options: DataOptions) -> dict[str, Any]:
+        """A template model reads every column but the label (``templated``; its number of
+        columns: ``template_width``); a --template given must be the model's."""
         from ..errors import OptionError
         from .template import TemplateFeaturizer, resolve_template
 
         f = getattr(est, "featurizer_", None)
         model = f.template if isinstance(f, TemplateFeaturizer) else None
-        given = resolve_template(getattr(args, "template", None))
+        given = resolve_template(options.template)
         if given is not None and (model is None or given.text != model.text):
             had = f"the template {model.path}" if model is not None else "the built-in features"
             raise OptionError(f"--template {given.path}: the model was trained with {had}; "
                               "drop --template (the model's is used)")
-        args.template = model
-        args.template_width = f.n_columns if model is not None else None
+        return {"templated": model is not None,
+                "template_width": f.n_columns if model is not None else None}
 
     def label_counts(self, data) -> dict[str, int] | None:
         from collections import Counter
 
-        if not data.labeled:
+        if not data.labelled:
             return None
         counts: Counter[str] = Counter()
         for tags in data.tags:
@@ -1469,7 +1481,7 @@ class SequenceSpec(TaskSpec):
         return dict(counts)
 
     def check(self, est, data) -> list[str]:
-        if not data.labeled:
+        if not data.labelled:
             return []
         unknown = est.unknown_labels(data.tags)
         if not unknown:
@@ -1486,31 +1498,32 @@ class SequenceSpec(TaskSpec):
         return [f"{prefix}accuracy: {100 * m['score']:.2f}% ({m['tokens']:,} tokens, "
                 f"{len(data):,} sentences)"]
 
-    def write(self, path: str, data, predicted, args) -> None:
+    def write(self, path: str, data: Any, predicted: Any, options: DataOptions) -> None:
         from ..io.tagged_writer import write_tagged
 
-        write_tagged(path, data, predicted, column=self.write_column(data.fmt, args),
-                     encoding=args.encoding)
+        write_tagged(path, data, predicted, column=self.write_column(data.fmt, options),
+                     encoding=options.encoding)
 
     @staticmethod
-    def write_column(fmt: str, args) -> str | int | None:
+    def write_column(fmt: str, options: DataOptions) -> str | int | None:
         """The column :meth:`write` puts the labels in (None: the one read, or a new last
         column of a columns file)."""
-        column = _parse_column(args.column)
-        if fmt == "columns" and not getattr(args, "column_given", False):
+        column = _parse_column(options.column)
+        if fmt == "columns" and not options.derived.get("column_given", False):
             column = None
         return column
 
-    def predict_stream(self, est, args, run=None) -> int:
-        """``predict``: read ``args.data`` in blocks of sentences, tag them and write them to
-        ``args.out`` in order (constant memory; ``--threads`` blocks at once); returns the
+    def predict_stream(self, est: Any, options: DataOptions, output: OutputOptions,
+                       threads: int, run: Any = None) -> int:
+        """``predict``: read ``options.data`` in blocks of sentences, tag them and write them
+        to ``output.out`` in order (constant memory; ``threads`` blocks at once); returns the
         number of sentences (:mod:`~demidcd.tasks.chain_stream`)."""
         from .chain_stream import predict_stream
 
-        return predict_stream(self, est, args, run)
+        return predict_stream(self, est, options, output, threads, run)
 
     # -- predict: n best, forced labels, confidences ----------------------------------------
-    def check_options(self, est, args) -> None:
+    def check_options(self, est: Any, options: DataOptions, output: OutputOptions) -> None:
         """The options of other tasks (:meth:`TaskSpec.check_options`: ``--constraints`` is
         for chunking and ner, which have a label scheme); ``--nbest K`` (K >= 1, not with
         ``--scores``). A model fitted on feature dicts cannot read a file: its features are
@@ -1518,31 +1531,31 @@ class SequenceSpec(TaskSpec):
         from ..errors import OptionError
         from .template import DictFeaturizer
 
-        super().check_options(est, args)
+        super().check_options(est, options, output)
         if isinstance(getattr(est, "featurizer_", None), DictFeaturizer):
-            raise OptionError(f"{getattr(args, 'model', 'the model')}: this model was fitted on "
+            raise OptionError(f"{output.model or 'the model'}: this model was fitted on "
                               "feature dicts in Python, which a file cannot give; tag with "
                               "its predict() on dicts made the same way")
-        nbest = getattr(args, "nbest", None)
+        nbest = output.nbest
         if nbest is not None and nbest < 1:
             raise OptionError(f"--nbest must be >= 1, got {nbest}")
-        if nbest is not None and getattr(args, "scores", False):
+        if nbest is not None and output.scores:
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")
-        if getattr(args, "marginals", False):
-            if nbest is not None or getattr(args, "scores", False):
+        if output.marginals:
+            if nbest is not None or output.scores:
                 raise OptionError("--marginals cannot be combined with --nbest or --scores")
             est._check_probabilistic("--marginals")
 
-    def _given_column(self, data, args) -> str | int | None:
+    def _given_column(self, data: Any, options: DataOptions) -> str | int | None:
         """The column ``--force`` reads the given labels from: the model's (or --column's)
         label column; for a columns file without one, the last column."""
-        column = _parse_column(args.column)
+        column = _parse_column(options.column)
         if data.fmt == "columns":
             return column if isinstance(column, int) else None
         return column
 
-    def predict(self, est, data, args):
+    def predict(self, est: Any, data: Any, options: DataOptions, output: OutputOptions) -> Any:
         """Tags per sentence, or :class:`~demidcd.io.tagged_writer.Blocks` for ``--nbest`` (a
         ``# RANK SCORE`` line before each of the K best taggings, as CRF++'s ``crf_test -n``)
         and ``--scores`` (a ``# SCORE MARGIN`` line before each sentence, a margin field after
@@ -1552,12 +1565,12 @@ class SequenceSpec(TaskSpec):
 
         X = self.xy(data)[0]
         fixed = None
-        if getattr(args, "force", False):
+        if output.force:
             known = set(est.classes_)
-            feats = _parse_feature_columns(getattr(args, "feature_columns", None))
-            given = column_values(data, self._given_column(data, args), exclude=feats)
+            feats = _parse_feature_columns(options.feature_columns)
+            given = column_values(data, self._given_column(data, options), exclude=feats)
             fixed = [[t if t in known else None for t in s] for s in given]
-        nbest = getattr(args, "nbest", None)
+        nbest = output.nbest
         if nbest is not None:
             order, tags, heads = [], [], []
             for s, best in enumerate(est.predict_nbest(X, nbest, fixed)):
@@ -1566,12 +1579,12 @@ class SequenceSpec(TaskSpec):
                     tags.append(y)
                     heads.append(f"# {j} {score:.6f}")
             return Blocks(tags, order, heads)
-        if getattr(args, "scores", False):
+        if output.scores:
             rows = est.predict_scores(X, fixed)
             return Blocks([r[0] for r in rows], list(range(len(rows))),
                           [f"# {r[1]:.6f} {r[2]:.6f}" for r in rows],
                           [[f"{m:.6f}" for m in r[3]] for r in rows])
-        if getattr(args, "marginals", False):
+        if output.marginals:
             marg, tags, logp = est.predict_marginals_logp(X, fixed)
             key = "Prob=" if data.fmt == "conllu" else ""  # CoNLL-U: a MISC attribute
             return Blocks(tags, list(range(len(tags))), [f"# {p:.6f}" for p in np.exp(logp)],

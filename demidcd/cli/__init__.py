@@ -1,0 +1,611 @@
+"""The ``demidcd`` command: train, predict, evaluate, generate.
+
+Every user error prints one line ``demidcd: error: …`` (naming the file and line, or the option)
+and exits with status 2; ``--debug`` shows the traceback instead. Output paths are checked before
+any data is read. Solver options default to None here and only the ones given are passed on: their
+defaults live in :class:`~demidcd.solvers.common.SolverConfig` (and the schedules' signatures for
+the engine options), and ``--help`` reads them from there. Heavy modules (numpy, numba) are
+imported inside the commands, so that Ctrl-C at any moment exits with 130 and no traceback.
+
+The parsed namespace stays here: each command turns it once into frozen option objects
+(:class:`~demidcd.options.DataOptions`, :class:`~demidcd.options.OutputOptions`) and hands
+those to the task's spec (:mod:`demidcd.tasks`), which returns new ones rather than writing
+back. The parser and its help texts are :mod:`demidcd.cli.parser`; the log, the interruptible
+inference thread and the signal handling are :mod:`demidcd.cli.log`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import warnings
+from dataclasses import replace
+from typing import Any
+
+from ..errors import ConvergenceWarning, DemidcdError, InputWarning, OptionError
+from ..options import DataOptions, OutputOptions, default
+from ..progress import cli_flag, stop_line
+from .log import (
+    CLEANUP,
+    KEPT,
+    RUNNING,
+    Log,
+    early_exit,
+    interrupt,
+    interruptible,
+    quiet_interrupt,
+    show_warning,
+    silence_stdout,
+    stop_requested,
+    stop_with_parent,
+)
+from .parser import build_parser
+
+__all__ = ["main", "build_parser", "load_model", "COMMANDS", "Log"]
+
+
+# --------------------------------------------------------------------------- commands
+def _options(args: Any, task: str | None = None) -> tuple[Any, DataOptions, OutputOptions]:
+    """The spec of ``task`` (default: ``--task``, else sequence) and the command's options,
+    parsed once into frozen values: the data options (``--max-sentence-length``: the task's
+    default when not given) and the output options. An option the command does not take is
+    None, as one it takes but was not given (not the table's default: the specs' checks
+    tell given options by it)."""
+    from ..options import OPTIONS
+    from ..tasks import get_task
+
+    values = {**{o.name: None for o in OPTIONS}, **vars(args)}
+    spec = get_task(task or values.get("task") or "sequence")
+    options = DataOptions.from_mapping({**values, "task": spec.name})
+    if options.max_sentence_length is None:
+        options = replace(options, max_sentence_length=spec.max_sentence_length)
+    return spec, options, OutputOptions.from_mapping(values)
+
+
+def _read(spec: Any, path: str, options: DataOptions, labelled: bool = True) -> Any:
+    """``spec.read``; a sentence longer than --max-sentence-length is refused saying what
+    inference on it would cost (the task's ``length_cost``)."""
+    return _length_checked(spec, spec.read, path, options, labelled)
+
+
+def _length_checked(spec, fn, *a: Any) -> Any:
+    """``fn(*a)``, a :class:`SentenceTooLong` it raises completed with what inference on a
+    long sentence costs (the task's ``length_cost``)."""
+    from ..errors import SentenceTooLong
+
+    try:
+        return fn(*a)
+    except SentenceTooLong as e:
+        if e.why:
+            raise
+        why = "; ".join(x for x in (spec.length_cost, "raise --max-sentence-length to accept it")
+                        if x)
+        raise SentenceTooLong(e.path, e.line, e.n, e.limit, why) from None
+
+
+def _report(spec, est, data, name: str, quiet: bool = False) -> None:
+    """Print the metrics of ``est`` on ``data`` (stdout, even with --quiet; warnings to
+    stderr)."""
+    if not quiet:
+        for w in spec.check(est, data):
+            print(f"demidcd: warning: {w}", file=sys.stderr, flush=True)
+    for line in spec.report(est, data, name):
+        print(line, flush=True)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 label``, ``3 labels``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _label_warnings(spec, train, others: dict[str, Any], train_name: str) -> list[str]:
+    """Before training: a training set with a single label (nothing to learn), and labels of
+    --dev / --test that the training data lacks (the model cannot predict them)."""
+    known = spec.label_counts(train)
+    if known is None:
+        return []
+    out = []
+    if len(known) == 1:
+        (label, n), = known.items()
+        out.append(f"{train_name}: all {n:,} tokens have the label {label!r}: there is nothing "
+                   f"to learn, every prediction will be {label!r} (check --column)")
+    for option, data in others.items():
+        counts = spec.label_counts(data) if data is not None else None
+        unknown = {k: v for k, v in (counts or {}).items() if k not in known}
+        if not unknown:
+            continue
+        total = sum(counts.values())  # type: ignore[union-attr]
+        n = sum(unknown.values())
+        top = sorted(unknown, key=lambda t: (-unknown[t], t))
+        names = ", ".join(f"{t} {unknown[t]:,}" for t in top[:5]) + (
+            ", ..." if len(top) > 5 else "")
+        out.append(f"{option} {getattr(data, 'path', '') or ''}: {n:,} of {total:,} tokens "
+                   f"have labels the training data does not have ({_count(len(unknown), 'label')}: "
+                   f"{names}); the model cannot predict them, so they count as errors "
+                   "(check --column)")
+    return out
+
+
+def _check_outputs(*pairs: tuple[str, str | None]) -> None:
+    """Fail before any work when an output (option, path) could not be written."""
+    from ..io.model import check_output
+
+    for option, path in pairs:
+        if path is not None:
+            check_output(path, option)
+
+
+def _check_out_dir(option: str, path: str) -> None:
+    """An output directory must be a directory we can write in, or creatable; else one line
+    saying why (:func:`demidcd.io.model.check_out_dir`)."""
+    from ..io.model import check_out_dir
+
+    check_out_dir(path, option)
+
+
+def _check_start_files(args) -> None:
+    """Refuse, before any data is read, what the plan cannot see: --save-state without
+    --model, a --resume / --init model that is not there, a --resume model without its state
+    file beside it (the start options themselves are the plan's: ``make_plan``)."""
+    import os.path
+
+    from ..io.model import state_path
+
+    if args.save_state and not args.model:
+        raise OptionError("--save-state keeps the dual state beside the model: give --model")
+    for flag, path in (("--resume", args.resume), ("--init", args.init)):
+        if path and not os.path.isfile(path):
+            raise OptionError(f"{flag} {path}: no such model file")
+    if args.resume and not os.path.isfile(state_path(args.resume)):
+        raise OptionError(f"--resume {args.resume}: no saved state {state_path(args.resume)} "
+                          "beside it (train with --save-state to keep one)")
+
+
+def _metric_values(est, spec, data) -> dict[str, float]:
+    """The numeric metrics of ``est`` on ``data`` (for the run summary)."""
+    import numpy as np
+
+    m = est.metrics(*spec.xy(data))
+    return {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``train``, holding the lock on ``--model`` (:class:`~demidcd.io.model.ModelLock`)
+    from the start: a second training of the same model file fails at once."""
+    from ..io.model import ModelLock
+
+    if not args.model:
+        return _train(args)
+    lock = ModelLock(args.model, "--model")
+    CLEANUP.append(lock.release)  # also on the early exits that skip `finally`
+    try:
+        lock.acquire()
+        return _train(args)
+    finally:
+        lock.release()
+        CLEANUP.remove(lock.release)
+
+
+def _train(args) -> int:
+    from ..errors import WorkerError
+    from ..io.model import save_with_fallback, stdio_fd
+    from ..solvers import get_learner, oversubscription
+    from ..solvers.common import StopRequest
+
+    if args.model is not None and stdio_fd(args.model) == 1:
+        raise OptionError(f"--model {args.model}: standard output carries the log; give the "
+                          "model a file name")
+    _check_outputs(("--model", args.model), ("--log-json", args.log_json),
+                   ("--cpu-log", args.cpu_log), ("--summary-json", args.summary_json))
+    if args.snapshot_dir is not None:
+        _check_out_dir("--snapshot-dir", args.snapshot_dir)
+    spec, options, output = _options(args)
+    spec.check_options(None, options, output)  # options of other tasks: refused, not ignored
+    if args.verbose is not None and args.verbose < 0:
+        raise OptionError(f"--verbose must be an integer >= 0, got {args.verbose}")
+    log = Log(args.quiet, args.log_json, 1 if args.verbose is None else args.verbose)
+
+    def callback(rec: dict, w: Any) -> None:
+        log.iteration(rec)
+
+    threads = args.threads
+    if threads is None:  # the command line's default: every core, for a learner that uses them
+        sequential = args.algorithm is not None and get_learner(args.algorithm).single_process
+        threads = 1 if sequential else (os.cpu_count() or 1)
+    # only the options given on the command line: the estimator's defaults are the table's
+    from ..options import learner_params
+
+    given = {o.name: getattr(args, o.name) for o in learner_params()}
+    given["snapshot_dir"] = args.snapshot_dir or (
+        os.path.splitext(args.model)[0] + ".snapshots"
+        if args.snapshot_every and args.model else None)
+    common = {k: v for k, v in given.items() if v is not None and k != "verbose"}  # (Log's)
+    common.update(threads=threads, callback=callback, log=log.info, debug=args.debug)
+    est = spec.make_estimator(options, common)
+    plan = est.plan()  # every learner option checked once; its errors name the flags here
+    _check_start_files(args)
+    note = oversubscription(plan.algorithm, plan.threads, plan.learners, plan.backend,
+                            plan.ray_address)
+    if note and not args.quiet:  # the layout the run will have (--learners auto included)
+        print(f"demidcd: warning: {note}", file=sys.stderr)
+    est.data_options_ = {**spec.data_options(est, options),
+                         "encoding": _encoding_name(options.encoding)}
+    config = plan.config
+    seed = config.seed
+    t0 = time.perf_counter()
+    if options.train:
+        train = _read(spec, options.train, options)
+        dev = _read(spec, options.dev, options) if options.dev else None
+        test = _read(spec, options.test, options) if options.test else None
+        source = options.train
+        if options.split_test is not None:
+            from ..io.splits import check_fraction, split_sentences
+
+            check_fraction(options.split_test, "--split-test")
+            train, test = split_sentences(train, options.split_test, seed)
+            source += f" (seeded split: {1 - options.split_test:.0%} train, seed {seed})"
+    else:
+        train, dev, test = spec.default_data(options, seed)
+        source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
+    log.info(f"data: {source}: {spec.describe(train)} (read in "
+             f"{time.perf_counter() - t0:.1f}s)")
+    if not args.quiet:
+        for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
+                                    options.train or "the training data"):
+            print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
+    lines = [x for x in plan.lines() if x != plan.note]  # (fit logs the note itself)
+    log.info(f"model: task {spec.name}, {lines[0]}")
+    for line in lines[1:]:  # the learner's own options that are set
+        log.info(line)
+    X, Y = spec.xy(train)
+    Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
+    try:
+        if args.model:
+            KEPT[:] = [f"{args.model} not written"]  # said if a Ctrl-C ends the run now
+        est.fit(X, Y, Xd, Yd)
+    except WorkerError as e:  # keep what was learnt: the partial model, marked unfinished
+        log.close()
+        if not args.model or getattr(est, "coef_", None) is None:
+            raise
+        with StopRequest.holding():  # a repeated Ctrl-C must not lose it
+            save_with_fallback(est.save, args.model)
+            KEPT[:] = [f"the partial model was written to {args.model} (finished: false)"]
+        raise WorkerError(f"{e}; partial model written to {args.model} (finished: false)",
+                          e.details) from e
+    log.close()
+    res = est.result_
+    log.info(f"features: {est.feature_summary()}")
+    log.info(stop_line(res, config.tol, config.loss, cli_flag))
+    with StopRequest.holding():  # a repeated Ctrl-C must not lose the model or its state
+        if args.model:
+            save_with_fallback(est.save, args.model)
+            KEPT[:] = [f"the model was written to {args.model}"
+                        + ("" if res.finished else " (finished: false)")]
+            ended = {"time-limit": " (the model reached within --time-limit)",
+                     "max-epochs": " (the model after --max-epochs)"}
+            log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
+                res.stop_reason, f" (partial: {res.stop_reason})")))
+        if args.save_state and getattr(est, "state_", None) is not None:
+            from ..io.model import state_path
+
+            est.write_state(state_path(args.model))
+            KEPT.append(f"its dual state to {state_path(args.model)}")
+            log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
+                     f"{args.model})")
+    metrics = {}
+    if dev is not None:
+        _report(spec, est, dev, "dev ", args.quiet)
+        if args.summary_json:
+            metrics["dev"] = _metric_values(est, spec, dev)
+    if test is not None:
+        _report(spec, est, test, "test ", args.quiet)
+        if args.summary_json:
+            metrics["test"] = _metric_values(est, spec, test)
+    if res.extra.get("memory_line"):
+        log.info(res.extra["memory_line"])
+    if res.extra.get("cpu_line"):  # a measurement of the run, not a result: not with --quiet
+        log.info(res.extra["cpu_line"])
+    if args.summary_json:
+        from ..solvers.recorder import write_summary
+
+        ran = est.plan_  # the plan as trained (learners decided)
+        write_summary(args.summary_json, res, algorithm=ran.algorithm, threads=ran.threads,
+                      task=spec.name, data=source, dim=int(est.coef_.shape[0]),
+                      model=args.model, **({"loss": config.loss}
+                                           if "loss" in ran.learner.options else {}),
+                      **metrics)
+    return 130 if res.stop_reason == "interrupted" else 0
+
+
+def load_model(args: argparse.Namespace, model: str | None = None
+               ) -> tuple[Any, Any, DataOptions, OutputOptions]:
+    """``(spec, est, options, output)``: the model of ``--model`` (or ``model``), its task's
+    spec, and the command's data options with the model's applied (its remembered data
+    options as defaults, what the spec derives from it, its encoding) and output options."""
+    from ..api import load_estimator
+
+    est = load_estimator(model or args.model)
+    spec, options, output = _options(args, est.task_name)
+    if model is not None:
+        output = replace(output, model=model)
+    spec.check_options(est, options, output)
+    options = spec.configure(est, options)
+    trained = (getattr(est, "data_options_", None) or {}).get("encoding")
+    if options.encoding is None:  # the model's (utf-8 for a model that does not say)
+        options = replace(options, encoding=trained or default("encoding"))
+    elif trained and _encoding_name(options.encoding) != trained:
+        warnings.warn(InputWarning(
+            f"the model was trained on text read as {trained}, --encoding {options.encoding} "
+            f"differs: words with non-ASCII characters will not match what it learnt unless "
+            f"{options.data} really is in {options.encoding}"), stacklevel=2)
+    return spec, est, options, output
+
+
+def _encoding_name(encoding: str) -> str:
+    """The codec's canonical name (``latin-1``, ``ISO-8859-1`` → ``iso8859-1``), or ``encoding``
+    itself when Python does not know it (the reader reports that)."""
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    spec, est, options, output = load_model(args)
+    data = _read(spec, options.data, options)
+    interruptible(_report, spec, est, data, "", output.quiet)
+    return 0
+
+
+def _status_stream(out: str):
+    """Where status lines go when ``out`` is written: stderr when ``out`` is standard output
+    (``-``, ``/dev/stdout``), so that a pipe carries only the data; else stdout."""
+    from ..io.model import stdio_fd
+
+    return sys.stderr if stdio_fd(out) == 1 else sys.stdout
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from ..io.model import shown_name
+
+    _check_outputs(("--out", args.out))
+    spec, est, options, output = load_model(args)
+    streamed = hasattr(spec, "predict_stream")
+    if streamed and _OWN_PROCESS:
+        _numba_without_blas()
+    threads = vars(args).get("threads")
+    if threads is not None and threads < 1:
+        raise OptionError(f"--threads must be >= 1, got {threads}")
+    if streamed:  # read, tag and write block by block
+        n = _length_checked(spec, spec.predict_stream, est, options, output,
+                            threads if threads is not None else os.cpu_count() or 1,
+                            interruptible)
+    else:
+        data = _read(spec, options.data, options, labelled=False)
+        predicted = interruptible(spec.predict, est, data, options, output)
+        spec.write(output.out, data, predicted, options)
+        n = len(data)
+    if not output.quiet:
+        print(f"wrote {shown_name(output.out)} ({n:,} sentences)",
+              file=_status_stream(output.out), flush=True)
+    return 0
+
+
+def _numba_without_blas() -> None:
+    """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
+    numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
+    which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
+    2-3 s ``predict`` of EWT test x10. Only when the process is the command's own (not that
+    of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
+    afterwards."""
+    if "numba.np.arraymath" in sys.modules:
+        return  # already set up
+    missing = object()
+    saved = sys.modules.get("scipy.linalg", missing)
+    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # import -> ImportError
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    finally:
+        if saved is missing:
+            del sys.modules["scipy.linalg"]
+        else:
+            sys.modules["scipy.linalg"] = saved
+
+
+def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..io.model import atomic_write
+    from ..io.snapshots import list_snapshots
+    from ..solvers.common import primal_objective
+
+    _check_outputs(("--out", args.out))
+    snaps = list_snapshots(args.snapshot_dir)
+    spec, est, options, _ = load_model(args, os.path.join(args.snapshot_dir, "base.npz"))
+    train = _read(spec, options.train, options)
+    test = _read(spec, options.test, options) if options.test else train
+    task = est.training_task(*spec.xy(train))
+    rows = ["seconds,primal,dual,metric"]
+    config = est.solver_config()
+    for seconds, path in snaps:
+        est.coef_ = np.load(path, allow_pickle=False)
+        primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
+        metric = est.score(*spec.xy(test))
+        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
+        if not args.quiet:
+            print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%",
+                  file=_status_stream(args.out), flush=True)
+    atomic_write(args.out, lambda f: f.write("\n".join(rows) + "\n"), mode="w")
+    return 0
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    """``dump``: the model's weights, largest |weight| first (:meth:`weight_lines` of its
+    estimator: feature, label, weight for the sequence tasks; by index for the others)."""
+    from ..api import load_estimator
+    from ..io.model import atomic_write
+
+    if not args.all and args.top < 1:
+        raise OptionError(f"--top must be >= 1, got {args.top}")
+    _check_outputs(("--out", args.out))
+    est = load_estimator(args.model)
+    lines = est.weight_lines(None if args.all else args.top)
+    atomic_write(args.out or "-", lambda f: f.writelines(x + "\n" for x in lines), mode="w")
+    return 0
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from ..io.splits import check_fraction, split_file
+
+    check_fraction(args.test_fraction)
+    _check_out_dir("--out-dir", args.out_dir)
+    for path, n in split_file(args.file, args.out_dir, args.test_fraction, args.seed,
+                              args.encoding):
+        if not args.quiet:
+            print(f"wrote {path}: {n:,} sentences")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..io.model import make_dirs
+    from ..io.tagged_writer import write_tagged
+    from ..synthetic import generate_splits
+
+    _check_out_dir("--out-dir", args.out_dir)
+    make_dirs(args.out_dir, "--out-dir")
+    parts = generate_splits(seed=args.seed, n_sentences=args.sentences, n_tags=args.tags,
+                            vocab_size=args.vocab, ambiguity=args.ambiguity,
+                            mean_length=args.mean_length)
+    for name, corpus in zip(("train", "dev", "test"), parts, strict=True):
+        path = os.path.join(args.out_dir, f"{name}.txt")
+        write_tagged(path, corpus, corpus.tags)
+        if not args.quiet:
+            print(f"wrote {path}: {len(corpus):,} sentences, {corpus.n_tokens:,} tokens")
+    return 0
+
+
+def cmd_learners(args: argparse.Namespace) -> int:
+    """List the learners (name, processes, objective, summary), or one learner's own options
+    with their defaults (from the option table)."""
+    from .. import options as T
+    from ..solvers import LEARNERS, get_learner
+
+    if args.name is None:
+        for name, ln in LEARNERS.items():
+            print(f"{name:11s} {ln.summary}; processes {ln.threads_text()}; objective: "
+                  f"{ln.objective}")
+        print("demidcd learners NAME: a learner's own options")
+        return 0
+    learner = get_learner(args.name)
+    print(f"{learner.name}: {learner.summary}")
+    print(f"processes: {learner.threads_text()}; objective: {learner.objective}")
+    own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
+    shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
+    for title, opts in (("its own options", own), ("options every learner takes", shared)):
+        print(f"{title}:")
+        for o in opts:
+            print(f"  {o.flag:26s} {o.help} (default: {o.default_text()})")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict,
+            "generate": cmd_generate, "evaluate-snapshots": cmd_evaluate_snapshots,
+            "split": cmd_split, "learners": cmd_learners, "dump": cmd_dump}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status (0, 1 internal error, 2 user error, 130
+    interrupted). A Ctrl-C at any moment, even while modules load, gives 130 and one line."""
+    from_command_line = argv is None  # the process is ours: it may end at once
+    global _OWN_PROCESS
+    _OWN_PROCESS = from_command_line
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    hook = sys.unraisablehook
+    if not debug:
+        sys.unraisablehook = quiet_interrupt
+    try:
+        with warnings.catch_warnings():  # the caller's warning filters and hook come back
+            warnings.simplefilter("ignore" if "--quiet" in argv else "always", InputWarning)
+            warnings.simplefilter("ignore", ConvergenceWarning)  # train's stopped: line says it
+            warnings.showwarning = show_warning
+            code = _main(argv, debug)
+        if from_command_line and any(not done.is_set() for done in RUNNING):
+            # interrupted while a kernel runs in a worker thread: leave now, without waiting
+            # for it or running the interpreter's shutdown around it (everything was cleaned
+            # up on the way here)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+        return code
+    finally:  # in-process callers (tests, notebooks) get their handlers back
+        sys.unraisablehook = hook
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _main(argv: list[str], debug: bool) -> int:
+    if not debug:  # until the graceful handler is installed: a KeyboardInterrupt in an import
+        # may surface as another exception (numpy: ImportError) or vanish (a weakref callback)
+        signal.signal(signal.SIGINT, early_exit)
+        signal.signal(signal.SIGTERM, early_exit)
+    try:
+        helps = any(a in ("-h", "--help", "--help-all") for a in argv)
+        args = build_parser(show_all="--help-all" in argv, helps=helps).parse_args(argv)
+        debug = getattr(args, "debug", False)
+        from ..primitives.shm import sweep_once
+
+        sweep_once()  # every command removes the segments a killed run left (cheap: a listdir)
+        if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
+            from .. import api  # noqa: F401
+        # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
+        # that started us in the background set SIGINT to "ignore" (Python then keeps it
+        # ignored); SIGTERM behaves the same way.
+        from ..solvers.common import StopRequest
+
+        StopRequest.requested = StopRequest.active = False
+        KEPT.clear()
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
+        if _OWN_PROCESS and args.command in _HEAVY:
+            stop_with_parent()
+        return COMMANDS[args.command](args)
+    except DemidcdError as e:
+        if debug:
+            raise
+        print(f"demidcd: error: {e.cli_text()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("demidcd: interrupted" + "".join(f"; {k}" for k in KEPT), file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
+        silence_stdout()
+        return 141  # 128 + SIGPIPE, as a process killed by it
+    except Exception as e:  # noqa: BLE001 - one line unless --debug
+        if stop_requested() and not debug:  # a signal that surfaced inside a kernel call
+            print("demidcd: interrupted", file=sys.stderr)
+            return 130
+        if debug:
+            raise
+        print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+_HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+_OWN_PROCESS = False  # main() runs as the process's entry point (python -m demidcd, demidcd)
