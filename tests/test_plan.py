@@ -120,3 +120,31 @@ def test_an_unknown_option_is_an_error_not_dropped():
     with pytest.raises(TypeError, match="takes a TrainingPlan alone"):
         train(task, plan, SolverConfig())
     assert train(task, plan).epochs >= 1
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--algorithm", "demi-dcd", "--threads", "1"], "--algorithm demi-dcd needs --threads >= 2"),
+    (["--algorithm", "perceptron", "--loss", "l1"], "--loss is an option of the DCD learners"),
+    (["--resume", "a.npz", "--init", "b.npz"], "--resume and --init: a resumed run"),
+    (["--C", "-1"], "--C must be a finite number > 0, got -1.0"),
+    (["--threads", "2", "--learners", "0"], "--learners must be >= 1, got 0"),
+    (["--threads", "2", "--ray-address", "h:1"], "--ray-address needs --backend ray"),
+])
+def test_the_cli_runs_the_same_check_once(cli, monkeypatch, flags, message):
+    """A bad learner option given on the command line meets the plan's one check: one
+    make_plan call, one error line naming the flag (the library's check, not a copy of it in
+    the CLI), exit 2, before any data is read."""
+    calls = []
+    make_plan = P.make_plan
+
+    def counted(*a, **k):
+        calls.append(1)
+        return make_plan(*a, **k)
+
+    monkeypatch.setattr(base, "make_plan", counted)
+    code, out, err = cli("train", "--time-limit", "1", *flags)
+    assert code == 2 and len(calls) == 1, (code, calls, err)
+    lines = [x for x in err.splitlines() if x.startswith("demidcd: error:")]
+    assert len(lines) == 1 and lines[0].startswith(f"demidcd: error: {message}"), err
+    assert "data:" not in out  # refused before the data is read
