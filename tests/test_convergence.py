@@ -68,7 +68,7 @@ def test_reaches_the_cached_1dcd_optimum(optimum, task_name, loss, algorithm, th
         def make(*a, **k):
             made.append(FakeTransport(*a, **k))
             return made[-1]
-        kw["backend"] = make
+        request.getfixturevalue("experimental")(transport=make)  # the schedule over a fake
     elif backend == "ray":
         kw["backend"] = "ray"
     res = train(task, algorithm, cfg, threads=threads, **kw)
