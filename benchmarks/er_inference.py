@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from demidcd.io.conll04 import read_conll04  # noqa: E402
-from demidcd.tasks.entity_relation import (  # noqa: E402
-    EntityRelationFeaturizer,
+from demidcd.tasks.entity_relation.features import EntityRelationFeaturizer  # noqa: E402
+from demidcd.tasks.entity_relation.inference import get_solver  # noqa: E402
+from demidcd.tasks.entity_relation.task import (  # noqa: E402
     EntityRelationTask,
-    _scores,
+    sentence_scores,
 )
-from demidcd.tasks.er_solvers import get_solver  # noqa: E402
 
 
 def machine() -> dict:
@@ -100,9 +100,9 @@ def main() -> None:
     P = np.zeros((max(maxn * (maxn - 1), 1), 6))
     probs = []
     for s in ex:
-        n = _scores(w, s, enc.ent_ptr, enc.pair_ptr, enc.ef_ptr, enc.ef_idx, enc.pf_ptr,
-                    enc.pf_idx, enc.ent_gold, enc.pair_gold, 4 * enc.n_entity_features, False,
-                    0.0, U, P)
+        n = sentence_scores(w, s, enc.ent_ptr, enc.pair_ptr, enc.ef_ptr, enc.ef_idx,
+                            enc.pf_ptr, enc.pf_idx, enc.ent_gold, enc.pair_gold,
+                            4 * enc.n_entity_features, 0.0, 0.0, U, P)
         probs.append((U[:n].copy(), P[: n * (n - 1)].copy()))
     results: dict = {"machine": machine(), "sentences": len(sents), "seed": args.seed,
                      "entities": int(nent.sum()), "max_entities": int(nent.max()),

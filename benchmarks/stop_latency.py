@@ -75,12 +75,12 @@ def time_limit_run(algorithm: str, limit: float) -> dict:
 
 def ilp_stop(solver: str) -> float:
     """Seconds from ``should_stop()`` turning true to the interrupted solve's return."""
-    from demidcd.tasks import er_solvers as S
     from demidcd.tasks.base import InferenceInterrupted
+    from demidcd.tasks.entity_relation.inference import get_solver
 
     d = np.load(HERE.parent / "tests" / "data" / "er_hard_ilp.npz")
     U, P = d["U24"], d["P24"]
-    solve = S.get_solver(solver)
+    solve = get_solver(solver)
     solve(U[:2], P[:2])  # warm: the first call imports and starts things
     t_stop = time.monotonic() + 1.0
     try:

@@ -41,7 +41,8 @@ def conll04_task(n: int, solver: str):
     """An entity-relation task on the first ``n`` CoNLL04 sentences (of the first 200) with 2–4
     entities, inferred by ``solver``; skips the test where ../shared/data/conll04 is absent."""
     from demidcd.io.conll04 import read_conll04
-    from demidcd.tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
+    from demidcd.tasks.entity_relation.features import EntityRelationFeaturizer
+    from demidcd.tasks.entity_relation.task import EntityRelationTask
 
     path = DATA / "conll04" / "conll04.corp"
     if not path.is_file():

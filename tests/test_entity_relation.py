@@ -20,19 +20,16 @@ from demidcd.io.conll04 import (
     split_corpus,
     write_conll04,
 )
-from demidcd.tasks.entity_relation import (
-    EntityRelationFeaturizer,
-    EntityRelationTask,
-    structure_to_labels,
-)
-from demidcd.tasks.er_solvers import (
+from demidcd.tasks.entity_relation.cbc import solve_cbc
+from demidcd.tasks.entity_relation.features import EntityRelationFeaturizer
+from demidcd.tasks.entity_relation.ilp import (
     REL_OF,
     RELATION_ARGS,
-    get_solver,
     pair_labels_given,
-    solve_cbc,
     solve_exact,
 )
+from demidcd.tasks.entity_relation.inference import get_solver
+from demidcd.tasks.entity_relation.task import EntityRelationTask, structure_to_labels
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -20,9 +20,12 @@ import numpy as np
 import psutil
 import pytest
 
-from demidcd.tasks import er_solvers as S
 from demidcd.tasks.base import InferenceInterrupted
-from demidcd.tasks.entity_relation import EncodedER, EntityRelationTask
+from demidcd.tasks.entity_relation import cbc as cbc_module
+from demidcd.tasks.entity_relation import ilp
+from demidcd.tasks.entity_relation.features import EncodedER
+from demidcd.tasks.entity_relation.inference import get_solver
+from demidcd.tasks.entity_relation.task import EntityRelationTask
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("data") / "er_hard_ilp.npz"
@@ -48,7 +51,7 @@ def _feasible_and_scored(U, P, res) -> None:
         for b in range(n):
             if a != b:
                 r = int(res.pair[k])
-                assert r == 0 or tuple(S.RELATION_ARGS[r]) == (res.ent[a], res.ent[b])
+                assert r == 0 or tuple(ilp.RELATION_ARGS[r]) == (res.ent[a], res.ent[b])
                 k += 1
     score = U[np.arange(n), res.ent].sum() + P[np.arange(n * (n - 1)), res.pair].sum()
     assert res.obj == pytest.approx(score, abs=1e-9)
@@ -66,22 +69,22 @@ def _cbc_children() -> list[psutil.Process]:
 
 
 def _private_files() -> list[str]:
-    return os.listdir(S._private_dir())
+    return os.listdir(cbc_module._private_dir())
 
 
 def test_bounded_branch_and_bound() -> None:
     """Within budget: the proven optimum; over budget: a feasible structure, not proven, no
     better than the optimum and at least as good as with a smaller budget's start."""
     U, P = _hard(24)  # its optimum takes 2 s: compared on the 16-entity one below
-    small = S.solve_bounded(U, P, max_nodes=1000)
-    big = S.solve_bounded(U, P, max_nodes=200_000)
+    small = ilp.solve_bounded(U, P, max_nodes=1000)
+    big = ilp.solve_bounded(U, P, max_nodes=200_000)
     for r in (small, big):
         assert not r.proven
         _feasible_and_scored(U, P, r)
     assert big.obj >= small.obj
     U, P = _hard(16)
-    done = S.solve_bounded(U, P, max_nodes=10**6)
-    assert done.proven and done.obj == S.solve_exact(U, P).obj
+    done = ilp.solve_bounded(U, P, max_nodes=10**6)
+    assert done.proven and done.obj == ilp.solve_exact(U, P).obj
 
 
 @pytest.mark.parametrize("solver", CAPPED)
@@ -90,7 +93,7 @@ def test_time_cap_returns_a_feasible_structure_and_counts_unproven(solver: str) 
     bounded fallback; unbounded, CBC runs for minutes), feasible, not proven, and the task counts
     it in ``unproven``."""
     U, P = _hard(24)
-    solve = S.get_solver(solver)
+    solve = get_solver(solver)
     t0 = time.monotonic()
     res = solve(U, P, time_limit=1.0)
     took = time.monotonic() - t0
@@ -109,7 +112,7 @@ def test_time_cap_returns_a_feasible_structure_and_counts_unproven(solver: str) 
     assert task.unproven == 0
     (ent, pair), = task.decode(w, np.array([0]))
     assert task.unproven == 1
-    _feasible_and_scored(U, P, S.ILPResult(ent, pair, task.score(w, 0, (ent, pair))))
+    _feasible_and_scored(U, P, ilp.ILPResult(ent, pair, task.score(w, 0, (ent, pair))))
     if solver == "cbc":
         assert not _cbc_children() and not _private_files()
 
@@ -121,7 +124,7 @@ def test_should_stop_interrupts_at_the_first_poll_that_says_stop(solver: str) ->
     machine's load) + 1 s to kill CBC and clean up. On a quiet machine CBC stops 0.004-0.023 s
     after it, HiGHS 0.11-0.24 s (``benchmarks/stop_latency.py``)."""
     U, P = _hard(24)
-    solve = S.get_solver(solver)
+    solve = get_solver(solver)
     solve(U[:2], P[:2])  # warm: the first call imports and starts things
     for _ in range(2):  # twice: an interrupted solver must not stop the next solve early
         t_stop = time.monotonic() + 1.0
@@ -150,7 +153,7 @@ def test_should_stop_interrupts_at_the_first_poll_that_says_stop(solver: str) ->
                            psutil.STATUS_ZOMBIE for p in seen)
             assert not _private_files(), "temporary files left"
     res = solve(U[:5], P[:20])  # and it still solves
-    assert res.proven and res.obj == pytest.approx(S.solve_exact(U[:5], P[:20]).obj)
+    assert res.proven and res.obj == pytest.approx(ilp.solve_exact(U[:5], P[:20]).obj)
 
 
 def test_ctrl_c_never_reaches_cbc_and_cbc_dies_with_its_parent() -> None:
@@ -159,11 +162,11 @@ def test_ctrl_c_never_reaches_cbc_and_cbc_dies_with_its_parent() -> None:
     temporary directory is removed by the next process that starts a CBC solve."""
     code = textwrap.dedent(f"""
         import signal, sys, numpy as np
-        from demidcd.tasks import er_solvers as S
+        from demidcd.tasks.entity_relation import cbc
         signal.signal(signal.SIGINT, lambda *a: print("SIGINT", flush=True))
         d = np.load({str(DATA)!r})
-        print("DIR", S._private_dir(), flush=True)
-        S.solve_cbc(d["U24"], d["P24"])
+        print("DIR", cbc._private_dir(), flush=True)
+        cbc.solve_cbc(d["U24"], d["P24"])
     """)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
@@ -196,6 +199,6 @@ def test_ctrl_c_never_reaches_cbc_and_cbc_dies_with_its_parent() -> None:
             cbc.kill()
         p.stdout.close()
     assert os.path.isdir(tmpdir) and os.listdir(tmpdir)  # killed mid-solve: the model is there
-    removed = S._sweep_stale_dirs(tempfile.gettempdir())
+    removed = cbc_module._sweep_stale_dirs(tempfile.gettempdir())
     assert tmpdir in removed and not os.path.exists(tmpdir)
-    assert S._private_dir() not in removed  # a live process's directory is kept
+    assert cbc_module._private_dir() not in removed  # a live process's directory is kept

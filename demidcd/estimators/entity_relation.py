@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
-from ..tasks.er_solvers import DEFAULT_ILP_TIME_LIMIT
+from ..tasks.entity_relation.inference import DEFAULT_ILP_TIME_LIMIT
 from .base import StructuredEstimator, estimator_init, param
 
 
@@ -46,7 +46,7 @@ class EntityRelationExtractor(StructuredEstimator):
                               param("ilp_time_limit", float | None))
 
     def _task(self, X, with_gold: bool):
-        from ..tasks.entity_relation import EntityRelationTask
+        from ..tasks.entity_relation.task import EntityRelationTask
 
         weight = _nonnegative("relation_loss_weight", self.relation_loss_weight, 1.0)
         return EntityRelationTask(self.featurizer_.transform(X, with_gold=with_gold),
@@ -56,7 +56,7 @@ class EntityRelationExtractor(StructuredEstimator):
 
     def _ilp_cap(self) -> float | None:
         """Seconds per cbc/highs solve: ``ilp_time_limit`` None → the default
-        (:data:`~demidcd.tasks.er_solvers.DEFAULT_ILP_TIME_LIMIT`), 0 → no cap."""
+        (:data:`~demidcd.tasks.entity_relation.inference.DEFAULT_ILP_TIME_LIMIT`), 0 → no cap."""
         v = _nonnegative("ilp_time_limit", self.ilp_time_limit, DEFAULT_ILP_TIME_LIMIT)
         return None if v == 0 else v
 
@@ -122,7 +122,7 @@ class EntityRelationExtractor(StructuredEstimator):
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
         """Learn w from sentences X with gold labels Y (None: those inside X); an optional
         dev set X_dev, Y_dev is scored in the log."""
-        from ..tasks.entity_relation import EntityRelationFeaturizer
+        from ..tasks.entity_relation.features import EntityRelationFeaturizer
 
         X = self._with_labels(self._check(X), Y)
         if not X:
@@ -152,7 +152,7 @@ class EntityRelationExtractor(StructuredEstimator):
 
     def predict(self, X) -> list[tuple[list[str], dict[tuple[int, int], str]]]:
         """(entity labels, {(a, b): relation}) per sentence, by exact ILP inference."""
-        from ..tasks.entity_relation import structure_to_labels
+        from ..tasks.entity_relation.task import structure_to_labels
 
         self._check_fitted()
         if not self._check(X):
@@ -193,7 +193,8 @@ class EntityRelationExtractor(StructuredEstimator):
              _loaded: tuple | None = None) -> EntityRelationExtractor:
         import json
 
-        from ..tasks.entity_relation import EntityRelationFeaturizer, EntityRelationTask
+        from ..tasks.entity_relation.features import EntityRelationFeaturizer
+        from ..tasks.entity_relation.task import EntityRelationTask
 
         w, arrays, meta = _loaded or load_model(path, task=cls.task_name)
         try:

@@ -198,5 +198,5 @@ def get_task(name: str) -> TaskSpec:
 register("sequence", "demidcd.tasks.sequence:SPEC")
 register("chunking", "demidcd.tasks.chunking:CHUNKING")
 register("ner", "demidcd.tasks.chunking:NER")
-register("entity-relation", "demidcd.tasks.entity_relation:SPEC")
+register("entity-relation", "demidcd.tasks.entity_relation.spec:SPEC")
 register("dependency", "demidcd.tasks.dependency:SPEC")
