@@ -154,17 +154,19 @@ class EntityRelationFeaturizer:
         return len(self.pair_features)
 
     def fit(self, sentences: Sequence[ERSentence]) -> EntityRelationFeaturizer:
-        """Count feature strings on training sentences; ids in order of first occurrence."""
+        """Count feature strings on training sentences (once per token or pair); ids in order of
+        first occurrence, the same in every process (no set order, which varies with
+        PYTHONHASHSEED)."""
         ec: dict[str, int] = {}
         pc: dict[str, int] = {}
         for s in sentences:
             for t in s.ent_tok:
-                for x in set(entity_feature_strings(s, t)):
+                for x in dict.fromkeys(entity_feature_strings(s, t)):
                     ec[x] = ec.get(x, 0) + 1
             for ta in s.ent_tok:
                 for tb in s.ent_tok:
                     if ta != tb:
-                        for x in set(pair_feature_strings(s, ta, tb)):
+                        for x in dict.fromkeys(pair_feature_strings(s, ta, tb)):
                             pc[x] = pc.get(x, 0) + 1
         self.entity_features = {}
         for x, c in ec.items():
