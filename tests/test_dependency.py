@@ -16,17 +16,42 @@ from hypothesis import strategies as st
 from demidcd.errors import InputError, ModelFileError, OptionError
 from demidcd.estimators import DependencyParser
 from demidcd.io.dependency import corpus_from_lists, read_dependency, write_dependency
-from demidcd.tasks.dependency import (
-    LABEL_LOSS,
-    DependencyTask,
-    chu_liu_edmonds,
-    eisner,
-    encode_trees,
-    is_punct,
-    label_set,
-)
+from demidcd.tasks.dependency.decoding import CLE, EISNER, cle_ws, eisner_ws, workspace
+from demidcd.tasks.dependency.encoding import encode_trees, is_punct
+from demidcd.tasks.dependency.features import LABEL_LOSS
+from demidcd.tasks.dependency.spec import label_set
+from demidcd.tasks.dependency.task import DependencyTask
+from demidcd.tasks.phi import FNV_OFFSET, FNV_PRIME
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def eisner(S: np.ndarray, N: int, heads: np.ndarray) -> float:
+    """The best projective single-root tree of the flat N×N scores S into heads (Eisner with
+    its own scratch); returns its score."""
+    wf, wi, _ = workspace(N, EISNER)
+    return eisner_ws(S, N, heads, wf, wi)
+
+
+def chu_liu_edmonds(S: np.ndarray, N: int, heads: np.ndarray) -> float:
+    """The best single-root tree of the flat N×N scores S into heads (Chu-Liu-Edmonds with its
+    own scratch); returns its score."""
+    wf, wi, wb = workspace(N, CLE)
+    return cle_ws(S, N, heads, wf, wi, wb)
+
+
+def hash_heads(y: np.ndarray) -> int:
+    """The record hash of a structure, re-implemented in Python as the oracle of the kernel's:
+    FNV-1a over the heads of words 1..n, each followed by its label id + 1 when the structure
+    is a (2, n) array with labels (ids ≥ 0), as a signed int64."""
+    y = np.asarray(y, np.int64)
+    seq = y.reshape(-1)
+    if y.ndim == 2:
+        seq = np.stack([y[0], y[1] + 1], 1).reshape(-1) if (y[1] >= 0).any() else y[0]
+    h = int(FNV_OFFSET)
+    for v in seq:
+        h = ((h ^ int(v)) * int(FNV_PRIME)) & (2**64 - 1)
+    return int(np.array([h], np.uint64).view(np.int64)[0])
 
 
 # ------------------------------------------------------------------------- brute force
@@ -322,7 +347,7 @@ def test_records_phi_delta_consistency(tiny, decoder):
         margin = task.score(w, i, gold) - task.score(w, i, y)
         assert b.margin[k] == pytest.approx(margin, abs=1e-9)
         assert float(w[idx] @ val) == pytest.approx(margin, abs=1e-9)
-        assert b.hash[k] == DependencyTask.hash_heads(y)
+        assert b.hash[k] == hash_heads(y)
     for i in set(range(task.n_examples)) - seen:  # no record: the argmax is the gold tree
         np.testing.assert_array_equal(flat[ptr[i] + 1:ptr[i + 1]], heads[i])
     idx, val, delta = task.phi_delta(0, gold_structure(heads, ids, 0))
@@ -330,7 +355,7 @@ def test_records_phi_delta_consistency(tiny, decoder):
 
 
 def test_record_hash_tells_labels_apart():
-    h = DependencyTask.hash_heads
+    h = hash_heads
     assert h(np.array([[2, 0], [0, 1]])) != h(np.array([[2, 0], [1, 1]]))
     assert h(np.array([[2, 0], [-1, -1]])) == h(np.array([2, 0]))
 

@@ -17,15 +17,39 @@ from test_dependency import all_trees, chain_treebank, is_tree, random_treebank,
 from demidcd.errors import OptionError
 from demidcd.estimators import DependencyParser
 from demidcd.io.dependency import read_dependency
-from demidcd.tasks.dependency import (
-    DependencyTask,
-    FixedHeadsError,
-    ProjectiveFallback,
-    decode_given,
-    encode_trees,
+from demidcd.tasks.dependency.decoding import (
+    CLE,
+    EISNER,
+    NEG,
+    decode_tree,
     fixed_heads_check,
-    label_set,
+    workspace,
 )
+from demidcd.tasks.dependency.encoding import encode_trees
+from demidcd.tasks.dependency.spec import label_set
+from demidcd.tasks.dependency.task import DependencyTask, FixedHeadsError, ProjectiveFallback
+
+
+def decode_given(S: np.ndarray, given: np.ndarray, decoder: str = "eisner"
+                 ) -> tuple[np.ndarray, float, bool]:
+    """The best single-root tree over the (n+1)×(n+1) arc scores S keeping the heads ``given``
+    (int per position 0..n, −1 free; no two 0s and no cycle, see ``fixed_heads_check``),
+    decoded as the parse kernel does (arcs masked, then ``decode_tree``): (heads of positions
+    0..n, heads[0] = −1; its score Σ_d S(heads[d], d); True when Eisner fell back to
+    Chu-Liu-Edmonds)."""
+    N = S.shape[0]
+    given = np.ascontiguousarray(given, np.int32)
+    M = np.array(S, np.float64)
+    for d in range(1, N):
+        if given[d] >= 0:
+            M[np.arange(N) != given[d], d] = NEG
+    dec = EISNER if decoder == "eisner" else CLE
+    wf, wi, wb = workspace(N, dec)
+    cf, ci, cb = workspace(N if dec == EISNER else 0, CLE)
+    heads = np.empty(N, np.int32)
+    flat = M.ravel()
+    fell = decode_tree(flat, N, heads, dec, given, 0, wf, wi, wb, cf, ci, cb)
+    return heads, float(M[heads[1:], np.arange(1, N)].sum()), bool(fell)
 
 
 def keeps(Y: np.ndarray, given: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ import pytest
 
 from demidcd.estimators import DependencyParser
 from demidcd.io.dependency import read_dependency
-from demidcd.tasks.dependency import DependencyTask, encode_trees, label_groups
+from demidcd.tasks.dependency.encoding import encode_trees
+from demidcd.tasks.dependency.spec import label_groups
+from demidcd.tasks.dependency.task import DependencyTask
 
 
 def tags(word: str) -> tuple[str, str]:

@@ -11,16 +11,11 @@ import numpy as np
 
 from ..errors import ModelFileError, OptionError
 from ..io.model import load_model, save_model
-from ..tasks.dependency import (
-    DECODERS,
-    DEFAULT_HASHING,
-    LABELLED_TEMPLATE_VERSION,
-    TEMPLATE_VERSION,
-    DependencyTask,
+from ..tasks.dependency.encoding import encode_trees
+from ..tasks.dependency.features import LABELLED_TEMPLATE_VERSION, TEMPLATE_VERSION
+from ..tasks.dependency.spec import (
     Heads,
-    ProjectiveFallback,
     Sentence,
-    encode_trees,
     fill_pos,
     label_groups,
     label_set,
@@ -29,6 +24,7 @@ from ..tasks.dependency import (
     split_trees,
     universal_deprel,
 )
+from ..tasks.dependency.task import DECODERS, DEFAULT_HASHING, DependencyTask, ProjectiveFallback
 from .base import StructuredEstimator, check_sentences, estimator_init, param
 
 
@@ -51,7 +47,7 @@ class DependencyParser(StructuredEstimator):
     whose POS or second POS is ``"_"`` for every word of X (what a tagger that fills one column
     leaves, e.g. XPOS only): that column is filled from the other through the maps learnt in
     :meth:`fit` (``pos_by_second_``, ``second_by_pos_``; see
-    :func:`~demidcd.tasks.dependency.pos_maps`): per word the tag of the other column seen most
+    :func:`~demidcd.tasks.dependency.spec.pos_maps`): per word the tag of the other column seen most
     often in training with its form and tag, else with its tag; a tag never seen there → ``"_"``.
 
     Extra hyper-parameters: ``decoder`` (``eisner``: projective, ``cle``: non-projective
@@ -184,7 +180,7 @@ class DependencyParser(StructuredEstimator):
         given, by masking the arc scores s(h, d) (a given head g: s(h, d) = −∞ for h ≠ g; a
         given label l: s(h, d) = s(h, d, l)). A DEPREL the parser does not know, a head out
         of range and given heads that no tree keeps (two words on the root, a cycle:
-        :class:`~demidcd.tasks.dependency.FixedHeadsError`) raise OptionError. With Eisner,
+        :class:`~demidcd.tasks.dependency.task.FixedHeadsError`) raise OptionError. With Eisner,
         a sentence whose given heads no *projective* tree keeps is decoded with
         Chu-Liu-Edmonds (non-projective) instead, with a :class:`ProjectiveFallback`
         warning."""

@@ -2,7 +2,7 @@
 
 A task is **one module plus one registration line** (at the bottom of this file)::
 
-    register("dependency", "demidcd.tasks.dependency:SPEC")
+    register("dependency", "demidcd.tasks.dependency.spec:SPEC")
 
 The module defines ``SPEC``, an instance of a :class:`TaskSpec` subclass. Registration is lazy
 (a ``"module:attribute"`` string): listing the task names (``--task`` choices) imports nothing,
@@ -199,4 +199,4 @@ register("sequence", "demidcd.tasks.sequence:SPEC")
 register("chunking", "demidcd.tasks.chunking:CHUNKING")
 register("ner", "demidcd.tasks.chunking:NER")
 register("entity-relation", "demidcd.tasks.entity_relation.spec:SPEC")
-register("dependency", "demidcd.tasks.dependency:SPEC")
+register("dependency", "demidcd.tasks.dependency.spec:SPEC")
