@@ -399,8 +399,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _numba_without_blas() -> None:
     """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
     numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
-    which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
-    2-3 s ``predict`` of EWT test x10. Only when the process is the command's own (not that
+    which no kernel of the chain taggers' predict does; that import is a sizable share of a
+    short ``predict``'s start-up. Only when the process is the command's own (not that
     of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
     afterwards."""
     if "numba.np.arraymath" in sys.modules:

@@ -226,7 +226,7 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
 
     On a cold cache (a fresh install) compilation takes seconds: without this it lands on the
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
-    while its worker compiles the inference kernels (a 1 s CI run then made no update at all).
+    while its worker compiles the inference kernels.
     ``loss``: the DCD learners' loss, whose update kernels are compiled.
     """
     learner = get_learner(algorithm)
@@ -371,9 +371,10 @@ def _warm_state_kernels(dim: int) -> None:
     act.restore(act.state())
 
 
-LAST_ITERATE_SHARE = 0.02  # the share of a learner's time its copies of w for a partial
-# model may take: a copy of a large w stalls the learner (or, with several learners, every one
-# of them, paused for a rebuild): Brown's 453 tags, 1.2 GiB, 0.3-0.5 s per iteration record
+LAST_ITERATE_SHARE = 0.02  # the share of a learner process's time its copies of w for a
+# partial model may take: a copy of a large w stalls the learner process (or, with several
+# learner processes, every one of them, paused for a rebuild): a copy of a w of a GiB takes a
+# good part of a second
 
 
 class _LastIterate:

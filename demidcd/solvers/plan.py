@@ -107,15 +107,15 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     # its pair steps cost more, so the rule errs towards one learner), on the sample's own
     # entries of w renumbered 0..u−1 (in order: each φ stays sorted). On a fresh w of the
     # task's size every first touch of a page is a fault, and with many labels (w[f·K + k])
-    # nearly every entry of φ lies on a page of its own: Brown's 453 tags (1.2 GiB w) timed
-    # 560-1,800 us per step and chose 2 learners, 1.5-3 us on pages already mapped
+    # nearly every entry of φ lies on a page of its own, so timing steps on a fresh w would
+    # measure page faults, not steps
     cols, idx = np.unique(batch.idx, return_inverse=True)
     batch = dataclasses.replace(batch, idx=idx.astype(batch.idx.dtype))
     act = ActiveSets(n, max(len(cols), 1), config.C, config.delta, config.max_active)
     act.insert(batch, 0.0)
     act.update(ex, shrink=False)  # untimed: numba's dispatch, the pools' first touch
     # the median over the passes of 20 ms: a pause of the process (a garbage collection, the
-    # scheduler) lands in one pass (it made a 2 us step read 110-170 us on a test's first call)
+    # scheduler) lands in one pass, and one such pause would read as a step many times slower
     per_step, t = [], time.perf_counter()
     while time.perf_counter() - t < 0.02 and len(batch):
         t0 = time.perf_counter()
