@@ -500,13 +500,13 @@ def cmd_learners(args: argparse.Namespace) -> int:
 
     if args.name is None:
         for name, ln in LEARNERS.items():
-            print(f"{name:11s} {ln.summary}; processes {ln.threads_text()}; objective: "
+            print(f"{name:11s} {ln.summary}; processes {ln.processes_text()}; objective: "
                   f"{ln.objective}")
         print("demidcd learners NAME: a learner's own options")
         return 0
     learner = get_learner(args.name)
     print(f"{learner.name}: {learner.summary}")
-    print(f"processes: {learner.threads_text()}; objective: {learner.objective}")
+    print(f"processes: {learner.processes_text()}; objective: {learner.objective}")
     own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
     shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
     for title, opts in (("its own options", own), ("options every learner takes", shared)):

@@ -163,7 +163,7 @@ class LearnerGroup(ProcessGroup):
         self.start_paused = paused
         self.seen = load_word(self.ctrl, GEN)
         store_word(self.stats[j], ACK, self.seen)
-        self._start(j, self._main, f"learner {j + 1}: infers and learns on a part of "
+        self._start(j, self._main, f"learner process {j + 1}: infers and learns on a part of "
                     f"{len(self.parts[j]):,} examples")
 
     def dead(self) -> list[int]:
@@ -175,9 +175,10 @@ class LearnerGroup(ProcessGroup):
             if p is None or p.is_alive():
                 continue
             what = self._failure(j, self._stalled.pop(j, None))
-            self.log(f"learner {j + 1} (pid {p.pid}) {what}; its α is lost: w is rebuilt "
-                     "from the other learners'" + (" (the run is stopping)" if self.expired()
-                                                   else " and it restarts on the same part"))
+            then = (" (the run is stopping)" if self.expired()
+                    else " and it restarts on the same part")
+            self.log(f"learner process {j + 1} (pid {p.pid}) {what}; its α is lost: w is "
+                     "rebuilt from the other learner processes'" + then)
             self.monitor.remove(f"learner {j + 1}")
             self.procs[j] = None
             out.append(j)

@@ -328,7 +328,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
-    log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
+    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
         f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
 
     def rebuild() -> dict:
