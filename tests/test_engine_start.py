@@ -90,12 +90,14 @@ def test_auto_learners_never_outnumber_the_cores_and_the_warning_says_so(task):
     lines: list[str] = []
     plan = decide_learners(make_plan("demi-dcd", SolverConfig(), threads, learners="auto"),
                            task, lines.append)
-    assert plan.learners == 1 and lines and lines[0].startswith("1 learner: because --threads")
+    assert plan.learners == 1 and lines and \
+        lines[0].startswith("1 learner process: because --threads")
     note = oversubscription("demi-dcd", threads, "auto")
     assert note is not None and f"{threads - 1} inference workers share" in note
-    assert "learner keeps one core" in note
+    assert "learner process keeps one core" in note
     many = oversubscription("demi-dcd", threads, str(threads))
-    assert many is not None and f"the {threads} learners (--learners {threads}) share" in many
+    assert many is not None and \
+        f"the {threads} learner processes (--learners {threads}) share" in many
     assert oversubscription("demi-dcd", cores, "auto") is None  # they fit
     assert oversubscription("dcd", threads) is None  # sequential: one process
 
@@ -110,7 +112,7 @@ def test_cli_warning_and_learners_agree_with_more_threads_than_cores(corpus):
     assert r.returncode == 0, r.stderr
     warn = [s for s in r.stderr.splitlines() if "warning" in s]
     assert len(warn) == 1 and f"the {threads - 1} inference workers share" in warn[0], r.stderr
-    assert re.search(r"^1 learner: because --threads", r.stdout, re.M), r.stdout
+    assert re.search(r"^1 learner process: because --threads", r.stdout, re.M), r.stdout
     workers = re.findall(r"^worker \d+ pid \d+ \(shard of", r.stdout, re.M)
     assert len(workers) == threads - 1, r.stdout
     assert "multi-learner" not in r.stdout

@@ -212,7 +212,7 @@ def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     plan = decide_learners(make_plan("demi-dcd", cfg, 3, learners="auto"), ToyTask(),
                            lines.append)
     assert plan.learners in (1, 3) and plan.learners_reason
-    assert lines == [f"{plan.learners} learner{'s' * (plan.learners > 1)}: because "
+    assert lines == [f"{plan.learners} learner process{'es' * (plan.learners > 1)}: because "
                      f"{plan.learners_reason}"]
 
 

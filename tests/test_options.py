@@ -95,7 +95,7 @@ def test_c_default_is_the_rule_by_feature_kind():
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_learners_own_defaults_are_the_table(name):
     learner = LEARNERS[name]
-    sig = inspect.signature(learner.load())
+    sig = inspect.signature(learner.function())
     for opt in learner.options:
         if opt in T.BY_NAME and opt in sig.parameters:
             d = sig.parameters[opt].default

@@ -94,7 +94,8 @@ def test_learners_auto_is_decided_before_training_logged_and_saved(tmp_path):
                          log=lines.append).fit(c.tokens, c.tags)
     k = est.plan_.learners
     assert k in (1, 2) and est.hyper_parameters()["learners"] == k
-    because = [s for s in lines if s.startswith(f"{k} learner{'s' * (k > 1)}: because ")]
+    because = [s for s in lines
+               if s.startswith(f"{k} learner process{'es' * (k > 1)}: because ")]
     assert len(because) == 1, lines
     est.save(tmp_path / "m.npz")
     meta = _meta(tmp_path / "m.npz")
@@ -113,7 +114,7 @@ def test_an_unknown_option_is_an_error_not_dropped():
     task = ToyTask()
     with pytest.raises(TypeError, match="unknown training option 'bogus'"):
         train(task, "dcd", SolverConfig(max_epochs=1), bogus=1)
-    schedule = get_learner("perceptron").load()
+    schedule = get_learner("perceptron").function()
     with pytest.raises(TypeError, match="bogus"):
         schedule(task, SolverConfig(max_epochs=1), 1, None, bogus=1)
     plan = P.make_plan("dcd", SolverConfig(max_epochs=1))

@@ -425,8 +425,9 @@ def test_a_stopped_learner_does_not_hold_the_run(tmp_path, stop, shm_guard):
             p.kill()
     out = logf.read_text()
     assert p.returncode == (0 if stop == "time-limit" else 130), out[-2000:]
-    assert f"learner 1 (pid {learner}) was stopped (SIGSTOP, a debugger) while it owed an " \
-           "answer: killed" in out or f"learner 1 (pid {learner}) got no CPU time" in out, out
+    assert f"learner process 1 (pid {learner}) was stopped (SIGSTOP, a debugger) while it " \
+           "owed an answer: killed" in out or \
+        f"learner process 1 (pid {learner}) got no CPU time" in out, out
     seconds = float(re.search(r"^stopped: \S+ after \d+ iterations, ([\d.]+)s", out, re.M)[1])
     if stop == "time-limit":
         assert seconds < limit + 2.0, out  # the solver's clock: the limit held

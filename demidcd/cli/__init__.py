@@ -399,8 +399,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _numba_without_blas() -> None:
     """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
     numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
-    which no kernel of the chain taggers' predict does; that import was 0.2-0.3 s of a
-    2-3 s ``predict`` of EWT test x10. Only when the process is the command's own (not that
+    which no kernel of the chain taggers' predict does; that import is a sizable share of a
+    short ``predict``'s start-up. Only when the process is the command's own (not that
     of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
     afterwards."""
     if "numba.np.arraymath" in sys.modules:
@@ -500,13 +500,13 @@ def cmd_learners(args: argparse.Namespace) -> int:
 
     if args.name is None:
         for name, ln in LEARNERS.items():
-            print(f"{name:11s} {ln.summary}; processes {ln.threads_text()}; objective: "
+            print(f"{name:11s} {ln.summary}; processes {ln.processes_text()}; objective: "
                   f"{ln.objective}")
         print("demidcd learners NAME: a learner's own options")
         return 0
     learner = get_learner(args.name)
     print(f"{learner.name}: {learner.summary}")
-    print(f"processes: {learner.threads_text()}; objective: {learner.objective}")
+    print(f"processes: {learner.processes_text()}; objective: {learner.objective}")
     own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
     shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
     for title, opts in (("its own options", own), ("options every learner takes", shared)):

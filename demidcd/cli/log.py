@@ -150,8 +150,8 @@ def interrupt(signum: int, frame: Any) -> None:
     """SIGINT/SIGTERM once modules are loaded: :meth:`StopRequest.handler` (a flag while
     training, else KeyboardInterrupt), except inside numba or llvmlite outside training (compiling
     or loading the kernels, before any worker or shared memory exists): there a
-    KeyboardInterrupt unwinding through LLVM crashed the process (cold cache, Ctrl-C at 1.5 s:
-    SIGSEGV; at 5 s: "double free detected"), so leave at once as while modules load."""
+    KeyboardInterrupt unwinding through LLVM can crash the process (SIGSEGV, heap
+    corruption), so leave at once as while modules load."""
     from ..solvers.common import StopRequest
 
     if not StopRequest.active:

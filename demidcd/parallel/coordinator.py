@@ -50,7 +50,7 @@ __all__ = ["Coordinator", "ADD", "CERTIFY", "CHECK", "TAIL", "STATE", "REBUILD_E
 
 ADD, CERTIFY, CHECK, TAIL, STATE = 16, 17, 18, 19, 20  # schedule commands (.multi: 16 on)
 REBUILD_SHARE = 0.05  # the periodic rebuilds pause every learner at most this share of the time
-# (Brown, 453 tags: a rebuild over the marked lines of the 1.2 GiB w took 0.7 s)
+# (a rebuild over a w of a GiB takes a good part of a second)
 POLL = 0.01  # seconds between the coordinator's checks
 
 
@@ -169,7 +169,7 @@ class Coordinator:
         group.command(PAUSE)
         # w = w₀ + Σ α φ is 0 off the lines that w₀ or an admitted φ touches (marked, never
         # cleared): only those are saved, reset and compared. Copying, zeroing and comparing
-        # all of w paused the learners 1.3 s per rebuild on Brown's 453 tags (1.2 GiB w)
+        # all of w paused the learners too long on a large w (benchmarks/README.md, "Evidence")
         lines = np.flatnonzero(self.mark)
         self.old = (lines, np.empty(lines.shape[0] << LINE_SHIFT))
         save_lines(self.old[1], w, lines, False)

@@ -1,7 +1,7 @@
 """The shared-memory transport (:class:`~demidcd.parallel.transport.Transport` on one machine):
 shared state, the forked inference workers, supervision, cleanup.
 
-One process (the caller, the *learner*) owns every shared-memory segment and forks p − 1
+One process (the caller, the *learner process*) owns every shared-memory segment and forks p − 1
 inference workers (``multiprocess`` "fork" context, so the bound task and its numba kernels are
 inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedArena`:
 
@@ -12,7 +12,7 @@ inherited, nothing is pickled). Shared state, all in one :class:`~.shm.SharedAre
   chunk outlasts many publishes), whichever its measurements favour (:class:`_WbarReader`);
   no worker ever uses a torn w, and every chunk makes progress whatever one inference costs.
   It is stored in the task's ``inference_dtype``: float32 for the sequence task, whose Viterbi
-  then runs 1.3x faster per sentence on EWT XPOS (float64 for SP-IPM's mappers, which start
+  then reads half the bytes (float64 for SP-IPM's mappers, which start
   exactly from the mixed w); a worker's violation tests allow for the rounding by a slack
   relative to Σ|w̄_k φ_k| (:func:`rounding_slack`).
 * one SPSC :class:`~.ring.RecordRing` per worker carrying records (i, h, Δ, φ, m) to the learner.
@@ -24,14 +24,13 @@ its ring, its row of ``stats``; a job's outputs go to shared arrays ``outputs[na
 replica job reads the shared arrays ``inputs[name]`` the learner writes before a command).
 Placement: when the learner and the workers fit on the cores this process may use, each is
 pinned to a core of its own (the learner's thread, and the CPU-monitor thread it starts, to the
-first; worker j to the (j+1)-th), so no worker shares its core and no process migrates; measured
-on EWT XPOS, p = 2, 2 cores, 3 runs each: geometric mean of the times to 2% and 1% relative
-primal difference 10.5 s pinned vs 11.1 s unpinned. With more processes than cores
-(oversubscription) the learner keeps the first core to itself and the workers share the others
-at nice +10, so the learner is never starved: its time limit, its signal handling and its
-updates go on at full speed (with 63 workers sharing its core it once took 126 s to honour a
-5 s limit). :meth:`WorkerPool.close` first gives the learner's thread and the workers every
-core back.
+first; worker j to the (j+1)-th), so no worker shares its core and no process migrates
+(benchmarks/README.md, "Evidence behind the defaults and design choices"). With more processes
+than cores
+(oversubscription) the learner process keeps the first core to itself and the workers share
+the others at nice +10, so it is never starved: its time limit, its signal handling and its
+updates go on at full speed. :meth:`WorkerPool.close` first gives the learner's thread and the
+workers every core back.
 Memory ordering: every control word one process writes and another reads (the stop flag, the
 command generation, a worker's sweep count, clean version and done generation) is written with
 :func:`~.seqlock.store_word` (release) and read with :func:`~.seqlock.load_word` (acquire),
@@ -46,11 +45,9 @@ one-line error. Workers exit by themselves when the stop flag is set or their pa
 Start-up (:meth:`WorkerPool.start`): the learner's clock is already running (the time limit is
 the wall time of training, spawning included); the workers are forked behind a closed
 :class:`StartGate` and wait on it, using no CPU, until the last one is forked. Forked workers
-that started at once took the cores from the learner that was still forking the others: 64
-processes on 2 cores took 14–21 s to fork, with the first workers inferring (734k inferences)
-before the clock started; behind the gate, 63 forks took 2.5–3.2 s (2-core machine under a load
-of 6 from other jobs). Once the time limit runs out no more workers are forked and those forked
-are told to stop.
+that started at once took the cores from the learner process still forking the others, and
+inferred before the clock started. Once the time limit runs out no more workers are forked and
+those forked are told to stop.
 :meth:`WorkerPool.close` joins with a timeout, then terminates and kills, then unlinks every
 segment; it runs in ``finally`` on every exit path, and a second Ctrl-C only makes it hurry.
 """
@@ -256,8 +253,7 @@ class WorkerPool(ProcessGroup, Transport):
     def drain(self, max_records: int = DRAIN_RECORDS) -> RecordBatch:
         """Records from the rings, at most ``max_records`` in all, shared equally among the
         rings (never blocks). The bound keeps one ingest short whatever the number of workers:
-        with 63 workers and an unbounded drain (64k records per ring) one ingest took seconds,
-        and a 5 s time limit was honoured after 21 s."""
+        an unbounded drain over many rings would delay the time limit."""
         per_ring = max(16, max_records // max(len(self.rings), 1))
         return concat_batches([r.pop(per_ring) for r in self.rings])
 
@@ -358,13 +354,11 @@ class _ShmEndpoint(WorkerEndpoint):
 class _WbarReader(WbarReader):
     """How a worker reads w̄ for a chunk of inferences, chosen by measurement.
 
-    * **In place** (cheap inference, e.g. Viterbi: 64 EWT sentences take ~2 ms): the chunk runs
-      on the current buffer and is validated afterwards (:meth:`SharedWeights.read_valid`); a
-      chunk during which two publishes began is redone (``WASTED``). Copying w̄ would cost more
-      than the chunk (EWT XPOS: the 5.7M-entry float32 w̄ copies in 2–6 ms, measured on the
-      2-core AMD EPYC under load).
-    * **Private copy** (expensive inference, e.g. CBC at ~7 ms per CoNLL04 sentence): a
-      validated copy of w̄ (:meth:`SharedWeights.read_into`, ~2 ms for CoNLL04's 9 MiB) and then
+    * **In place** (cheap inference, e.g. Viterbi): the chunk runs on the current buffer and
+      is validated afterwards (:meth:`SharedWeights.read_valid`); a chunk during which two
+      publishes began is redone (``WASTED``). Copying w̄ would cost as much as the chunk.
+    * **Private copy** (expensive inference, e.g. CBC): a validated copy of w̄
+      (:meth:`SharedWeights.read_into`) and then
       the chunk on the copy, which no publish can invalidate, so a chunk is never redone
       whatever one inference costs. Chosen when the chunk's measured inference time exceeds
       ``copy_ratio`` copies (the copy then costs at most 1/copy_ratio of the chunk), and for

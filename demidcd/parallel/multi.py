@@ -27,9 +27,7 @@ restarts of one learner training stops with a one-line error. A learner that sto
 (:meth:`LearnerGroup.command`), and a learner that owes one and gets no CPU time for
 :data:`STALL_SECONDS` is killed (SIGKILL ends a stopped process too) and reported; once the run
 must stop (the time limit or Ctrl-C), so is a stopped one at once, one without CPU time for
-``STOP_GRACE[0]`` s and one that has not answered ``STOP_GRACE[1]`` s after the stop. Before,
-one stopped learner of two held the coordinator in its wait for the next rebuild: a 20 s run
-(EWT) ended after 188 s, when the learner was killed, and Ctrl-C did nothing meanwhile.
+``STOP_GRACE[0]`` s and one that has not answered ``STOP_GRACE[1]`` s after the stop.
 Learners exit by themselves when ``STOP`` is set or their parent dies.
 :meth:`LearnerGroup.close` joins with a timeout (a stopped process is killed at once), then
 terminates and kills, then unlinks every segment; it runs in ``finally`` on every exit path.
@@ -165,7 +163,7 @@ class LearnerGroup(ProcessGroup):
         self.start_paused = paused
         self.seen = load_word(self.ctrl, GEN)
         store_word(self.stats[j], ACK, self.seen)
-        self._start(j, self._main, f"learner {j + 1}: infers and learns on a part of "
+        self._start(j, self._main, f"learner process {j + 1}: infers and learns on a part of "
                     f"{len(self.parts[j]):,} examples")
 
     def dead(self) -> list[int]:
@@ -177,9 +175,10 @@ class LearnerGroup(ProcessGroup):
             if p is None or p.is_alive():
                 continue
             what = self._failure(j, self._stalled.pop(j, None))
-            self.log(f"learner {j + 1} (pid {p.pid}) {what}; its α is lost: w is rebuilt "
-                     "from the other learners'" + (" (the run is stopping)" if self.expired()
-                                                   else " and it restarts on the same part"))
+            then = (" (the run is stopping)" if self.expired()
+                    else " and it restarts on the same part")
+            self.log(f"learner process {j + 1} (pid {p.pid}) {what}; its α is lost: w is "
+                     "rebuilt from the other learner processes'" + then)
             self.monitor.remove(f"learner {j + 1}")
             self.procs[j] = None
             out.append(j)

@@ -73,9 +73,8 @@ def fork_refused(e: OSError, wanted: int, started: int, noun: str, j: int,
 def end_processes(procs: list, timeout: float, hurry: list[bool]) -> None:
     """Wait up to ``timeout`` s for the processes (told to stop) to exit by themselves, then
     SIGTERM every one left at once and wait up to 0.5 s, then SIGKILL the rest; ``hurry[0]``
-    (a second Ctrl-C) skips to SIGKILL. All at once, not one by one: with 63 workers on a
-    loaded core, a SIGTERM and a 0.5 s join per late worker, one after another, made a 5 s
-    run take 6.6 s more to close."""
+    (a second Ctrl-C) skips to SIGKILL. All at once, not one by one: joining late workers one
+    after another adds a timeout per worker to the close."""
     live = [p for p in procs if p is not None]
     for p in live:  # a stopped process (SIGSTOP) cannot exit by itself: only SIGKILL ends it
         if p.pid is not None and cpu_seconds(p.pid)[1] in ("T", "t"):

@@ -16,8 +16,7 @@ Ownership model (one place registers and unlinks every segment):
 * Segments are unlinked by :meth:`SharedArena.close` (idempotent; call it in ``finally``), at
   interpreter exit (``atexit``) and, if the owner is killed with SIGKILL, by this process's
   *janitor* (``track=True``, the default) or by :func:`sweep_stale` at the next start.
-  SIGINT raises ``KeyboardInterrupt`` so ``finally`` runs; use :func:`raise_on_sigterm` to make
-  SIGTERM do the same.
+  SIGINT raises ``KeyboardInterrupt`` so ``finally`` runs.
 * The janitor is a tiny interpreter (``python -I -S``, no imports beyond ``os``) started on the
   first tracked :meth:`SharedArena.create` of a process, in its own session (a terminal Ctrl-C
   never reaches it). It holds the read end of a pipe whose only write end the owner keeps
@@ -27,8 +26,8 @@ Ownership model (one place registers and unlinks every segment):
   never talks to it again except to write prefixes (a dead janitor is relaunched on the next
   tracked create), prints nothing, and still unlinks on close; if the owner is then SIGKILLed
   too, the segments stay until :func:`sweep_stale` at the next start (every
-  :class:`~demidcd.parallel.engine.WorkerPool` calls it). We used the ``multiprocess``
-  resource tracker before: killing it made the owner relaunch a fresh tracker on the next
+  :class:`~demidcd.parallel.engine.WorkerPool` calls it). The ``multiprocess`` resource
+  tracker is not used: killing it made the owner relaunch a fresh tracker on the next
   unregister ("process died unexpectedly, relaunching" warning) which then printed a KeyError
   traceback for every segment it had never seen registered.
 
@@ -52,7 +51,6 @@ import errno
 import mmap
 import os
 import re
-import signal
 import threading
 from typing import Any
 
@@ -61,8 +59,8 @@ import psutil
 
 from ..errors import DemidcdError
 
-__all__ = ["SharedArena", "sweep_stale", "sweep_once", "list_segments", "raise_on_sigterm",
-           "SHM_DIR", "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
+__all__ = ["SharedArena", "sweep_stale", "sweep_once", "list_segments", "SHM_DIR",
+           "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
 
 SHM_DIR = "/dev/shm"  # where Linux exposes POSIX shared memory (for sweeping and tests)
 _MAX_NAME = 250  # Linux NAME_MAX is 255 including the leading '/'
@@ -432,12 +430,3 @@ def sweep_once(prefix: str = "demidcd") -> list[str]:
     _SWEPT_IN[:] = [os.getpid()]
     return sweep_stale(prefix)
 
-
-def raise_on_sigterm() -> None:
-    """Make SIGTERM raise ``SystemExit(143)`` in the main thread so ``finally: arena.close()``
-    runs (SIGINT already raises ``KeyboardInterrupt``). Call once in the parent."""
-
-    def _handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _handler)

@@ -57,12 +57,14 @@ class Learner:
     objective: str = "L2-loss SSVM"
     resumable: bool = False
 
-    def load(self, what: str | None = None) -> Callable[..., Any]:
-        """The schedule (or another "module:function" of this package)."""
+    def function(self, what: str | None = None) -> Callable[..., Any]:
+        """The function ``what`` ("module:function" of this package) names, imported: by
+        default the schedule, the function that trains (:func:`run_plan` calls it)."""
         module, fn = (what or self.schedule).split(":")
         return getattr(importlib.import_module(f"{__name__}.{module}"), fn)
 
-    def threads_text(self) -> str:
+    def processes_text(self) -> str:
+        """The processes it runs on, as ``demidcd learners`` prints them."""
         return "1 (any --threads)" if self.single_process else f">= {self.min_threads}"
 
 
@@ -83,8 +85,9 @@ register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algor
 register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
                  "per inference", single_process=True, options=("loss",), active_sets=True,
                  objective=_DCD_OBJECTIVE, resumable=True))
-register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner, p - 1 "
-                 "inference workers, no barrier (--learners K: K on one shared w)",
+register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner process, "
+                 "p - 1 inference workers, no barrier (--learners K: K learner processes on "
+                 "one shared w)",
                  min_threads=2,
                  options=("learners", "loss", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True,
@@ -144,7 +147,8 @@ def check_threads(learner: Learner, threads: int) -> None:
     cannot run on (never run another learner)."""
     if threads < learner.min_threads:
         raise OptionError(f"--algorithm {learner.name} needs --threads >= {learner.min_threads} "
-                          "(one learner and at least one inference worker); use --algorithm "
+                          "(one learner process and at least one inference worker); use "
+                          "--algorithm "
                           "dcd for one process")
 
 
@@ -172,10 +176,10 @@ def oversubscription(algorithm: str, threads: int, learners: str | int | None = 
                      backend: str = "shm", ray_address: str | None = None) -> str | None:
     """The warning for a run on more processes than the cores this process may use (None
     when they fit, or when the workers run on a Ray cluster), describing the layout the run
-    will have: the learner keeps a core and the inference workers share the others at a lower
-    priority (:mod:`demidcd.parallel.engine`), which is also what DEMI-DCD's
+    will have: the learner process keeps a core and the inference workers share the others at
+    a lower priority (:mod:`demidcd.parallel.engine`), which is also what DEMI-DCD's
     ``learners="auto"`` chooses then (:func:`.plan.auto_fits_cores`); or, with as many
-    learners as threads asked for, the learners sharing the cores (:mod:`.multi_dcd`)."""
+    learner processes as threads asked for, those sharing the cores (:mod:`.multi_dcd`)."""
     from ..primitives.monitor import usable_cores
 
     cores = usable_cores()
@@ -188,17 +192,18 @@ def oversubscription(algorithm: str, threads: int, learners: str | int | None = 
         from .plan import parse_learners
 
         if parse_learners(learners) == threads:
-            return (f"{head}: the {threads} learners (--learners {threads}) share "
+            return (f"{head}: the {threads} learner processes (--learners {threads}) share "
                     f"{'them' if cores > 1 else 'it'} at a lower priority than their "
                     f"coordinator, so the run is no faster than with --threads {cores} "
-                    f"(--learners auto runs one learner and {threads - 1} inference workers "
-                    "here)")
+                    f"(--learners auto runs one learner process and {threads - 1} inference "
+                    "workers here)")
     if cores == 1:
-        return (f"{head}: the learner and the {threads - 1} inference workers share it, the "
-                "workers at a lower priority, so the run is no faster than with one process")
-    return (f"{head}: the learner keeps one core to itself and the {threads - 1} inference "
-            f"workers share the other {cores - 1} at a lower priority, so the run is no faster "
-            f"than with --threads {cores}")
+        return (f"{head}: the learner process and the {threads - 1} inference workers share "
+                "it, the workers at a lower priority, so the run is no faster than with one "
+                "process")
+    return (f"{head}: the learner process keeps one core to itself and the {threads - 1} "
+            f"inference workers share the other {cores - 1} at a lower priority, so the run "
+            f"is no faster than with --threads {cores}")
 
 
 def check_memory(task: Task, threads: int, ring_words: int) -> None:
@@ -226,7 +231,7 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
 
     On a cold cache (a fresh install) compilation takes seconds: without this it lands on the
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
-    while its worker compiles the inference kernels (a 1 s CI run then made no update at all).
+    while its worker compiles the inference kernels.
     ``loss``: the DCD learners' loss, whose update kernels are compiled.
     """
     learner = get_learner(algorithm)
@@ -248,7 +253,7 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
         ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w,
                    loss=loss).compile_kernels(batch)
     if learner.warm:
-        learner.load(learner.warm)(task)
+        learner.function(learner.warm)(task)
     if threads > 1:
         from ..parallel.worker import rounding_slack
         from ..primitives.ring import warmup as ring_warmup
@@ -320,11 +325,11 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
         if start:
             _warm_state_kernels(task.dim)
     opts = plan.schedule_options()
-    schedule = learner.load()
+    schedule = learner.function()
     if plan.several_learners:
         from . import multi_dcd
 
-        schedule = multi_dcd.train_multi_dcd  # several learners on one shared w
+        schedule = multi_dcd.train_multi_dcd  # several learner processes on one shared w
     if start:
         opts["start"] = start
     if threads == 1:
@@ -371,9 +376,10 @@ def _warm_state_kernels(dim: int) -> None:
     act.restore(act.state())
 
 
-LAST_ITERATE_SHARE = 0.02  # the share of a learner's time its copies of w for a partial
-# model may take: a copy of a large w stalls the learner (or, with several learners, every one
-# of them, paused for a rebuild): Brown's 453 tags, 1.2 GiB, 0.3-0.5 s per iteration record
+LAST_ITERATE_SHARE = 0.02  # the share of a learner process's time its copies of w for a
+# partial model may take: a copy of a large w stalls the learner process (or, with several
+# learner processes, every one of them, paused for a rebuild): a copy of a w of a GiB takes a
+# good part of a second
 
 
 class _LastIterate:

@@ -173,8 +173,8 @@ class StopRequest:
     never interrupts a compiled kernel half-way. A signal within :data:`REPEAT_SECONDS` of the
     first is the same request (two or three Ctrl-C in a row); a later one raises
     KeyboardInterrupt at once. While :meth:`holding` (the model is written) a signal is only
-    counted. Before, a second Ctrl-C 25 ms after the first landed after the learner had
-    stopped, outside its handler, and the model was lost with no word about it.
+    counted, so a second Ctrl-C right after the first can neither land outside the handler nor
+    lose the model.
     """
 
     requested = False

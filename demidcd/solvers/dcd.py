@@ -10,14 +10,11 @@ it violates by more than min(δ, tol) (Eq. 11), and runs UPDATEWEIGHT on that ex
 The run stops when an inference pass finds no structure violating by more than tol and a pass
 over every active set (the last inner pass when it was a full one, else the inference pass
 itself, which visits every example) saw max |PG| < tol. Both tests are absolute (tol is in
-units of Δ, tokens for tagging), so the count of epochs does not shrink with the data: on the
-first 400 sentences of EWT dev (XPOS, C 0.1, r 5) 1-DCD certifies after 207 epochs, on the
-first 400 / 1,600 of EWT train after 183 / 174 (100 sentences: 469). Most of them polish an
-optimum the predictions no longer notice: on the 400 dev sentences, accuracy on the other
-1,601 was 84.47% at epoch 40 (primal 1.1% above the final one) and 84.47-84.49% from there
-to epoch 207 (0.06% at epoch 100); the last ~100 epochs each admit a few new structures whose
-violation only just exceeds tol (shrinking off: 221 epochs; skip 0: 276; --sweeps 4: 239;
-r = 10: 165). The paper runs a fixed 25 iterations; a ``time_limit`` or ``max_epochs``, or a
+units of Δ, tokens for tagging), so the count of epochs does not shrink with the data: a small
+training set can take a couple of hundred epochs to certify, most of them polishing an optimum
+the predictions no longer notice, the last ones each admitting a few new structures whose
+violation only just exceeds tol (benchmarks/README.md, "Evidence behind the defaults and design
+choices"). The paper runs a fixed 25 iterations; a ``time_limit`` or ``max_epochs``, or a
 larger ``tol``, stops sooner.
 
 With ``config.loss == "l1"`` the same schedule solves the L1-loss (hinge) SSVM: the active sets

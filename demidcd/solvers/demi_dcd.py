@@ -10,26 +10,26 @@ block, and publishes [w, A] to the shared, double-buffered w̄ every ρ updates 
 schedule driven by staleness (:func:`publish_gap`): every few ms while the workers' structures
 arrive stale, at most every 300 ms near the optimum; a publish copies only the cache lines of w
 that some admitted φ touches (w is zero elsewhere), rounded to the task's ``inference_dtype``
-(float32 for sequences: the workers' Viterbi runs 1.3x faster). An *outer iteration* is one
-pass over all examples.
+(float32 for sequences: half the bytes for the workers' Viterbi to read). An *outer
+iteration* is one pass over all examples.
 
 Why staleness rules the first seconds: a structure found with an old w̄ is often no longer
-violated under the learner's w and is rejected (Eq. 11). On EWT XPOS (p = 2) with a publish
-every 100 ms, 3/4 of the first 30k structures were rejected and the primal stayed near its
-value at w = 0 for a second (1-DCD with ``--batch 2048`` shows the same stall); publishing
-every few ms in that phase made DEMI-DCD reach 5% relative primal difference in 6.3 s instead
-of 7.4 s.
+violated under the learner's w and is rejected (Eq. 11). With infrequent publishes most early
+structures are rejected and the primal stalls near its value at w = 0 (1-DCD with ``--batch
+2048`` shows the same stall); publishing every few ms in that phase avoids the stall and
+reaches a small primal difference sooner (benchmarks/README.md, "Evidence behind the defaults
+and design choices").
 
 The first epoch: the learner itself runs loss-augmented inference on every example with its own
 w (in chunks of :data:`LEARNER_CHUNK`, each followed by admission and UPDATEWEIGHT: a DCD-Light
 epoch, Chang & Yih Algorithm 2) while the workers sweep with w̄ and their rings are drained
 between chunks. At first w moves fastest, so a published w̄ is stalest and the learner has
 few structures to update: its own inference with the freshest possible w is its most useful
-work, and it doubles the structures found at p = 2. On EWT XPOS (p = 2, AMD EPYC, 5
-interleaved pairs) this cut the time to 1% relative primal difference from 15.1/15.6/12.2/
-~19/~19.5 s to 14.2/12.9/10.9/~17/~15.5 s; a second such epoch was no different, four were
-slower. The epoch ends early once every worker has swept its shard :data:`LEARNER_EPOCH_SWEEPS`
-times (many workers) or after :data:`LEARNER_EPOCH_SECONDS` (expensive inference).
+work, and it doubles the structures found at p = 2. It reached a 1% relative primal
+difference sooner (benchmarks/README.md, "The learner's own first epoch"); more such epochs
+did not help. The epoch ends early once every worker has swept its shard
+:data:`LEARNER_EPOCH_SWEEPS` times (many workers) or after :data:`LEARNER_EPOCH_SECONDS`
+(expensive inference).
 
 After it the learner updates, as in the paper's Algorithm 1, and where the workers are the
 bottleneck (expensive inference) it also spends a measured share of its time on inference of
@@ -68,9 +68,8 @@ from .learner import DcdLearner
 from .state import Start
 
 DEFAULT_RHO = 100_000  # updates between publishes (EWT XPOS p=2: see benchmarks/README.md)
-PUBLISH_INTERVAL = 0.3  # seconds: publish at least this often when anything changed (EWT XPOS
-# p=2, AMD EPYC: 0.3 s left a lower primal at 12 s and 14 s than 0.1 s in 3 of 3 interleaved
-# pairs, publishing cost 7% of the learner's time instead of 11%; 0.6 and 1.2 s: no different)
+PUBLISH_INTERVAL = 0.3  # seconds: publish at least this often when anything changed (more
+# often costs the learner time without a lower primal: benchmarks/README.md, "Evidence")
 MIN_PUBLISH_INTERVAL = 0.003  # seconds: and at most this often (a worker chunk takes ~2 ms)
 PUBLISH_SHARE = (0.03, 0.5)  # bounds of the learner's time spent publishing (publish_gap)
 DEFAULT_CHUNK = 64  # examples per validated in-place inference chunk (ρ' of Algorithm 2)

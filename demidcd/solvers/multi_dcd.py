@@ -17,14 +17,13 @@ setting): ``"atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
 (:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
 adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
 "Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
-the default: on the idle 2-core machine (EWT XPOS train, K = p = 2, 20 s runs, 1 s snapshots,
-f* = 1754.68) they reached 1% relative primal gap in 6.6–7.7 s (four runs) against 9.2 s with
-atomic adds, 13.9 s with a hybrid (atomic adds on the lines where a rebuild found lost
-updates; removed) and 12.7–13.0 s for 1-DCD: an atomic add is a locked instruction,
-and a lost add is repaired at the next rebuild (drift ‖w − Σ α φ‖ ≈ 0.9 per 5 s, ‖w‖ ≈ 48).
-Private copies of w's most-touched pages, exchanged with the shared w every block of updates
-(tried in commits 8c94c90–d4600a7), raised throughput with atomic adds but made the learners
-read stale values; with plain stores they were slower to 1% (8.1–8.7 s), so they were removed.
+the default: an atomic add is a locked instruction, and a lost add is small and repaired at the
+next rebuild; they reached a 1% relative primal gap sooner than atomic adds or a hybrid (atomic
+adds on the lines where a rebuild found lost updates), benchmarks/README.md ("Several learners
+on one shared w" and "Evidence behind the defaults and design choices"). Private copies of w's
+most-touched pages, exchanged with the shared w every block of updates, raised throughput with
+atomic adds but made the learners read stale values and were slower with plain stores, so they
+are not used.
 In the tail (every learner's last pass found violators in at most 1% of its part) plain stores
 turn to atomic adds (the TAIL command, logged): the few updates left then lose nothing, so a
 rebuild no longer undoes the last steps and the stop rule can certify.
@@ -89,9 +88,8 @@ from .state import DualState, Start, empty_state, merge_parts, state_w
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
 FINAL_TAIL = (1.0, 0.05)  # a time limit T: rebuild and turn to atomic adds max(1 s, 5% T) before
 # it. Lost adds make the learners overshoot α on the lines both write (transitions), so w = Σ α φ
-# rebuilt at a stop after plain stores was far worse than the w trained on (CoNLL-2000 chunking,
-# K = p = 2, L1, 8 s: primal 1,058 before the final rebuild, 13,669 after; chunk F1 93.79 ->
-# 92.80); atomic adds for the last second let the learners repair α on the rebuilt w
+# rebuilt at a stop after plain stores was far worse than the w trained on (benchmarks/README.md,
+# "Evidence"); atomic adds for the last second let the learners repair α on the rebuilt w
 TAIL_SHARE = 0.01  # plain stores turn to atomic adds once every learner's last pass found
 # violators in at most this share of its part (the tail, where lost updates block the stop)
 F_SQ, F_LIN, F_MAXPG, F_INFER_S, F_UPDATE_S, F_PASS_PG = range(6)  # fstats columns
@@ -149,8 +147,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
         # inference reads the shared w in place. A private copy refreshed from the marked lines
         # (float32, as DEMI-DCD's workers read w̄) removed the slow-down from lines the other
-        # learner writes (Viterbi 1.3-1.9x slower than alone, 2 processes) but a copy every
-        # 10 copy-costs left w stale: EWT XPOS p=2, primal at 2 s 146,164 against 8,323 in place
+        # learner writes, but a copy refreshed only every few copy-costs left w too stale
         if g.restarts[k] == 0:
             begin(act, start, part, write_w=False)
         elif start:
@@ -331,7 +328,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
-    log(f"multi-learner DCD: {k} learners (each infers and learns on its part), "
+    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
         f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
 
     def rebuild() -> dict:
@@ -352,7 +349,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         its (re)start, or the certification pass, found violators in at most
         :data:`TAIL_SHARE` of its part (-1 until it has counted). Lost
         updates then stop; near the optimum they otherwise leave violations above ``tol``
-        after every rebuild (CoNLL04, exact solver: no certified stop in 150 s). ``why``:
+        after every rebuild, so the stop rule never certifies. ``why``:
         switch now, for this reason (the time limit is near, :data:`FINAL_TAIL`; every
         learner's last pass was clean)."""
         if mode == "atomic" or co.atomic_from is not None or group.missing():

@@ -18,7 +18,7 @@ instead (``threads must be >= 1, got 0``), so the library and the CLI share each
 ``learners="auto"`` (DEMI-DCD on several processes) is the one choice that needs the data: the
 plan keeps ``"auto"`` until :func:`decide_learners`, called once the task is built and before
 training starts, measures it and returns the plan with the number of learners and the reason,
-which the log shows (``2 learners: because ...``) and the model keeps.
+which the log shows (``2 learner processes: because ...``) and the model keeps.
 """
 
 from __future__ import annotations
@@ -107,15 +107,15 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     # its pair steps cost more, so the rule errs towards one learner), on the sample's own
     # entries of w renumbered 0..u−1 (in order: each φ stays sorted). On a fresh w of the
     # task's size every first touch of a page is a fault, and with many labels (w[f·K + k])
-    # nearly every entry of φ lies on a page of its own: Brown's 453 tags (1.2 GiB w) timed
-    # 560-1,800 us per step and chose 2 learners, 1.5-3 us on pages already mapped
+    # nearly every entry of φ lies on a page of its own, so timing steps on a fresh w would
+    # measure page faults, not steps
     cols, idx = np.unique(batch.idx, return_inverse=True)
     batch = dataclasses.replace(batch, idx=idx.astype(batch.idx.dtype))
     act = ActiveSets(n, max(len(cols), 1), config.C, config.delta, config.max_active)
     act.insert(batch, 0.0)
     act.update(ex, shrink=False)  # untimed: numba's dispatch, the pools' first touch
     # the median over the passes of 20 ms: a pause of the process (a garbage collection, the
-    # scheduler) lands in one pass (it made a 2 us step read 110-170 us on a test's first call)
+    # scheduler) lands in one pass, and one such pause would read as a step many times slower
     per_step, t = [], time.perf_counter()
     while time.perf_counter() - t < 0.02 and len(batch):
         t0 = time.perf_counter()
@@ -132,7 +132,7 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
             f"{t_step * 1e6:.2f} us, pass ~{EXPECTED_ACTIVE} steps/example: a sweep of "
             f"{max(threads - 1, 1)} worker(s) lasts {ratio:.1f} update passes, "
             f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
-            f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'})")
+            f"one learner process {'cannot keep up' if k > 1 else 'keeps up'})")
     return k, figures
 
 
@@ -310,30 +310,32 @@ def _learners(algorithm: str, value: str | int | None, threads: int,
     name = backend if isinstance(backend, str) else "custom"
     if name != "shm":
         if k is not None and k > 1:
-            raise OptionError(f"--learners {k} needs --backend shm (the learners share w in "
-                              "shared memory on one machine)")
-        return 1, "" if k is not None else f"several learners need --backend shm, not {name}"
+            raise OptionError(f"--learners {k} needs --backend shm (the learner processes share "
+                              "w in shared memory on one machine)")
+        return 1, "" if k is not None else \
+            f"several learner processes need --backend shm, not {name}"
     check_learners(k, threads)
     if k is not None:
         return k, ""
     if not auto_fits_cores(threads):
         return 1, (f"--threads {threads} is more than the {usable_cores()} cores: several "
-                   "learners only when each has a core of its own; one learner and "
-                   f"{threads - 1} inference workers")
+                   "learner processes only when each has a core of its own; one learner "
+                   f"process and {threads - 1} inference workers")
     return "auto", ""
 
 
 def learners_line(plan: TrainingPlan) -> str:
-    """``K learners: because ...``, the log line of a choice made for the user."""
+    """``K learner processes: because ...``, the log line of a choice made for the user."""
     k = plan.learners
-    return f"{k} learner{'s' * (k != 1)}: because {plan.learners_reason}"
+    return f"{k} learner process{'es' * (k != 1)}: because {plan.learners_reason}"
 
 
 def decide_learners(plan: TrainingPlan, task: Task,
                     log: Callable[[str], None] | None = None) -> TrainingPlan:
     """The plan with ``learners="auto"`` decided on ``task`` (the measurement of
     :func:`~.multi_dcd.choose_learners`), before training starts; a choice made for the user
-    (here, or in :func:`make_plan`) is logged as ``K learners: because ...``. Any other plan
+    (here, or in :func:`make_plan`) is logged as ``K learner processes: because ...``. Any
+    other plan
     is returned as it is."""
     if plan.learners == "auto":
         from . import compile_notice, warm_up
@@ -346,7 +348,7 @@ def decide_learners(plan: TrainingPlan, task: Task,
                f"update pass {fig['pass_ms']:.3f} ms/example: a sweep of {plan.threads - 1} "
                f"worker(s) lasts {ratio:.1f} update passes, "
                f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
-               f"{'one learner cannot keep up' if k > 1 else 'one learner keeps up'}")
+               f"one learner process {'cannot keep up' if k > 1 else 'keeps up'}")
         plan = dataclasses.replace(plan, learners=k, learners_reason=why)
     if plan.learners_reason and log is not None:
         log(learners_line(plan))
