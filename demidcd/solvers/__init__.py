@@ -33,7 +33,11 @@ class Learner:
     ``f(task, config, threads, callback, cpu_log=…, log=…, **options)``. ``min_threads``: the
     fewest processes it runs on (:func:`train` refuses fewer); ``single_process``: it runs on
     one process whatever ``threads`` says (sequential algorithms; the log says so when more were
-    asked for). ``warm``: "module:function" compiling its own kernels, called by warm-up.
+    asked for). ``in_process_threads``: its ``threads`` are threads of one process (the
+    CRF's gradient threads), not processes. ``config_fields``: the
+    :class:`~.common.SolverConfig` fields it reads (None: all but ``loss``, see ``options``;
+    the plan shows and records only these). ``warm``: "module:function" compiling its own
+    kernels, called by warm-up.
     ``options``: the engine options it reads (the CLI shows them; its plan leaves the others
     out, :func:`.plan.make_plan`, and its schedule refuses any other keyword), and
     ``"loss"`` when it solves either SSVM loss of ``SolverConfig.loss`` (the DCD family;
@@ -50,6 +54,8 @@ class Learner:
     summary: str
     min_threads: int = 1
     single_process: bool = False
+    in_process_threads: bool = False
+    config_fields: tuple[str, ...] | None = None
     options: tuple[str, ...] = ()
     inference: tuple[str, ...] = ("augmented",)
     active_sets: bool = False
@@ -65,6 +71,8 @@ class Learner:
 
     def processes_text(self) -> str:
         """The processes it runs on, as ``demidcd learners`` prints them."""
+        if self.in_process_threads:
+            return "1, with --threads threads"
         return "1 (any --threads)" if self.single_process else f">= {self.min_threads}"
 
 
@@ -127,7 +135,8 @@ register(Learner("sdm-ramp", "sdm:train_sdm_ramp", "sequential dual method for t
 register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by L-BFGS, OWL-QN with "
                  "c1 > 0, gradients on --threads threads (chain tasks only)",
                  options=("c1", "c2", "max_iterations", "epsilon", "period", "stop_delta"),
-                 warm="crf:compile_kernels",
+                 warm="crf:compile_kernels", in_process_threads=True,
+                 config_fields=("time_limit", "eval_every"),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))
 
 ALGORITHMS = tuple(LEARNERS)

@@ -194,7 +194,8 @@ class TrainingPlan:
         config = dataclasses.asdict(self.config)
         if "loss" not in self.learner.options:
             del config["loss"]  # not an option of this learner (check_loss)
-        return config
+        fields = self.learner.config_fields
+        return config if fields is None else {k: v for k, v in config.items() if k in fields}
 
     def hyper_parameters(self) -> dict[str, Any]:
         """What a model file records: algorithm, threads, the config's fields the learner
@@ -211,7 +212,9 @@ class TrainingPlan:
 
     def lines(self) -> list[str]:
         """The lines that describe the plan (the CLI prints them before reading the data)."""
-        processes = f"{self.threads} process{'es' * (self.threads > 1)}"
+        processes = f"{self.threads} thread{'s' * (self.threads > 1)} in one process" \
+            if self.learner.in_process_threads else \
+            f"{self.threads} process{'es' * (self.threads > 1)}"
         head = [f"algorithm {self.algorithm}", processes]
         if self.learners is not None:
             head.append(f"learners {self.learners}")
