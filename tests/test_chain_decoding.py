@@ -1,6 +1,6 @@
-"""chain_decoding: k-best Viterbi, constrained decoding and max-marginals against brute-force
+"""tasks.chain.decoding: k-best Viterbi, constrained decoding and max-marginals against brute-force
 enumeration of all K^n label sequences on short random chains (n ≤ 5, K ≤ 5), and rank 0
-against the tagger's own Viterbi kernels (sequence._forward / _backtrack / decode_kernel)."""
+against the tagger's own Viterbi kernels (kernels._forward / _backtrack, records.decode_kernel)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demidcd.errors import OptionError
-from demidcd.tasks import chain_decoding as cd
-from demidcd.tasks import sequence as sq
+from demidcd.tasks.chain import decoding as cd
+from demidcd.tasks.chain import kernels as sq
+from demidcd.tasks.chain import records
 
 NEG = -np.inf
 
 
 def max_marginals(em, tr, start, end, *, pos_tr=None, pos_index=None, fixed=None, allowed=None,
                   allowed_start=None, allowed_end=None):
-    """:func:`~demidcd.tasks.chain_decoding.max_marginals_chain` for one sentence (arguments as
-    :func:`~demidcd.tasks.chain_decoding.kbest`): M (n, K)."""
+    """:func:`~demidcd.tasks.chain.decoding.max_marginals_chain` for one sentence (arguments as
+    :func:`~demidcd.tasks.chain.decoding.kbest`): M (n, K)."""
     n, K, a = cd.chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
                             allowed_start, allowed_end)
     M = np.empty(n * K, np.float64)
@@ -160,7 +161,7 @@ def test_rank0_equals_decode_kernel_on_tagger_arrays():
     w = rng.integers(-3, 4, F * K + (K + 1) ** 2).astype(np.float32)  # ties on purpose
     chain = sq.Chain(sent_ptr, feat_ptr, feat_idx, np.zeros(0), np.zeros(0, np.int64),
                      np.zeros(0, np.int32), np.zeros(0))
-    tags, ptr = sq.decode_kernel(w.astype(np.float64), F, K, chain,
+    tags, ptr = records.decode_kernel(w.astype(np.float64), F, K, chain,
                                  np.arange(n_sent, dtype=np.int64))
     em = np.empty(n_tok * K, np.float32)
     for e in range(n_sent):

@@ -2,7 +2,7 @@
 max-marginals (confidence scores).
 
 A sentence of n tokens over K tags is given as flat arrays, laid out as in
-:mod:`demidcd.tasks.sequence`:
+:mod:`demidcd.tasks.chain.kernels`:
 
     em[t·K + k]   emission score of tag k at token t              (float32 or float64)
     tr[a·K + b]   transition score w(a → b)                         (em's dtype)
@@ -47,7 +47,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..errors import OptionError
+from ...errors import OptionError
 from .chunks import split_label
 from .pruned_viterbi import PRUNE_FROM_LABELS, column_max, relax_pruned
 
@@ -797,7 +797,7 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     when no tag sequence is ill-formed (IOB1, or tags outside B/I/O).
 
     An explicit ``iob2``/``bio``/``bioes``/``iobes`` is taken as given, ``iob1`` is None;
-    ``auto`` and ``conlleval`` resolve as :func:`~demidcd.tasks.chunks.resolve_scheme` does
+    ``auto`` and ``conlleval`` resolve as :func:`~demidcd.tasks.chain.chunks.resolve_scheme` does
     (BIOES when S- tags occur), and IOB data is IOB2 unless chunks open with I-X (after O,
     after another type, or first in a sentence) in more than 1% of its chunks: IOB1 opens
     nearly every chunk so, while IOB2 corpora have a few such slips (CoNLL-2002 Spanish
