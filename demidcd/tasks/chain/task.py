@@ -1,7 +1,7 @@
 """``SequenceTask``: first-order chain labelling as a :class:`~demidcd.tasks.base.Task` over
 :class:`~.features.EncodedSequences` (the maths of Φ, w's layout and Viterbi: :mod:`.kernels`;
 the batched kernels it calls: :mod:`.records`), with k-best, constrained decoding and
-max-marginal confidence through the kernels of :mod:`.decoding`.
+max-marginal confidence through the kernels of :mod:`.decoding` and :mod:`.confidence`.
 """
 
 from __future__ import annotations
@@ -430,13 +430,13 @@ class SequenceTask(Task):
                    ) -> tuple[np.ndarray, np.ndarray]:
         """Max-marginal margins of the taggings ``tags`` (flat int32, the layout of
         :meth:`decode_constrained`) under the same ``fixed`` / ``constraints``
-        (:func:`~demidcd.tasks.chain.decoding.confidence_batch`): (per-token margins
+        (:func:`~demidcd.tasks.chain.confidence.confidence_batch`): (per-token margins
         M_t(y_t) − max_{k≠y_t} M_t(k), per-example minima), float64, with
         M_t(k) = max {w·Φ(x, y') : y' admissible, y'_t = k}. For the best tagging every margin
         is ≥ 0 and an example's minimum is its best score minus its second best (+∞ where no
         other tagging is admissible, e.g. a token whose tag is fixed). A tagging that breaks the
         constraints (its fixed tags won, see :meth:`kbest`) is measured without them."""
-        from .decoding import confidence_batch
+        from .confidence import confidence_batch
 
         allowed, first, last = _constraint_arrays(constraints, self.K)
         free = _constraint_arrays(None, self.K)
