@@ -47,14 +47,14 @@ has values, the carried values otherwise), Δ, the margin w·φ and an FNV-1a ha
 (the structure is the tag sequence whatever the features).
 
 All per-sentence work (emission scoring from sparse features, the M_t, Viterbi, φ construction
-and merge) is done by numba kernels that take a whole array of example indices per call and the
-encoding as one :class:`Chain`. Absent values and absent B features are empty arrays, tested
-once per feature (values) and once per sentence (B: without them :func:`_forward` and
-:func:`_backtrack` run as before B features existed); records of binary features without B are
-bit-identical to those of the kernels before values and B features (tests/test_chain_features.py
-checks unit values and ignored B features against them).
+and merge) is done by numba kernels: those of this module per sentence, those of :mod:`.records`
+over a whole array of example indices per call, with the encoding as one :class:`Chain`. Absent
+values and absent B features are empty arrays, tested once per feature (values) and once per
+sentence (B: without them :func:`_forward` and :func:`_backtrack` run as before B features
+existed); records of binary features without B are bit-identical to those of the kernels
+before values and B features (tests/test_chain_features.py checks unit values and ignored B
+features against them).
 """
-
 
 from __future__ import annotations
 
