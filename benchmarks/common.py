@@ -615,14 +615,14 @@ def crfsuite_peer(train: str, test: str, *, fmt: str, column: str | int | None =
     """CRFsuite on the same observation features as demidcd: for each token, the strings of
     the ``SequenceFeaturizer`` features it fires (dictionary fitted on train). ``algorithm``
     ``lbfgs`` (c1 = c2 = 0.1) or ``ap`` (averaged perceptron); ``metric`` ``accuracy`` (tokens)
-    or ``chunk-f1`` (conlleval's, ``demidcd.tasks.chunks``). None without python-crfsuite."""
+    or ``chunk-f1`` (conlleval's, ``demidcd.tasks.chain.chunks``). None without python-crfsuite."""
     try:
         import pycrfsuite
     except ImportError:
         return None
     from demidcd.io.tagged import read_tagged
-    from demidcd.tasks.chunks import chunk_scores
-    from demidcd.tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+    from demidcd.tasks.chain.chunks import chunk_scores
+    from demidcd.tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 
     (note or (lambda m: None))(f"CRFsuite {algorithm}: features, then {iterations} iterations")
     t0 = time.perf_counter()

@@ -59,7 +59,8 @@ from demidcd.api import SequenceTagger  # noqa: E402
 from demidcd.io.tagged import read_tagged  # noqa: E402
 from demidcd.solvers.activeset import ActiveSets  # noqa: E402
 from demidcd.solvers.common import primal_objective  # noqa: E402
-from demidcd.tasks import sequence as seqmod  # noqa: E402
+from demidcd.tasks.chain import kernels as seqmod  # noqa: E402
+from demidcd.tasks.chain import records  # noqa: E402
 
 TARGETS = {"test_accuracy": 0.945, "loss_augmented_viterbi_tokens_per_s_per_core": 500_000,
            "learner_updates_per_s": 1_000_000}
@@ -69,7 +70,7 @@ TARGETS = {"test_accuracy": 0.945, "loss_augmented_viterbi_tokens_per_s_per_core
 def _viterbi_pass(w, F, K, sent_ptr, feat_ptr, feat_idx, gold, examples, augment):
     """(Loss-augmented) Viterbi with emission scoring over ``examples``; returns the summed
     path score (so nothing is optimised away). No φ, no records."""
-    max_n, _ = seqmod.max_sizes(sent_ptr, feat_ptr, examples)
+    max_n, _ = records.max_sizes(sent_ptr, feat_ptr, examples)
     tr, trT, start, end = seqmod.transitions(w, F, K)
     scratch = np.empty(2 * K, np.float64)
     em = np.empty(max(max_n, 1) * K, np.float64)

@@ -35,7 +35,8 @@ from foundation import one_core  # noqa: E402
 
 from demidcd.api import SequenceTagger  # noqa: E402
 from demidcd.datasets import load_tagged  # noqa: E402
-from demidcd.tasks import sequence as sq  # noqa: E402
+from demidcd.tasks.chain import pruned_viterbi as pv  # noqa: E402
+from demidcd.tasks.chain import records as sq  # noqa: E402
 
 DENSE = 1 << 30
 PRUNED = 0
@@ -80,11 +81,11 @@ def measure(task, w: np.ndarray, reps: int) -> dict:
                          "loss_augmented_dense": lambda: loss_aug(DENSE),
                          "loss_augmented_pruned": lambda: loss_aug(PRUNED)}, reps)
     out = {"tokens": n_tok, "sentences": int(ex.size), "tags": K,
-           "default_decode": "pruned" if K >= sq.PRUNE_FROM_LABELS else "dense",
-           "default_loss_augmented": ("pruned" if K >= sq.PRUNE_FROM_LABELS_AUGMENTED
+           "default_decode": "pruned" if K >= pv.PRUNE_FROM_LABELS else "dense",
+           "default_loss_augmented": ("pruned" if K >= pv.PRUNE_FROM_LABELS_AUGMENTED
                                       else "dense"),
-           "prune_from_labels": sq.PRUNE_FROM_LABELS,
-           "prune_from_labels_augmented": sq.PRUNE_FROM_LABELS_AUGMENTED, "reps": reps}
+           "prune_from_labels": pv.PRUNE_FROM_LABELS,
+           "prune_from_labels_augmented": pv.PRUNE_FROM_LABELS_AUGMENTED, "reps": reps}
     for name, t in cpu.items():
         best = min(t)
         out[name] = {"best_seconds": best, "median_seconds": float(np.median(t)),

@@ -23,7 +23,7 @@ from common import DATA, RESULTS, machine_info, write_json
 from demidcd.estimators.sequence import SequenceTagger
 from demidcd.io.tagged import read_tagged
 from demidcd.solvers.activeset import ActiveSets
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.features import SequenceFeaturizer
 
 
 def main() -> None:

@@ -151,7 +151,7 @@ def run_measured(cmd: list[str], stdout=None, timeout: float = 7200) -> tuple[in
 def chunk_f1_of_columns(path: Path) -> float:
     """Chunk F1 (%, conlleval's rules) of a file whose last two columns are gold and
     predicted (crf_test's output)."""
-    from demidcd.tasks.chunks import chunk_scores
+    from demidcd.tasks.chain.chunks import chunk_scores
 
     gold, pred, g, p = [], [], [], []
     for line in path.read_text().splitlines():
@@ -304,7 +304,7 @@ def crfsuite_child(template: str, train: str, test: str, model: str, iterations:
     import pycrfsuite
 
     from demidcd.io.tagged import read_tagged, token_columns
-    from demidcd.tasks.template_language import Template
+    from demidcd.tasks.chain.template_language import Template
 
     tpl = Template.from_name_or_file(template)
     tr, te = (read_tagged(p, fmt="columns") for p in (train, test))
@@ -326,7 +326,7 @@ def crfsuite_child(template: str, train: str, test: str, model: str, iterations:
     tagger = pycrfsuite.Tagger()
     tagger.open(model)
     pred = [tagger.tag(x) for x in items(te)]
-    from demidcd.tasks.chunks import chunk_scores
+    from demidcd.tasks.chain.chunks import chunk_scores
 
     f1 = 100.0 * chunk_scores(te.tags, pred).as_dict()["f1"]
     print(json.dumps({"test_f1": f1, "train_seconds": secs, "feature_seconds": prep,

@@ -255,9 +255,9 @@ def sequence_accuracy_score(y_true: Sequences, y_pred: Sequences) -> float:
 def chunk_metrics(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]],
                   label_scheme: str = "auto") -> dict[str, Any]:
     """Chunk (entity) precision, recall and F1, overall and per type, and token accuracy, as
-    ``conlleval`` computes them (:func:`demidcd.tasks.chunks.chunk_scores`; ``label_scheme``:
+    ``conlleval`` computes them (:func:`demidcd.tasks.chain.chunks.chunk_scores`; ``label_scheme``:
     how labels mark chunks, as ``--label-scheme``): what ``ChunkTagger.metrics`` gives."""
-    from .tasks.chunks import chunk_scores
+    from .tasks.chain.chunks import chunk_scores
 
     return chunk_scores([list(s) for s in y_true], [list(s) for s in y_pred],
                         label_scheme).as_dict()

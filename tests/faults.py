@@ -13,7 +13,7 @@ import sys
 
 
 def inject_worker_faults(after: int, monkeypatch=None) -> None:
-    from demidcd.tasks.sequence import SequenceTask
+    from demidcd.tasks.chain.task import SequenceTask
 
     parent = os.getpid()
     calls: dict[int, int] = {}

@@ -54,9 +54,9 @@ def conll04_task(n: int, solver: str):
 
 def tiny_sequence_task(n: int = 60):
     """The training task of a synthetic tagging problem (``n`` sentences, 4 tags, 100 words,
-    seed 1; features of :class:`~demidcd.tasks.features.SequenceFeaturizer` (1, 0))."""
+    seed 1; features of :class:`~demidcd.tasks.chain.features.SequenceFeaturizer` (1, 0))."""
     from demidcd.synthetic import generate
-    from demidcd.tasks.features import SequenceFeaturizer
+    from demidcd.tasks.chain.features import SequenceFeaturizer
 
     c = generate(n_sentences=n, n_tags=4, vocab_size=100, seed=1)
     est = SequenceTagger(min_count=1)

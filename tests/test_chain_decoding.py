@@ -1,6 +1,6 @@
-"""chain_decoding: k-best Viterbi, constrained decoding and max-marginals against brute-force
+"""tasks.chain.decoding: k-best Viterbi, constrained decoding and max-marginals against brute-force
 enumeration of all K^n label sequences on short random chains (n ≤ 5, K ≤ 5), and rank 0
-against the tagger's own Viterbi kernels (sequence._forward / _backtrack / decode_kernel)."""
+against the tagger's own Viterbi kernels (kernels._forward / _backtrack, records.decode_kernel)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demidcd.errors import OptionError
-from demidcd.tasks import chain_decoding as cd
-from demidcd.tasks import sequence as sq
+from demidcd.tasks.chain import confidence as cf
+from demidcd.tasks.chain import decoding as cd
+from demidcd.tasks.chain import kernels as sq
+from demidcd.tasks.chain import records
 
 NEG = -np.inf
 
 
 def max_marginals(em, tr, start, end, *, pos_tr=None, pos_index=None, fixed=None, allowed=None,
                   allowed_start=None, allowed_end=None):
-    """:func:`~demidcd.tasks.chain_decoding.max_marginals_chain` for one sentence (arguments as
-    :func:`~demidcd.tasks.chain_decoding.kbest`): M (n, K)."""
+    """:func:`~demidcd.tasks.chain.confidence.max_marginals_chain` for one sentence (arguments as
+    :func:`~demidcd.tasks.chain.decoding.kbest`): M (n, K)."""
     n, K, a = cd.chain_args(em, tr, start, end, pos_tr, pos_index, fixed, allowed,
                             allowed_start, allowed_end)
     M = np.empty(n * K, np.float64)
-    cd.max_marginals_chain(a[0], n, K, *a[1:], M, np.empty(3 * K, np.float64))
+    cf.max_marginals_chain(a[0], n, K, *a[1:], M, np.empty(3 * K, np.float64))
     return M.reshape(n, K)
 
 
@@ -160,7 +162,7 @@ def test_rank0_equals_decode_kernel_on_tagger_arrays():
     w = rng.integers(-3, 4, F * K + (K + 1) ** 2).astype(np.float32)  # ties on purpose
     chain = sq.Chain(sent_ptr, feat_ptr, feat_idx, np.zeros(0), np.zeros(0, np.int64),
                      np.zeros(0, np.int32), np.zeros(0))
-    tags, ptr = sq.decode_kernel(w.astype(np.float64), F, K, chain,
+    tags, ptr = records.decode_kernel(w.astype(np.float64), F, K, chain,
                                  np.arange(n_sent, dtype=np.int64))
     em = np.empty(n_tok * K, np.float32)
     for e in range(n_sent):
@@ -315,7 +317,7 @@ def test_impossible_constraints():
             c["end"], pos_tr, pos_index, masks["fixed"], allowed.reshape(-1), first, last)
     tags, sc, counts = cd.kbest_batch(*args, 2)
     assert counts.tolist() == [0] and np.all(tags == -1) and np.all(sc == NEG)
-    margins, sent, _ = cd.confidence_batch(*args, tags[:3], False)
+    margins, sent, _ = cf.confidence_batch(*args, tags[:3], False)
     assert np.all(margins == NEG) and sent[0] == NEG
 
 
@@ -367,7 +369,7 @@ def test_margins_zero_exactly_at_ties(seed, n, K, n_pos, force):
     ys, scores = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 2, fixed=fixed,
                           **kernel_args(c))
     M = max_marginals(c["em"], c["tr"], c["start"], c["end"], fixed=fixed, **kernel_args(c))
-    tok, sent = cd.margins(M, ys[0])
+    tok, sent = cf.margins(M, ys[0])
     ref = enumerate_sorted(c, mask_admissible(fixed=fixed))
     best = ref[0][0]
     assert np.all(tok >= 0)
@@ -384,7 +386,7 @@ def test_token_margins_of_a_non_viterbi_path_can_be_negative():
     c = random_chain(np.random.default_rng(5), 4, 3)
     ys, _ = cd.kbest(c["em"], c["tr"], c["start"], c["end"], 27)
     M = max_marginals(c["em"], c["tr"], c["start"], c["end"])
-    tok, sent = cd.margins(M, ys[-1])  # the worst sequence; the best is unique (random floats)
+    tok, sent = cf.margins(M, ys[-1])  # the worst sequence; the best is unique (random floats)
     differs = ys[-1] != ys[0]
     assert differs.any() and sent < 0
     assert np.all(tok[differs] < 0) and np.all(tok[~differs] >= 0)
@@ -405,8 +407,8 @@ def test_confidence_batch_matches_per_sentence():
     args = (em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allowed, first, last)
     tags, _, counts = cd.kbest_batch(*args, 1)
     assert counts.tolist() == [1] * 5
-    margins, sent, table = cd.confidence_batch(*args, tags, True)
-    _, _, empty = cd.confidence_batch(*args, tags, False)
+    margins, sent, table = cf.confidence_batch(*args, tags, True)
+    _, _, empty = cf.confidence_batch(*args, tags, False)
     assert table.shape == (n_tok * K,) and empty.shape == (0,)
     for e, n in enumerate(lengths):
         a = int(sent_ptr[e])
@@ -414,7 +416,7 @@ def test_confidence_batch_matches_per_sentence():
         M = max_marginals(em[a * K:(a + n) * K].reshape(n, K), tr.reshape(K, K), start, end,
                              pos_tr=pos_tr, pos_index=pos_index[sl], fixed=fixed[sl])
         np.testing.assert_array_equal(table[a * K:(a + n) * K], M.reshape(-1))
-        tok, s = cd.margins(M, tags[sl])
+        tok, s = cf.margins(M, tags[sl])
         np.testing.assert_array_equal(margins[sl], tok)
         assert sent[e] == s
         assert n > 0 or s == np.inf

@@ -10,11 +10,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from chain_hash import hash_tags
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demidcd.tasks.features import EncodedSequences
-from demidcd.tasks.sequence import SequenceTask
+from demidcd.tasks.chain.features import EncodedSequences
+from demidcd.tasks.chain.task import SequenceTask
 
 
 def random_chain(rng: np.random.Generator, n_sent: int, K: int, F: int, valued: bool,
@@ -112,7 +113,7 @@ def test_viterbi_and_loss_augmented_equal_enumeration(seed, K, F, G, valued):
                 assert i not in rec
                 continue
             k = rec[int(i)]
-            assert rb.hash[k] == SequenceTask.hash_tags(np.array(best, np.int32))
+            assert rb.hash[k] == hash_tags(np.array(best, np.int32))
             assert rb.delta[k] == sum(int(a != b) for a, b in zip(best, gold, strict=True))
             sl = slice(rb.ptr[k], rb.ptr[k + 1])
             phi = np.zeros(task.dim)
@@ -335,7 +336,7 @@ def _valued_bigram_task(n_sentences: int = 120, G: int = 24, seed: int = 3) -> S
     observation feature (U(0.5, 1.5)) and, per token but the first of a sentence, two B
     features: the bucket of the previous word type (mod G − 1) and a bias (G − 1), valued."""
     from demidcd.synthetic import generate
-    from demidcd.tasks.features import SequenceFeaturizer
+    from demidcd.tasks.chain.features import SequenceFeaturizer
 
     c = generate(n_sentences=n_sentences, n_tags=5, vocab_size=300, seed=seed)
     enc = SequenceFeaturizer(1, 0).fit_transform(c.tokens)

@@ -16,8 +16,8 @@ from demidcd.errors import OptionError
 from demidcd.io.tagged import read_tagged
 from demidcd.options import DataOptions
 from demidcd.tasks import TASKS, TaskSpec, get_task, register, task_names
-from demidcd.tasks.chunks import chunk_scores, resolve_scheme, split_label
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.chunks import chunk_scores, resolve_scheme, split_label
+from demidcd.tasks.chain.features import SequenceFeaturizer
 
 
 # ------------------------------------------------------------------ an independent conlleval

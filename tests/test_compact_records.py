@@ -9,7 +9,7 @@ from demidcd.estimators.sequence import SequenceTagger
 from demidcd.solvers import kernels as K
 from demidcd.solvers.activeset import ActiveSets
 from demidcd.synthetic import generate
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.features import SequenceFeaturizer
 
 
 def chain_task(n_sentences: int = 150, seed: int = 3):

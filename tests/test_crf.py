@@ -13,8 +13,8 @@ from test_chain_features import naive_phi, random_chain
 from test_nbest_force_scores import _blocks, cli_chunker  # noqa: F401, F811 (a fixture)
 
 from demidcd.solvers.crf import CrfObjective, minimize_lbfgs
-from demidcd.tasks.chain_marginals import marginals_kernel, nll_gradient_kernel
-from demidcd.tasks.sequence import SequenceTask
+from demidcd.tasks.chain.marginals import marginals_kernel, nll_gradient_kernel
+from demidcd.tasks.chain.task import SequenceTask
 
 
 def _chain(seed: int, valued: bool, G: int, K: int = 3, n_sent: int = 6, max_len: int = 4):

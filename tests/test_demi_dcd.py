@@ -49,9 +49,9 @@ import numpy as np
 from demidcd.api import SequenceTagger
 from demidcd.synthetic import generate
 from demidcd.solvers import warm_up
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.features import SequenceFeaturizer
 from demidcd.solvers import kernels as K
-from demidcd.tasks import sequence as S
+from demidcd.tasks.chain import records as S
 from demidcd.primitives import ring, seqlock
 c = generate(n_sentences=20, n_tags=4, vocab_size=50, seed=1)
 est = SequenceTagger(min_count=1)

@@ -1,5 +1,5 @@
 """The dictionary of the built-in features counted per word type and per n-gram
-(:mod:`demidcd.tasks.feature_counts`) is the one of counting every token's feature strings:
+(:mod:`demidcd.tasks.chain.feature_counts`) is the one of counting every token's feature strings:
 random sentences whose words and attribute values hold ``|``, ``<s>``, case variants."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from demidcd.tasks.feature_counts import frequency_order
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.feature_counts import frequency_order
+from demidcd.tasks.chain.features import SequenceFeaturizer
 
 WORDS = ["the", "The", "THE", "a|b", "A|B", "a", "b|c", "b", "c", "|", "||", "<s>", "</s>",
          "<S>", "New-York", "3.14", "café", "CAFÉ", "Émile", "x", "-", "A1"]

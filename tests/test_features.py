@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from demidcd.tasks.features import (
+from demidcd.tasks.chain.features import (
     EncodedSequences,
     SequenceFeaturizer,
     collapse_shape,
@@ -171,7 +171,7 @@ def test_unfitted_and_bad_args():
 
 
 def test_word_clusters_group_words_by_their_neighbours():
-    from demidcd.tasks.features import word_clusters
+    from demidcd.tasks.chain.features import word_clusters
 
     # cities follow en / a / de, names follow dijo / vio / y
     X = ([["en", "Madrid"], ["a", "Madrid"], ["de", "Madrid"], ["en", "Madrid"], ["en", "Lima"],
@@ -188,7 +188,7 @@ def test_word_clusters_group_words_by_their_neighbours():
 
 
 def test_ner_template_window_and_state():
-    from demidcd.tasks.features import _ner_window
+    from demidcd.tasks.chain.features import _ner_window
 
     toks = [["El", "Banco", "de", "España"]]
     attrs = [[("DA",), ("NC",), ("SP",), ("NP",)]]
@@ -210,7 +210,7 @@ def test_ner_template_window_and_state():
 
 
 def test_doc_context_features_of_capitalised_words():
-    from demidcd.tasks.features import _NONE, _PER_DOC, _doc_context
+    from demidcd.tasks.chain.features import _NONE, _PER_DOC, _doc_context
 
     sents = [["Banco", "de", "España", "sube"],       # sentence-initial "Banco"
              ["el", "banco", "de", "García", "."],

@@ -20,8 +20,8 @@ from demidcd.solvers.online import hinge_objective
 from demidcd.solvers.sdm import ramp_objective
 from demidcd.synthetic import generate_splits
 from demidcd.tasks.base import INDEX_DTYPE, RecordBatch
-from demidcd.tasks.features import SequenceFeaturizer
-from demidcd.tasks.sequence import SequenceTask
+from demidcd.tasks.chain.features import SequenceFeaturizer
+from demidcd.tasks.chain.task import SequenceTask
 
 NEW = ("perceptron", "mira", "pegasos", "adagrad", "sdm-hinge", "sdm-ramp")
 

@@ -1,5 +1,5 @@
 """Pruned Viterbi for many labels (pruned_viterbi.relax_pruned, issue 43) against the dense scan:
-the tagger's decode and loss-augmented kernels and the constrained 1-best of chain_decoding,
+the tagger's decode and loss-augmented kernels and the constrained 1-best of chain.decoding,
 forced to each path, must give the same labels and the same scores, bit for bit, on random
 chains with B features, real values, forced labels and transition masks."""
 
@@ -9,11 +9,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demidcd.tasks import chain_decoding as cd
-from demidcd.tasks import pruned_viterbi as pv
-from demidcd.tasks import sequence as sq
-from demidcd.tasks.features import EncodedSequences
-from demidcd.tasks.sequence import SequenceTask
+from demidcd.tasks.chain import decoding as cd
+from demidcd.tasks.chain import kernels as sq
+from demidcd.tasks.chain import pruned_viterbi as pv
+from demidcd.tasks.chain import records
+from demidcd.tasks.chain.features import EncodedSequences
+from demidcd.tasks.chain.task import SequenceTask
 
 DENSE = 1 << 30  # prune_from no tag count reaches: the dense scan
 PRUNED = 0  # prune_from every tag count reaches
@@ -60,31 +61,31 @@ def random_weights(rng: np.random.Generator, task: SequenceTask, trans_scale: fl
        trans_scale=st.sampled_from([0.05, 0.5, 3.0]))
 def test_pruned_tagger_kernels_equal_dense(seed, K, G, valued, f32, integer, trans_scale):
     """decode_kernel and loss_augmented_kernel (augment 1, −1, 0) give the same tags and the
-    same records pruned as dense; _chain_viterbi the same path and score, sentence by
+    same records pruned as dense; chain_viterbi the same path and score, sentence by
     sentence, ties included (integer weights)."""
     rng = np.random.default_rng(seed)
     task = random_task(rng, K, int(rng.integers(1, 4)), 20, G, valued)
     w = random_weights(rng, task, trans_scale, integer, np.float32 if f32 else np.float64)
     ex = np.arange(task.n_examples, dtype=np.int64)
     F, chain, gold = task.F, task.chain, task._gold_array()
-    dense = sq.decode_kernel(w, F, K, chain, ex, DENSE)
-    pruned = sq.decode_kernel(w, F, K, chain, ex, PRUNED)
+    dense = records.decode_kernel(w, F, K, chain, ex, DENSE)
+    pruned = records.decode_kernel(w, F, K, chain, ex, PRUNED)
     for a, b in zip(dense, pruned, strict=True):
         np.testing.assert_array_equal(a, b)
     for augment in (1.0, -1.0, 0.0):
-        rd = sq.loss_augmented_kernel(w, F, K, task.G, chain, gold, ex, augment, DENSE)
-        rp = sq.loss_augmented_kernel(w, F, K, task.G, chain, gold, ex, augment, PRUNED)
+        rd = records.loss_augmented_kernel(w, F, K, task.G, chain, gold, ex, augment, DENSE)
+        rp = records.loss_augmented_kernel(w, F, K, task.G, chain, gold, ex, augment, PRUNED)
         for a, b in zip(rd, rp, strict=True):
             np.testing.assert_array_equal(a, b)
     tr, trT, start, end = sq.transitions(w, F, K)
-    tmax, order = sq._pruning(tr, K, PRUNED)
+    tmax, order = sq.pruning(tr, K, PRUNED)
     assert tmax.shape == (K,) and order.shape == (2 * K,)
     for i in ex:
         a0, n = int(task.sent_ptr[i]), int(task.sent_ptr[i + 1] - task.sent_ptr[i])
         out = []
         for tm, od in ((tr[:0], order[:0]), (tmax, order)):
-            _, em, scratch, y, trb, slots = sq._workspace(w, K, chain, ex[i:i + 1])
-            s = sq._chain_viterbi(w, F, K, chain, a0, n, tr, trT, start, end, em, scratch, trb,
+            _, em, scratch, y, trb, slots = records._workspace(w, K, chain, ex[i:i + 1])
+            s = sq.chain_viterbi(w, F, K, chain, a0, n, tr, trT, start, end, em, scratch, trb,
                                   slots, y, gold, 1.0, tm, od)
             out.append((y[:n].copy(), s))
         np.testing.assert_array_equal(out[0][0], out[1][0])
@@ -131,17 +132,17 @@ def test_pruned_constrained_one_best_equals_dense(seed, K, n_pos, f32, integer, 
 
 
 def test_pruning_follows_the_label_count():
-    """_pruning gives the pruned pass (tmax = column maxima) from prune_from tags on, the
+    """pruning gives the pruned pass (tmax = column maxima) from prune_from tags on, the
     dense one (empty arrays) below; loss-augmented inference prunes from no fewer tags than
     decoding (the measured crossovers)."""
     rng = np.random.default_rng(0)
     for K in (1, 5, 70):
         tr = rng.normal(size=K * K)
-        tmax, order = sq._pruning(tr, K, K)
+        tmax, order = sq.pruning(tr, K, K)
         np.testing.assert_array_equal(tmax, tr.reshape(K, K).max(axis=0))
         assert order.shape == (2 * K,) and order.dtype == np.int32
-        assert sq._pruning(tr, K, K + 1)[0].size == 0
-    assert 1 < sq.PRUNE_FROM_LABELS <= sq.PRUNE_FROM_LABELS_AUGMENTED <= 453
+        assert sq.pruning(tr, K, K + 1)[0].size == 0
+    assert 1 < pv.PRUNE_FROM_LABELS <= pv.PRUNE_FROM_LABELS_AUGMENTED <= 453
 
 
 def test_pruned_pass_stops_early_when_emissions_dominate():

@@ -20,8 +20,8 @@ from demidcd.cli import main
 from demidcd.errors import OptionError
 from demidcd.options import OPTIONS, DataOptions, OutputOptions
 from demidcd.tasks import get_task
-from demidcd.tasks.chain_decoding import scheme_transitions, training_scheme
-from demidcd.tasks.sequence import SequenceTask
+from demidcd.tasks.chain.decoding import scheme_transitions, training_scheme
+from demidcd.tasks.chain.task import SequenceTask
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from demidcd.api import ChunkTagger, DependencyParser, NamedEntityTagger, Sequen
 from demidcd.cli import main
 from demidcd.errors import InputError, InputTypeError, OptionError
 from demidcd.io.tagged import read_tagged, token_columns
-from demidcd.tasks.template import DictFeaturizer, TemplateFeaturizer
-from demidcd.tasks.template_language import Template
+from demidcd.tasks.chain.template import DictFeaturizer, TemplateFeaturizer
+from demidcd.tasks.chain.template_language import Template
 
 FIT = {"C": 0.1, "algorithm": "dcd", "threads": 1, "seed": 0, "max_epochs": 4}
 

@@ -104,16 +104,16 @@ def test_the_checks_see_what_they_look_for():
            "    return getattr(args, 'nbest', None), vars(args)\n")
     assert [w for _, w in _uses_of_args(ast.parse(src))] == [
         "args.encoding", "args.column", "getattr(args, ...)", "vars(args, ...)"]
-    node = ast.parse("from ..io.tagged import _label_index").body[0]
+    node = ast.parse("from ...io.tagged import _label_index").body[0]
     assert isinstance(node, ast.ImportFrom)
-    assert _source_module("demidcd.tasks.chain_stream", PACKAGE / "tasks" / "chain_stream.py",
+    assert _source_module("demidcd.tasks.chain.stream", PACKAGE / "tasks" / "chain" / "stream.py",
                           node) == "demidcd.io.tagged"
 
 
 def test_the_private_check_sees_both_forms(tmp_path):
-    path = tmp_path / "chain_stream.py"
-    path.write_text("from ..io.tagged import _label_index\nfrom ..io import tagged\n"
+    path = tmp_path / "stream.py"
+    path.write_text("from ...io.tagged import _label_index\nfrom ...io import tagged\n"
                     "x = tagged._label_index('conllu', None)\ny = tagged.read_tagged\n")
     modules = {"demidcd.io.tagged": path, "demidcd.io": path}
-    assert _private_uses("demidcd.tasks.chain_stream", path, modules) == [
+    assert _private_uses("demidcd.tasks.chain.stream", path, modules) == [
         (1, "_label_index from demidcd.io.tagged"), (3, "_label_index of demidcd.io.tagged")]

@@ -13,7 +13,7 @@ import pytest
 from demidcd.cli import build_parser, load_model, main
 from demidcd.errors import DemidcdError
 from demidcd.io import stream
-from demidcd.tasks.features import SequenceFeaturizer
+from demidcd.tasks.chain.features import SequenceFeaturizer
 
 WORDS = ["the", "The", "THE", "cat", "Cat", "a|b", "x|y|z", "|", "||", "New-York", "3.14",
          "<s>", "</s>", "café", "Émile", "ok", "run", "ran", "-", "--", "A1", "b2c"]
@@ -142,7 +142,7 @@ def test_streamed_predict_writes_what_the_whole_file_path_writes(models, tmp_pat
 
 def test_fast_route_takes_the_blocks(models, tmp_path, monkeypatch):
     """The numba route reads the usual files (no block falls back to the parsers)."""
-    from demidcd.tasks import chain_stream
+    from demidcd.tasks.chain import stream as chain_stream
 
     d, m = models
     calls = {"fast": 0, "general": 0}

@@ -297,7 +297,7 @@ def test_flat_and_sequence_scores_by_brute_force():
 
 def test_chunk_f1_score_is_the_evaluate_scorer():
     from demidcd import metrics
-    from demidcd.tasks.chunks import chunk_scores
+    from demidcd.tasks.chain.chunks import chunk_scores
 
     y_true = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     y_pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]  # 2 of 3 entities right

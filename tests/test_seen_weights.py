@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from test_chain_features import enumerate_scores, naive_phi, random_chain, sentence
 
-from demidcd.tasks.features import EncodedSequences
-from demidcd.tasks.sequence import SequenceTask, seen_pairs
+from demidcd.tasks.chain.features import EncodedSequences
+from demidcd.tasks.chain.records import seen_pairs
+from demidcd.tasks.chain.task import SequenceTask
 
 
 def restricted(X, Y, K: int, n_obs: int, G: int) -> tuple[SequenceTask, SequenceTask, callable,

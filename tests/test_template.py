@@ -20,14 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demidcd.errors import InputError
-from demidcd.tasks.template import (
+from demidcd.tasks.chain.template import (
     DictFeaturizer,
     TemplateEncoding,
     TemplateFeaturizer,
     flatten_into,
 )
-from demidcd.tasks.template_language import SHIPPED_TEMPLATES, Template
-from demidcd.tasks.template_regex import WapitiRegex, compile_regex
+from demidcd.tasks.chain.template_language import SHIPPED_TEMPLATES, Template
+from demidcd.tasks.chain.template_regex import WapitiRegex, compile_regex
 
 
 def dict_features(token):

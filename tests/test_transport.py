@@ -163,7 +163,7 @@ def test_ms_dcd_over_the_fake_transport_is_deterministic(toy, experimental):
 def seq():
     from demidcd.api import SequenceTagger
     from demidcd.synthetic import generate
-    from demidcd.tasks.features import SequenceFeaturizer
+    from demidcd.tasks.chain.features import SequenceFeaturizer
 
     c = generate(n_sentences=60, n_tags=4, vocab_size=100, seed=1)
     est = SequenceTagger(min_count=1)

@@ -14,10 +14,11 @@ import numpy as np
 from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import timed_step
-from ..tasks.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
-from ..tasks.sequence import SequenceTask, seen_pairs
-from ..tasks.template import DictFeaturizer, TemplateFeaturizer, resolve_template
-from ..tasks.template_language import Template
+from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+from ..tasks.chain.records import seen_pairs
+from ..tasks.chain.task import SequenceTask
+from ..tasks.chain.template import DictFeaturizer, TemplateFeaturizer, resolve_template
+from ..tasks.chain.template_language import Template
 from .base import (
     StructuredEstimator,
     check_sentences,
@@ -69,21 +70,21 @@ class SequenceTagger(StructuredEstimator):
     X is a list of sentences, Y a list of tag lists. A token is
 
     * a word, or a tuple ``(word, col_1, …)`` of strings: with ``template=None`` the built-in
-      features (:mod:`demidcd.tasks.features`; the extra columns, e.g. POS, feed its attribute
+      features (:mod:`demidcd.tasks.chain.features`; the extra columns, e.g. POS, feed its attribute
       window); with ``template`` (a CRF++ / Wapiti template: a shipped name ``"chunking"``,
       ``"pos"``, ``"ner"``, a file path or a
-      :class:`~demidcd.tasks.template_language.Template`) the template's features, ``%x[r,c]``
+      :class:`~demidcd.tasks.chain.template_language.Template`) the template's features, ``%x[r,c]``
       reading column c of the tuple (0 = the word);
     * a feature dict as sklearn-crfsuite takes it (python-crfsuite's rules: a str value →
       the indicator ``name:value``, a number → feature ``name`` with that real value, a bool →
       an indicator, a list of str → several, a nested dict → prefixed names), or a list of
-      feature names (:class:`~demidcd.tasks.template.DictFeaturizer`); ``sent2features`` of the
-      sklearn-crfsuite tutorial gives such X unchanged.
+      feature names (:class:`~demidcd.tasks.chain.template.DictFeaturizer`); ``sent2features``
+      of the sklearn-crfsuite tutorial gives such X unchanged.
 
     The kind is read off the tokens, in fit as in predict and score. Extra hyper-parameters:
     ``min_count`` (feature dictionary cut-off; None: 1 for dicts and templates, which keep
     every feature as CRFsuite and CRF++ do, else
-    :data:`~demidcd.tasks.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
+    :data:`~demidcd.tasks.chain.features.DEFAULT_MIN_COUNT`), ``hashing`` (> 0: hashed features, no
     dictionary; None: 0), ``template`` and ``weights`` (``"all"``: a weight for every
     (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite
     keeps them, ``seen_pairs_``; memory then grows with them, not with features x labels;
@@ -100,7 +101,7 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
-    _template = "base"  # feature template of demidcd.tasks.features
+    _template = "base"  # feature template of demidcd.tasks.chain.features
     _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means (built-in template)
 
     __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None),
@@ -234,7 +235,7 @@ class SequenceTagger(StructuredEstimator):
 
     def decode_encoded(self, enc) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` of sentences already encoded by ``featurizer_`` (an
-        :class:`~demidcd.tasks.features.EncodedSequences`), as tag ids: (flat int32 ids into
+        :class:`~demidcd.tasks.chain.features.EncodedSequences`), as tag ids: (flat int32 ids into
         ``classes_``, int64 ptr, sentence e holding ids[ptr[e]:ptr[e+1]])."""
         self._check_fitted()
         return self._decode_ids(self._task(None, None, enc), self.coef_)
@@ -267,7 +268,7 @@ class SequenceTagger(StructuredEstimator):
 
     # -- n best, forced tags, confidence ------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The transition constraints decoding obeys (chain_decoding.scheme_transitions), or
+        """The transition constraints decoding obeys (chain.decoding.scheme_transitions), or
         None: none for plain tagging (:class:`ChunkTagger` has its label scheme's)."""
         return None
 
@@ -347,7 +348,7 @@ class SequenceTagger(StructuredEstimator):
     def predict_marginals(self, X: list[list], fixed: list[list[str | None]] | None = None
                           ) -> list[list[dict[str, float]]]:
         """sklearn-crfsuite's ``predict_marginals``: per sentence, per token a dict tag →
-        p(y_t = tag | x) (forward-backward, :mod:`demidcd.tasks.chain_marginals`), over the
+        p(y_t = tag | x) (forward-backward, :mod:`demidcd.tasks.chain.marginals`), over the
         taggings :meth:`predict` considers (``fixed`` tags kept, the label scheme's constraints
         obeyed). Only for models trained with ``algorithm="crf"``; others raise OptionError."""
         return self.predict_marginals_logp(X, fixed)[0]
@@ -356,7 +357,7 @@ class SequenceTagger(StructuredEstimator):
                                ) -> tuple[list[list[dict[str, float]]], list[list[str]],
                                           np.ndarray]:
         """(:meth:`predict_marginals`, :meth:`predict`'s tags, log p(tags | x) per sentence)."""
-        from ..tasks.chain_marginals import chain_marginals
+        from ..tasks.chain.marginals import chain_marginals
 
         self._check_fitted()
         self._check_probabilistic("predict_marginals")
@@ -546,7 +547,7 @@ class SequenceTagger(StructuredEstimator):
             obj.n_bfeatures_ = obj._n_bfeatures
             obj.data_options_ = dict(meta.get("data_options") or {})
             if pairs is not None:
-                from ..tasks.sequence import check_pairs
+                from ..tasks.chain.records import check_pairs
 
                 if pairs[1] is None:
                     raise ValueError("seen pairs without their labels")
@@ -575,7 +576,7 @@ class ChunkTagger(SequenceTagger):
 
     Labels are BIO / IOB1 / IOB2 / BIOES chunk tags (``B-NP``, ``I-PER``, ``O`` …);
     ``label_scheme`` (``auto``, ``iob1``, ``iob2``/``bio``, ``bioes``/``iobes``) says how to read
-    them (:mod:`demidcd.tasks.chunks`). :meth:`score` is chunk F1 and :meth:`metrics` gives
+    them (:mod:`demidcd.tasks.chain.chunks`). :meth:`score` is chunk F1 and :meth:`metrics` gives
     precision, recall and F1 overall and per type, and token accuracy.
 
     The DCD learners solve the hinge-loss (L1) SSVM by default here (``loss=None``): it scored
@@ -604,8 +605,8 @@ class ChunkTagger(SequenceTagger):
     def _check_labels(self, Y: list[list[str]]) -> None:
         """The label scheme must read the training tags (fails before any work); it sets
         ``constraint_scheme_``."""
-        from ..tasks.chain_decoding import training_scheme
-        from ..tasks.chunks import resolve_scheme
+        from ..tasks.chain.chunks import resolve_scheme
+        from ..tasks.chain.decoding import training_scheme
 
         resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")
         self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
@@ -613,11 +614,11 @@ class ChunkTagger(SequenceTagger):
     # -- label-scheme constraints -------------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The label scheme's transition rules (no I-X after O or after another type, none
-        first; BIOES likewise: :func:`~demidcd.tasks.chain_decoding.scheme_transitions`) when
+        first; BIOES likewise: :func:`~demidcd.tasks.chain.decoding.scheme_transitions`) when
         ``constraints`` is on (None: :data:`CONSTRAINTS_DEFAULT`) and the training tags follow
-        IOB2 or BIOES (``constraint_scheme_``, :func:`~demidcd.tasks.chain_decoding.
+        IOB2 or BIOES (``constraint_scheme_``, :func:`~demidcd.tasks.chain.decoding.
         training_scheme`); None otherwise (IOB1: every tag sequence is well formed)."""
-        from ..tasks.chain_decoding import scheme_transitions
+        from ..tasks.chain.decoding import scheme_transitions
 
         on = self.constraints
         if on is None:
@@ -645,7 +646,7 @@ class ChunkTagger(SequenceTagger):
                 raise ModelFileError(str(path), f"corrupt model metadata (constraint_scheme "
                                                 f"{scheme!r})")
         else:  # a model saved before: its scheme when explicit or BIOES, else none known
-            from ..tasks.chunks import resolve_scheme
+            from ..tasks.chain.chunks import resolve_scheme
 
             given = (self.label_scheme or "auto").lower()
             given = {"bio": "iob2", "iobes": "bioes"}.get(given, given)
@@ -656,7 +657,7 @@ class ChunkTagger(SequenceTagger):
         self.constraint_scheme_ = scheme
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
-        from ..tasks.chunks import chunk_scores
+        from ..tasks.chain.chunks import chunk_scores
 
         return chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
 
@@ -664,8 +665,8 @@ class ChunkTagger(SequenceTagger):
 class NamedEntityTagger(ChunkTagger):
     """A :class:`ChunkTagger` for named entities (``B-PER``, ``I-LOC`` …), scored by entity F1.
 
-    Its features are the ``ner`` template of :mod:`demidcd.tasks.features` (word clusters and a
-    wider window) and ``min_count`` defaults to 1 (rare words matter for entities: it raised
+    Its features are the ``ner`` template of :mod:`demidcd.tasks.chain.features` (word clusters
+    and a wider window) and ``min_count`` defaults to 1 (rare words matter for entities: it raised
     CoNLL-2002 Spanish entity F1, benchmarks/README.md)."""
 
     task_name = "ner"

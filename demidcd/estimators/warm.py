@@ -4,7 +4,7 @@ and labels extended by the new data's, and its w mapped onto them as the prior w
 
 A warm start solves min ½‖w − w₀‖² + C Σ ξ² (:mod:`demidcd.solvers.state`); w₀ has to be
 indexed like the new w. Where the featurizer keeps a dictionary of feature strings
-(:class:`~demidcd.tasks.features.SequenceFeaturizer`), the new dictionary is the old one with
+(:class:`~demidcd.tasks.chain.features.SequenceFeaturizer`), the new dictionary is the old one with
 the new data's features appended (old ids unchanged), the labels are the old ones with the new
 data's appended (zero rows in w₀), and w₀ is the old w laid out for the larger F and K
 (:func:`prior_weights`). A featurizer without such a dictionary (hashed features, the template
@@ -56,8 +56,8 @@ def extend_labels(old: list[str], new: list[str]) -> list[str]:
 
 def _dictionary(featurizer: Any) -> list[str] | None:
     """The feature strings of a featurizer with a plain dictionary (id → string) and the
-    state layout of :class:`~demidcd.tasks.features.SequenceFeaturizer`, else None."""
-    from ..tasks.features import SequenceFeaturizer
+    state layout of :class:`~demidcd.tasks.chain.features.SequenceFeaturizer`, else None."""
+    from ..tasks.chain.features import SequenceFeaturizer
 
     if type(featurizer) is not SequenceFeaturizer or featurizer.hashing:
         return None
@@ -97,7 +97,7 @@ def prior_weights(old: Any, new: Any, task: Any) -> np.ndarray:
     :func:`extend_labels`), the emission rows of the old features and the transitions between
     old labels (START and END included) copied to their new places, zero for new features and
     labels; otherwise the old w as it is, which must have the new w's length."""
-    from ..tasks.sequence import SequenceTask
+    from ..tasks.chain.task import SequenceTask
 
     w = np.asarray(old.coef_, np.float64)
     if getattr(old, "seen_pairs_", None) is not None or \

@@ -4,7 +4,7 @@ CRFsuite's objective
     L(w) = Σ_i −log p(y_i | x_i) + c1 Σ_j |w_j| + c2 Σ_j w_j²
 
 (CRFsuite's ``lbfgs`` trainer: ``c2`` multiplies ‖w‖² itself, not ½‖w‖²), over the chain
-tasks' features (:mod:`demidcd.tasks.chain_marginals`: forward-backward over the scores Viterbi
+tasks' features (:mod:`demidcd.tasks.chain.marginals`: forward-backward over the scores Viterbi
 reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / max(1, ‖w‖) ≤
 ``epsilon`` (g the pseudo-gradient with L1), or an improvement (f_{k−period} − f_k) / f_k below
 ``stop_delta`` over the last ``period`` iterations, or ``max_iterations``.
@@ -38,7 +38,7 @@ ARMIJO = 1e-4  # sufficient decrease of the backtracking line search (liblbfgs' 
 def check_marginals(task: Task) -> None:
     """Refuse, in one line, a task whose structures have no marginals (no forward-backward):
     every task but the chain ones (sequence, chunking, ner)."""
-    from ..tasks.sequence import SequenceTask
+    from ..tasks.chain.task import SequenceTask
 
     if not isinstance(task, SequenceTask):
         raise OptionError(f"crf needs marginals; task {task.name} has none (--algorithm crf "
@@ -50,7 +50,7 @@ def check_marginals(task: Task) -> None:
 
 def compile_kernels(task: Task) -> None:
     """Compile (or load from numba's cache) the forward-backward kernels on example 0."""
-    from ..tasks.chain_marginals import marginals_kernel, nll_gradient_kernel
+    from ..tasks.chain.marginals import marginals_kernel, nll_gradient_kernel
 
     check_marginals(task)
     w = np.zeros(task.dim)
@@ -85,7 +85,7 @@ class CrfObjective:
         self.evaluations = 0
 
     def _shard(self, ex: np.ndarray, grad: np.ndarray) -> float:
-        from ..tasks.chain_marginals import nll_gradient_kernel
+        from ..tasks.chain.marginals import nll_gradient_kernel
 
         t = self.task
         return nll_gradient_kernel(self._w, t.F, t.K, t.chain, t.Y, ex, grad)

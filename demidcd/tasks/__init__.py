@@ -195,8 +195,8 @@ def get_task(name: str) -> TaskSpec:
 
 
 # -- the registered tasks (one line each) -------------------------------------------------
-register("sequence", "demidcd.tasks.sequence:SPEC")
-register("chunking", "demidcd.tasks.chunking:CHUNKING")
-register("ner", "demidcd.tasks.chunking:NER")
+register("sequence", "demidcd.tasks.chain.spec:SPEC")
+register("chunking", "demidcd.tasks.chain.spec:CHUNKING")
+register("ner", "demidcd.tasks.chain.spec:NER")
 register("entity-relation", "demidcd.tasks.entity_relation.spec:SPEC")
 register("dependency", "demidcd.tasks.dependency.spec:SPEC")

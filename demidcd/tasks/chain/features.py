@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from ..primitives.monitor import timed_step
+from ...primitives.monitor import timed_step
 from .feature_counts import count_base_features, frequency_order
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
@@ -82,7 +82,7 @@ class EncodedSequences:
     feat_val[same range] (None: every value is 1).
 
     Bigram observation features (CRF++ / Wapiti ``B`` templates with an observation; ids in
-    [0, G), see :mod:`demidcd.tasks.sequence`): token t fires bfeat_idx[bfeat_ptr[t]:
+    [0, G), see :mod:`demidcd.tasks.chain.kernels`): token t fires bfeat_idx[bfeat_ptr[t]:
     bfeat_ptr[t+1]] with values bfeat_val[same range] (None: all 1); they score the transition
     (y_{t-1} → y_t), so those of a sentence's first token are ignored. bfeat_ptr None: none.
     """
@@ -501,7 +501,7 @@ class SequenceFeaturizer:
         return EncodedSequences(sent_ptr, feat_ptr, feat_idx)
 
     def type_tables(self, n_attr: int):
-        """The :class:`~demidcd.tasks.type_tables.TypeTables` of the fitted dictionary for
+        """The :class:`~demidcd.tasks.chain.type_tables.TypeTables` of the fitted dictionary for
         tokens with ``n_attr`` attribute columns (built on first use, kept across calls);
         None when the features are hashed or of the ``ner`` template (no tables for them)."""
         if self.hashing or self.template != "base" or self._index is None:
@@ -517,7 +517,7 @@ class SequenceFeaturizer:
 
     def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int) -> EncodedSequences:
         """:meth:`_encode` with the dictionary, from tables kept per word type (the same
-        ids: :mod:`~demidcd.tasks.type_tables`)."""
+        ids: :mod:`~demidcd.tasks.chain.type_tables`)."""
         tables = self.type_tables(n_attr)
         flat = list(itertools.chain.from_iterable(tokens))
         values = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numba as nb
 import numpy as np
 
-from ..errors import OptionError
+from ...errors import OptionError
 
 SCHEMES = ("auto", "iob1", "iob2", "bio", "bioes", "iobes", "conlleval")
 _O, _B, _I, _E, _OPEN, _CLOSE, _DOT = 0, 1, 2, 3, 4, 5, 6  # conlleval's special tags

@@ -4,8 +4,8 @@ At position t the forward max for tag b is max_a (δ_{t−1}(a) + T[a, b]). With
 tmax[b] = max_a T[a, b] (:func:`column_max`, once per w), the predecessors a are visited in
 decreasing δ_{t−1}(a) and b's search stops once δ_{t−1}(a) + tmax[b] cannot beat the best
 found (CarpeDiem-style upper-bound pruning, Esposito and Radicioni, JMLR 2009): the same table,
-value for value, as the dense scan. Used by the chain kernels of :mod:`.sequence` and
-:mod:`.chain_decoding`.
+value for value, as the dense scan. Used by the chain kernels of :mod:`.kernels` and
+:mod:`.decoding`.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from ..errors import OptionError
+from ...errors import OptionError
 from .features import DEFAULT_MIN_COUNT
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
@@ -348,7 +348,7 @@ class TemplateFeaturizer(_SpacesFeaturizer):
 
     ``template``: a :class:`Template`, or a file path or shipped name
     (:meth:`Template.from_name_or_file`).
-    ``min_count`` / ``hashing`` as in :class:`~demidcd.tasks.features.SequenceFeaturizer`;
+    ``min_count`` / ``hashing`` as in :class:`~demidcd.tasks.chain.features.SequenceFeaturizer`;
     B features are hashed mod ``bhashing`` (default: ``hashing``; each B weight row has K² entries
     against K for U, so a smaller modulus is often wiser).
     """
@@ -576,7 +576,7 @@ __all__ = ["DictFeaturizer", "TemplateEncoding", "TemplateFeaturizer", "flatten_
 
 
 def resolve_template(template: Any) -> Template | None:
-    """The ``template`` parameter as a :class:`~demidcd.tasks.template_language.Template`
+    """The ``template`` parameter as a :class:`~demidcd.tasks.chain.template_language.Template`
     (None: the built-in features): a Template, a shipped name (``chunking``, ``pos``, ``ner``)
     or a file path; a template that does not parse raises InputError naming its file and
     line."""

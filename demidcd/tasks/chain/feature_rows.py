@@ -1,6 +1,6 @@
 """Numba helpers that build tokens' feature-id rows (CSR: ``feat_ptr``, ``feat_idx``), shared by
-the built-in featurizer (:mod:`~demidcd.tasks.features`) and the per-type tables
-(:mod:`~demidcd.tasks.type_tables`)."""
+the built-in featurizer (:mod:`~demidcd.tasks.chain.features`) and the per-type tables
+(:mod:`~demidcd.tasks.chain.type_tables`)."""
 
 import numba as nb
 import numpy as np

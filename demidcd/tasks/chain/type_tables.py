@@ -1,8 +1,8 @@
 """Feature encoding at decoding speed: the built-in features of
-:class:`~demidcd.tasks.features.SequenceFeaturizer` assembled per token by one numba kernel
+:class:`~demidcd.tasks.chain.features.SequenceFeaturizer` assembled per token by one numba kernel
 from tables cached per word *type* (and per attribute value), with no Python string per token.
 
-Every feature of the ``base`` template (:mod:`demidcd.tasks.features`) of token t is a
+Every feature of the ``base`` template (:mod:`demidcd.tasks.chain.features`) of token t is a
 function of the types around it:
 
     own(x_t)                         b, w=, lw=, p1..p4=, s1..s4=, sh=, csh=, cap, dig, …
@@ -19,7 +19,7 @@ dictionary: a feature ``b-1=X`` is entered once for every ``|`` in X (the split 
 lower(x_{t-1}) | lower(x_t) is not unique when a word holds ``|``; every split that a pair of
 words can produce maps to the one feature string, exactly as formatting the string and looking
 it up does). :func:`assemble_kernel` then builds each token's sorted, deduplicated id list
-over the token-type ids, as :func:`~demidcd.tasks.features._assemble` does from the strings:
+over the token-type ids, as :func:`~demidcd.tasks.chain.features._assemble` does from the strings:
 the same ids, so the same encoding (tests/test_predict_fast.py checks equality).
 
 The tables grow as new types are met (Python work once per type) and are kept across calls,
@@ -34,7 +34,7 @@ import threading
 import numba as nb
 import numpy as np
 
-from ..io.stream import intern_spans
+from ...io.stream import intern_spans
 from .feature_rows import add_word_ids, feature_rows, sort_unique
 
 MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start afresh
@@ -256,7 +256,7 @@ class TypeTables:
     """The per-type tables of one fitted dictionary (``index``: feature string → id) for
     sentences whose tokens carry ``n_attr`` attribute columns; ``word_features(word)`` gives a
     word's own feature strings. :meth:`encode` returns what
-    :meth:`~demidcd.tasks.features.SequenceFeaturizer._encode` returns for the same tokens."""
+    :meth:`~demidcd.tasks.chain.features.SequenceFeaturizer._encode` returns for the same tokens."""
 
     def __init__(self, index: dict[str, int], word_features, n_attr: int,
                  blob: np.ndarray | None = None):

@@ -24,7 +24,7 @@ macros apply to it like to any value.
 A :class:`Template` is a file's lines parsed (:class:`TemplateLine`: literal text and
 :class:`Macro` items); a line that does not parse is an :class:`~demidcd.errors.InputError`
 naming the file and the 1-based line. :meth:`Template.expand` gives the feature strings
-themselves; :class:`~demidcd.tasks.template.TemplateFeaturizer` maps them to ids fast. The regex
+themselves; :class:`~.template.TemplateFeaturizer` maps them to ids fast. The regex
 dialect of ``%t`` / ``%m`` is in :mod:`.template_regex`.
 """
 
@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from ..errors import InputError
+from ...errors import InputError
 from .template_regex import WapitiRegex, parse_regex
 
 __all__ = ["MAX_OFFSET", "SHIPPED_TEMPLATES", "Macro", "MacroFn", "Template", "TemplateLine",

@@ -1,8 +1,8 @@
-"""Forward-backward over the chain scores of :mod:`.sequence`: log Z, per-token and pairwise
+"""Forward-backward over the chain scores of :mod:`.kernels`: log Z, per-token and pairwise
 marginals, and the gradient of the negative log-likelihood of a linear-chain CRF.
 
-The scores are exactly those Viterbi reads (:func:`~.sequence.emissions`,
-:func:`~.sequence.transitions`, :func:`~.sequence.b_transitions`): the emission s_t(k), the
+The scores are exactly those Viterbi reads (:func:`~.kernels.emissions`,
+:func:`~.kernels.transitions`, :func:`~.kernels.b_transitions`): the emission s_t(k), the
 START → y_0 and y_{n-1} → END transitions, and M_t[j, k] = T[j, k] + Σ_g b_{t,g} w_B[g, j, k] at
 t ≥ 1. With them
 
@@ -27,7 +27,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .sequence import b_sizes, b_transitions, emissions, max_sizes, transitions
+from .kernels import b_transitions, emissions, transitions
+from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # fastmath without nnan/ninf: forced
@@ -314,7 +315,7 @@ def masked_weights(w: np.ndarray, F: int, K: int, constraints: tuple | None) -> 
 def chain_marginals(task, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray | None = None,
                     constraints: tuple | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Token marginals and log Z of ``examples`` of a :class:`~.sequence.SequenceTask` under w:
+    """Token marginals and log Z of ``examples`` of a :class:`~.kernels.SequenceTask` under w:
     (float64 (n_tok, K), int64 ptr, float64 log Z per example), over the taggings that keep the
     ``fixed`` tags (one id or −1 per token of the examples in order) and obey ``constraints``;
     where the fixed tags leave no tagging that obeys the constraints, that example's marginals

@@ -1,8 +1,9 @@
-"""Decoding kernels for the first-order chain: k-best Viterbi, constrained decoding and
-max-marginals (confidence scores).
+"""Decoding kernels for the first-order chain: k-best Viterbi and constrained decoding, and the
+label-scheme constraints (max-marginals and confidence scores over the same arrays:
+:mod:`.confidence`).
 
 A sentence of n tokens over K tags is given as flat arrays, laid out as in
-:mod:`demidcd.tasks.sequence`:
+:mod:`demidcd.tasks.chain.kernels`:
 
     em[t·K + k]   emission score of tag k at token t              (float32 or float64)
     tr[a·K + b]   transition score w(a → b)                         (em's dtype)
@@ -30,16 +31,13 @@ Kernels (numba, ``cache=True, nogil=True``, flat arrays, scratch allocated once 
 * :func:`kbest_chain` / :func:`kbest_batch` – the k best admissible sequences (k-best Viterbi
   with top-k lists per (t, tag), merged by a heap of the k best list heads), in the total
   order *score descending, then reversed-lexicographic ascending* (compare y_{n−1} first, then
-  y_{n−2}, …). This is the tie rule of ``sequence._backtrack`` (the first index wins, from the
+  y_{n−2}, …). This is the tie rule of ``kernels._backtrack`` (the first index wins, from the
   last token back), so rank 0 is exactly the plain Viterbi argmax, with the same floating-point
-  score. From ``sequence.PRUNE_FROM_LABELS`` tags, k = 1 prunes the max over predecessors
+  score. From ``pruned_viterbi.PRUNE_FROM_LABELS`` tags, k = 1 prunes the max over predecessors
   (``pruned_viterbi.relax_pruned``: the same table, value for value); k > 1 keeps the dense step.
-* :func:`max_marginals_chain` / :func:`confidence_batch` – M[t, k] = max_{y: y_t = k} s(y) by
-  forward and backward max-plus passes; :func:`token_margins` turns M into per-token margins
-  M[t, ŷ_t] − max_{k≠ŷ_t} M[t, k] and the sentence margin (their minimum).
 
 Arithmetic: the k-best kernel accumulates in em's dtype with the same additions, in the same
-order, as ``sequence._forward``/``_backtrack``; max-marginals accumulate in float64.
+order, as ``kernels._forward``/``_backtrack``.
 """
 
 from __future__ import annotations
@@ -47,15 +45,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..errors import OptionError
+from ...errors import OptionError
 from .chunks import split_label
 from .pruned_viterbi import PRUNE_FROM_LABELS, column_max, relax_pruned
 
 _NEG = -np.inf
-_POS = np.inf
-# fastmath for the max-plus loops without "ninf" (−∞ is a real value here): no NaNs, signed
-# zeros and reassociation let LLVM vectorise the max reductions
-_MAXPLUS_FLAGS = {"nnan", "nsz", "reassoc"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +65,7 @@ def no_constraints() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
 
 
 @nb.njit(cache=True, nogil=True)
-def _check(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
+def check_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start,
            allowed_end):
     """Raise ValueError on arrays too short for (n, K) or forced tags / matrix rows out of
     range; return (has_pos, has_fixed, has_allowed, has_start, has_end)."""
@@ -187,7 +181,7 @@ def _copy_masked(src, allowed, has_allowed, K, out):
 @nb.njit(cache=True, nogil=True)
 def _viterbi_forward(t, K, em, trv, S, dbl, f):
     """k = 1 at position t ≥ 1: S[t, b] = em[t, b] + max_a S[t−1, a] + trv[a·K + b] (−∞ off a
-    forced tag), exactly as ``sequence._forward``: a running max over the rows of trv,
+    forced tag), exactly as ``kernels._forward``: a running max over the rows of trv,
     alternating between the halves of ``dbl`` (2K)."""
     prow = S[(t - 1) * K:t * K]
     src = dbl[0:K]
@@ -242,7 +236,7 @@ def _viterbi_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, 
 
     Forward max-plus pass over S[t·K + b] (em's dtype; −∞ = inadmissible), then the argmax is
     recovered by recomputing each max over the predecessor a (first index wins), as
-    ``sequence._forward`` / ``_backtrack`` do, so the result is theirs bit for bit. Forbidden
+    ``kernels._forward`` / ``_backtrack`` do, so the result is theirs bit for bit. Forbidden
     transitions use Tm, a copy of tr with −∞ at the forbidden entries (made once per call), and
     per-position matrices T, pos_tr[pos_index[t]] cast to em's dtype and masked likewise.
     ``pruned``: positions with the shared (masked) matrix take :func:`_viterbi_forward_pruned`
@@ -334,7 +328,7 @@ def _kbest_step(t, K, k, em, trT, S, P, C, col, hv, ha, hr, f):
     already a heap; k pops, each replaced by the next entry of its list, give the k best, and
     em[t, b] is added. Cost O(K² + K·k log k) per position, plus the insertions (O(k) each,
     about k·(1 + ln(K/k)) per tag on random scores). Values are rounded to em's dtype before
-    they are compared; the additions are those of ``sequence._forward``.
+    they are compared; the additions are those of ``kernels._forward``.
     """
     prev = (t - 1) * K
     heads = col[0:K]
@@ -401,13 +395,13 @@ def kbest_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, all
     global k best sequences has its prefix among them: were k better prefixes ending at (t, b),
     each would complete with the same suffix into a sequence ranked before it (score no lower,
     and on a tie the suffixes are equal so the order is decided by the prefixes). Rank 0 equals
-    ``sequence._forward`` + ``_backtrack`` exactly (same additions, first index wins).
+    ``kernels._forward`` + ``_backtrack`` exactly (same additions, first index wins).
     Cost O(n·K·(K + k log k)) (see :func:`_kbest_step`); k = 1 is a plain Viterbi pass
     (:func:`_viterbi_chain`), pruned from ``prune_from`` tags when tr has em's dtype (same
     result; ``pruned_viterbi.relax_pruned``); k > 1 keeps the dense O(K²) step per position.
     ``ws`` = :func:`kbest_workspace` (n_max ≥ n, same K and k).
     """
-    has_pos, has_fixed, has_allowed, has_start, has_end = _check(
+    has_pos, has_fixed, has_allowed, has_start, has_end = check_chain(
         em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
     S, P, C, TT, T, col, hv, ha, hr, fa, fr = ws
     if (k < 1 or fa.size < k or S.size < n * K * k or T.size < K * K or TT.size < K * K
@@ -511,178 +505,6 @@ def kbest_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allow
 
 
 # ---------------------------------------------------------------------------------------------
-# max-marginals and margins
-# ---------------------------------------------------------------------------------------------
-@nb.njit(cache=True, nogil=True, fastmath=_MAXPLUS_FLAGS)
-def _maxplus_forward(prev, trv, allowed, has_allowed, K, out):
-    """out[b] = max_a prev[a] + trans(a, b) (−∞ where a → b is forbidden), row-major over a."""
-    for b in range(K):
-        out[b] = _NEG
-    for a in range(K):
-        pa = prev[a]
-        if not pa > _NEG:
-            continue
-        tra = trv[a * K:(a + 1) * K]
-        if has_allowed:
-            al = allowed[a * K:(a + 1) * K]
-            for b in range(K):
-                v = pa + tra[b] if al[b] else _NEG
-                o = out[b]
-                out[b] = v if v > o else o
-        else:
-            for b in range(K):
-                v = pa + tra[b]
-                o = out[b]
-                out[b] = v if v > o else o
-
-
-@nb.njit(cache=True, nogil=True, fastmath=_MAXPLUS_FLAGS)
-def _maxplus_backward(g, trv, allowed, has_allowed, K, out):
-    """out[a] = max_b trans(a, b) + g[b] (−∞ where a → b is forbidden), a reduction per row."""
-    for a in range(K):
-        tra = trv[a * K:(a + 1) * K]
-        m = _NEG
-        if has_allowed:
-            al = allowed[a * K:(a + 1) * K]
-            for b in range(K):
-                v = tra[b] + g[b] if al[b] else _NEG
-                m = v if v > m else m
-        else:
-            for b in range(K):
-                v = tra[b] + g[b]
-                m = v if v > m else m
-        out[a] = m
-
-
-@nb.njit(cache=True, nogil=True)
-def _masked_emissions(em, t, K, f, out):
-    """out[b] = em[t, b] as float64, −∞ for b ≠ f when token t is forced to f ≥ 0."""
-    for b in range(K):
-        out[b] = em[t * K + b] if (f < 0 or b == f) else _NEG
-
-
-@nb.njit(cache=True, nogil=True)
-def max_marginals_chain(em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
-                        allowed_start, allowed_end, M, scratch):
-    """Max-marginals of one sentence: M[t·K + k] = max_{y admissible, y_t = k} s(y) (float64,
-    −∞ when no admissible sequence has y_t = k); returns max_y s(y) (−∞ if none; 0 if n = 0).
-
-    With the masked scores ẽm (−∞ off a forced tag), trans̃_t, start̃, end̃ (−∞ where forbidden):
-
-        α[0, b] = ẽm[0, b] + start̃[b],   α[t, b] = ẽm[t, b] + max_a α[t−1, a] + trans̃_t(a, b)
-        β[n−1, a] = end̃[a],   β[t, a] = max_b trans̃_{t+1}(a, b) + ẽm[t+1, b] + β[t+1, b]
-        M[t, k] = α[t, k] + β[t, k]
-
-    (α: best prefix ending in k at t, β: best suffix after it). β is built in M from the end,
-    then α is carried in two rows and added. ``scratch``: float64, ≥ 3K. Cost 2·n·K².
-    """
-    has_pos, has_fixed, has_allowed, has_start, has_end = _check(
-        em, n, K, tr, start, end, pos_tr, pos_index, fixed, allowed, allowed_start, allowed_end)
-    if M.size < n * K or scratch.size < 3 * K:
-        raise ValueError("M must hold n*K values and scratch 3*K")
-    if n == 0:
-        return 0.0
-    g = scratch[0:K]
-    cur = scratch[K:2 * K]
-    prv = scratch[2 * K:3 * K]
-    last = (n - 1) * K
-    for a in range(K):
-        M[last + a] = end[a] if (not has_end or allowed_end[a]) else _NEG
-    for t in range(n - 2, -1, -1):
-        _masked_emissions(em, t + 1, K, fixed[t + 1] if has_fixed else -1, g)
-        nxt_row = (t + 1) * K
-        for b in range(K):
-            g[b] += M[nxt_row + b]
-        p = pos_index[t + 1] if has_pos else -1
-        if p < 0:
-            _maxplus_backward(g, tr, allowed, has_allowed, K, M[t * K:(t + 1) * K])
-        else:
-            _maxplus_backward(g, pos_tr[p], allowed, has_allowed, K, M[t * K:(t + 1) * K])
-    _masked_emissions(em, 0, K, fixed[0] if has_fixed else -1, prv)
-    for b in range(K):
-        prv[b] += start[b] if (not has_start or allowed_start[b]) else _NEG
-        M[b] += prv[b]
-    for t in range(1, n):
-        p = pos_index[t] if has_pos else -1
-        if p < 0:
-            _maxplus_forward(prv, tr, allowed, has_allowed, K, cur)
-        else:
-            _maxplus_forward(prv, pos_tr[p], allowed, has_allowed, K, cur)
-        _masked_emissions(em, t, K, fixed[t] if has_fixed else -1, g)
-        row = M[t * K:(t + 1) * K]
-        for b in range(K):
-            cur[b] += g[b]
-            row[b] += cur[b]
-        prv, cur = cur, prv
-    best = _NEG
-    for b in range(K):
-        best = max(best, M[b])
-    return best
-
-
-@nb.njit(cache=True, nogil=True)
-def token_margins(M, n, K, y, margins):
-    """margins[t] = M[t, y_t] − max_{k≠y_t} M[t, k]; returns the sentence margin min_t margins[t].
-
-    +∞ where no other tag is admissible at t (K = 1, a forced token), −∞ where y_t is not
-    admissible (or y_t = −1). For y the (constrained) Viterbi path, margins[t] ≥ 0 and is 0
-    exactly when another sequence with a different tag at t ties the best; the sentence margin
-    then equals best − second-best score (the second best differs from ŷ at some t, where its
-    score is at most max_{k≠ŷ_t} M[t, k], and each such max is the score of a sequence ≠ ŷ),
-    +∞ when ŷ is the only admissible sequence (or n = 0). Exact in exact arithmetic; in floating
-    point, ties that hold exactly (e.g. integer weights) give exactly 0, and otherwise the
-    margin is accurate to a few ulps of the scores.
-    """
-    sm = _POS
-    for t in range(n):
-        yt = y[t]
-        row = M[t * K:(t + 1) * K]
-        own = row[yt] if 0 <= yt < K else _NEG
-        other = _NEG
-        for k in range(K):
-            if k != yt and row[k] > other:
-                other = row[k]
-        if not own > _NEG:
-            mt = _NEG
-        elif not other > _NEG:
-            mt = _POS
-        else:
-            mt = own - other
-        margins[t] = mt
-        sm = min(sm, mt)
-    return sm
-
-
-@nb.njit(cache=True, nogil=True)
-def confidence_batch(em, sent_ptr, K, tr, start, end, pos_tr, pos_index, fixed, allowed,
-                     allowed_start, allowed_end, y, keep_table):
-    """Max-marginals and margins of decoded tags ``y`` (int32 per token) for every sentence of
-    the flat emission table (layout of :func:`kbest_batch`). Returns (margins, sentence_margins,
-    M): margins[token] and sentence_margins[e] as :func:`token_margins` (float64), and
-    M[token·K + k] (float64) when ``keep_table`` (else an empty array)."""
-    n_s = sent_ptr.shape[0] - 1
-    n_max = 0
-    for e in range(n_s):
-        n_max = max(n_max, sent_ptr[e + 1] - sent_ptr[e])
-    n_tok = sent_ptr[n_s] if n_s >= 0 else 0
-    margins = np.empty(n_tok, np.float64)
-    sent = np.empty(max(n_s, 0), np.float64)
-    table = np.empty(n_tok * K if keep_table else 0, np.float64)
-    buf = np.empty(n_max * K, np.float64)
-    scratch = np.empty(3 * K, np.float64)
-    for e in range(n_s):
-        a0 = sent_ptr[e]
-        n = sent_ptr[e + 1] - a0
-        M = table[a0 * K:(a0 + n) * K] if keep_table else buf[:n * K]
-        pi = pos_index[a0:a0 + n] if pos_index.size > 0 else pos_index
-        fx = fixed[a0:a0 + n] if fixed.size > 0 else fixed
-        max_marginals_chain(em[a0 * K:(a0 + n) * K], n, K, tr, start, end, pos_tr, pi, fx,
-                            allowed, allowed_start, allowed_end, M, scratch)
-        sent[e] = token_margins(M, n, K, y[a0:a0 + n], margins[a0:a0 + n])
-    return margins, sent, table
-
-
-# ---------------------------------------------------------------------------------------------
 # Python conveniences (one sentence, 2-D arrays) and label-scheme constraints
 # ---------------------------------------------------------------------------------------------
 def chain_args(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -729,15 +551,6 @@ def kbest(em: np.ndarray, tr: np.ndarray, start: np.ndarray, end: np.ndarray, k:
     scores = np.empty(k, np.float64)
     c = kbest_chain(a[0], n, K, *a[1:], k, ys, scores, kbest_workspace(n, K, k, a[0]))
     return ys[:c * n].reshape(c, n), scores[:c]
-
-
-def margins(M: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """:func:`token_margins` of tags y under max-marginals M (n, K): (per-token, sentence)."""
-    M = np.ascontiguousarray(M, np.float64)
-    n, K = M.shape
-    out = np.empty(n, np.float64)
-    s = token_margins(M.reshape(-1), n, K, np.ascontiguousarray(y, np.int32).reshape(-1), out)
-    return out, float(s)
 
 
 SCHEMES = ("iob1", "iob2", "bio", "bioes", "iobes")
@@ -797,7 +610,7 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     when no tag sequence is ill-formed (IOB1, or tags outside B/I/O).
 
     An explicit ``iob2``/``bio``/``bioes``/``iobes`` is taken as given, ``iob1`` is None;
-    ``auto`` and ``conlleval`` resolve as :func:`~demidcd.tasks.chunks.resolve_scheme` does
+    ``auto`` and ``conlleval`` resolve as :func:`~demidcd.tasks.chain.chunks.resolve_scheme` does
     (BIOES when S- tags occur), and IOB data is IOB2 unless chunks open with I-X (after O,
     after another type, or first in a sentence) in more than 1% of its chunks: IOB1 opens
     nearly every chunk so, while IOB2 corpora have a few such slips (CoNLL-2002 Spanish

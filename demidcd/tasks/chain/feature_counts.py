@@ -1,7 +1,7 @@
-"""The dictionary of the built-in ``base`` template (:mod:`demidcd.tasks.features`) counted
+"""The dictionary of the built-in ``base`` template (:mod:`demidcd.tasks.chain.features`) counted
 per word *type* and per n-gram of type ids, with no feature string per token.
 
-:meth:`~demidcd.tasks.features.SequenceFeaturizer.fit` keeps the features that fire on at
+:meth:`~demidcd.tasks.chain.features.SequenceFeaturizer.fit` keeps the features that fire on at
 least ``min_count`` training tokens. Each group of the template is counted where it is cheap:
 
     own(x_t)          per word type k: its features, each counted n_k times (n_k: tokens of k)

@@ -5,7 +5,7 @@ of the file, and ``--threads N`` tags N blocks at once.
 
 A block takes one of two routes, with the same output:
 
-* fast: the built-in features from their dictionary (:mod:`~demidcd.tasks.type_tables`),
+* fast: the built-in features from their dictionary (:mod:`~demidcd.tasks.chain.type_tables`),
   1-best (with or without the label-scheme constraints), an encoding whose bytes can be
   scanned as ASCII. The block's bytes are read by a numba kernel (words as byte spans, one
   block-local id per distinct word: only the distinct words become Python strings), encoded,
@@ -29,16 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, OptionError
-from ..options import DataOptions, OutputOptions
+from ...errors import InputError, OptionError
+from ...options import DataOptions, OutputOptions
 
 
 class _Plan:
     """What every block of one ``predict`` run shares."""
 
     def __init__(self, spec: Any, est: Any, options: DataOptions, output: OutputOptions):
-        from ..io import tagged, text_source
-        from ..io.stream import transparent
+        from ...io import tagged, text_source
+        from ...io.stream import transparent
 
         self.spec, self.est, self.options, self.output = spec, est, options, output
         self.path = options.data
@@ -93,9 +93,9 @@ def predict_stream(spec: Any, est: Any, options: DataOptions, output: OutputOpti
     """Tag ``options.data`` into ``output.out`` block by block, ``threads`` blocks at once
     (see the module docstring); returns the number of sentences. ``run(fn, *a)`` runs the
     work (the CLI: in a thread it can interrupt), else it runs here."""
-    from ..io import text_source
-    from ..io.model import atomic_write
-    from ..io.stream import iter_blocks
+    from ...io import text_source
+    from ...io.model import atomic_write
+    from ...io.stream import iter_blocks
 
     plan = _Plan(spec, est, options, output)
     threads = max(1, int(threads or 1))
@@ -133,7 +133,7 @@ class _Reader:
         self.source, self.name = source, name
 
     def read(self, size: int) -> bytes:
-        from ..io.text_source import read_source
+        from ...io.text_source import read_source
 
         return read_source(self.source, self.name, size)
 
@@ -143,7 +143,7 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
     """(line0, bytes, text) of each block: decoded (errors name the line), the byte-order
     mark of the file dropped, the UTF-8-read-as-another-encoding warning given; in input
     order (the warning and the columns state need it)."""
-    from ..io.text_source import check_utf8_read_as_other, decode_block
+    from ...io.text_source import check_utf8_read_as_other, decode_block
 
     first = True
     for line0, data in blocks:
@@ -165,7 +165,7 @@ def _blocks(plan: _Plan, blocks: Iterator[tuple[int, bytes]]) -> Iterator[tuple[
 def _columns_width(plan: _Plan, line0: int, text: str) -> None:
     """The fields of the file's first token line and its line (``plan.state``), as the
     columns parser sets them, before blocks are tagged in parallel."""
-    from ..io.tagged import ASCII_WS, ASCII_WS_CHARS, DOCSTART
+    from ...io.tagged import ASCII_WS, ASCII_WS_CHARS, DOCSTART
 
     for idx, line in enumerate(text.split("\n"), 1):
         f = line.split() if line.isascii() else ASCII_WS.split(line.strip(ASCII_WS_CHARS))
@@ -208,8 +208,8 @@ def _tag_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple[int
 
 def _general_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple[int, bytes]:
     """A block through the whole-file code: parse, the spec's predict, render."""
-    from ..io.tagged import parse_text, token_columns
-    from ..io.tagged_writer import render_tagged
+    from ...io.tagged import parse_text, token_columns
+    from ...io.tagged_writer import render_tagged
 
     line0, _, text = block
     options = plan.options
@@ -231,7 +231,7 @@ def _general_block(plan: _Plan, block: tuple[int, bytes, str], encoder) -> tuple
 def _fast_block(plan: _Plan, block: tuple[int, bytes, str]) -> tuple[int, bytes] | None:
     """A block through the kernels (:mod:`~demidcd.io.stream`), or None when the fast
     reader does not take it."""
-    from ..io import stream
+    from ...io import stream
     from .features import EncodedSequences
 
     _, data, _ = block

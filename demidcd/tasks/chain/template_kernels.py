@@ -1,4 +1,4 @@
-"""The numba kernels of :class:`~demidcd.tasks.template.TemplateFeaturizer`: the per-token
+"""The numba kernels of :class:`~demidcd.tasks.chain.template.TemplateFeaturizer`: the per-token
 value ids of a macro, dense numbering of a line's keys, and sorted, deduplicated CSR rows of
 ids."""
 
