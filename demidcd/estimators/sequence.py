@@ -254,12 +254,10 @@ class SequenceTagger(StructuredEstimator):
         argmax w·Φ(x, y) over the y with y_t = fixed_t wherever given (a tag the model does not
         know raises OptionError). Chunk taggers also obey their label scheme
         (:class:`ChunkTagger`, ``constraints``), except where the fixed tags break it."""
-        self._check_fitted()
-        X = check_sentences(X, dicts=True)
-        if not X:
+        bound = self._bind(X, fixed)
+        if bound is None:
             return []
-        task = self._task(X, None)
-        ids = self._fixed_ids(X, fixed)
+        task, ids = bound
         if ids is None:
             return self._decode(task, self.coef_)
         tags, ptr, _ = task.decode_constrained(self.coef_, np.arange(task.n_examples), ids,
@@ -267,6 +265,16 @@ class SequenceTagger(StructuredEstimator):
         return self._names(tags, ptr)
 
     # -- n best, forced tags, confidence ------------------------------------------------------
+    def _bind(self, X: list[list], fixed: list[list[str | None]] | None
+              ) -> tuple[Any, np.ndarray | None] | None:
+        """(the task of sentences X, the flat ids of their ``fixed`` tags or None) for a fitted
+        model; None when X is empty."""
+        self._check_fitted()
+        X = check_sentences(X, dicts=True)
+        if not X:
+            return None
+        return self._task(X, None), self._fixed_ids(X, fixed)
+
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The transition constraints decoding obeys (chain.decoding.scheme_transitions), or
         None: none for plain tagging (:class:`ChunkTagger` has its label scheme's)."""
@@ -299,14 +307,12 @@ class SequenceTagger(StructuredEstimator):
         list of (tags, score) with score = w·Φ(x, y), non-increasing (ties in a fixed order);
         fewer than k when fewer taggings are admissible. The first is :meth:`predict`'s.
         ``fixed`` and the label-scheme constraints as in :meth:`predict`."""
-        self._check_fitted()
-        X = check_sentences(X, dicts=True)
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise OptionError(f"k must be an integer >= 1, got {k!r}")
-        if not X:
+        bound = self._bind(X, fixed)
+        if bound is None:
             return []
-        task = self._task(X, None)
-        ids = self._fixed_ids(X, fixed)
+        task, ids = bound
         examples = np.arange(task.n_examples)
         best = task.kbest(self.coef_, examples, int(k), ids, self._constraints())
         names = np.asarray(self.classes_, dtype=object)
@@ -321,12 +327,10 @@ class SequenceTagger(StructuredEstimator):
         tag at t ties; +inf: no other tag is possible there, e.g. a fixed token); sentence
         margin = best − second-best score = the least token margin (+inf when the tagging is
         the only admissible one). Over the same admissible taggings as :meth:`predict`."""
-        self._check_fitted()
-        X = check_sentences(X, dicts=True)
-        if not X:
+        bound = self._bind(X, fixed)
+        if bound is None:
             return []
-        task = self._task(X, None)
-        ids = self._fixed_ids(X, fixed)
+        task, ids = bound
         examples = np.arange(task.n_examples)
         constraints = self._constraints()
         tags, ptr, scores = task.decode_constrained(self.coef_, examples, ids, constraints)

@@ -122,3 +122,20 @@ def phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val, pos)
         return merge(ks, m, w, out_idx, out_val, pos, vs)
     ks = sort_keys(keys, tmp, counts, m, nbits)
     return merge(ks, m, w, out_idx, out_val, pos)
+
+
+@nb.njit(cache=True, nogil=True)
+def grow(out_idx, out_val, pos, need, cap):
+    """Room for ``need`` more φ entries after the first ``pos`` of (out_idx int32, out_val
+    float64), whose capacity is ``cap``: the same arrays when they fit, else copies of the
+    first ``pos`` entries in arrays of the capacity doubled until they do. Returns
+    (out_idx, out_val, cap)."""
+    if pos + need <= cap:
+        return out_idx, out_val, cap
+    while pos + need > cap:
+        cap *= 2
+    ni = np.empty(cap, np.int32)
+    nv = np.empty(cap, np.float64)
+    ni[:pos] = out_idx[:pos]
+    nv[:pos] = out_val[:pos]
+    return ni, nv, cap

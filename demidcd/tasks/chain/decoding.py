@@ -47,6 +47,7 @@ import numpy as np
 
 from ...errors import OptionError
 from .chunks import split_label
+from .kernels import max_plus
 from .pruned_viterbi import PRUNE_FROM_LABELS, column_max, relax_pruned
 
 _NEG = -np.inf
@@ -181,23 +182,9 @@ def _copy_masked(src, allowed, has_allowed, K, out):
 @nb.njit(cache=True, nogil=True)
 def _viterbi_forward(t, K, em, trv, S, dbl, f):
     """k = 1 at position t ≥ 1: S[t, b] = em[t, b] + max_a S[t−1, a] + trv[a·K + b] (−∞ off a
-    forced tag), exactly as ``kernels._forward``: a running max over the rows of trv,
-    alternating between the halves of ``dbl`` (2K)."""
-    prow = S[(t - 1) * K:t * K]
-    src = dbl[0:K]
-    dst = dbl[K:2 * K]
-    pa = prow[0]
-    r = trv[0:K]
-    for b in range(K):
-        src[b] = pa + r[b]
-    for a in range(1, K):
-        pa = prow[a]
-        r = trv[a * K:(a + 1) * K]
-        for b in range(K):
-            v = pa + r[b]
-            o = src[b]
-            dst[b] = v if v > o else o
-        src, dst = dst, src
+    forced tag), exactly as ``kernels._forward`` (:func:`~.kernels.max_plus` over the rows of trv,
+    in ``dbl``, 2K long)."""
+    src = max_plus(S[(t - 1) * K:t * K], K, trv, dbl)
     crow = S[t * K:(t + 1) * K]
     erow = em[t * K:(t + 1) * K]
     for b in range(K):

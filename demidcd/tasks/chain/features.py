@@ -396,6 +396,17 @@ def _types(tokens: list[list[str]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return sent_ptr, tok_type, list(vocab)
 
 
+def space_size(hashing: int, features: list[str] | None, what: str) -> int:
+    """The number of ids of a feature space: ``hashing`` when features are hashed, else the
+    length of the fitted dictionary ``features`` (``what`` names the space in the error raised
+    before fit)."""
+    if hashing:
+        return hashing
+    if features is None:
+        raise RuntimeError(f"{what} is not fitted")
+    return len(features)
+
+
 class SequenceFeaturizer:
     """Maps sentences (lists of word strings) to :class:`EncodedSequences`.
 
@@ -441,11 +452,7 @@ class SequenceFeaturizer:
     @property
     def n_features(self) -> int:
         """F, the number of observation features (ids are 0..F-1)."""
-        if self.hashing:
-            return self.hashing
-        if self.features is None:
-            raise RuntimeError("SequenceFeaturizer is not fitted")
-        return len(self.features)
+        return space_size(self.hashing, self.features, "SequenceFeaturizer")
 
     @property
     def fitted(self) -> bool:

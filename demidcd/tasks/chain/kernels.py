@@ -239,12 +239,12 @@ def b_transitions(w, K, bbase, X, a, n, tr, trb, slots):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True, inline="always")
-def _relax(prow, crow, K, tr, scratch):
-    """crow[b] += max_a (prow[a] + tr[a·K + b]): one max-plus step of the forward pass.
+def max_plus(prow, K, tr, scratch):
+    """m[b] = max_a (prow[a] + tr[a·K + b]) in one half of ``scratch`` (2K long), returned.
 
     K-major: for each predecessor a, an element-wise max over the contiguous row tr[a·K:(a+1)·K]
     (vectorises; a reduction over a for each b does not). The running max alternates between
-    the two halves of ``scratch`` (2K long): written in place, ``m[b] = v if v > m[b] else m[b]``
+    the two halves of ``scratch``: written in place, ``m[b] = v if v > m[b] else m[b]``
     compiles to a masked store (vmaskmovpd), which is microcoded on AMD Zen; a store to the
     other buffer is a plain vmaxpd + store (benchmarks/README.md has the forward pass's
     speed-up). Inlined by numba into each caller.
@@ -263,6 +263,14 @@ def _relax(prow, crow, K, tr, scratch):
             o = src[b]
             dst[b] = v if v > o else o
         src, dst = dst, src
+    return src
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _relax(prow, crow, K, tr, scratch):
+    """crow[b] += max_a (prow[a] + tr[a·K + b]): one max-plus step of the forward pass
+    (:func:`max_plus`). Inlined by numba into each caller."""
+    src = max_plus(prow, K, tr, scratch)
     for b in range(K):
         crow[b] += src[b]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..phi import key_bits, phi_merge
+from ..phi import grow, key_bits, phi_merge
 from .features import EncodedSequences
 from .kernels import (
     b_transitions,
@@ -207,15 +207,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
         m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
-        if pos + m > cap:
-            while pos + m > cap:
-                cap *= 2
-            ni = np.empty(cap, np.int32)
-            nv = np.empty(cap, np.float64)
-            ni[:pos] = out_idx[:pos]
-            nv[:pos] = out_val[:pos]
-            out_idx = ni
-            out_val = nv
+        out_idx, out_val, cap = grow(out_idx, out_val, pos, m, cap)
         pos, margin = phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
                                  pos)
         r_ex[nrec] = i
@@ -230,15 +222,23 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
 
 
 @nb.njit(cache=True, nogil=True)
+def token_ptr(sent_ptr, examples):
+    """ptr[e]..ptr[e+1]: where example ``examples[e]``'s tokens lie in a flat per-token array
+    of the given examples (int64, n + 1)."""
+    ptr = np.zeros(examples.shape[0] + 1, np.int64)
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
+    return ptr
+
+
+@nb.njit(cache=True, nogil=True)
 def decode_kernel(w, F, K, X, examples, prune_from=PRUNE_FROM_LABELS):
     """Viterbi for every example: (flat int32 tags, int64 ptr) with ptr[e]..ptr[e+1] per example
     (the pruned forward pass from ``prune_from`` tags, same tags)."""
     n_ex = examples.shape[0]
     sent_ptr = X.sent_ptr
-    ptr = np.zeros(n_ex + 1, np.int64)
-    for e in range(n_ex):
-        i = examples[e]
-        ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
+    ptr = token_ptr(sent_ptr, examples)
     _, em, scratch, _, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = transitions(w, F, K)
     tmax, order = pruning(tr, K, prune_from)
@@ -269,10 +269,7 @@ def chain_scores_kernel(w, F, K, X, examples):
     :func:`~.kernels.chain_viterbi` does."""
     n_ex = examples.shape[0]
     sent_ptr = X.sent_ptr
-    ptr = np.zeros(n_ex + 1, np.int64)
-    for e in range(n_ex):
-        i = examples[e]
-        ptr[e + 1] = ptr[e] + sent_ptr[i + 1] - sent_ptr[i]
+    ptr = token_ptr(sent_ptr, examples)
     n_tok = ptr[n_ex]
     tr, _, start, end = transitions(w, F, K)
     KK = K * K

@@ -39,7 +39,7 @@ from typing import Any, Self
 import numpy as np
 
 from ...errors import OptionError
-from .features import DEFAULT_MIN_COUNT
+from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
 
@@ -91,33 +91,19 @@ def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float]) -> No
 # encodings and ids
 # ---------------------------------------------------------------------------------------------
 @dataclass
-class TemplateEncoding:
-    """Sentences as CSR arrays of U (emission) and B (label-bigram) feature ids.
+class TemplateEncoding(EncodedSequences):
+    """Sentences as CSR arrays of U (emission) and B (label-bigram) feature ids
+    (:class:`~.features.EncodedSequences`, with B features always present).
 
-    Sentence s holds tokens sent_ptr[s]:sent_ptr[s+1]. Token t fires the U features
-    feat_idx[feat_ptr[t]:feat_ptr[t+1]] (sorted, unique) with values feat_val[same] (None: all 1),
-    scored with y_t; and the B features bfeat_idx[bfeat_ptr[t]:bfeat_ptr[t+1]] (values bfeat_val),
-    scored with the pair (y_{t-1}, y_t) — for t the first token of a sentence, y_{t-1} = START
-    (CRF++ and Wapiti compute them there too; a chain may ignore them). ``transitions``: the
-    source asks for the plain label-bigram weights (a bare ``B`` line; always for dicts).
+    Token t fires the U features feat_idx[feat_ptr[t]:feat_ptr[t+1]] (sorted, unique) with
+    values feat_val[same] (None: all 1), scored with y_t; and the B features
+    bfeat_idx[bfeat_ptr[t]:bfeat_ptr[t+1]] (values bfeat_val), scored with the pair
+    (y_{t-1}, y_t) — for t the first token of a sentence, y_{t-1} = START (CRF++ and Wapiti
+    compute them there too; a chain may ignore them). ``transitions``: the source asks for the
+    plain label-bigram weights (a bare ``B`` line; always for dicts).
     """
 
-    sent_ptr: np.ndarray  # int64[n_sent+1]
-    feat_ptr: np.ndarray  # int64[n_tokens+1]
-    feat_idx: np.ndarray  # int32[nnz]
-    feat_val: np.ndarray | None  # float64[nnz]
-    bfeat_ptr: np.ndarray  # int64[n_tokens+1]
-    bfeat_idx: np.ndarray  # int32[bnnz]
-    bfeat_val: np.ndarray | None  # float64[bnnz]
-    transitions: bool
-
-    @property
-    def n_sentences(self) -> int:
-        return int(self.sent_ptr.shape[0] - 1)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.feat_ptr.shape[0] - 1)
+    transitions: bool = True
 
 
 def _sent_ptr(sentences: list[list]) -> np.ndarray:
@@ -156,11 +142,7 @@ class _FeatureSpace:
 
     @property
     def size(self) -> int:
-        if self.hashing:
-            return self.hashing
-        if self.features is None:
-            raise RuntimeError("feature space is not fitted")
-        return len(self.features)
+        return space_size(self.hashing, self.features, "feature space")
 
     def lookup(self, strings: list[str], seen: dict[str, int] | None) -> np.ndarray:
         """int32 ids of ``strings``: provisional ids added to ``seen`` (fit), crc32 mod D

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..phi import FNV_OFFSET, FNV_PRIME, key_bits, merge, sort_keys
+from ..phi import FNV_OFFSET, FNV_PRIME, grow, key_bits, merge, sort_keys
 from .decoding import CLE, EISNER, decode_tree, max_len, workspace
 from .features import (
     MAX_LABEL_KEYS,
@@ -171,15 +171,7 @@ def records_kernel(w, D, tok_ptr, word, pre, pos, posk, cpos, cposk, n_pos, lab_
                 m = _push_label_keys(p, d, pl, a, N, word, pos, cpos, D, L, kbuf, keys, m, 0)
         if delta == 0.0 and not keep_all:
             continue
-        if pos_ + m > cap:
-            while pos_ + m > cap:
-                cap *= 2
-            ni = np.empty(cap, np.int32)
-            nv = np.empty(cap, np.float64)
-            ni[:pos_] = out_idx[:pos_]
-            nv[:pos_] = out_val[:pos_]
-            out_idx = ni
-            out_val = nv
+        out_idx, out_val, cap = grow(out_idx, out_val, pos_, m, cap)
         ks = sort_keys(keys, tmp, counts, m, nbits)
         pos_, margin = merge(ks, m, w, out_idx, out_val, pos_)
         r_ex[nrec] = i

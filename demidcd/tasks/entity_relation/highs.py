@@ -15,16 +15,7 @@ from typing import Any
 import numpy as np
 
 from demidcd.errors import OptionError
-from demidcd.tasks.entity_relation.ilp import (
-    N_REL_LABELS,
-    RELATION_ARGS,
-    ILPResult,
-    StopCheck,
-    from_entities,
-    ordered_pairs,
-    score_arrays,
-    solve_bounded,
-)
+from demidcd.tasks.entity_relation import ilp
 
 _HIGHS_LOCAL = threading.local()
 _HIGHS_STRUCT: dict[int, tuple[np.ndarray, ...]] = {}
@@ -35,7 +26,7 @@ def _highs_structure(n: int) -> tuple[np.ndarray, ...]:
     got = _HIGHS_STRUCT.get(n)
     if got is not None:
         return got
-    pairs = ordered_pairs(n)
+    pairs = ilp.ordered_pairs(n)
     m = len(pairs)
     starts, index, value, lo, hi = [0], [], [], [], []
     for a in range(n):  # Σ_e x_{a,e} = 1
@@ -51,8 +42,8 @@ def _highs_structure(n: int) -> tuple[np.ndarray, ...]:
         starts.append(len(index))
         lo.append(1.0)
         hi.append(1.0)
-        for r in range(1, N_REL_LABELS):  # z_{k,r} − x_{a,t1} ≤ 0, z_{k,r} − x_{b,t2} ≤ 0
-            for arg in (a * 4 + int(RELATION_ARGS[r, 0]), b * 4 + int(RELATION_ARGS[r, 1])):
+        for r in range(1, ilp.N_REL_LABELS):  # z_{k,r} − x_{a,t1} ≤ 0, z_{k,r} − x_{b,t2} ≤ 0
+            for arg in (a * 4 + int(ilp.RELATION_ARGS[r, 0]), b * 4 + int(ilp.RELATION_ARGS[r, 1])):
                 index += [zoff + k * 6 + r, arg]
                 value += [1.0, -1.0]
                 starts.append(len(index))
@@ -93,11 +84,11 @@ def _highs_instance():
 
 
 def solve_highs(U: np.ndarray, P: np.ndarray, *, time_limit: float | None = None,
-                should_stop: StopCheck | None = None) -> ILPResult:
+                should_stop: ilp.StopCheck | None = None) -> ilp.ILPResult:
     """The same 0-1 ILP through HiGHS (highspy) in process.
 
     ``time_limit`` is HiGHS's ``time_limit`` (wall clock): at the cap its best feasible
-    structure is returned with ``proven=False``, :func:`solve_bounded`'s if it has none.
+    structure is returned with ``proven=False``, :func:`~.ilp.solve_bounded`'s if it has none.
     ``should_stop`` is polled by HiGHS's interrupt callbacks (MIP, simplex, IPM); when true the
     solve ends and :class:`InferenceInterrupted` is raised.
     """
@@ -106,10 +97,10 @@ def solve_highs(U: np.ndarray, P: np.ndarray, *, time_limit: float | None = None
     h = _highs_instance()
     import highspy
 
-    U, P = score_arrays(U, P)
+    U, P = ilp.score_arrays(U, P)
     n = U.shape[0]
     if n == 0:
-        return ILPResult(np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, True)
+        return ilp.ILPResult(np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, True)
     starts, index, value, lo, hi, ncol = _highs_structure(n)
     ncol = int(ncol)
     lp = highspy.HighsLp()
@@ -150,17 +141,17 @@ def solve_highs(U: np.ndarray, P: np.ndarray, *, time_limit: float | None = None
         proven = True
     elif status == MS.kTimeLimit and time_limit is not None:
         if not feasible:
-            return solve_bounded(U, P)
+            return ilp.solve_bounded(U, P)
         proven = False
     else:
         raise RuntimeError(f"HiGHS did not solve the entity-relation ILP: "
                            f"{h.modelStatusToString(status)}")
     col = np.asarray(h.getSolution().col_value)
     ent = np.argmax(col[: 4 * n].reshape(n, 4), axis=1).astype(np.int64)
-    return from_entities(U, P, ent, proven)
+    return ilp.from_entities(U, P, ent, proven)
 
 
-def highs_solver() -> Callable[..., ILPResult]:
+def highs_solver() -> Callable[..., ilp.ILPResult]:
     """:func:`solve_highs`, after checking that highspy is installed (OptionError if not)."""
     _highs_instance()
     return solve_highs
