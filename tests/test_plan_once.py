@@ -117,3 +117,24 @@ def test_the_private_check_sees_both_forms(tmp_path):
     modules = {"demidcd.io.tagged": path, "demidcd.io": path}
     assert _private_uses("demidcd.tasks.chain.stream", path, modules) == [
         (1, "_label_index from demidcd.io.tagged"), (3, "_label_index of demidcd.io.tagged")]
+
+
+MAX_LINES = 900
+SHARED_TASK_MODULES = {"__init__.py", "base.py", "phi.py"}
+
+
+def test_no_module_of_the_package_is_over_900_lines():
+    """Modules stay readable: none over 900 lines (split by what the code is)."""
+    long = [f"{p.relative_to(PACKAGE)}: {n}" for p in PACKAGE.rglob("*.py")
+            if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES]
+    assert not long, long
+
+
+def test_tasks_are_packages_beside_the_shared_modules():
+    """tasks/ holds one package per task family (chain, dependency, entity_relation) and only
+    the shared modules (the registry, the Task protocol, the φ kernels) beside them."""
+    tasks = PACKAGE / "tasks"
+    packages = {d.name for d in tasks.iterdir() if (d / "__init__.py").is_file()}
+    assert {"chain", "dependency", "entity_relation"} <= packages
+    flat = {p.name for p in tasks.glob("*.py")}
+    assert flat == SHARED_TASK_MODULES, flat - SHARED_TASK_MODULES
