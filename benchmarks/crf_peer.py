@@ -1,6 +1,8 @@
 """``--algorithm crf`` against python-crfsuite's L-BFGS on the same observation features, the
 same c1/c2 and the same iteration budget, one after the other in one run (so that the load of a
-shared machine is about the same for both): training time, iterations, test accuracy.
+shared machine is about the same for both): training time, iterations, test accuracy and, with
+``--dev``, the expected calibration error of both models' token marginals on it
+(:func:`demidcd.metrics.expected_calibration_error`, 15 bins).
 
     python benchmarks/crf_peer.py ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu \\
         ../shared/data/ud_english_ewt/en_ewt-ud-test.conllu --column xpos --sentences 3000
@@ -24,6 +26,7 @@ def main() -> None:
 
     from demidcd.api import SequenceTagger
     from demidcd.io.tagged import read_tagged
+    from demidcd.metrics import expected_calibration_error
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("train")
@@ -34,12 +37,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--c1", type=float, default=0.1)
     ap.add_argument("--c2", type=float, default=0.1)
+    ap.add_argument("--dev", help="a file to measure calibration on (same format)")
+    ap.add_argument("--time-limit", type=float, default=None, help="demidcd's training budget")
     a = ap.parse_args()
     tr = read_tagged(a.train, fmt="conllu", column=a.column)
     te = read_tagged(a.test, fmt="conllu", column=a.column)
     X, Y = tr.tokens[:a.sentences], tr.tags[:a.sentences]
     est = SequenceTagger(algorithm="crf", c1=a.c1, c2=a.c2, max_iterations=a.iterations,
-                         threads=a.threads, min_count=1)
+                         threads=a.threads, min_count=1, time_limit=a.time_limit)
     c0, t0 = time.process_time(), time.perf_counter()
     est.fit(X, Y)
     ours = {"train_wall_seconds": time.perf_counter() - t0,
@@ -48,6 +53,9 @@ def main() -> None:
             "iterations": est.result_.epochs, "stop_reason": est.result_.stop_reason,
             "objective": est.result_.extra.get("objective"),
             "test_accuracy": est.score(te.tokens, te.tags)}
+    dev = read_tagged(a.dev, fmt="conllu", column=a.column) if a.dev else None
+    if dev is not None:
+        ours["dev_ece"] = expected_calibration_error(dev.tags, est.predict_marginals(dev.tokens))
     fz, names = est.featurizer_, est.featurizer_.features
 
     def items(tokens):
@@ -70,12 +78,20 @@ def main() -> None:
         tagger = pycrfsuite.Tagger()
         tagger.open(model)
         pred = [tagger.tag(x) for x in items(te.tokens)]
+        dev_ece = None
+        if dev is not None:
+            labels = tagger.labels()
+            marg = []
+            for x in items(dev.tokens):
+                tagger.set(x)
+                marg.append([{y: tagger.marginal(y, t) for y in labels} for t in range(len(x))])
+            dev_ece = expected_calibration_error(dev.tags, marg)
     right = sum(p == g for ps, gs in zip(pred, te.tags, strict=True)
                 for p, g in zip(ps, gs, strict=True))
     peer = {"train_wall_seconds": wall, "train_cpu_seconds": cpu,
             "iterations": len(trainer.logparser.iterations),
             "objective": (trainer.logparser.last_iteration or {}).get("loss"),
-            "test_accuracy": right / sum(len(g) for g in te.tags)}
+            "test_accuracy": right / sum(len(g) for g in te.tags), "dev_ece": dev_ece}
     print(json.dumps({"sentences": len(X), "c1": a.c1, "c2": a.c2, "demidcd_crf": ours,
                       "crfsuite_lbfgs": peer,
                       "wall_ratio": ours["train_wall_seconds"] / peer["train_wall_seconds"]},

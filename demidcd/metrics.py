@@ -4,7 +4,8 @@ sequences (``flat_accuracy_score``, ``flat_precision_score``, ``flat_recall_scor
 ``flat_f1_score``, ``flat_fbeta_score``, ``flat_classification_report``), the share of whole
 sequences right (``sequence_accuracy_score``), and the chunk (or entity) F1 that ``demidcd
 evaluate`` reports for chunking and NER, as ``conlleval`` computes it (``chunk_f1_score``,
-``chunk_metrics``).
+``chunk_metrics``), and the expected calibration error of per-token marginals
+(``expected_calibration_error``, on the output of ``predict_marginals``).
 
 >>> from demidcd import metrics
 >>> y_pred = tagger.predict(X_test)
@@ -27,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["chunk_f1_score", "chunk_metrics", "flat_accuracy_score", "flat_classification_report",
-           "flat_f1_score", "flat_fbeta_score", "flat_precision_score", "flat_recall_score",
-           "sequence_accuracy_score"]
+__all__ = ["chunk_f1_score", "chunk_metrics", "expected_calibration_error", "flat_accuracy_score",
+           "flat_classification_report", "flat_f1_score", "flat_fbeta_score",
+           "flat_precision_score", "flat_recall_score", "sequence_accuracy_score"]
 
 Sequences = Sequence[Sequence[Hashable]]
 _AVERAGES = ("binary", "micro", "macro", "weighted", None)
@@ -268,3 +269,36 @@ def chunk_f1_score(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[st
     """Chunk F1 (entity F1 for named entities) as ``conlleval`` computes it: the score of
     ``demidcd evaluate`` for chunking and NER (:func:`chunk_metrics`)."""
     return float(chunk_metrics(y_true, y_pred, label_scheme)["f1"])
+
+
+def expected_calibration_error(y_true: Sequences,
+                               marginals: Sequence[Sequence[dict[Hashable, float]]],
+                               n_bins: int = 15) -> float:
+    """The expected calibration error of the per-token marginals (Guo et al., ICML 2017, eq. 3)
+    in sklearn-crfsuite's ``predict_marginals`` shape (per token a dict label -> probability):
+    each token's confidence c_t = max_y p_t(y) and its prediction argmax_y p_t(y); tokens in
+    ``n_bins`` equal-width bins of c over (0, 1], and
+
+        ECE = Σ_b |B_b| / n · |acc(B_b) − conf(B_b)|
+
+    with acc the share of tokens in the bin whose prediction is the gold label and conf their
+    mean confidence. 0 is perfectly calibrated; 0 for no tokens."""
+    if len(y_true) != len(marginals):
+        raise ValueError(f"y_true has {len(y_true)} sequences but marginals has "
+                         f"{len(marginals)}")
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    conf, right = [], []
+    for gold, ms in zip(y_true, marginals, strict=True):
+        if len(gold) != len(ms):
+            raise ValueError(f"a sequence has {len(gold)} labels but {len(ms)} marginals")
+        for g, m in zip(gold, ms, strict=True):
+            label = max(m, key=m.__getitem__)
+            conf.append(m[label])
+            right.append(label == g)
+    if not conf:
+        return 0.0
+    c, r = np.asarray(conf, float), np.asarray(right, float)
+    bins = np.clip(np.ceil(c * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    gap = np.abs(np.bincount(bins, r, n_bins) - np.bincount(bins, c, n_bins))
+    return float(gap.sum() / c.size)

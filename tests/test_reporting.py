@@ -308,3 +308,36 @@ def test_chunk_f1_score_is_the_evaluate_scorer():
     y_true, y_pred = _random_sequences(rng, 50, TAGS)
     assert metrics.chunk_f1_score(y_true, y_pred, "iob2") == \
         chunk_scores(y_true, y_pred, "iob2").as_dict()["f1"]
+
+
+def test_expected_calibration_error_against_its_definition():
+    """ECE over random marginals equals the bin-by-bin sum of its definition; a perfectly
+    calibrated and a fully over-confident case give 0 and 1 − accuracy."""
+    from demidcd.metrics import expected_calibration_error
+
+    rng = np.random.default_rng(0)
+    labels = ["A", "B", "C"]
+    y, m = [], []
+    for _ in range(40):
+        n = int(rng.integers(1, 6))
+        p = rng.dirichlet(np.ones(3) * 0.5, size=n)
+        m.append([dict(zip(labels, row.tolist(), strict=True)) for row in p])
+        y.append([labels[int(rng.integers(3))] for _ in range(n)])
+    toks = [(max(d, key=d.get), max(d.values()), g)
+            for ms, ys in zip(m, y, strict=True) for d, g in zip(ms, ys, strict=True)]
+    want = 0.0
+    for b in range(10):
+        lo, hi = b / 10, (b + 1) / 10
+        inb = [(lab == g, c) for lab, c, g in toks if lo < c <= hi]
+        if inb:
+            acc = sum(r for r, _ in inb) / len(inb)
+            conf = sum(c for _, c in inb) / len(inb)
+            want += len(inb) / len(toks) * abs(acc - conf)
+    assert expected_calibration_error(y, m, n_bins=10) == pytest.approx(want, abs=1e-12)
+    sure = [[{"A": 1.0, "B": 0.0}] * 4]
+    assert expected_calibration_error([["A", "B", "A", "A"]], sure) == pytest.approx(0.25)
+    half = [[{"A": 0.5, "B": 0.5}, {"A": 0.5, "B": 0.5}]]
+    assert expected_calibration_error([["A", "B"]], half) == pytest.approx(0.0)
+    assert expected_calibration_error([], []) == 0.0
+    with pytest.raises(ValueError, match="n_bins"):
+        expected_calibration_error(y, m, n_bins=0)
