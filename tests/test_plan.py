@@ -55,6 +55,10 @@ def test_plan_resolves_each_default():
      "--C must be a finite number > 0, got -1.0"),
     ({"threads": 2, "learners": 0}, "learners must be >= 1, got 0",
      "--learners must be >= 1, got 0"),
+    ({"algorithm": "dcd", "c1": 0.5}, "c1 is an option of crf; algorithm dcd does not read it",
+     "--c1 is an option of crf; --algorithm dcd does not read it"),
+    ({"algorithm": "crf", "eta": 0.5}, "eta is an option of adagrad; algorithm crf does not",
+     "--eta is an option of adagrad; --algorithm crf does not"),
 ])
 def test_each_bad_value_is_one_error_naming_the_parameter(kw, library, cli):
     """One check, one message: the library's names the parameter, the CLI's text the flag."""
@@ -131,6 +135,7 @@ def test_an_unknown_option_is_an_error_not_dropped():
     (["--C", "-1"], "--C must be a finite number > 0, got -1.0"),
     (["--threads", "2", "--learners", "0"], "--learners must be >= 1, got 0"),
     (["--threads", "2", "--ray-address", "h:1"], "--ray-address needs --backend ray"),
+    (["--algorithm", "dcd", "--c2", "0.5"], "--c2 is an option of crf; --algorithm dcd does"),
 ])
 def test_the_cli_runs_the_same_check_once(cli, monkeypatch, flags, message):
     """A bad learner option given on the command line meets the plan's one check: one

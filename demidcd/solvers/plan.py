@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import OptionError
+from ..options import BY_NAME
 from ..primitives.monitor import usable_cores
 from .common import SolverConfig
 
@@ -264,6 +265,12 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
     asked = check_threads_value(threads)
     algorithm = str(algorithm or ("demi-dcd" if asked > 1 else "dcd"))
     learner = get_learner(algorithm)
+    for name, value in engine.items():  # set to a value of its own: not dropped in silence
+        if (value is not None and name not in learner.options
+                and value != BY_NAME[name].default):
+            readers = ", ".join(n for n, x in LEARNERS.items() if name in x.options)
+            raise OptionError(f"{BY_NAME[name].flag} is an option of {readers}; --algorithm "
+                              f"{algorithm} does not read it")
     check_threads(learner, asked)  # too few processes: an error, never another learner
     if not isinstance(config, SolverConfig):
         opts = dict(config)
