@@ -177,6 +177,12 @@ class ActiveSets:
                        new_idx, new_val, self.meta)
         self.p_idx, self.p_val = new_idx, new_val
 
+    def compact(self) -> None:
+        """Drop the garbage of freed structures from the φ pool now, moving every live
+        structure (:func:`~.kernels.compact_pool`); :meth:`update` does it by itself once the
+        garbage passes half the pool."""
+        self._grow_pool(0)
+
     # ------------------------------------------------------------------ records
     def refresh_slack(self, examples: np.ndarray | None = None) -> None:
         """L1 loss: recompute ξ̂_i (``xi``) with the current w for ``examples`` (default all)."""
