@@ -40,7 +40,7 @@ def train(task, coded: bool, epochs: int = 4, max_active: int = 50, loss: str = 
             chunk = order[s:s + 32]
             act.insert(task.loss_augmented(act.w, chunk), 0.01)
             act.update(chunk)
-    act._grow_pool(0)  # a compaction moves every structure: decoding must survive it
+    act.compact()  # a compaction moves every structure: decoding must survive it
     act.update(np.arange(task.n_examples, dtype=np.int64))
     return act
 
