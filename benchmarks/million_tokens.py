@@ -41,9 +41,9 @@ sentences: every learner's pass over the data, whatever it calls an iteration), 
 the phases the log prints.
 
 Both first run an untimed 2-second training (``--no-warm`` skips it) so that no measured run
-pays for compiling the kernels. ``--quick`` (both): small inputs and budgets of a few seconds (Brown: ``brown-dev.txt`` for
-training, 5 s per method, lbfgs 2 iterations, ap 1 epoch; synthetic: 500 and 1,000
-sentences, 3 s) for checking the script, not for figures.
+pays for compiling the kernels. ``--quick`` (both): small inputs and budgets of a few seconds
+(Brown: ``brown-dev.txt`` for training, 5 s per method, lbfgs 2 iterations, ap 1 epoch;
+synthetic: 500 and 1,000 sentences, 3 s) for checking the script, not for figures.
 
 Results: ``benchmarks/results/million_tokens_{brown,synthetic}_NAME.json`` and a markdown table
 on stdout (also in the JSON as ``table_markdown``) to paste into benchmarks/README.md. Run it
