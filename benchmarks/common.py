@@ -672,3 +672,69 @@ def crfsuite_peer(train: str, test: str, *, fmt: str, column: str | int | None =
         res.update({"c1": 0.1, "c2": 0.1})
     (done or (lambda m: None))(f"CRFsuite {algorithm}: {100 * score:.2f} in {wall:.1f}s")
     return res
+
+
+def write_feature_items(train: str, test: str, work: Path, *, fmt: str,
+                        column: str | int | None = None, feature_columns: tuple[int, ...] = (),
+                        template: str = "base", min_count: int | None = None) -> dict[str, Any]:
+    """demidcd's observation features per token written to files, for a peer that trains in
+    its own process (so that its memory is its own): ``work/train.items`` and
+    ``work/test.items``, one token a line, ``LABEL<TAB>feature<TAB>feature ...``, a blank line
+    after each sentence (CRFsuite's data format without weights). The features are those of
+    :func:`crfsuite_peer`: the ``SequenceFeaturizer`` strings, dictionary fitted on train.
+    Returns the two paths, the counts and the seconds taken."""
+    from demidcd.io.tagged import read_tagged
+    from demidcd.tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+
+    t0 = time.perf_counter()
+    kw = {"fmt": fmt, "column": column, "feature_columns": tuple(feature_columns)}
+    tr = read_tagged(train, **kw)
+    mc = DEFAULT_MIN_COUNT if min_count is None else min_count
+
+    def tokens_of(c):  # tokens as the tasks see them: (word, *feature columns)
+        if c.attributes is None:
+            return c.tokens
+        return [[(w, *a) for w, a in zip(ws, at, strict=True)]
+                for ws, at in zip(c.tokens, c.attributes, strict=True)]
+
+    fz = SequenceFeaturizer(mc, 0, template).fit(tokens_of(tr))
+    names = fz.features
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {"observation_features": len(names)}
+    for part, corpus in (("train", tr), ("test", None)):
+        c = corpus if corpus is not None else read_tagged(test, **kw)
+        enc = fz.transform(tokens_of(c))
+        fp, fi, sp = enc.feat_ptr, enc.feat_idx, enc.sent_ptr
+        path = work / f"{part}.items"
+        with open(path, "w", encoding="utf-8") as f:
+            for s, tags in zip(range(enc.n_sentences), c.tags, strict=True):
+                f.write("".join(tag + "\t" + "\t".join(names[j] for j in fi[fp[t]:fp[t + 1]])
+                                + "\n" for t, tag in zip(range(sp[s], sp[s + 1]), tags,
+                                                         strict=True)) + "\n")
+        out[f"{part}_items"] = str(path)
+        out[f"{part}_tokens"] = int(sp[enc.n_sentences])
+        out[f"{part}_sentences"] = int(enc.n_sentences)
+        del enc, c
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def read_feature_items(path: str | os.PathLike[str]) -> Iterable[tuple[list[str], list[str]]]:
+    """The sentences of a :func:`write_feature_items` file, one at a time: (the features of
+    each token, the labels)."""
+    xs: list[list[str]] = []
+    ys: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                if ys:
+                    yield xs, ys
+                xs, ys = [], []
+                continue
+            label, _, rest = line.partition("\t")
+            ys.append(label)
+            xs.append(rest.split("\t") if rest else [])
+    if ys:
+        yield xs, ys

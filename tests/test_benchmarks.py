@@ -481,3 +481,75 @@ def test_many_labels_end_to_end(tiny, tmp_path):
         assert res[name]["ns_per_token"] > 0
     assert res["default_decode"] == ("pruned" if res["tags"] >= res["prune_from_labels"]
                                      else "dense")
+
+
+def test_million_tokens_log_figures_on_fixed_lines():
+    """The zero rows the issue saw (``active 0`` / ``max_pg 0.0000`` while unconverged) are
+    counted after the first iteration line, and not at all in a converged run."""
+    million_tokens = importlib.import_module("million_tokens")
+    log = ("data: x.txt: 45,829 sentences, 929,285 tokens (read in 0.6s)\n"
+           "iter   1      1.25s  updates  1,303  active      0  max_pg 0.0000  inferences 31\n"
+           "iter   2      2.50s  updates  1,610  active      0  max_pg 0.0000  inferences 36\n"
+           "iter   3      3.75s  updates  1,700  active     12  max_pg 0.5000  inferences 40\n"
+           "stopped: time-limit after 3 iterations, 3.8s; not converged\n"
+           "peak memory: 5,806 MiB (PSS, all processes)\naverage CPU: 94% of 200%\n")
+    f = million_tokens.log_figures(log)
+    assert (f["sentences"], f["tokens"], f["peak_memory_mib"]) == (45829, 929285, 5806.0)
+    assert f["cpu"] == {"average": 94.0, "of": 200.0} and f["read_s"] == 0.6
+    assert f["iteration_lines"] == 3 and f["zero_rows"] == 1
+    assert million_tokens.log_figures(log.replace("time-limit", "converged"))["zero_rows"] == 0
+
+
+def test_million_tokens_brown_end_to_end_with_peers(tiny, tmp_path):
+    """The Brown benchmark on the tiny corpus (one tag set, column 2): three learners with
+    snapshots, then python-crfsuite in child processes on the dumped features; a second run
+    reuses those peers from the first one's results file."""
+    million_tokens = importlib.import_module("million_tokens")
+    base = ["brown", "--train", str(tiny / "train.txt"), "--test", str(tiny / "test.txt"),
+            "--tagsets", "tags:2", "--budget", "1", "--snapshot-every", "0.2", "--min-step",
+            "0.1", "--lbfgs-iterations", "2", "--ap-iterations", "1", "--out-dir",
+            str(tmp_path), "--quiet"]
+    assert million_tokens.main([*base, "--name", "b"]) == 0
+    res = json.loads((tmp_path / "million_tokens_brown_b.json").read_text())
+    t = res["tagsets"]["tags"]
+    assert set(t["runs"]) == {"demi-dcd", "dcd", "ms-dcd"}
+    for a, r in t["runs"].items():
+        assert r["curve"] and 0.3 < r["test_accuracy"] <= 1.0, a
+        assert r["peak_memory_mib"] > 0 and r["cpu"]["of"] == 100 * r["threads"], a
+        assert r["setup_seconds"] > 0 and r["tokens"] > 0, a
+    an = t["analysis"]
+    assert an["fstar"] == min(x["primal"] for r in t["runs"].values() for x in r["curve"])
+    assert min(r["time_to_1pct"] for r in t["runs"].values()) != "inf"
+    assert "not installed" in t["peers"]["wapiti"].get("skipped", "not installed")
+    if importlib.util.find_spec("pycrfsuite") is not None:
+        for p in ("lbfgs", "ap"):
+            peer = t["peers"][p]
+            assert 0.3 < peer["test_accuracy"] <= 1.0 and peer["peak_rss_mib"] > 0, p
+            assert peer["iterations_run"] >= 1
+            assert p in t["runs"]["demi-dcd"]["time_to_peer_accuracy"]
+        assert million_tokens.main([*base, "--methods", "dcd:1", "--name", "r",
+                                    "--peers-from",
+                                    str(tmp_path / "million_tokens_brown_b.json")]) == 0
+        again = json.loads((tmp_path / "million_tokens_brown_r.json").read_text())
+        peers = again["tagsets"]["tags"]["peers"]
+        assert peers["ap"]["reused_from"] and peers["ap"]["test_accuracy"] == \
+            t["peers"]["ap"]["test_accuracy"]
+    assert "| tags | DEMI-DCD (p=2) |" in res["table_markdown"]
+
+
+def test_million_tokens_synthetic_end_to_end(tmp_path):
+    million_tokens = importlib.import_module("million_tokens")
+    assert million_tokens.main(["synthetic", "--sizes", "100,200", "--vocab-size", "2000",
+                                "--time-limit", "1", "--out-dir", str(tmp_path), "--name",
+                                "s", "--quiet"]) == 0
+    res = json.loads((tmp_path / "million_tokens_synthetic_s.json").read_text())
+    a, b = res["runs"]
+    assert (a["sentences"], b["sentences"]) == (100, 200) and b["tokens"] > a["tokens"] > 0
+    for r in (a, b):
+        assert r["bytes_per_token"] == r["peak_bytes"] / r["tokens"] > 0
+        assert r["seconds_per_pass"] > 0 and r["data_passes"] > 0
+        assert r["setup_seconds"] > 0 and r["peak_memory_mib"] > 0
+    assert "growth_bytes_per_token" not in a
+    assert b["growth_bytes_per_token"] == (b["peak_bytes"] - a["peak_bytes"]) / (
+        b["tokens"] - a["tokens"])
+    assert res["generator"]["n_tags"] == 45 and res["generator"]["vocab_size"] == 2000
