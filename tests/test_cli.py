@@ -204,3 +204,32 @@ def test_split_command_is_seeded(tmp_path):
         assert main(["split", str(corp), "--out-dir", str(d), "--seed", "3", "--quiet"]) == 0
     assert (a / "test.corp").read_text() == (b / "test.corp").read_text()
     assert (a / "train.corp").read_text().count("\n\n") > 0
+
+
+def test_every_estimator_option_given_reaches_the_estimator(cli, monkeypatch, tmp_path):
+    """The learning and output options that are estimator parameters (``--cpu-log``,
+    ``--eval-every``, ``--snapshot-every``, ``--save-state``, ``--C``, …) reach the estimator the
+    command builds: ``--cpu-log`` once wrote nothing because it was dropped on the way."""
+    from demidcd.estimators.base import StructuredEstimator
+
+    seen = {}
+
+    def capture(self, *a, **k):
+        seen.update(self.get_params())
+        raise SystemExit(9)
+
+    monkeypatch.setattr(StructuredEstimator, "plan", capture)
+    cpu = tmp_path / "cpu.csv"
+    with pytest.raises(SystemExit):
+        cli("train", "--cpu-log", cpu, "--eval-every", "3", "--snapshot-every", "2",
+            "--save-state", "--C", "0.7", "--max-epochs", "4", "--model", tmp_path / "m.npz")
+    assert seen["cpu_log"] == str(cpu) and seen["eval_every"] == 3
+    assert seen["snapshot_every"] == 2 and seen["save_state"] is True
+    assert seen["C"] == 0.7 and seen["max_epochs"] == 4
+
+
+def test_cpu_log_is_written(cli, tmp_path):
+    cpu = tmp_path / "cpu.csv"
+    code, _, err = cli("train", "--threads", "1", "--max-epochs", "2", "--cpu-log", cpu, "--quiet")
+    assert code == 0, err
+    assert cpu.read_text().startswith("seconds,total")

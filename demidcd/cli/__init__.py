@@ -216,11 +216,9 @@ def _train(args) -> int:
         sequential = args.algorithm is not None and get_learner(args.algorithm).single_process
         threads = 1 if sequential else (os.cpu_count() or 1)
     # only the options given on the command line: the estimator's defaults are the table's
-    from dataclasses import asdict
+    from ..options import learner_params
 
-    from ..options import LearnerOptions
-
-    given = asdict(LearnerOptions.from_mapping(vars(args)))
+    given = {o.name: getattr(args, o.name) for o in learner_params()}  # learning and output
     given["snapshot_dir"] = args.snapshot_dir or (
         os.path.splitext(args.model)[0] + ".snapshots"
         if args.snapshot_every and args.model else None)
