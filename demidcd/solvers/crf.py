@@ -30,6 +30,7 @@ from ..errors import OptionError
 from ..options import default
 from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
+from .crf_sdca import token_shards, train_crf_sdca
 from .recorder import Recorder, Tick
 
 MEMORY = 6  # L-BFGS corrections kept (CRFsuite's lbfgs.num_memories)
@@ -59,23 +60,6 @@ def compile_kernels(task: Task) -> None:
     ex = np.zeros(min(1, task.n_examples), np.int64)
     nll_gradient_kernel(w, task.F, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
     marginals_kernel(w, task.F, task.K, task.chain, ex, np.zeros(0, np.int32))
-
-
-def token_shards(sent_ptr: np.ndarray, parts: int,
-                 examples: np.ndarray | None = None) -> list[np.ndarray]:
-    """The example indices (``examples``, in order; default all) cut into ``parts``
-    consecutive runs of about equal token counts (empty runs dropped)."""
-    if examples is not None:
-        ex = np.asarray(examples, np.int64)
-        tok = np.concatenate([[0], np.cumsum(np.diff(sent_ptr)[ex])])
-        cuts = np.searchsorted(tok, np.linspace(0, tok[-1], parts + 1)[1:-1])
-        bounds = [0, *np.clip(cuts, 0, ex.shape[0]).tolist(), ex.shape[0]]
-        return [ex[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    n = sent_ptr.shape[0] - 1
-    cuts = np.searchsorted(sent_ptr, np.linspace(0, sent_ptr[-1], parts + 1)[1:-1])
-    bounds = [0, *np.clip(cuts, 0, n).tolist(), n]
-    return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:],
-                                                             strict=True) if b > a]
 
 
 class CrfObjective:
@@ -264,8 +248,6 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     if crf_method not in ("sdca", "lbfgs"):
         raise OptionError(f"--crf-method must be sdca or lbfgs, got {crf_method!r}")
     if crf_method == "sdca":
-        from .crf_sdca import train_crf_sdca
-
         if task.Y is None:
             raise OptionError("crf needs gold tags to train on")
         return train_crf_sdca(task, config, threads, callback, cpu_log, log, tick,

@@ -19,7 +19,8 @@ An epoch is n applied examples. After each, the log gets the sum of the proposal
 estimates KL(μ_i ‖ p_w) (w as each proposal read it: free, not certified) and, every epoch or,
 with ``eval_every``, at most every that many seconds, the certified figures: the workers park,
 the queue is drained, and P(w) (one forward-backward pass) and D(μ) (one entropy pass) are
-computed on all threads; the gap P − D = Σ_i KL(μ_i ‖ p_w) ≥ 0. Stopping: (P − D)/P ≤
+computed on all threads (v and w recomputed from μ first, :meth:`SdcaRun.evaluate`); the gap
+P − D = Σ_i KL(μ_i ‖ p_w) ≥ 0. Stopping: (P − D)/P ≤
 ``epsilon``, ``max_iterations`` epochs, or the time limit (the current w).
 """
 
@@ -41,6 +42,23 @@ from .recorder import Recorder, Tick
 BATCH = 32  # examples per proposal batch: one queue item, one kernel call
 BUFFERS_PER_WORKER = 2  # batch buffers in flight per worker thread (bounds the queue)
 INIT = "gold"  # μ_i at the start: the gold point mass (v = 0, w = 0)
+
+
+def token_shards(sent_ptr: np.ndarray, parts: int,
+                 examples: np.ndarray | None = None) -> list[np.ndarray]:
+    """The example indices (``examples``, in order; default all) cut into ``parts``
+    consecutive runs of about equal token counts (empty runs dropped)."""
+    if examples is not None:
+        ex = np.asarray(examples, np.int64)
+        tok = np.concatenate([[0], np.cumsum(np.diff(sent_ptr)[ex])])
+        cuts = np.searchsorted(tok, np.linspace(0, tok[-1], parts + 1)[1:-1])
+        bounds = [0, *np.clip(cuts, 0, ex.shape[0]).tolist(), ex.shape[0]]
+        return [ex[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    n = sent_ptr.shape[0] - 1
+    cuts = np.searchsorted(sent_ptr, np.linspace(0, sent_ptr[-1], parts + 1)[1:-1])
+    bounds = [0, *np.clip(cuts, 0, n).tolist(), n]
+    return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:],
+                                                             strict=True) if b > a]
 
 
 class _Feeder:
@@ -154,8 +172,6 @@ class SdcaRun:
         self.gate.set()
 
     def _map(self, fn: Callable[[np.ndarray], float]) -> float:
-        from .crf import token_shards
-
         if self.pool is None:
             return fn(self.dual.examples)
         parts = token_shards(self.dual.task.sent_ptr, self.n_workers + 1,
@@ -163,8 +179,11 @@ class SdcaRun:
         return float(sum(self.pool.map(fn, parts)))
 
     def evaluate(self) -> tuple[float, float]:
-        """(P(w), D(μ)) on all threads (call between :meth:`quiesce` and :meth:`resume`)."""
+        """(P(w), D(μ)) on all threads (call between :meth:`quiesce` and :meth:`resume`),
+        v and w first recomputed from the stored μ (float32 marginals round each update, which
+        v, updated in float64, does not see: the certificate is then exact)."""
         d = self.dual
+        d.resync()
         return d.primal(self._map(d.log_partition)), d.dual(self._map(d.entropy))
 
     def close(self) -> None:
