@@ -22,7 +22,7 @@ def _serial(task, c1, c2, epochs, dtype=np.float64, init="gold", batch=4, seed=0
             each_batch=None):
     """SDCA on one thread, batch by batch; returns the dual and (P, D) after each epoch."""
     dual = ChainDual(task, c1, c2, dtype, init, batch)
-    ws, B, stats = dual.workspace(), dual.new_batch(), np.zeros(4)
+    ws, B, stats = dual.workspace(), dual.new_batch(), np.zeros(5)
     rng = np.random.default_rng(seed)
     figures = []
     for _ in range(epochs):
@@ -30,7 +30,7 @@ def _serial(task, c1, c2, epochs, dtype=np.float64, init="gold", batch=4, seed=0
         for s in range(0, perm.size, batch):
             ex = perm[s:s + batch]
             dual.propose(ex, B, ws)
-            dual.apply(B, ex.size, stats)
+            dual.apply(B, ex.size, stats, ws)
             if each_batch is not None:
                 each_batch(dual)
         figures.append((dual.primal(dual.log_partition(dual.examples)),

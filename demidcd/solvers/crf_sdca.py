@@ -93,7 +93,7 @@ class SdcaRun:
         self.feeder = _Feeder(dual.examples, dual.batch, seed)
         self.ws = dual.workspace()
         self.own = dual.new_batch()
-        self.stats = np.zeros(4)  # updates, dropped, guaranteed dual increase, gap estimates
+        self.stats = np.zeros(5)  # updates, dropped, dual increase, gap estimates, searched again
         self.n_workers = max(0, int(threads) - 1)
         self.free: queue.Queue = queue.Queue()
         self.ready: queue.Queue = queue.Queue()
@@ -136,7 +136,7 @@ class SdcaRun:
     def _apply(self, B, count: int) -> int:
         if B is None:
             raise RuntimeError(f"an SDCA worker thread failed: {self.error!r}") from self.error
-        self.dual.apply(B, count, self.stats)
+        self.dual.apply(B, count, self.stats, self.ws)
         if B is not self.own:
             self.free.put(B)
         return count
@@ -233,6 +233,7 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                 epoch += 1
                 st = run.stats.copy()
                 r = {"epoch": epoch, "updates": int(st[0]), "dropped": int(st[1]),
+                     "searched_again": int(st[4]),
                      "gap_estimate": float(st[3]), "active": int(np.count_nonzero(dual.w))}
                 run.stats[3] = 0.0
                 due = config.eval_every is None or \

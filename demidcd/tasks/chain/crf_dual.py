@@ -43,7 +43,9 @@ from .marginals import exp_shifted, fb_sentence, fb_workspace, pairwise_marginal
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 TINY = 1e-300  # the floor of a marginal inside a logarithm (a point mass has zeros)
-NEWTON_STEPS = 6  # derivative evaluations of the line search after the two endpoints
+NEWTON_STEPS = 6  # derivative evaluations of the line search after the two endpoints, at most
+STEP_TOL = 1e-3  # the line search stops at a Newton step below this share of γ
+REFRESH = 0.5  # the update searches again when the stale proposal's safe step is below this share
 
 
 class DualArrays(NamedTuple):
@@ -92,6 +94,9 @@ class Workspace(NamedTuple):
     fslot: np.ndarray
     gslot: np.ndarray
     v0: np.ndarray
+    xs: np.ndarray
+    bits: np.ndarray
+    lg: np.ndarray
 
 
 @nb.njit(cache=True, nogil=True)
@@ -281,10 +286,51 @@ def _g_terms_at(v, idx, dv, q0, q1, g, c1, c2):
     return val * s, d1 * s, d2 * s
 
 
+_LN2 = 0.6931471805599453
+_SQRT2 = 1.4142135623730951
+
+
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _block(mu, mo, b, bo, m, g):
+def log_block(xs, bits, out, m):
+    """out[j] = log xs[j] for the m positive normal numbers xs[:m], without a libm call (the
+    line search's K² logarithms per position dominate its cost): xs = 2^e·y, y ∈ [1/√2, √2),
+    log y = 2 atanh s with s = (y − 1)/(y + 1), |s| ≤ 0.172, by its odd series to s^17
+    (relative error below 1e-14); loops numba can vectorise. ``bits``: int64 scratch."""
+    xi = xs.view(np.int64)
+    for j in range(m):
+        b = xi[j]
+        out[j] = np.float64((b >> 52) - 1023)
+        bits[j] = (b & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000
+    ys = bits.view(np.float64)
+    for j in range(m):
+        y = ys[j]
+        e = out[j]
+        if y > _SQRT2:
+            y *= 0.5
+            e += 1.0
+        sv = (y - 1.0) / (y + 1.0)
+        z = sv * sv
+        p = 2.0 / 17.0
+        p = p * z + 2.0 / 15.0
+        p = p * z + 2.0 / 13.0
+        p = p * z + 2.0 / 11.0
+        p = p * z + 2.0 / 9.0
+        p = p * z + 2.0 / 7.0
+        p = p * z + 2.0 / 5.0
+        p = p * z + 2.0 / 3.0
+        p = p * z + 2.0
+        out[j] = e * _LN2 + sv * p
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _block(mu, mo, b, bo, m, g, xs, bits, lg):
     """(−Σ x log x, −Σ d log x, −Σ d²/x) over the m entries x = μ + g·d, d = β − μ (x floored
-    at TINY inside the logarithm and the quotient, where d ≠ 0)."""
+    at TINY inside the logarithm and the quotient; 0 log 0 = 0). xs, bits, lg: m scratch."""
+    for j in range(m):
+        x0 = np.float64(mu[mo + j])
+        x = x0 + g * (b[bo + j] - x0)
+        xs[j] = x if x > TINY else TINY
+    log_block(xs, bits, lg, m)
     h = 0.0
     h1 = 0.0
     h2 = 0.0
@@ -293,31 +339,31 @@ def _block(mu, mo, b, bo, m, g):
         d = b[bo + j] - x0
         x = x0 + g * d
         if x > 0.0:
-            h -= x * np.log(x)
-        if d != 0.0:
-            xl = x if x > TINY else TINY
-            h1 -= d * np.log(xl)
-            h2 -= d * d / xl
+            h -= x * lg[j]
+        h1 -= d * lg[j]
+        h2 -= d * d / xs[j]
     return h, h1, h2
 
 
 @nb.njit(cache=True, nogil=True)
-def _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g):
+def _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g, xs, bits, lg):
     """(H, dH/dg, d²H/dg²) of the chain entropy of μ_i + g(β_i − μ_i) (tokens a..a+n−1 of μ,
     pairs from p0; β_i's unary at bu·K, pairwise at bp·K² of the batch)."""
     KK = K * K
     if n == 1:
-        return _block(D.mu_u, a * K, beta_u, bu * K, K, g)
+        return _block(D.mu_u, a * K, beta_u, bu * K, K, g, xs, bits, lg)
     h = 0.0
     h1 = 0.0
     h2 = 0.0
     for t in range(1, n):
-        x, x1, x2 = _block(D.mu_p, (p0 + t - 1) * KK, beta_p, (bp + t - 1) * KK, KK, g)
+        x, x1, x2 = _block(D.mu_p, (p0 + t - 1) * KK, beta_p, (bp + t - 1) * KK, KK, g, xs,
+                           bits, lg)
         h += x
         h1 += x1
         h2 += x2
         if t < n - 1:
-            x, x1, x2 = _block(D.mu_u, (a + t) * K, beta_u, (bu + t) * K, K, g)
+            x, x1, x2 = _block(D.mu_u, (a + t) * K, beta_u, (bu + t) * K, K, g, xs, bits,
+                               lg)
             h -= x
             h1 -= x1
             h2 -= x2
@@ -325,13 +371,13 @@ def _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g):
 
 
 @nb.njit(cache=True, nogil=True)
-def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2):
+def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2, xs, bits, lg):
     """(γ, h(γ), h(1)): the safeguarded Newton maximiser over [0, 1] of f(γ) = h(γ) −
-    [g*(v0 + γ dv) − g*(v0)] (module docstring), h(γ) = H(μ + γd) − H(μ) at that γ, and h(1)
-    (for the gap estimate)."""
-    H0, d0, _ = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 0.0)
-    H1, d1, dd1 = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 1.0)
-    _, G1, GG1 = _g_terms(v0, dv, m, 1.0, c1, c2)
+    [g*(v0 + γ dv) − g*(v0)] (module docstring), to a relative step of STEP_TOL, h(γ) =
+    H(μ + γd) − H(μ) at that γ, and h(1) (for the gap estimate)."""
+    H0, d0, _ = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 0.0, xs, bits, lg)
+    H1, d1, _ = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 1.0, xs, bits, lg)
+    _, G1, _ = _g_terms(v0, dv, m, 1.0, c1, c2)
     f1 = d1 - G1
     if f1 >= 0.0:
         return 1.0, H1 - H0, H1 - H0
@@ -341,12 +387,11 @@ def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2):
         return 0.0, 0.0, H1 - H0
     lo = 0.0
     hi = 1.0
-    g = f0 / (f0 - f1)  # the secant of the derivative
-    g = min(max(g, 1e-3), 1.0 - 1e-3)
+    g = min(max(f0 / (f0 - f1), 1e-3), 1.0 - 1e-3)  # the secant of the derivative
     hg = 0.0
     best = 0.0
     for _ in range(NEWTON_STEPS):
-        Hg, dg, ddg = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g)
+        Hg, dg, ddg = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g, xs, bits, lg)
         _, Gg, GGg = _g_terms(v0, dv, m, g, c1, c2)
         fp = dg - Gg
         fpp = ddg - GGg
@@ -356,12 +401,10 @@ def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2):
             lo = g
         else:
             hi = g
-        if hi - lo < 1e-6 * hi:
-            break
         nxt = g - fp / fpp if fpp < 0.0 else 0.5 * (lo + hi)
         if not (lo < nxt < hi):
             nxt = 0.5 * (lo + hi)
-        if abs(nxt - g) < 1e-7 * g:
+        if abs(nxt - g) <= STEP_TOL * g:
             break
         g = nxt
     return best, hg, H1 - H0
@@ -470,7 +513,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
             ws.v0[r] = v[B.dv_idx[q0 + r]]
             wdv += w[B.dv_idx[q0 + r]] * B.dv_val[q0 + r]
         g, hg, h1 = _line_search(K, n, a, p0, D, B.beta_u, bu, B.beta_p, bp, ws.v0,
-                                 B.dv_val[q0:q], m, c1, c2)
+                                 B.dv_val[q0:q], m, c1, c2, ws.xs, ws.bits, ws.lg)
         B.gamma[e] = g
         B.hgain[e] = hg
         B.gap[e] = h1 - wdv  # KL(μ_i ‖ p_w) = H(β) − H(μ) − w·Δv
@@ -516,10 +559,12 @@ def _safe_step(v, idx, dv, q0, q1, gw, hw, c1, c2):
 
 
 @nb.njit(cache=True, nogil=True)
-def apply_kernel(w, v, c1, c2, K, sent_ptr, D, count, B, stats):
-    """Apply the proposals of batch B (module docstring) to μ, v and w in place; stats[0] +=
-    updates, stats[1] += proposals dropped (μ_i changed since), stats[2] += the dual increase
-    guaranteed, stats[3] += the gap estimates of the batch."""
+def apply_kernel(w, v, c1, c2, K, sent_ptr, D, count, B, stats, ws):
+    """Apply the proposals of batch B (module docstring) to μ, v and w in place; where the
+    safe step of a stale proposal is below REFRESH of its γ, the line search runs again on the
+    current v (exact; ws: this thread's scratch). stats[0] += updates, stats[1] += proposals
+    dropped (μ_i changed since), stats[2] += the dual increase guaranteed, stats[3] += the gap
+    estimates of the batch, stats[4] += the line searches run again."""
     KK = K * K
     bu = 0
     bp = 0
@@ -537,6 +582,15 @@ def apply_kernel(w, v, c1, c2, K, sent_ptr, D, count, B, stats):
             q0 = B.dv_ptr[e]
             q1 = B.dv_ptr[e + 1]
             g, gain = _safe_step(v, B.dv_idx, B.dv_val, q0, q1, g0, B.hgain[e], c1, c2)
+            if g < REFRESH * g0:
+                m = q1 - q0
+                for r in range(m):
+                    ws.v0[r] = v[B.dv_idx[q0 + r]]
+                g, hg, _ = _line_search(K, n, a, D.pair_ptr[i], D, B.beta_u, bu, B.beta_p,
+                                        bp, ws.v0, B.dv_val[q0:q1], m, c1, c2, ws.xs,
+                                        ws.bits, ws.lg)
+                gain = hg - _g_terms(ws.v0, B.dv_val[q0:q1], m, g, c1, c2)[0]
+                stats[4] += 1.0
             if g > 0.0:
                 for t in range(n):
                     o = (a + t) * K
@@ -611,7 +665,8 @@ class ChainDual:
         fb = fb_workspace(self.w, self.K, self.X, self.examples)
         return Workspace(*fb, np.full(max(self.F, 1), -1, np.int32),
                          np.full(max(self.task.G, 1), -1, np.int32),
-                         np.zeros(max(self._caps[3], 1)))
+                         np.zeros(max(self._caps[3], 1)), np.zeros(self.K * self.K),
+                         np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K))
 
     def new_batch(self) -> Batch:
         """A batch buffer large enough for any ``batch`` examples (allocated once, reused)."""
@@ -628,11 +683,11 @@ class ChainDual:
         propose_kernel(self.w, self.v, self.c1, self.c2, self.F, self.K, self.X, self.D,
                        examples, examples.shape[0], B, ws)
 
-    def apply(self, B: Batch, count: int, stats: np.ndarray) -> None:
+    def apply(self, B: Batch, count: int, stats: np.ndarray, ws: Workspace) -> None:
         """Apply the first ``count`` proposals of B (:func:`apply_kernel`; one thread at a
-        time)."""
+        time, ``ws`` its scratch; ``stats``: 5 counters)."""
         apply_kernel(self.w, self.v, self.c1, self.c2, self.K, self.task.sent_ptr, self.D,
-                     count, B, stats)
+                     count, B, stats, ws)
 
     def resync(self) -> None:
         """v = Φ* − Σ_i E_{μ_i}Φ and w = ∇g*(v) recomputed from the stored μ (in place)."""
