@@ -39,9 +39,13 @@ from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .recorder import Recorder, Tick
 
-BATCH = 32  # examples per proposal batch: one queue item, one kernel call
+BATCH = 32  # examples per proposal batch of a worker thread: one queue item, one kernel call
+OWN_BATCH = 4  # examples per batch the learner proposes itself (it applies them at once: the
+# fewer, the fewer proposals a previous one of the same batch made stale)
+SAMPLING = "gap"  # the order of the examples: "uniform" permutations or "gap" sampling
 BUFFERS_PER_WORKER = 2  # batch buffers in flight per worker thread (bounds the queue)
-INIT = "gold"  # μ_i at the start: the gold point mass (v = 0, w = 0)
+INIT = "gold"  # μ_i at the start: the gold point mass (v = 0, w = 0); "uniform" starts at
+# w = ∇g*(Φ* − E_uniform Φ), far out when c2 is small (benchmarks/README.md, "The CRF learner")
 
 
 def token_shards(sent_ptr: np.ndarray, parts: int,
@@ -62,23 +66,38 @@ def token_shards(sent_ptr: np.ndarray, parts: int,
 
 
 class _Feeder:
-    """Batches of a fresh random permutation of the examples per epoch, handed out under a
-    lock to whichever thread asks."""
+    """Batches of ``examples`` in a fresh order per epoch, handed out under a lock to
+    whichever thread asks: a random permutation, or with ``gaps`` (per example id, the last
+    gap estimate KL(μ_i ‖ p_w) of its proposal; all 0: unknown) n draws with probability
+    ½/n + ½ g_i / Σ g (Le Priol et al.'s gap sampling, mixed with the uniform)."""
 
-    def __init__(self, examples: np.ndarray, size: int, seed: int):
-        self.examples, self.size = examples, size
+    def __init__(self, examples: np.ndarray, size: int, seed: int,
+                 gaps: np.ndarray | None = None):
+        self.examples, self.size, self.gaps = examples, size, gaps
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.perm = examples[:0]
         self.pos = 0
 
-    def next(self) -> np.ndarray:
+    def _order(self) -> np.ndarray:
+        n = self.examples.shape[0]
+        if self.gaps is not None:
+            g = np.maximum(self.gaps[self.examples], 0.0)
+            total = float(g.sum())
+            if total > 0.0 and math.isfinite(total):
+                p = 0.5 / n + 0.5 * g / total
+                return self.examples[self.rng.choice(n, n, p=p / p.sum())]
+        return self.rng.permutation(self.examples)
+
+    def next(self, size: int | None = None) -> np.ndarray:
+        """The next ``size`` (default: the feeder's) examples of the current permutation."""
+        size = self.size if size is None else size
         with self.lock:
             if self.pos >= self.perm.shape[0]:
-                self.perm = self.rng.permutation(self.examples)
+                self.perm = self._order()
                 self.pos = 0
-            b = self.perm[self.pos:self.pos + self.size]
-            self.pos += self.size
+            b = self.perm[self.pos:self.pos + size]
+            self.pos += size
             return b
 
 
@@ -88,9 +107,10 @@ class SdcaRun:
     :meth:`quiesce` parks the workers and drains the queue, :meth:`evaluate` gives (P, D) on
     all threads, :meth:`close` ends the workers."""
 
-    def __init__(self, dual, threads: int, seed: int):
+    def __init__(self, dual, threads: int, seed: int, sampling: str = "uniform"):
         self.dual = dual
-        self.feeder = _Feeder(dual.examples, dual.batch, seed)
+        self.gaps = np.zeros(dual.task.n_examples) if sampling == "gap" else None
+        self.feeder = _Feeder(dual.examples, dual.batch, seed, self.gaps)
         self.ws = dual.workspace()
         self.own = dual.new_batch()
         self.stats = np.zeros(5)  # updates, dropped, dual increase, gap estimates, searched again
@@ -137,6 +157,8 @@ class SdcaRun:
         if B is None:
             raise RuntimeError(f"an SDCA worker thread failed: {self.error!r}") from self.error
         self.dual.apply(B, count, self.stats, self.ws)
+        if self.gaps is not None:
+            self.gaps[B.ex[:count]] = B.gap[:count]
         if B is not self.own:
             self.free.put(B)
         return count
@@ -147,7 +169,7 @@ class SdcaRun:
         try:
             B, count = self.ready.get_nowait()
         except queue.Empty:
-            ex = self.feeder.next()
+            ex = self.feeder.next(min(OWN_BATCH, self.dual.batch))
             self.dual.propose(ex, self.own, self.ws)
             B, count = self.own, ex.shape[0]
         return self._apply(B, count)
@@ -200,7 +222,8 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                    log: Callable[[str], None] | None = None, tick: Tick | None = None,
                    c1: float = 0.0, c2: float = 1.0, max_iterations: int | None = None,
                    epsilon: float = 1e-5, dual_dtype: type = np.float32,
-                   init: str = INIT, batch: int = BATCH) -> TrainResult:
+                   init: str = INIT, batch: int = BATCH, sampling: str = SAMPLING
+                   ) -> TrainResult:
     """CRF by SDCA (module docstring); one record per epoch (``objective``: P(w) when
     evaluated, ``primal``/``dual``/``gap`` then too, ``gap_estimate``: the proposals' KL sum,
     ``dropped``: proposals whose μ_i had changed). ``dual_dtype``: how μ is stored."""
@@ -217,7 +240,7 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
             f"({dual.bytes_per_token():,.0f} bytes per token, {np.dtype(dual_dtype).name}), "
             f"{max(0, threads - 1)} proposal thread{'s' * (threads != 2)} + the learner")
     clock = rec.start()
-    run = SdcaRun(dual, threads, config.seed)
+    run = SdcaRun(dual, threads, config.seed, sampling)
     epoch, applied, reason, last_eval = 0, 0, "max-epochs", -math.inf
     P = D = None
     try:
@@ -248,7 +271,8 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                     r.update(objective=P, primal=P, dual=D, gap=gap,
                              max_pg=gap / max(abs(P), 1e-300))
                 rec.epoch(r, dual.w)
-                converged = P is not None and due and (P - D) <= epsilon * max(abs(P), 1e-300)
+                converged = P is not None and due and math.isfinite(P - D) and \
+                    (P - D) <= epsilon * max(abs(P), 1e-300)
                 if converged:
                     reason = "converged"
                     break
