@@ -134,14 +134,14 @@ def test_float32_marginals_reach_the_optimum():
     assert P == pytest.approx(ref.primal(ref.log_partition(ref.examples)), rel=1e-6)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_threads_reach_the_same_optimum(threads):
+@pytest.mark.parametrize("threads,sampling", [(1, "gap"), (2, "gap"), (2, "uniform")])
+def test_threads_reach_the_same_optimum(threads, sampling):
     """p = 2 (a proposal thread, stale proposals, some dropped) reaches p = 1's optimum, which
     is L-BFGS's; float64 marginals: the certified gap is ≥ 0 to rounding."""
     task, _, _, _ = _chain(21, True, 2, n_sent=300, max_len=5)
     c1, c2 = 0.1, 0.3
     res = train_crf_sdca(task, SolverConfig(), threads=threads, c1=c1, c2=c2, epsilon=1e-10,
-                         max_iterations=400, dual_dtype=np.float64)
+                         max_iterations=400, dual_dtype=np.float64, sampling=sampling)
     assert res.stop_reason == "converged"
     assert all(r["gap"] >= -1e-12 * r["primal"] for r in res.history if "gap" in r)
     ref = minimize_lbfgs(CrfObjective(task, c2=c2), np.zeros(task.dim), c1=c1, epsilon=1e-10,
