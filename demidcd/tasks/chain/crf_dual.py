@@ -647,10 +647,11 @@ class ChainDual:
             self.resync()
         self.batch = max(1, int(batch))
         sizes = dv_sizes(self.F, K, self.X, self.examples)
-        top = -np.sort(-lengths)[:self.batch]
-        self._caps = (int(top.sum()), int(np.maximum(top - 1, 0).sum()),
-                      int(np.sort(sizes)[::-1][:self.batch].sum()),
-                      int(sizes.max()) if sizes.size else 1)
+        longest = int(lengths.max()) if lengths.size else 0
+        most = int(sizes.max()) if sizes.size else 1
+        # any ``batch`` examples, repeats included (gap sampling draws with replacement)
+        self._caps = (self.batch * longest, self.batch * max(longest - 1, 0),
+                      self.batch * most, most)
 
     @property
     def nbytes(self) -> int:
@@ -669,7 +670,8 @@ class ChainDual:
                          np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K))
 
     def new_batch(self) -> Batch:
-        """A batch buffer large enough for any ``batch`` examples (allocated once, reused)."""
+        """A batch buffer large enough for any ``batch`` examples, the same one repeated too
+        (allocated once, reused)."""
         n_tok, n_pair, n_dv, _ = self._caps
         K, b = self.K, self.batch
         return Batch(np.zeros(b, np.int64), np.zeros(b, np.int64), np.zeros(max(n_tok, 1) * K),
@@ -680,6 +682,8 @@ class ChainDual:
     def propose(self, examples: np.ndarray, B: Batch, ws: Workspace) -> None:
         """The proposals of ``examples`` (at most ``batch``) into B, under the current w and v
         (read without a lock: a concurrent update makes them stale, never wrong)."""
+        if examples.shape[0] > self.batch:
+            raise ValueError(f"{examples.shape[0]} examples for a batch of {self.batch}")
         propose_kernel(self.w, self.v, self.c1, self.c2, self.F, self.K, self.X, self.D,
                        examples, examples.shape[0], B, ws)
 
