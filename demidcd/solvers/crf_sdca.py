@@ -295,6 +295,8 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
     finally:
         run.close()
     w = dual.w.copy()
+    if reason in ("time-limit", "interrupted"):  # w moved since the last evaluation
+        P = D = None
     return rec.finish(w, reason, epoch, dual=D, cpu_log=cpu_log, objective=P,
                       dual_bytes=dual.nbytes, dual_bytes_per_token=dual.bytes_per_token(),
                       updates=int(run.stats[0]), dropped=int(run.stats[1]))
