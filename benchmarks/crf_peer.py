@@ -33,7 +33,10 @@ def main() -> None:
     ap.add_argument("test")
     ap.add_argument("--column", default="xpos")
     ap.add_argument("--sentences", type=int, default=3000, help="first N training sentences")
-    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--iterations", type=int, default=100,
+                    help="L-BFGS iterations (--crf-method sdca: epochs) at most")
+    ap.add_argument("--crf-method", default="lbfgs", choices=("lbfgs", "sdca"),
+                    help="demidcd's optimiser (lbfgs: the same iteration budget as the peer)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--c1", type=float, default=0.1)
     ap.add_argument("--c2", type=float, default=0.1)
@@ -44,7 +47,8 @@ def main() -> None:
     te = read_tagged(a.test, fmt="conllu", column=a.column)
     X, Y = tr.tokens[:a.sentences], tr.tags[:a.sentences]
     est = SequenceTagger(algorithm="crf", c1=a.c1, c2=a.c2, max_iterations=a.iterations,
-                         threads=a.threads, min_count=1, time_limit=a.time_limit)
+                         threads=a.threads, min_count=1, time_limit=a.time_limit,
+                         crf_method=a.crf_method)
     c0, t0 = time.process_time(), time.perf_counter()
     est.fit(X, Y)
     ours = {"train_wall_seconds": time.perf_counter() - t0,

@@ -260,10 +260,15 @@ OPTIONS: tuple[Option, ...] = (
        "c2 Σ w² (OWL-QN when > 0)", owners=CRF),
     _o("c2", "--c2", float, 1.0, "crf: L2 coefficient of the same objective (CRFsuite's c2: "
        "it multiplies Σ w², not ½ Σ w²)", owners=CRF),
-    _o("max_iterations", "--max-iterations", int, None, "crf: L-BFGS iterations at most",
-       owners=CRF, rule="until converged (CRFsuite's default)"),
+    _o("crf_method", "--crf-method", str, "sdca", "crf: the optimiser: sdca (stochastic dual "
+       "coordinate ascent, p - 1 threads computing marginals for one learner thread, no "
+       "barrier) or lbfgs (L-BFGS / OWL-QN over gradients from --threads threads, a barrier "
+       "per evaluation)", owners=CRF, choices=("sdca", "lbfgs")),
+    _o("max_iterations", "--max-iterations", int, None, "crf: L-BFGS iterations (sdca: "
+       "epochs) at most", owners=CRF, rule="until converged (CRFsuite's default)"),
     _o("epsilon", "--epsilon", float, 1e-5, "crf: stop when |g| / max(1, |w|) <= EPSILON "
-       "(CRFsuite's epsilon)", owners=CRF),
+       "(CRFsuite's epsilon; sdca: the certified duality gap (P - D) / P <= EPSILON)",
+       owners=CRF),
     _o("period", "--period", int, 10, "crf: the iterations the improvement test looks back "
        "(CRFsuite's period)", owners=CRF),
     _o("stop_delta", "--stop-delta", float, 1e-5, "crf: stop when the objective improved by "

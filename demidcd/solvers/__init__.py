@@ -132,9 +132,11 @@ register(Learner("sdm-ramp", "sdm:train_sdm_ramp", "sequential dual method for t
                  "structured ramp loss with CCCP", single_process=True, active_sets=True,
                  inference=("augmented", "scaled"), warm="sdm:compile_kernels",
                  objective="ramp loss (non-convex)"))
-register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by L-BFGS, OWL-QN with "
-                 "c1 > 0, gradients on --threads threads (chain tasks only)",
-                 options=("c1", "c2", "max_iterations", "epsilon", "period", "stop_delta"),
+register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (--threads - 1 "
+                 "marginal threads, one learner thread, no barrier) or L-BFGS / OWL-QN "
+                 "(--crf-method lbfgs; gradients on --threads threads) (chain tasks only)",
+                 options=("crf_method", "c1", "c2", "max_iterations", "epsilon", "period",
+                          "stop_delta"),
                  warm="crf:compile_kernels", in_process_threads=True,
                  config_fields=("time_limit", "eval_every"),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))

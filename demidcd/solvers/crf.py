@@ -1,5 +1,5 @@
-"""``crf``: a linear-chain conditional random field trained by L-BFGS (OWL-QN when c1 > 0) on
-CRFsuite's objective
+"""``crf``: a linear-chain conditional random field trained by L-BFGS (OWL-QN when c1 > 0),
+``crf_method="lbfgs"``, on CRFsuite's objective
 
     L(w) = Σ_i −log p(y_i | x_i) + c1 Σ_j |w_j| + c2 Σ_j w_j²
 
@@ -9,10 +9,12 @@ reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / m
 ``epsilon`` (g the pseudo-gradient with L1), or an improvement (f_{k−period} − f_k) / f_k below
 ``stop_delta`` over the last ``period`` iterations, or ``max_iterations``.
 
-Multi-core: the barrier-synchronised baseline. Each objective evaluation splits the examples
-into ``threads`` shards of about equal token counts, and the numba kernel (``nogil``) runs on
-every shard at once in a thread pool of this process, each shard into a gradient buffer of its
-own, summed afterwards; the worker processes of the DEMI-DCD engine are not used.
+The default ``crf_method="sdca"`` trains the same objective by stochastic dual coordinate
+ascent (:mod:`.crf_sdca`). Multi-core here: the barrier-synchronised baseline. Each
+objective evaluation splits the examples into ``threads`` shards of about equal token counts,
+and the numba kernel (``nogil``) runs on every shard at once in a thread pool of this
+process, each shard into a gradient buffer of its own, summed afterwards; the worker processes
+of the DEMI-DCD engine are not used.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..errors import OptionError
 from ..options import default
 from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
+from .crf_sdca import token_shards, train_crf_sdca
 from .recorder import Recorder, Tick
 
 MEMORY = 6  # L-BFGS corrections kept (CRFsuite's lbfgs.num_memories)
@@ -59,16 +62,6 @@ def compile_kernels(task: Task) -> None:
     marginals_kernel(w, task.F, task.K, task.chain, ex, np.zeros(0, np.int32))
 
 
-def _shards(sent_ptr: np.ndarray, parts: int) -> list[np.ndarray]:
-    """The example indices cut into ``parts`` consecutive runs of about equal token counts
-    (empty runs dropped)."""
-    n = sent_ptr.shape[0] - 1
-    cuts = np.searchsorted(sent_ptr, np.linspace(0, sent_ptr[-1], parts + 1)[1:-1])
-    bounds = [0, *np.clip(cuts, 0, n).tolist(), n]
-    return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:],
-                                                             strict=True) if b > a]
-
-
 class CrfObjective:
     """The smooth part of the CRF objective, w → (Σ_i −log p(y_i | x_i) + c2‖w‖², gradient),
     evaluated on ``threads`` shards at once (see the module docstring). The gradient array is
@@ -79,7 +72,7 @@ class CrfObjective:
         if task.Y is None:
             raise OptionError("crf needs gold tags to train on")
         self.task, self.c2 = task, float(c2)
-        self.shards = _shards(task.sent_ptr, max(1, int(threads)))
+        self.shards = token_shards(task.sent_ptr, max(1, int(threads)))
         self.buffers = [np.zeros(task.dim) for _ in self.shards[1:]]
         self.pool = ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
         self.evaluations = 0
@@ -238,9 +231,12 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               c1: float = default("c1"), c2: float = default("c2"),
               max_iterations: int | None = default("max_iterations"),
               epsilon: float = default("epsilon"), period: int = default("period"),
-              stop_delta: float = default("stop_delta")) -> TrainResult:
-    """CRF by L-BFGS / OWL-QN (module docstring); one iteration record per accepted step
-    (``objective``: L(w); ``max_pg``: ‖g‖ / max(1, ‖w‖); ``active``: non-zero weights)."""
+              stop_delta: float = default("stop_delta"),
+              crf_method: str = default("crf_method")) -> TrainResult:
+    """CRF by ``crf_method``: ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one record per
+    epoch) or ``"lbfgs"``, L-BFGS / OWL-QN (module docstring): one iteration record per
+    accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1, ‖w‖); ``active``: non-zero
+    weights)."""
     check_marginals(task)
     for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta)):
         if not 0.0 <= float(v) < math.inf:
@@ -249,6 +245,15 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         raise OptionError(f"--period must be >= 1, got {period}")
     if max_iterations is not None and int(max_iterations) < 1:
         raise OptionError(f"--max-iterations must be >= 1, got {max_iterations}")
+    if crf_method not in ("sdca", "lbfgs"):
+        raise OptionError(f"--crf-method must be sdca or lbfgs, got {crf_method!r}")
+    if crf_method == "sdca":
+        if task.Y is None:
+            raise OptionError("crf needs gold tags to train on")
+        return train_crf_sdca(task, config, threads, callback, cpu_log, log, tick,
+                              float(c1), float(c2),
+                              None if max_iterations is None else int(max_iterations),
+                              float(epsilon))
     obj = CrfObjective(task, c2, threads)
     rec = Recorder(task, config, callback, threads, objective_fn=None, tick=tick)
     state = {"w": np.zeros(task.dim), "k": 0}

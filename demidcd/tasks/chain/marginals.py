@@ -37,7 +37,7 @@ _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # fastmath without nnan/n
 
 
 @nb.njit(cache=True, nogil=True)
-def _exp_shifted(m, E, KK):
+def exp_shifted(m, E, KK):
     """E[:KK] = exp(m[:KK] − max m); returns max m."""
     mx = m[0]
     for j in range(1, KK):
@@ -79,7 +79,7 @@ def _force(em, n, K, fixed, f0):
 
 
 @nb.njit(cache=True, nogil=True)
-def _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
+def position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
     """(E, max) of the transition matrix into position t: the shared exp(T − max T), or the
     B-feature matrix of t when B features fire there."""
     if has_b:
@@ -98,7 +98,7 @@ def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, 
     for k in range(K):
         alpha[k] = start[k] + em[k]
     for t in range(1, n):
-        E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
         c = _shifted_row(alpha, (t - 1) * K, K, u)
         for k in range(K):
             v[k] = 0.0
@@ -115,7 +115,7 @@ def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, 
     for k in range(K):
         beta[(n - 1) * K + k] = end[k]
     for t in range(n - 1, 0, -1):
-        E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
         for k in range(K):
             u[k] = em[t * K + k] + beta[t * K + k]
         c = _shifted_row(u, 0, K, v)
@@ -134,7 +134,7 @@ def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, 
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, out):
+def pairwise_marginals(t, K, E, mx, alpha, beta, em, logz, u, v, out):
     """out[j·K + k] = p(y_{t−1} = j, y_t = k | x) for t ≥ 1 (u, v: K scratch)."""
     ca = _shifted_row(alpha, (t - 1) * K, K, u)
     for k in range(K):
@@ -153,7 +153,7 @@ def _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, out):
 
 
 @nb.njit(cache=True, nogil=True)
-def _fb_workspace(w, K, X, examples):
+def fb_workspace(w, K, X, examples):
     """(em, alpha, beta, trb, Eb, bmax, slots, u, v, pair) scratch for the examples."""
     max_n, _ = max_sizes(X.sent_ptr, X.feat_ptr, examples)
     max_bpos, _ = b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
@@ -164,7 +164,7 @@ def _fb_workspace(w, K, X, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
+def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
               beta, u, v, fixed, f0):
     """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
     returns log Z."""
@@ -175,7 +175,7 @@ def _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, s
     if has_b:
         nbp = b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
         for s in range(nbp):
-            bmax[s] = _exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
+            bmax[s] = exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
     return _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha,
                              beta, u, v)
 
@@ -197,8 +197,8 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     bbase = F * K + K1 * K1
     tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
-    trmax = _exp_shifted(tr, Etr, KK)
-    em, alpha, beta, trb, Eb, bmax, slots, u, v, pair = _fb_workspace(w, K, X, examples)
+    trmax = exp_shifted(tr, Etr, KK)
+    em, alpha, beta, trb, Eb, bmax, slots, u, v, pair = fb_workspace(w, K, X, examples)
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
     gS = np.zeros(K)
     gE = np.zeros(K)
@@ -213,7 +213,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
         n = X.sent_ptr[i + 1] - a
         if n == 0:
             continue
-        logz = _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
+        logz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
                          slots, alpha, beta, u, v, nofix, 0)
         # the gold score, from the same tables
         y0 = gold[a]
@@ -241,8 +241,8 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
         gE[gold[a + n - 1]] -= 1.0
         # transitions and B features: the pairwise marginals minus the gold pair
         for t in range(1, n):
-            E, mx = _matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-            _pairwise(t, K, E, mx, alpha, beta, em, logz, u, v, pair)
+            E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+            pairwise_marginals(t, K, E, mx, alpha, beta, em, logz, u, v, pair)
             pair[gold[a + t - 1] * K + gold[a + t]] -= 1.0
             for j in range(KK):
                 gT[j] += pair[j]
@@ -273,8 +273,8 @@ def marginals_kernel(w, F, K, X, examples, fixed):
         ptr[e + 1] = ptr[e] + X.sent_ptr[i + 1] - X.sent_ptr[i]
     tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
-    trmax = _exp_shifted(tr, Etr, KK)
-    em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = _fb_workspace(w, K, X, examples)
+    trmax = exp_shifted(tr, Etr, KK)
+    em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
     marg = np.zeros(ptr[n_ex] * K)
     logz = np.empty(n_ex)
     for e in range(n_ex):
@@ -284,7 +284,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
         if n == 0:
             logz[e] = w[F * K + K * (K + 1) + K]
             continue
-        lz = _sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots,
+        lz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots,
                        alpha, beta, u, v, fixed, ptr[e])
         logz[e] = lz
         if lz == _NEG_INF:
