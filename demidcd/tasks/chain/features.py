@@ -707,14 +707,15 @@ class SequenceFeaturizer:
         raw = np.asarray(arrays["feature_strings"])
         if raw.dtype != np.uint8:
             raise ValueError(f"feature_strings are {raw.dtype}, not uint8 bytes")
-        data = raw.tobytes()
-        found = data.count(b"\n") + 1 if n else 0
+        raw = np.ascontiguousarray(raw).reshape(-1)
+        found = int(np.count_nonzero(raw == 10)) + 1 if n else 0
         if found != n:
             raise ValueError(f"expected {n} feature strings, found {found}")
-        data.decode("utf-8")  # (bad bytes fail here, not at first use)
+        raw.tobytes().decode("utf-8")  # (bad bytes fail here, not at first use)
         # the strings in id order, newline-joined (for the type tables); read-only as the
         # input blocks are, so that the kernels reading both are compiled (and loaded) once
-        obj._blob = np.frombuffer(data, np.uint8)
+        obj._blob = raw.view()
+        obj._blob.flags.writeable = False
         obj._packed = (obj._blob, n)
         if not packed:
             obj._unpack()
