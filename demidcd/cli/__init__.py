@@ -11,7 +11,9 @@ The parsed namespace stays here: each command turns it once into frozen option o
 (:class:`~demidcd.options.DataOptions`, :class:`~demidcd.options.OutputOptions`) and hands
 those to the task's spec (:mod:`demidcd.tasks`), which returns new ones rather than writing
 back. The parser and its help texts are :mod:`demidcd.cli.parser`; the log, the interruptible
-inference thread and the signal handling are :mod:`demidcd.cli.log`.
+inference thread and the signal handling are :mod:`demidcd.cli.log`; :mod:`demidcd.cli.setup`
+runs ``train``'s set-up (reading, feature dictionary, encoding) in a short-lived child process,
+so that its Python objects never live in the processes that train.
 """
 
 from __future__ import annotations

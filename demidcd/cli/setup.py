@@ -7,7 +7,7 @@ the way) hold on to nearly every pymalloc arena. The processes that train are fo
 command's process, so whatever it holds they share, and the run's peak memory counts it for the
 whole training. :func:`run_in_child` therefore runs the set-up in a forked child, which hands
 back only arrays and metadata (a :class:`~demidcd.estimators.sequence.PreparedFit`, the
-dev and test corpora) through a pipe and exits, returning its memory to the system.
+dev and test corpora) through a temporary file and exits, returning its memory to the system.
 
 What the child prints (the ``data:`` line, warnings, the dictionary's progress lines) goes to the
 same stdout and stderr as the parent's would, in the same order. An exception in the child is
@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -31,27 +32,29 @@ def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
     """(True, ``fn()`` computed in a forked child process and unpickled here), or
     (False, None) when there is no ``fork`` or the child failed without an exception that
     travels (the caller then runs ``fn`` itself). An exception raised by ``fn`` in the child
-    (KeyboardInterrupt included) is raised here."""
+    (KeyboardInterrupt included) is raised here.
+
+    The result travels through an unnamed temporary file, read once the child has exited: the
+    child's memory is returned before this process allocates the result's, so the two are
+    never held at once (through a pipe they would be, for the whole transfer)."""
     if not hasattr(os, "fork"):
         return False, None
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         stream.flush()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(r)
-        _child(fn, w)
-    os.close(w)
-    try:
-        with os.fdopen(r, "rb") as f:
-            try:
-                tag, payload = pickle.load(f)
-            except Exception:  # noqa: BLE001 - truncated or unreadable: the child failed
-                tag, payload = None, None
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # Ctrl-C while waiting: the child goes too
-        _kill(pid)
-        raise
+    with tempfile.TemporaryFile() as tmp:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(fn, tmp.fileno())
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # Ctrl-C while waiting: the child goes too
+            _kill(pid)
+            raise
+        tmp.seek(0)
+        try:
+            tag, payload = pickle.load(tmp)
+        except Exception:  # noqa: BLE001 - truncated or unreadable: the child failed
+            tag, payload = None, None
     if tag == _RAISED:
         raise _rebuilt(*payload)
     if tag != _OK or status != 0:
@@ -59,8 +62,8 @@ def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
     return True, payload
 
 
-def _child(fn: Callable[[], Any], w: int) -> None:
-    """The forked child: run ``fn``, write (tag, payload) to the pipe ``w``, leave without
+def _child(fn: Callable[[], Any], fd: int) -> None:
+    """The forked child: run ``fn``, write (tag, payload) to the file ``fd``, leave without
     running the parent's clean-up (its model lock is the parent's) or exit handlers."""
     from .log import CLEANUP
 
@@ -76,7 +79,7 @@ def _child(fn: Callable[[], Any], w: int) -> None:
                 pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - cannot travel: the parent runs fn itself
                 out = ("failed", None)
-        with os.fdopen(w, "wb") as f:
+        with os.fdopen(fd, "wb", closefd=False) as f:
             pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent sees a failed child
