@@ -263,7 +263,6 @@ class SequenceTagger(StructuredEstimator):
             def dev_eval(w: np.ndarray) -> dict:
                 return self._metrics(gold, self._decode(dtask, w))
 
-        p.train = p.y = p.dev = None  # the task holds what training reads
         self._train(task, dev_eval)
         return self
 
