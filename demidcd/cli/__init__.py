@@ -11,7 +11,9 @@ The parsed namespace stays here: each command turns it once into frozen option o
 (:class:`~demidcd.options.DataOptions`, :class:`~demidcd.options.OutputOptions`) and hands
 those to the task's spec (:mod:`demidcd.tasks`), which returns new ones rather than writing
 back. The parser and its help texts are :mod:`demidcd.cli.parser`; the log, the interruptible
-inference thread and the signal handling are :mod:`demidcd.cli.log`.
+inference thread and the signal handling are :mod:`demidcd.cli.log`; :mod:`demidcd.cli.setup`
+runs ``train``'s set-up (reading, feature dictionary, encoding) in a short-lived child process,
+so that its Python objects never live in the processes that train.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .log import (
     stop_with_parent,
 )
 from .parser import build_parser
+from .setup import run_in_child
 
 __all__ = ["main", "build_parser", "load_model", "COMMANDS", "Log"]
 
@@ -235,37 +238,62 @@ def _train(args) -> int:
                          "encoding": _encoding_name(options.encoding)}
     config = plan.config
     seed = config.seed
-    t0 = time.perf_counter()
-    if options.train:
-        train = _read(spec, options.train, options)
-        dev = _read(spec, options.dev, options) if options.dev else None
-        test = _read(spec, options.test, options) if options.test else None
-        source = options.train
-        if options.split_test is not None:
-            from ..io.splits import check_fraction, split_sentences
+    def set_up(prepare: bool) -> tuple[str, Any, Any, Any]:
+        """Read the data, say what was read and how the model will train; (source, dev, test,
+        ``est.prepare_fit``'s result with ``prepare``, else the arguments of ``est.fit``)."""
+        t0 = time.perf_counter()
+        if options.train:
+            train = _read(spec, options.train, options)
+            dev = _read(spec, options.dev, options) if options.dev else None
+            test = _read(spec, options.test, options) if options.test else None
+            source = options.train
+            if options.split_test is not None:
+                from ..io.splits import check_fraction, split_sentences
 
-            check_fraction(options.split_test, "--split-test")
-            train, test = split_sentences(train, options.split_test, seed)
-            source += f" (seeded split: {1 - options.split_test:.0%} train, seed {seed})"
-    else:
-        train, dev, test = spec.default_data(options, seed)
-        source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
-    log.info(f"data: {source}: {spec.describe(train)} (read in "
-             f"{time.perf_counter() - t0:.1f}s)")
-    if not args.quiet:
-        for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
-                                    options.train or "the training data"):
-            print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
-    lines = [x for x in plan.lines() if x != plan.note]  # (fit logs the note itself)
-    log.info(f"model: task {spec.name}, {lines[0]}")
-    for line in lines[1:]:  # the learner's own options that are set
-        log.info(line)
-    X, Y = spec.xy(train)
-    Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
+                check_fraction(options.split_test, "--split-test")
+                train, test = split_sentences(train, options.split_test, seed)
+                source += f" (seeded split: {1 - options.split_test:.0%} train, seed {seed})"
+        else:
+            train, dev, test = spec.default_data(options, seed)
+            source = f"synthetic default corpus (demidcd.synthetic, seed {seed})"
+        log.info(f"data: {source}: {spec.describe(train)} (read in "
+                 f"{time.perf_counter() - t0:.1f}s)")
+        if not args.quiet:
+            for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
+                                        options.train or "the training data"):
+                print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
+        lines = [x for x in plan.lines() if x != plan.note]  # (fit logs the note itself)
+        log.info(f"model: task {spec.name}, {lines[0]}")
+        for line in lines[1:]:  # the learner's own options that are set
+            log.info(line)
+        X, Y = spec.xy(train)
+        Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
+        del train
+        if prepare:
+            return source, dev, test, est.prepare_fit(X, Y, Xd, Yd)
+        return source, dev, test, (X, Y, Xd, Yd)
+
+    # the set-up's Python objects (tokens, feature strings) stay out of the processes that
+    # train: a child process prepares the arrays and exits (demidcd.cli.setup)
+    child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
+    done, out = run_in_child(lambda: set_up(True)) if child else (False, None)
+    source, dev, test, data = out if done else set_up(False)
+    del out
+
+    def fit() -> None:
+        nonlocal data
+        if done:
+            prepared, data = data, None
+            est.fit_prepared(prepared)
+        else:
+            X, Y, Xd, Yd = data
+            data = None
+            est.fit(X, Y, Xd, Yd)
+
     try:
         if args.model:
             KEPT[:] = [f"{args.model} not written"]  # said if a Ctrl-C ends the run now
-        est.fit(X, Y, Xd, Yd)
+        fit()
     except WorkerError as e:  # keep what was learnt: the partial model, marked unfinished
         log.close()
         if not args.model or getattr(est, "coef_", None) is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,23 @@ CONSTRAINTS_DEFAULT = False
 as they do not raise CoNLL-2000 chunk F1 and raise CoNLL-2002 Spanish entity F1 by under 0.1
 (benchmarks/README.md, "Evidence behind the defaults"). conlleval reads an I-X that follows O
 as a chunk start, so an ill-formed tagging is still scored as chunks."""
+
+
+@dataclass
+class PreparedFit:
+    """What :meth:`SequenceTagger.prepare_fit` hands to :meth:`SequenceTagger.fit_prepared`:
+    the featurizer's state (arrays, metadata: as the model file holds it), the labels, the
+    kind of features (for the default C), the encoded training sentences and their flat tag
+    ids, the seen pairs (or None), the encoded dev sentences and their tags (or None)."""
+
+    featurizer: tuple[dict[str, np.ndarray], dict] | None
+    classes: list[str] | None
+    feature_kind: str | None
+    train: Any
+    y: np.ndarray | None
+    seen_pairs: tuple[np.ndarray, np.ndarray] | None
+    dev: Any = None
+    gold: list[list[str]] | None = None
 
 
 class SequenceTagger(StructuredEstimator):
@@ -165,32 +183,101 @@ class SequenceTagger(StructuredEstimator):
         """The bound task of X (and Y); ``fit``: the training data, whose (feature, label)
         pairs become ``seen_pairs_`` with ``weights="seen"``."""
         enc = self._encode(X) if enc is None else enc
-        y = None
-        if Y is not None:
-            index = {t: k for k, t in enumerate(self.classes_)}
-            y = np.fromiter(map(index.get, itertools.chain.from_iterable(Y),
-                                itertools.repeat(-1)), np.int32, count=enc.n_tokens)
-        F, K = self.featurizer_.n_features, len(self.classes_)
+        return self._bound(enc, self._tag_ids(Y, enc.n_tokens), fit)
+
+    def _tag_ids(self, Y: list[list[str]] | None, n_tokens: int) -> np.ndarray | None:
+        """The flat tag ids of Y (−1: a tag not in ``classes_``), or None."""
+        if Y is None:
+            return None
+        index = {t: k for k, t in enumerate(self.classes_)}
+        return np.fromiter(map(index.get, itertools.chain.from_iterable(Y),
+                               itertools.repeat(-1)), np.int32, count=n_tokens)
+
+    def _bound(self, enc, y: np.ndarray | None, fit: bool = False) -> SequenceTask:
+        """The task of encoded sentences ``enc`` with flat tag ids ``y`` (see :meth:`_task`)."""
         if fit:
-            if self.weights not in ("auto", "all", "seen", None):
-                raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
-            seen = self.weights == "seen" or (self.weights in ("auto", None)
-                                              and F * K > SEEN_FROM_WEIGHTS
-                                              and self._algorithm() != "crf")
-            self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
-        return SequenceTask(enc, y, K, F, n_bigram_obs=self._n_bfeatures,
+            self._fit_pairs(enc, y)
+        return SequenceTask(enc, y, len(self.classes_), self.featurizer_.n_features,
+                            n_bigram_obs=self._n_bfeatures,
                             pairs=getattr(self, "seen_pairs_", None))
+
+    def _fit_pairs(self, enc, y: np.ndarray | None) -> None:
+        """``seen_pairs_`` of the training data (None unless ``weights`` asks for them)."""
+        F, K = self.featurizer_.n_features, len(self.classes_)
+        if self.weights not in ("auto", "all", "seen", None):
+            raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
+        seen = self.weights == "seen" or (self.weights in ("auto", None)
+                                          and F * K > SEEN_FROM_WEIGHTS
+                                          and self._algorithm() != "crf")
+        self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
         """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
+        prepared = self._prepare(X, Y, X_dev, Y_dev)
+        del X, Y, X_dev, Y_dev  # (the caller's references may be the last ones)
+        return self._fit_from(prepared, adopt=False)
+
+    def prepare_fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
+                    Y_dev: list[list[str]] | None = None) -> PreparedFit:
+        """Everything :meth:`fit` does before the learner starts (checks, the feature
+        dictionary, the encoding, the seen pairs), as a :class:`PreparedFit` of arrays and
+        metadata: :meth:`fit_prepared` of it, in this or another process (it pickles), fits
+        as ``fit(X, Y, X_dev, Y_dev)`` does. The command line prepares in a short-lived
+        child process, so that the Python objects of reading and of the dictionary never
+        live in the processes that train (``demidcd.cli.setup``)."""
+        p = self._prepare(X, Y, X_dev, Y_dev)
+        return PreparedFit(self.featurizer_.state(), list(self.classes_),
+                           p.feature_kind, p.train, p.y, getattr(self, "seen_pairs_", None),
+                           p.dev, p.gold)
+
+    def fit_prepared(self, prepared: PreparedFit) -> SequenceTagger:
+        """Fit from :meth:`prepare_fit`'s result (made by an estimator with the same
+        parameters)."""
+        return self._fit_from(prepared, adopt=True)
+
+    def _fit_from(self, p: PreparedFit, adopt: bool) -> SequenceTagger:
+        """Train on prepared data; ``adopt``: first take its featurizer, labels and seen
+        pairs as this estimator's (made elsewhere: a resume or warm start already applied)."""
+        if adopt:
+            self._begin_fit(p.feature_kind)
+            for attr in ("coef_", "result_"):
+                self.__dict__.pop(attr, None)
+            arrays, meta = p.featurizer
+            cls = FEATURIZERS[meta.get("kind", "SequenceFeaturizer")]
+            if cls is SequenceFeaturizer:  # the strings stay packed while training
+                featurizer = cls.from_state(arrays, meta, packed=True)
+                featurizer.log = self._say()
+            else:
+                featurizer = cls.from_state(arrays, meta)
+            self.__dict__["_featurizer"] = featurizer  # (not the setter: adopted already)
+            self.__dict__["_classes"] = list(p.classes)
+            self.n_features_ = featurizer.n_features
+            self.n_bfeatures_ = self._n_bfeatures
+            self.seen_pairs_ = p.seen_pairs
+        task = self._bound(p.train, p.y)
+        dev_eval = None
+        if p.dev is not None:
+            dtask, gold = self._bound(p.dev, None), p.gold
+
+            def dev_eval(w: np.ndarray) -> dict:
+                return self._metrics(gold, self._decode(dtask, w))
+
+        self._train(task, dev_eval)
+        return self
+
+    def _prepare(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None,
+                 Y_dev: list[list[str]] | None) -> PreparedFit:
+        """:meth:`prepare_fit` with the fitted featurizer, labels and seen pairs set on this
+        estimator (and the featurizer's state not yet taken)."""
         X = check_sentences(X, dicts=True)
         Y = check_tags(X, Y)
         self._check_labels(Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
         kind = token_kind(X)
-        self._begin_fit("dict" if kind == "dict" else None)  # bad options fail before any work
+        feature_kind = "dict" if kind == "dict" else None
+        self._begin_fit(feature_kind)  # bad options fail before any work
         featurizer = self._new_featurizer(kind)
         for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
@@ -202,19 +289,15 @@ class SequenceTagger(StructuredEstimator):
             enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
         self.n_bfeatures_ = self._n_bfeatures
-        task = self._task(X, Y, enc, fit=True)
-        dev_eval = None
+        y = self._tag_ids(Y, enc.n_tokens)
+        self._fit_pairs(enc, y)
+        dev = gold = None
         if X_dev is not None and Y_dev is not None:
             X_dev = check_sentences(X_dev, "X_dev", dicts=True)
             Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
-            dtask = self._task(X_dev, None)
+            dev = self._encode(X_dev)
             gold = [list(s) for s in Y_dev]
-
-            def dev_eval(w: np.ndarray) -> dict:
-                return self._metrics(gold, self._decode(dtask, w))
-
-        self._train(task, dev_eval)
-        return self
+        return PreparedFit(None, None, feature_kind, enc, y, None, dev, gold)
 
     def _check_labels(self, Y: list[list[str]]) -> None:
         """What ``fit`` requires of the (checked) training tags beyond their shape (the

@@ -184,7 +184,10 @@ def _pop_copy(payload: np.ndarray, pf: np.ndarray, pi: np.ndarray, tail: int, he
             t += cap - pos
     return t
 
-RING_WORDS = 1 << 22  # words per ring (8 bytes each: 32 MiB), the default everywhere
+RING_WORDS = 1 << 21  # words per ring (8 bytes each: 16 MiB), the default everywhere. A ring is
+# written circularly, so all of it becomes resident: sized for a few times the fullest the
+# learner's records showed it on Brown and EWT (benchmarks/README.md, "Memory at a million
+# tokens"); a full ring only makes its worker wait
 MIN_RING_WORDS = 1 << 17  # 1 MiB: the smallest ring a small /dev/shm gets (fit_ring_words)
 
 

@@ -398,12 +398,14 @@ class _LastIterate:
     recent one, so that a run stopped by a :class:`~demidcd.parallel.engine.WorkerError` (a
     worker that died more than the restart limit allows) still yields its partial model,
     marked unfinished. w is copied at a record when the time since the last copy is at least
-    that copy's cost over :data:`LAST_ITERATE_SHARE` (every record where w is small).
+    that copy's cost over :data:`LAST_ITERATE_SHARE` (every record where w is small). The copy
+    is float32, as the workers' w̄ is: it is memory held through all of training for a run that
+    fails, and a partial model rounded to float32 is one the workers would infer with.
     ``clock``: seconds (for tests)."""
 
     def __init__(self, task: Task, callback: Callback | None,
                  clock: Callable[[], float] = time.perf_counter):
-        self.callback, self.w = callback, np.zeros(task.dim)
+        self.callback, self.w = callback, np.zeros(task.dim, np.float32)
         self.history: list[dict] = []
         self.clock, self.copied = clock, None  # the record whose w was copied
         self.copied_at, self.copy_seconds = 0.0, 0.0
@@ -419,7 +421,7 @@ class _LastIterate:
 
     def result(self, reason: str) -> TrainResult:
         last = self.copied or {}
-        return TrainResult(self.w, False, reason, int(last.get("epoch", 0)),
+        return TrainResult(self.w.astype(np.float64), False, reason, int(last.get("epoch", 0)),
                            float(last.get("seconds", 0.0)), self.history)
 
 

@@ -427,13 +427,53 @@ class SequenceFeaturizer:
             raise ValueError("hashing must be in [0, 2**31)")
         self.min_count = int(min_count)
         self.hashing = int(hashing)
-        self.features: list[str] | None = None  # id -> string (dictionary mode, after fit)
+        self._packed: tuple[np.ndarray, int] | None = None  # a loaded dictionary, not split yet
+        self.features = None  # id -> string (dictionary mode, after fit)
         self.n_attributes: int | None = None  # attribute columns per token (set by fit)
         self.template = template
         self.clusters: dict[str, str] = {}  # "ner": word_clusters of the training words
         self.doc_window = DOC_WINDOW if template == "ner" else 0  # _doc_context (0: none)
-        self._index: dict[str, int] | None = None
         self.log = log
+
+    # -- the dictionary: a list and a dict of strings, made from the packed strings on first use
+    @property
+    def features(self) -> list[str] | None:
+        """The feature strings by id (dictionary mode, after fit; None when hashing)."""
+        if self._packed is not None:
+            self._unpack()
+        return self.__dict__["_features"]
+
+    @features.setter
+    def features(self, value: list[str] | None) -> None:
+        self._packed = None
+        self.__dict__["_features"] = value
+        self.__dict__["_index_map"] = None
+
+    @property
+    def _index(self) -> dict[str, int] | None:
+        """Feature string → id (the dictionary of :attr:`features`)."""
+        if self._packed is not None:
+            self._unpack()
+        return self.__dict__["_index_map"]
+
+    @_index.setter
+    def _index(self, value: dict[str, int] | None) -> None:
+        self.__dict__["_index_map"] = value
+
+    def _unpack(self) -> None:
+        """Split the packed dictionary (:meth:`from_state`) into :attr:`features` and its
+        index. A model is loaded, or a prepared fit adopted (``SequenceTagger.fit_prepared``),
+        without them: until something encodes with the dictionary its strings stay one
+        array, not hundreds of thousands of Python objects in the processes that train."""
+        raw, n = self._packed
+        feats = raw.tobytes().decode("utf-8").split("\n") if n else []
+        if len(feats) != n:
+            raise ValueError(f"expected {n} feature strings, found {len(feats)}")
+        index = dict(zip(feats, range(n), strict=True))
+        if len(index) != n:
+            raise ValueError("duplicate feature strings")
+        self._packed = None
+        self.__dict__["_features"], self.__dict__["_index_map"] = feats, index
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -452,11 +492,13 @@ class SequenceFeaturizer:
     @property
     def n_features(self) -> int:
         """F, the number of observation features (ids are 0..F-1)."""
+        if self._packed is not None:
+            return self._packed[1]
         return space_size(self.hashing, self.features, "SequenceFeaturizer")
 
     @property
     def fitted(self) -> bool:
-        return bool(self.hashing) or self.features is not None
+        return bool(self.hashing) or self._packed is not None or self.features is not None
 
     def _id_fn(self, index: dict[str, int] | None):
         if self.hashing:
@@ -632,13 +674,19 @@ class SequenceFeaturizer:
         if self.template == "ner":
             arrays["clusters"] = _store_map(self.clusters)
         if not self.hashing:
-            blob = "\n".join(self.features).encode("utf-8")
-            arrays["feature_strings"] = np.frombuffer(blob, np.uint8).copy()
+            if self._packed is not None:  # as loaded
+                arrays["feature_strings"] = self._packed[0].copy()
+            else:
+                blob = "\n".join(self.features).encode("utf-8")
+                arrays["feature_strings"] = np.frombuffer(blob, np.uint8).copy()
         return arrays, meta
 
     @classmethod
-    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict) -> SequenceFeaturizer:
-        """Inverse of :meth:`state`; raises ValueError on inconsistent input."""
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict,
+                   packed: bool = False) -> SequenceFeaturizer:
+        """Inverse of :meth:`state`; raises ValueError on inconsistent input. ``packed``: keep
+        the dictionary as its one array of strings until first use (:meth:`_unpack`; its
+        strings are then not checked for duplicates before)."""
         if meta.get("kind") != "SequenceFeaturizer":
             raise ValueError("not a SequenceFeaturizer state")
         if meta.get("template_version") != TEMPLATE_VERSION:
@@ -659,16 +707,17 @@ class SequenceFeaturizer:
         raw = np.asarray(arrays["feature_strings"])
         if raw.dtype != np.uint8:
             raise ValueError(f"feature_strings are {raw.dtype}, not uint8 bytes")
-        blob = raw.tobytes().decode("utf-8")
-        feats = blob.split("\n") if n else []
-        if len(feats) != n:
-            raise ValueError(f"expected {n} feature strings, found {len(feats)}")
-        obj.features = feats
-        obj._index = dict(zip(feats, range(n), strict=True))
+        raw = np.ascontiguousarray(raw).reshape(-1)
+        found = int(np.count_nonzero(raw == 10)) + 1 if n else 0
+        if found != n:
+            raise ValueError(f"expected {n} feature strings, found {found}")
+        raw.tobytes().decode("utf-8")  # (bad bytes fail here, not at first use)
         # the strings in id order, newline-joined (for the type tables); read-only as the
         # input blocks are, so that the kernels reading both are compiled (and loaded) once
-        obj._blob = np.frombuffer(raw.tobytes(), np.uint8)
-        if len(obj._index) != n:
-            raise ValueError("duplicate feature strings")
+        obj._blob = raw.view()
+        obj._blob.flags.writeable = False
+        obj._packed = (obj._blob, n)
+        if not packed:
+            obj._unpack()
         return obj
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...options import DataOptions, OutputOptions
+from ...options import DataOptions, OutputOptions, default
 from .. import TaskSpec
 from .chunks import format_report
 
@@ -188,7 +188,7 @@ class SequenceSpec(TaskSpec):
         min_count = options.min_count if options.min_count is not None else \
             None if template is not None else cls._default_min_count
         return cls(min_count=min_count, hashing=options.hashing, template=template,
-                   weights=options.weights or "all",
+                   weights=options.weights or default("weights"),
                    **self.estimator_params(options), **common)
 
     def estimator_params(self, options: DataOptions) -> dict[str, Any]:

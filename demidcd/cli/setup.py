@@ -1,0 +1,121 @@
+"""``train``'s set-up (reading, the feature dictionary, the encoding) in a short-lived child.
+
+Reading a corpus and building its feature dictionary make Python objects per token and per
+feature string (lists of ``str``, dicts), hundreds of MiB for a million tokens, and freeing them
+afterwards gives little back: the few that survive (the dictionary's keys, modules imported on
+the way) hold on to nearly every pymalloc arena. The processes that train are forked from the
+command's process, so whatever it holds they share, and the run's peak memory counts it for the
+whole training. :func:`run_in_child` therefore runs the set-up in a forked child, which hands
+back only arrays and metadata (a :class:`~demidcd.estimators.sequence.PreparedFit`, the
+dev and test corpora) through a temporary file and exits, returning its memory to the system.
+
+What the child prints (the ``data:`` line, warnings, the dictionary's progress lines) goes to the
+same stdout and stderr as the parent's would, in the same order. An exception in the child is
+raised again in the parent (its type, arguments and attributes); one that cannot travel, or a
+child that dies, makes the caller run the set-up in its own process, which reproduces the error.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+_OK, _RAISED = "ok", "raised"
+
+
+def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, ``fn()`` computed in a forked child process and unpickled here), or
+    (False, None) when there is no ``fork`` or the child failed without an exception that
+    travels (the caller then runs ``fn`` itself). An exception raised by ``fn`` in the child
+    (KeyboardInterrupt included) is raised here.
+
+    The result travels through an unnamed temporary file, read once the child has exited: the
+    child's memory is returned before this process allocates the result's, so the two are
+    never held at once (through a pipe they would be, for the whole transfer)."""
+    if not hasattr(os, "fork"):
+        return False, None
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
+        stream.flush()
+    with tempfile.TemporaryFile() as tmp:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(fn, tmp.fileno())
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # Ctrl-C while waiting: the child goes too
+            _kill(pid)
+            raise
+        tmp.seek(0)
+        try:
+            tag, payload = pickle.load(tmp)
+        except Exception:  # noqa: BLE001 - truncated or unreadable: the child failed
+            tag, payload = None, None
+    if tag == _RAISED:
+        raise _rebuilt(*payload)
+    if tag != _OK or status != 0:
+        return False, None
+    return True, payload
+
+
+def _child(fn: Callable[[], Any], fd: int) -> None:
+    """The forked child: run ``fn``, write (tag, payload) to the file ``fd``, leave without
+    running the parent's clean-up (its model lock is the parent's) or exit handlers."""
+    from .log import CLEANUP
+
+    CLEANUP.clear()  # (the parent's lock and files: not the child's to undo)
+    code = 1
+    try:
+        _die_with_parent()
+        try:
+            out = (_OK, fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the parent
+            out = (_RAISED, (type(e), e.args, dict(e.__dict__)))
+            try:
+                pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - cannot travel: the parent runs fn itself
+                out = ("failed", None)
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+        code = 0
+    except BaseException:  # noqa: BLE001, S110 - the parent sees a failed child
+        pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this child when the parent dies (Linux), so that no orphan goes on reading;
+    Ctrl-C and SIGTERM are the parent's to handle (it kills the child and says so, once)."""
+    from ..parallel.supervisor import PR_SET_PDEATHSIG, prctl
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def _rebuilt(cls: type, args: tuple, attrs: dict) -> BaseException:
+    """The exception of class ``cls`` with ``args`` and attributes ``attrs``, made without
+    calling its ``__init__`` (whose signature may differ from ``args``)."""
+    e = cls.__new__(cls)
+    e.args = args
+    e.__dict__.update(attrs)
+    return e
