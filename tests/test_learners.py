@@ -333,8 +333,9 @@ def test_learners_with_cbc_inference(algorithm: str) -> None:
     """Expensive inference (CBC through PuLP) on a handful of sentences, mini-batches split
     over a worker for Pegasos."""
     task = conll04_task(6, "cbc")
+    batch = {"batch_size": 3} if "batch_size" in LEARNERS[algorithm].options else {}
     res = train(task, algorithm, _cfg(max_epochs=4, eval_every=None, C=1.0),
-                threads=2 if algorithm == "pegasos" else 1, batch_size=3)
+                threads=2 if algorithm == "pegasos" else 1, **batch)
     exact = conll04_task(6, "exact")  # the same sentences, scored with the fast exact solver
     ex = np.arange(exact.n_examples)
     zero = exact.metric(exact.gold(ex), exact.decode(np.zeros(exact.dim), ex))["score"]
