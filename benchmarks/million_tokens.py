@@ -22,8 +22,8 @@ number of iteration lines after the first that print ``active 0`` or ``max_pg 0.
 unconverged. Peers, on the SAME observation features (demidcd's ``SequenceFeaturizer``
 strings per token, dumped to a file by ``common.write_feature_items``): python-crfsuite
 ``lbfgs`` (c1 = c2 = 0.1, 100 iterations; by default on the universal tags only: with 453
-labels it would take hours) and ``ap`` (averaged perceptron, 10 epochs), the anchors' settings
-(``../shared/acceptance/lib/brown_peers.env``), each in its own process: its
+labels it would take hours) and ``ap`` (averaged perceptron, 10 epochs), the settings of the
+issue's peer figures, each in its own process: its
 training time (wall and CPU), test accuracy and peak RSS (its ``VmHWM``). ``--peers-from
 FILE`` reuses the peers of an earlier results file (ap on the Brown tags takes about 36
 minutes). Wapiti runs only when a ``wapiti`` binary is on PATH, with demidcd's shipped ``pos``
