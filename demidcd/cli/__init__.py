@@ -45,7 +45,7 @@ from .log import (
     stop_with_parent,
 )
 from .parser import build_parser
-from .setup import run_in_child
+from .setup import exit_now, run_in_child
 
 __all__ = ["main", "build_parser", "load_model", "COMMANDS", "Log"]
 
@@ -571,12 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             # interrupted while a kernel runs in a worker thread: leave now, without waiting
             # for it or running the interpreter's shutdown around it (everything was cleaned
             # up on the way here)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
+            exit_now(code)
         return code
     finally:  # in-process callers (tests, notebooks) get their handlers back
         sys.unraisablehook = hook

@@ -85,12 +85,18 @@ def _child(fn: Callable[[], Any], fd: int) -> None:
     except BaseException:  # noqa: BLE001, S110 - the parent sees a failed child
         pass
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Flush standard output and error (as far as they still can be) and leave the process
+    at once with ``code``: no interpreter shutdown, no waiting for other threads."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _die_with_parent() -> None:

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .kernels import transitions
+from .kernels import feature_kinds, transitions
 from .marginals import exp_shifted, fb_sentence, fb_workspace, pairwise_marginals, position_matrix
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
@@ -147,9 +147,7 @@ def add_expected_features(F, K, X, D, examples, scale, out):
     KK = K * K
     tbase = F * K
     bbase = tbase + K1 * K1
-    valued = X.feat_val.shape[0] > 0
-    has_b = X.bfeat_ptr.shape[0] > 0
-    bvalued = X.bfeat_val.shape[0] > 0
+    valued, has_b, bvalued = feature_kinds(X)
     for e in range(examples.shape[0]):
         i = examples[e]
         a = X.sent_ptr[i]
@@ -246,34 +244,19 @@ def _gstar(z, c1):
     return 0.5 * r * r if r > 0.0 else 0.0
 
 
-@nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _g_terms(v0, dv, m, g, c1, c2):
-    """(g*(v0 + g·dv) − g*(v0), its first and second derivatives in g) over m entries."""
-    val = 0.0
-    d1 = 0.0
-    d2 = 0.0
-    for q in range(m):
-        z0 = v0[q]
-        z = z0 + g * dv[q]
-        val += _gstar(z, c1) - _gstar(z0, c1)
-        if z > c1:
-            d1 += dv[q] * (z - c1)
-            d2 += dv[q] * dv[q]
-        elif z < -c1:
-            d1 += dv[q] * (z + c1)
-            d2 += dv[q] * dv[q]
-    s = 1.0 / (2.0 * c2)
-    return val * s, d1 * s, d2 * s
+_NO_IDX = np.zeros(0, np.int64)  # _g_terms' idx when the values are v's own entries
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _g_terms_at(v, idx, dv, q0, q1, g, c1, c2):
-    """:func:`_g_terms` over the entries q0..q1 of (idx, dv), reading v[idx[q]] now."""
+def _g_terms(v, idx, dv, q0, q1, g, c1, c2):
+    """(g*(v0 + g·dv) − g*(v0), its first and second derivatives in g) over the entries
+    q0..q1 of dv, with v0[q] = v[idx[q]] read now, or v[q] when ``idx`` is empty."""
     val = 0.0
     d1 = 0.0
     d2 = 0.0
+    gather = idx.shape[0] > 0
     for q in range(q0, q1):
-        z0 = v[idx[q]]
+        z0 = v[idx[q]] if gather else v[q]
         z = z0 + g * dv[q]
         val += _gstar(z, c1) - _gstar(z0, c1)
         if z > c1:
@@ -377,11 +360,11 @@ def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2, xs, 
     H(μ + γd) − H(μ) at that γ, and h(1) (for the gap estimate)."""
     H0, d0, _ = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 0.0, xs, bits, lg)
     H1, d1, _ = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, 1.0, xs, bits, lg)
-    _, G1, _ = _g_terms(v0, dv, m, 1.0, c1, c2)
+    _, G1, _ = _g_terms(v0, _NO_IDX, dv, 0, m, 1.0, c1, c2)
     f1 = d1 - G1
     if f1 >= 0.0:
         return 1.0, H1 - H0, H1 - H0
-    _, G0, _ = _g_terms(v0, dv, m, 0.0, c1, c2)
+    _, G0, _ = _g_terms(v0, _NO_IDX, dv, 0, m, 0.0, c1, c2)
     f0 = d0 - G0
     if f0 <= 0.0:
         return 0.0, 0.0, H1 - H0
@@ -392,7 +375,7 @@ def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2, xs, 
     best = 0.0
     for _ in range(NEWTON_STEPS):
         Hg, dg, ddg = _entropy_line(K, n, a, p0, D, beta_u, bu, beta_p, bp, g, xs, bits, lg)
-        _, Gg, GGg = _g_terms(v0, dv, m, g, c1, c2)
+        _, Gg, GGg = _g_terms(v0, _NO_IDX, dv, 0, m, g, c1, c2)
         fp = dg - Gg
         fpp = ddg - GGg
         hg = Hg - H0
@@ -410,6 +393,21 @@ def _line_search(K, n, a, p0, D, beta_u, bu, beta_p, bp, v0, dv, m, c1, c2, xs, 
     return best, hg, H1 - H0
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _open_slot(slot, f, q, base, width, idx, val):
+    """The position of feature f's ``width`` entries in (idx, val): where ``slot[f]`` put them,
+    or opened at q (indices base.., values 0) and recorded there. Returns (position, next q)."""
+    s = slot[f]
+    if s < 0:
+        s = q
+        slot[f] = q
+        for k in range(width):
+            idx[q + k] = base + k
+            val[q + k] = 0.0
+        q += width
+    return s, q
+
+
 @nb.njit(cache=True, nogil=True)
 def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
     """Fill the batch B with the proposals of ``examples[:count]`` (module docstring) under w
@@ -422,9 +420,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
     Etr = np.empty(KK)
     trmax = exp_shifted(tr, Etr, KK)
     nofix = np.empty(0, np.int32)
-    has_b = X.bfeat_ptr.shape[0] > 0
-    valued = X.feat_val.shape[0] > 0
-    bvalued = X.bfeat_val.shape[0] > 0
+    valued, has_b, bvalued = feature_kinds(X)
     bu = 0
     bp = 0
     q0 = 0
@@ -459,15 +455,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
             ob = (bu + t) * K
             for r in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
                 f = X.feat_idx[r]
-                s = ws.fslot[f]
-                if s < 0:
-                    s = q
-                    ws.fslot[f] = q
-                    base = np.int64(f) * K
-                    for k in range(K):
-                        B.dv_idx[q + k] = base + k
-                        B.dv_val[q + k] = 0.0
-                    q += K
+                s, q = _open_slot(ws.fslot, f, q, np.int64(f) * K, K, B.dv_idx, B.dv_val)
                 c = X.feat_val[r] if valued else 1.0
                 for k in range(K):
                     B.dv_val[s + k] -= c * (B.beta_u[ob + k] - D.mu_u[o + k])
@@ -493,15 +481,8 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
             if has_b:
                 for r in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
                     gf = X.bfeat_idx[r]
-                    s = ws.gslot[gf]
-                    if s < 0:
-                        s = q
-                        ws.gslot[gf] = q
-                        base = bbase + np.int64(gf) * KK
-                        for jk in range(KK):
-                            B.dv_idx[q + jk] = base + jk
-                            B.dv_val[q + jk] = 0.0
-                        q += KK
+                    s, q = _open_slot(ws.gslot, gf, q, bbase + np.int64(gf) * KK, KK,
+                                      B.dv_idx, B.dv_val)
                     c = X.bfeat_val[r] if bvalued else 1.0
                     for jk in range(KK):
                         B.dv_val[s + jk] -= c * (B.beta_p[ob + jk] - D.mu_p[o + jk])
@@ -529,17 +510,17 @@ def _safe_step(v, idx, dv, q0, q1, gw, hw, c1, c2):
     """(γ', its lower-bound gain): the maximiser over [0, gw] of (γ/gw)·hw − [g*(v + γdv) −
     g*(v)] (the chord under h; v read now)."""
     slope = hw / gw
-    Gw, G1, _ = _g_terms_at(v, idx, dv, q0, q1, gw, c1, c2)
+    Gw, G1, _ = _g_terms(v, idx, dv, q0, q1, gw, c1, c2)
     if slope - G1 >= 0.0:
         return gw, hw - Gw
-    _, G0, _ = _g_terms_at(v, idx, dv, q0, q1, 0.0, c1, c2)
+    _, G0, _ = _g_terms(v, idx, dv, q0, q1, 0.0, c1, c2)
     if slope - G0 <= 0.0:
         return 0.0, 0.0
     lo = 0.0
     hi = gw
     g = 0.5 * gw
     for _ in range(30):
-        _, G1, G2 = _g_terms_at(v, idx, dv, q0, q1, g, c1, c2)
+        _, G1, G2 = _g_terms(v, idx, dv, q0, q1, g, c1, c2)
         fp = slope - G1
         if fp > 0.0:
             lo = g
@@ -551,10 +532,10 @@ def _safe_step(v, idx, dv, q0, q1, gw, hw, c1, c2):
         if hi - lo < 1e-9 * gw or abs(nxt - g) < 1e-12 * gw:
             break
         g = nxt
-    val, _, _ = _g_terms_at(v, idx, dv, q0, q1, g, c1, c2)
+    val, _, _ = _g_terms(v, idx, dv, q0, q1, g, c1, c2)
     if g * slope - val < 0.0:  # past the bound's zero: lo, below its maximiser, gains ≥ 0
         g = lo
-        val, _, _ = _g_terms_at(v, idx, dv, q0, q1, g, c1, c2)
+        val, _, _ = _g_terms(v, idx, dv, q0, q1, g, c1, c2)
     return g, g * slope - val
 
 
@@ -589,7 +570,7 @@ def apply_kernel(w, v, c1, c2, K, sent_ptr, D, count, B, stats, ws):
                 g, hg, _ = _line_search(K, n, a, D.pair_ptr[i], D, B.beta_u, bu, B.beta_p,
                                         bp, ws.v0, B.dv_val[q0:q1], m, c1, c2, ws.xs,
                                         ws.bits, ws.lg)
-                gain = hg - _g_terms(ws.v0, B.dv_val[q0:q1], m, g, c1, c2)[0]
+                gain = hg - _g_terms(ws.v0, _NO_IDX, B.dv_val[q0:q1], 0, m, g, c1, c2)[0]
                 stats[4] += 1.0
             if g > 0.0:
                 for t in range(n):

@@ -87,6 +87,13 @@ class Chain(NamedTuple):
     u_lab: np.ndarray = np.zeros(0, np.int32)  # int32[pairs]: labels of f at u_off[f]:u_off[f+1]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def feature_kinds(X):
+    """(whether the observation features carry values, whether X has label-bigram (B)
+    features, whether those carry values): the three branches of the chain kernels."""
+    return X.feat_val.shape[0] > 0, X.bfeat_ptr.shape[0] > 0, X.bfeat_val.shape[0] > 0
+
+
 @nb.njit(cache=True, nogil=True)
 def transitions(w, F, K):
     """(tr, trT, start, end) copied out of w as contiguous blocks:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import b_transitions, emissions, transitions
+from .kernels import b_transitions, emissions, feature_kinds, transitions
 from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
@@ -203,9 +203,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     gS = np.zeros(K)
     gE = np.zeros(K)
     nofix = np.empty(0, np.int32)
-    has_b = X.bfeat_ptr.shape[0] > 0
-    valued = X.feat_val.shape[0] > 0
-    bvalued = X.bfeat_val.shape[0] > 0
+    valued, has_b, bvalued = feature_kinds(X)
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
