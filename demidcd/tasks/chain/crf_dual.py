@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .kernels import feature_kinds, transitions
+from .kernels import feature_kinds, sentence_span, transitions
 from .marginals import exp_shifted, fb_sentence, fb_workspace, pairwise_marginals, position_matrix
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
@@ -150,8 +150,7 @@ def add_expected_features(F, K, X, D, examples, scale, out):
     valued, has_b, bvalued = feature_kinds(X)
     for e in range(examples.shape[0]):
         i = examples[e]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
+        a, n = sentence_span(X, i)
         if n == 0:
             continue
         for t in range(n):
@@ -219,8 +218,7 @@ def log_partition_kernel(w, F, K, X, examples):
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
+        a, n = sentence_span(X, i)
         if n > 0:
             total += fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb,
                                  bmax, slots, alpha, beta, u, v, nofix, 0)
@@ -429,8 +427,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
         i = examples[e]
         B.ex[e] = i
         B.ver[e] = D.version[i]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
+        a, n = sentence_span(X, i)
         B.gamma[e] = 0.0
         B.hgain[e] = 0.0
         B.gap[e] = 0.0

@@ -94,6 +94,13 @@ def feature_kinds(X):
     return X.feat_val.shape[0] > 0, X.bfeat_ptr.shape[0] > 0, X.bfeat_val.shape[0] > 0
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def sentence_span(X, i):
+    """(first token, length) of sentence i of X."""
+    a = X.sent_ptr[i]
+    return a, X.sent_ptr[i + 1] - a
+
+
 @nb.njit(cache=True, nogil=True)
 def transitions(w, F, K):
     """(tr, trT, start, end) copied out of w as contiguous blocks:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import b_transitions, emissions, feature_kinds, transitions
+from .kernels import b_transitions, emissions, feature_kinds, sentence_span, transitions
 from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
@@ -207,8 +207,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
+        a, n = sentence_span(X, i)
         if n == 0:
             continue
         logz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
@@ -277,8 +276,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
     logz = np.empty(n_ex)
     for e in range(n_ex):
         i = examples[e]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
+        a, n = sentence_span(X, i)
         if n == 0:
             logz[e] = w[F * K + K * (K + 1) + K]
             continue
