@@ -47,7 +47,7 @@ from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .recorder import Recorder, Tick
 
 BATCH = 8  # examples per proposal batch of a worker thread: one queue item, one kernel call
-# (larger batches go staler: on CoNLL-2000, 32 took more epochs than 16, 16 than 8)
+# (larger batches go staler: more epochs to the same gap, benchmarks/README.md "The CRF learner")
 OWN_BATCH = 4  # examples per batch the learner proposes itself (it applies them at once: the
 # fewer, the fewer proposals a previous one of the same batch made stale)
 SAMPLING = "gap"  # the order of the examples: "uniform" permutations or "gap" sampling
