@@ -106,6 +106,17 @@ _ITER = re.compile(r"^iter +\d")
 
 
 # --------------------------------------------------------------------------- log figures
+
+def _common_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options both sub-commands take: warm-up, work folder, results file and quiet."""
+    ap.add_argument("--no-warm", action="store_true",
+                    help="skip the untimed 2-second run that fills the kernel cache first")
+    ap.add_argument("--work", default=None, help="work folder (default: a temporary one)")
+    ap.add_argument("--out-dir", default=str(RESULTS))
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--quiet", action="store_true")
+    return ap
+
 def log_figures(text: str) -> dict[str, Any]:
     """From a ``demidcd train`` log: sentences and tokens read, peak memory (MiB, the last
     ``peak memory:`` line), average CPU, the set-up phases it prints, and how many iteration
@@ -431,13 +442,7 @@ def cmd_brown(argv: list[str]) -> int:
     ap.add_argument("--lbfgs-iterations", type=int, default=None, help="100 (quick 2)")
     ap.add_argument("--ap-iterations", type=int, default=None, help="10 (quick 1)")
     ap.add_argument("--quick", action="store_true", help="brown-dev.txt, a few seconds each")
-    ap.add_argument("--no-warm", action="store_true",
-                    help="skip the untimed 2-second run that fills the kernel cache first")
-    ap.add_argument("--work", default=None, help="work folder (default: a temporary one)")
-    ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--name", default=None)
-    ap.add_argument("--quiet", action="store_true")
-    a = ap.parse_args(argv)
+    a = _common_arguments(ap).parse_args(argv)
     q = a.quick
     a.train = str(Path(a.train or BROWN / ("brown-dev.txt" if q else "brown-train.txt"))
                   .resolve())
@@ -554,13 +559,7 @@ def cmd_synthetic(argv: list[str]) -> int:
     ap.add_argument("--vocab-size", type=int, default=SYNTHETIC_MODEL["vocab_size"],
                     help="the generator's vocabulary (the issue's: 200,000)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--no-warm", action="store_true",
-                    help="skip the untimed 2-second run that fills the kernel cache first")
-    ap.add_argument("--work", default=None, help="work folder (default: a temporary one)")
-    ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--name", default=None)
-    ap.add_argument("--quiet", action="store_true")
-    a = ap.parse_args(argv)
+    a = _common_arguments(ap).parse_args(argv)
     sizes = [int(x) for x in (a.sizes or ("500,1000" if a.quick else "12500,55000,220000"))
              .split(",")]
     limit = a.time_limit if a.time_limit is not None else (3.0 if a.quick else 120.0)
