@@ -12,6 +12,7 @@ token here. The prepared fit keeps about 4.
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 
 import numpy as np
@@ -93,6 +94,29 @@ def test_an_error_in_the_child_is_raised_here():
 
     with pytest.raises(ValueError, match="bad input"):
         run_in_child(fail)
+
+
+def test_ctrl_c_while_the_child_prepares_stops_both():
+    """Ctrl-C in the parent while the set-up child works: KeyboardInterrupt here, the child
+    killed and reaped (no process lingers), nothing returned."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    def slow():
+        time.sleep(60)
+
+    before = {c.pid for c in psutil.Process().children()}
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_in_child(slow)
+    timer.join()
+    assert time.monotonic() - t0 < 10
+    assert {c.pid for c in psutil.Process().children()} == before
 
 
 def test_the_command_line_set_up_in_a_child_trains_the_same_model(tmp_path):

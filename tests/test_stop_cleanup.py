@@ -284,18 +284,18 @@ def test_a_one_process_run_sweeps_the_segments_of_dead_runs(corpus: Path) -> Non
 
 
 # ==================================== SIGINT, killed and raising workers (from test_demi_dcd)
-def _run(args):
-    return spawn("train", *args)
+def _run(args, tmp_path):
+    """``demidcd train *args`` with its output in ``tmp_path/run.log`` (read by
+    :func:`_wait_for_worker`)."""
+    return _start(["train", *args], tmp_path / "run.log")
 
 
-def _wait_for_worker(proc, timeout=60):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        kids = _children(proc.pid)
-        if kids:
-            return kids
-        time.sleep(0.1)
-    raise AssertionError("no worker started")
+def _wait_for_worker(proc, tmp_path, timeout=60):
+    """The run's processes once its first worker has started. Waiting for the logged
+    ``worker K pid N`` line, not for any child: the first child is the short-lived set-up
+    process, and a signal sent while it runs stops the command before any model exists."""
+    _wait_for(tmp_path / "run.log", proc, r"worker \d+ pid \d+", timeout)
+    return _children(proc.pid)
 
 
 BASE = ["--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-limit", "30",
@@ -304,12 +304,12 @@ BASE = ["--threads", "2", "--algorithm", "demi-dcd", "--learners", "1", "--time-
 
 def test_sigint_saves_partial_model_and_leaves_nothing(tmp_path, shm_guard):
     model = tmp_path / "m.npz"
-    p = _run([*BASE, "--model", str(model)])
-    kids = _wait_for_worker(p)
+    p = _run([*BASE, "--model", str(model)], tmp_path)
+    kids = _wait_for_worker(p, tmp_path)
     time.sleep(0.7)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
-    assert p.returncode == 130, err
+    p.wait(timeout=20)
+    assert p.returncode == 130, (tmp_path / "run.log").read_text()[-2000:]
     assert model.exists()
     assert _gone(kids)
     from demidcd.io.model import load_model
@@ -360,12 +360,12 @@ def test_worker_exception_is_reported_in_one_line(tmp_path, shm_guard):
 def test_baselines_stop_cleanly_on_sigint(tmp_path, alg, shm_guard):
     model = tmp_path / "m.npz"
     p = _run(["--threads", "2", "--algorithm", alg, "--time-limit", "30", "--tol", "1e-9",
-              "--max-epochs", "100000", "--model", str(model)])
-    kids = _wait_for_worker(p)
+              "--max-epochs", "100000", "--model", str(model)], tmp_path)
+    kids = _wait_for_worker(p, tmp_path)
     time.sleep(0.7)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
-    assert p.returncode == 130, err
+    p.wait(timeout=20)
+    assert p.returncode == 130, (tmp_path / "run.log").read_text()[-2000:]
     assert model.exists() and _gone(kids)
 
 
