@@ -151,8 +151,9 @@ OPTIONS: tuple[Option, ...] = (
        rule="a dictionary (dependency: 2^23 hashed arc features)"),
     _o("weights", "--weights", str, "auto", "which emission weights exist: all (every feature "
        "x label), seen (only the (feature, label) pairs seen in training, as CRFsuite: memory "
-       "grows with what is learnt, not with features x labels) or auto (seen where all would "
-       "take more than 256 MiB, e.g. hundreds of labels, and the learner is not crf; else all)",
+       "grows with what is learnt, not with features x labels) or auto (seen for crf, whose "
+       "objective is then CRFsuite's, and where all would take more than 256 MiB, e.g. "
+       "hundreds of labels; else all)",
        ADVANCED, DATA, SEQUENCE_TASKS, choices=("auto", "all", "seen"),
        rule="evaluate / predict: the model's"),
     _o("decoder", "--decoder", str, "eisner", "dependency decoder: eisner (projective trees) or "

@@ -230,18 +230,6 @@ def test_a_task_without_marginals_is_refused_in_one_line():
         train(ToyTask(), "crf", SolverConfig())
 
 
-def test_crf_with_seen_pairs_weights_is_refused_in_one_line():
-    """The forward-backward reads the dense U block; a seen-pairs model would be scored
-    wrongly, so the combination is refused rather than trained on the wrong scores."""
-    from demidcd.api import SequenceTagger
-    from demidcd.errors import OptionError
-
-    X = [["a", "b", "a"], ["b", "a"]]
-    y = [["N", "V", "N"], ["V", "N"]]
-    with pytest.raises(OptionError, match="crf takes the dense weights"):
-        SequenceTagger(algorithm="crf", weights="seen", min_count=1).fit(X, y)
-
-
 def test_cli_train_crf_and_predict_marginals(cli_chunker, tmp_path, capsys):  # noqa: F811
     from demidcd.cli import main
 

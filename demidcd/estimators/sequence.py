@@ -106,8 +106,9 @@ class SequenceTagger(StructuredEstimator):
     dictionary; None: 0), ``template`` and ``weights`` (``"all"``: a weight for every
     (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite
     keeps them, ``seen_pairs_``; memory then grows with them, not with features x labels;
-    ``"auto"``: seen when all would exceed :data:`SEEN_FROM_WEIGHTS` weights and the learner
-    is not ``crf``);
+    ``"auto"``: seen for the ``crf`` learner (CRFsuite's objective: its default
+    ``feature.possible_states=0``, sklearn-crfsuite's ``all_possible_states=False``) and
+    where all would exceed :data:`SEEN_FROM_WEIGHTS` weights, else all);
     the others are those of :class:`StructuredEstimator`,
     except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
     dicts have few features per token; see its docstring).
@@ -206,9 +207,9 @@ class SequenceTagger(StructuredEstimator):
         F, K = self.featurizer_.n_features, len(self.classes_)
         if self.weights not in ("auto", "all", "seen", None):
             raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
-        seen = self.weights == "seen" or (self.weights in ("auto", None)
-                                          and F * K > SEEN_FROM_WEIGHTS
-                                          and self._algorithm() != "crf")
+        auto = self.weights in ("auto", None)
+        seen = self.weights == "seen" or (auto and (F * K > SEEN_FROM_WEIGHTS
+                                                    or self._algorithm() == "crf"))
         self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,

@@ -46,9 +46,6 @@ def check_marginals(task: Task) -> None:
     if not isinstance(task, SequenceTask):
         raise OptionError(f"crf needs marginals; task {task.name} has none (--algorithm crf "
                           "trains the chain tasks: sequence, chunking, ner)")
-    if task.chain.u_off.shape[0] > 0:
-        raise OptionError("--algorithm crf takes the dense weights (--weights all); its "
-                          "forward-backward has no seen-pairs layout yet")
 
 
 def compile_kernels(task: Task) -> None:
@@ -58,8 +55,8 @@ def compile_kernels(task: Task) -> None:
     check_marginals(task)
     w = np.zeros(task.dim)
     ex = np.zeros(min(1, task.n_examples), np.int64)
-    nll_gradient_kernel(w, task.F, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
-    marginals_kernel(w, task.F, task.K, task.chain, ex, np.zeros(0, np.int32))
+    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
+    marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
 
 
 class CrfObjective:
@@ -81,7 +78,7 @@ class CrfObjective:
         from ..tasks.chain.marginals import nll_gradient_kernel
 
         t = self.task
-        return nll_gradient_kernel(self._w, t.F, t.K, t.chain, t.Y, ex, grad)
+        return nll_gradient_kernel(self._w, t.u_rows, t.K, t.chain, t.Y, ex, grad)
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         self._w = np.ascontiguousarray(w, np.float64)

@@ -39,7 +39,8 @@ import numba as nb
 import numpy as np
 
 from .kernels import feature_kinds, sentence_span, transitions
-from .marginals import exp_shifted, fb_sentence, fb_workspace, pairwise_marginals, position_matrix
+from .marginals import (add_seen, exp_shifted, fb_sentence, fb_workspace, pairwise_marginals,
+                        position_matrix)
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 TINY = 1e-300  # the floor of a marginal inside a logarithm (a point mass has zeros)
@@ -155,6 +156,9 @@ def add_expected_features(F, K, X, D, examples, scale, out):
             continue
         for t in range(n):
             o = (a + t) * K
+            if X.u_off.shape[0] > 0:
+                add_seen(X, a + t, D.mu_u[o:o + K], scale, out)
+                continue
             for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
                 base = np.int64(X.feat_idx[q]) * K
                 c = scale * (X.feat_val[q] if valued else 1.0)
@@ -419,6 +423,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
     trmax = exp_shifted(tr, Etr, KK)
     nofix = np.empty(0, np.int32)
     valued, has_b, bvalued = feature_kinds(X)
+    seen = X.u_off.shape[0] > 0
     bu = 0
     bp = 0
     q0 = 0
@@ -452,12 +457,20 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
             ob = (bu + t) * K
             for r in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
                 f = X.feat_idx[r]
-                s, q = _open_slot(ws.fslot, f, q, np.int64(f) * K, K, B.dv_idx, B.dv_val)
                 c = X.feat_val[r] if valued else 1.0
+                if seen:  # the seen pairs of f: their labels' entries only
+                    lo = X.u_off[f]
+                    s, q = _open_slot(ws.fslot, f, q, lo, X.u_off[f + 1] - lo, B.dv_idx,
+                                      B.dv_val)
+                    for j in range(lo, X.u_off[f + 1]):
+                        k = X.u_lab[j]
+                        B.dv_val[s + j - lo] -= c * (B.beta_u[ob + k] - D.mu_u[o + k])
+                    continue
+                s, q = _open_slot(ws.fslot, f, q, np.int64(f) * K, K, B.dv_idx, B.dv_val)
                 for k in range(K):
                     B.dv_val[s + k] -= c * (B.beta_u[ob + k] - D.mu_u[o + k])
-        for r in range(q0, q, K):  # reset the slot map
-            ws.fslot[B.dv_idx[r] // K] = -1
+        for r in range(X.feat_ptr[a], X.feat_ptr[a + n]):  # reset the slot map
+            ws.fslot[X.feat_idx[r]] = -1
         for k in range(K):
             B.dv_idx[q + k] = tbase + K * K1 + k  # START → k
             B.dv_val[q + k] = -(B.beta_u[bu * K + k] - D.mu_u[a * K + k])
@@ -606,7 +619,8 @@ class ChainDual:
         if init not in ("gold", "uniform"):
             raise ValueError(f"init must be gold or uniform, got {init!r}")
         self.task, self.c1, self.c2 = task, float(c1), float(c2)
-        self.F, self.K, self.X = task.F, task.K, task.chain
+        self.F, self.K, self.X = task.u_rows, task.K, task.chain  # U's rows (F, or the
+        # seen pairs' ⌈pairs / K⌉): where the transition block starts
         lengths = np.diff(task.sent_ptr)
         self.examples = np.flatnonzero(lengths > 0).astype(np.int64)
         pair_ptr = pair_pointers(task.sent_ptr)
@@ -642,7 +656,7 @@ class ChainDual:
     def workspace(self) -> Workspace:
         """One thread's scratch for :meth:`propose` (allocated once per thread)."""
         fb = fb_workspace(self.w, self.K, self.X, self.examples)
-        return Workspace(*fb, np.full(max(self.F, 1), -1, np.int32),
+        return Workspace(*fb, np.full(max(self.task.F, 1), -1, np.int32),
                          np.full(max(self.task.G, 1), -1, np.int32),
                          np.zeros(max(self._caps[3], 1)), np.zeros(self.K * self.K),
                          np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import b_transitions, emissions, feature_kinds, sentence_span, transitions
+from .kernels import b_transitions, feature_kinds, sentence_span, token_emissions, transitions
 from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
@@ -169,7 +169,7 @@ def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
     """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
     returns log Z."""
     KK = K * K
-    emissions(w, K, X.feat_ptr, X.feat_idx, X.feat_val, a, n, em)
+    token_emissions(w, K, X, a, n, em)
     _force(em, n, K, fixed, f0)
     has_b = X.bfeat_ptr.shape[0] > 0
     if has_b:
@@ -185,6 +185,18 @@ def _add_scaled(dst, src, v, m):
     """dst[j] += v · src[j], j < m (a feature's value v, 1.0 for binary features)."""
     for j in range(m):
         dst[j] += v * src[j]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def add_seen(X, tok, m, scale, out):
+    """out[j] += scale · u_{tok,f} · m[u_lab[j]] for every seen pair j of every feature f of
+    token ``tok`` (the seen-pairs U block; m: K values per label)."""
+    valued = X.feat_val.shape[0] > 0
+    for q in range(X.feat_ptr[tok], X.feat_ptr[tok + 1]):
+        f = X.feat_idx[q]
+        c = scale * (X.feat_val[q] if valued else 1.0)
+        for j in range(X.u_off[f], X.u_off[f + 1]):
+            out[j] += c * m[X.u_lab[j]]
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -204,6 +216,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     gE = np.zeros(K)
     nofix = np.empty(0, np.int32)
     valued, has_b, bvalued = feature_kinds(X)
+    seen = X.u_off.shape[0] > 0
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
@@ -228,9 +241,12 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
                 u[k] = np.exp(alpha[t * K + k] + beta[t * K + k] - logz)
             y = gold[a + t]
             u[y] -= 1.0
-            for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
-                base = np.int64(X.feat_idx[q]) * K
-                _add_scaled(grad[base:base + K], u, X.feat_val[q] if valued else 1.0, K)
+            if seen:
+                add_seen(X, a + t, u, 1.0, grad)
+            else:
+                for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
+                    base = np.int64(X.feat_idx[q]) * K
+                    _add_scaled(grad[base:base + K], u, X.feat_val[q] if valued else 1.0, K)
         for k in range(K):
             gS[k] += np.exp(alpha[k] + beta[k] - logz)
             gE[k] += np.exp(alpha[(n - 1) * K + k] + beta[(n - 1) * K + k] - logz)
@@ -319,12 +335,13 @@ def chain_marginals(task, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray
     ex = np.ascontiguousarray(examples, np.int64)
     fx = np.zeros(0, np.int32) if fixed is None else np.ascontiguousarray(fixed, np.int32)
     w = np.ascontiguousarray(w, np.float64)
-    wm = masked_weights(w, task.F, task.K, constraints)
-    marg, ptr, logz = marginals_kernel(wm, task.F, task.K, task.chain, ex, fx)
+    F = task.u_rows  # the rows of U (the seen pairs' when the model keeps only those)
+    wm = masked_weights(w, F, task.K, constraints)
+    marg, ptr, logz = marginals_kernel(wm, F, task.K, task.chain, ex, fx)
     bad = np.flatnonzero(logz == -np.inf)
     for e in bad.tolist():  # the fixed tags break the constraints: without them
         f1 = fx[ptr[e]:ptr[e + 1]] if fx.size else fx
-        m1, _, z1 = marginals_kernel(w, task.F, task.K, task.chain, ex[e:e + 1], f1)
+        m1, _, z1 = marginals_kernel(w, F, task.K, task.chain, ex[e:e + 1], f1)
         marg[ptr[e] * task.K:ptr[e + 1] * task.K] = m1
         logz[e] = z1[0]
     return marg.reshape(-1, task.K), ptr, logz
