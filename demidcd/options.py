@@ -257,10 +257,12 @@ OPTIONS: tuple[Option, ...] = (
     _o("eta", "--eta", float, 0.1, "learning rate η", owners=("adagrad",)),
     _o("regularizer", "--regularizer", str, "l2", "regulariser", owners=("adagrad",),
        choices=("l1", "l2")),
-    _o("c1", "--c1", float, 0.0, "crf: L1 coefficient of CRFsuite's objective -LL + c1 Σ|w| + "
-       "c2 Σ w² (OWL-QN when > 0)", owners=CRF),
-    _o("c2", "--c2", float, 1.0, "crf: L2 coefficient of the same objective (CRFsuite's c2: "
-       "it multiplies Σ w², not ½ Σ w²)", owners=CRF),
+    _o("c1", "--c1", float, 0.1, "crf: L1 coefficient of CRFsuite's objective -LL + c1 Σ|w| + "
+       "c2 Σ w² (OWL-QN when > 0; the default is the sklearn-crfsuite tutorial's, CRFsuite's "
+       "own is 0)", owners=CRF),
+    _o("c2", "--c2", float, 0.1, "crf: L2 coefficient of the same objective (CRFsuite's c2: "
+       "it multiplies Σ w², not ½ Σ w²; the default is the sklearn-crfsuite tutorial's, "
+       "CRFsuite's own is 1)", owners=CRF),
     _o("crf_method", "--crf-method", str, "sdca", "crf: the optimiser: sdca (stochastic dual "
        "coordinate ascent, p - 1 threads computing marginals for one learner thread, no "
        "barrier) or lbfgs (L-BFGS / OWL-QN over gradients from --threads threads, a barrier "

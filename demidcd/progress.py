@@ -36,9 +36,14 @@ def format_dev(rec: dict) -> str:
 def format_iteration(rec: dict) -> str:
     """One iteration's log record as a line (``iter   3  1.23s  updates …``)."""
     parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
-             f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}",
-             f"active {rec.get('active', 0):>8,}", f"shrunk {rec.get('shrunk', 0):>7,}",
-             f"admitted {rec.get('admitted', 0):>7,}", f"max_pg {rec.get('max_pg', 0.0):.4f}"]
+             f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}"]
+    # only what the learner measured: a learner without active sets or shrinking (the CRF,
+    # the online ones) has no such fields, and no zeros stand in for them
+    for k, fmt in (("active", ">8,"), ("shrunk", ">7,"), ("admitted", ">7,"), ("max_pg", ".4f"),
+                   ("gap_estimate", ".4g"), ("objective", ".7g")):
+        if k in rec and not (k == "objective" and "primal" in rec):
+            parts.append(f"{k.replace('_', ' ') if k == 'gap_estimate' else k} "
+                         f"{rec[k]:{fmt}}")
     for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
         if k in rec:
             parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
@@ -96,12 +101,21 @@ def stop_line(res: Any, tol: float, loss: str | None,
     if res.finished:
         return line
     last = res.history[-1] if res.history else {}
-    pg = last.get("max_pg")
-    what = "largest KKT gap" if loss == "l1" else "largest projected gradient"
-    state = f"{what} {pg:.3g}, {name('tol')} {tol:g}" if pg is not None else \
-        f"{name('tol')} {tol:g}"
-    hint = _HINTS.get(res.stop_reason, res.stop_reason).format(
-        **{k: name(k) for k in ("max_epochs", "time_limit", "tol")})
+    crit = getattr(res, "extra", {}).get("stop_criterion")
+    if crit is not None:  # the learner's own rule: (what, its last value or None, option,
+        what, value, option, target = crit[:4]  # target[, the option counting its epochs])
+        state = (f"{what} {value:.3g}, " if value is not None else
+                 f"{what} not measured since the last update, ") + f"{name(option)} {target:g}"
+    else:
+        pg = last.get("max_pg")
+        what = "largest KKT gap" if loss == "l1" else "largest projected gradient"
+        state = f"{what} {pg:.3g}, {name('tol')} {tol:g}" if pg is not None else \
+            f"{name('tol')} {tol:g}"
+    spelled = {k: name(k) for k in ("max_epochs", "time_limit", "tol")}
+    if crit is not None:  # the learner's own options: its target and its epoch count
+        spelled.update(tol=name(crit[2]), max_epochs=name(crit[4] if len(crit) > 4 else
+                                                          "max_epochs"))
+    hint = _HINTS.get(res.stop_reason, res.stop_reason).format(**spelled)
     return f"{line}; not converged ({state}): {hint}"
 
 

@@ -108,3 +108,22 @@ def test_the_crf_estimator_keeps_the_seen_pairs_by_default():
     for sent in crf.predict_marginals(X[:3]):
         for tok in sent:
             assert sum(tok.values()) == pytest.approx(1.0)
+
+
+def test_crf_log_lines_show_only_what_was_measured():
+    """An SDCA epoch without a certificate has no max_pg, shrinking or admissions: its line
+    shows none (they were printed as zeros), the certified epochs show the gap, and the stop
+    line names the CRF's own rule (--epsilon), not the SVM's --tol."""
+    from demidcd.progress import format_iteration, stop_line
+
+    _, seen, _ = _pair(11, True, 2, n_sent=60)
+    res = train_crf_sdca(seen, SolverConfig(), threads=1, c1=0.1, c2=0.3, epsilon=1e-12,
+                         max_iterations=3, dual_dtype=np.float64)
+    lines = [format_iteration(r) for r in res.history]
+    assert all("max_pg" not in ln and "shrunk" not in ln and "admitted" not in ln
+               for ln in lines)
+    assert all("gap estimate" in ln for ln in lines)
+    assert "primal" in lines[0] and "primal" in lines[-1]
+    stop = stop_line(res, tol=0.01, loss=None, name=lambda k: "--" + k.replace("_", "-"))
+    assert "relative duality gap" in stop and "--epsilon 1e-12" in stop and "--tol" not in stop
+    assert "raise --max-iterations or --epsilon" in stop

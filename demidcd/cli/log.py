@@ -54,9 +54,10 @@ class Log:
         if self.bar is not None:
             self.bar.update(1)
             dev = f" {format_dev(rec)}" if "dev" in rec else ""
-            self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,} active "
-                                     f"{rec.get('active', 0):,} max_pg "
-                                     f"{rec.get('max_pg', 0.0):.3g}{dev}", refresh=False)
+            shown = "".join(f" {k} {rec[k]:,}" if k == "active" else f" {k} {rec[k]:.3g}"
+                            for k in ("active", "max_pg") if k in rec)
+            self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,}{shown}{dev}",
+                                     refresh=False)
         else:
             for line in self.cadence.lines(rec):
                 self.info(line)

@@ -283,5 +283,8 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         log("crf: the line search found no decrease (the objective is flat at this precision)")
     if reason == "line-search":
         reason = "converged"
+    last = rec.history[-1]["max_pg"] if rec.history else None
     return rec.finish(w, reason, k, cpu_log=cpu_log, evaluations=obj.evaluations,
-                      objective=None if res is None else res.f)
+                      objective=None if res is None else res.f,
+                      stop_criterion=("‖g‖ / max(1, ‖w‖)", last, "epsilon", float(epsilon),
+                                      "max_iterations"))

@@ -281,7 +281,7 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                     last_eval = rec.elapsed()
                     gap = P - D
                     r.update(objective=P, primal=P, dual=D, gap=gap,
-                             max_pg=gap / max(abs(P), 1e-300))
+                             rel_gap=gap / max(abs(P), 1e-300))
                 rec.epoch(r, dual.w)
                 converged = P is not None and due and math.isfinite(P - D) and \
                     (P - D) <= epsilon * max(abs(P), 1e-300)
@@ -303,6 +303,10 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
     w = dual.w.copy()
     if reason in ("time-limit", "interrupted"):  # w moved since the last evaluation
         P = D = None
+    moved = not rec.history or "rel_gap" not in rec.history[-1] or P is None
+    rel = None if moved else rec.history[-1]["rel_gap"]
     return rec.finish(w, reason, epoch, dual=D, cpu_log=cpu_log, objective=P,
+                      stop_criterion=("relative duality gap", rel, "epsilon", epsilon,
+                                      "max_iterations"),
                       dual_bytes=dual.nbytes, dual_bytes_per_token=dual.bytes_per_token(),
                       updates=int(run.stats[0]), dropped=int(run.stats[1]))

@@ -71,8 +71,7 @@ def _epoch_record(epoch: int, steps: int, mistakes: int, total: int, inferences:
     """updates: the epoch's non-zero updates (mistakes, or margin violations); total_updates:
     all of them so far; steps: the averaging steps so far."""
     return {"epoch": epoch, "updates": mistakes, "total_updates": total, "steps": steps,
-            "inferences": inferences, "mistakes": mistakes, "active": 0, "shrunk": 0,
-            "admitted": 0, "max_pg": 0.0, **extra}
+            "inferences": inferences, "mistakes": mistakes, **extra}
 
 
 # ------------------------------------------------------------------------------ sequential

@@ -39,8 +39,14 @@ import numba as nb
 import numpy as np
 
 from .kernels import feature_kinds, sentence_span, transitions
-from .marginals import (add_seen, exp_shifted, fb_sentence, fb_workspace, pairwise_marginals,
-                        position_matrix)
+from .marginals import (
+    add_seen,
+    exp_shifted,
+    fb_sentence,
+    fb_workspace,
+    pairwise_marginals,
+    position_matrix,
+)
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 TINY = 1e-300  # the floor of a marginal inside a logarithm (a point mass has zeros)
