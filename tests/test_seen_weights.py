@@ -199,8 +199,8 @@ def test_memory_per_token_of_a_many_label_run():
 
 def test_auto_weights_choose_seen_pairs_only_past_the_size_rule(monkeypatch):
     """weights="auto" (the default) keeps every (feature, label) while F·K stays under
-    SEEN_FROM_WEIGHTS and takes the seen pairs past it, unless the learner is crf (whose
-    forward-backward reads the dense block)."""
+    SEEN_FROM_WEIGHTS and takes the seen pairs past it; the crf learner takes them whatever
+    the size (CRFsuite's objective), and all of them with weights="all"."""
     from demidcd.estimators import sequence as seq
 
     X, Y = _many_labels()
@@ -209,7 +209,11 @@ def test_auto_weights_choose_seen_pairs_only_past_the_size_rule(monkeypatch):
     monkeypatch.setattr(seq, "SEEN_FROM_WEIGHTS", 1000)
     assert seq.SequenceTagger(**kw).fit(X, Y).seen_pairs_ is not None
     assert seq.SequenceTagger(weights="all", **kw).fit(X, Y).seen_pairs_ is None
+    monkeypatch.setattr(seq, "SEEN_FROM_WEIGHTS", 2**25)
     crf = seq.SequenceTagger(algorithm="crf", min_count=1, max_iterations=2).fit(X, Y)
+    assert crf.seen_pairs_ is not None
+    crf = seq.SequenceTagger(algorithm="crf", weights="all", min_count=1,
+                             max_iterations=2).fit(X, Y)
     assert crf.seen_pairs_ is None
 
 
