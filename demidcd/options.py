@@ -267,6 +267,10 @@ OPTIONS: tuple[Option, ...] = (
        "coordinate ascent, p - 1 threads computing marginals for one learner thread, no "
        "barrier) or lbfgs (L-BFGS / OWL-QN over gradients from --threads threads, a barrier "
        "per evaluation)", owners=CRF, choices=("sdca", "lbfgs")),
+    _o("all_possible_transitions", "--all-possible-transitions", bool, None, "crf: a weight "
+       "for every label transition (sklearn-crfsuite's all_possible_transitions); "
+       "--no-all-possible-transitions: only for those the training tags take, as CRFsuite's "
+       "default", owners=CRF, rule="true (every transition, as the SVM learners)"),
     _o("max_iterations", "--max-iterations", int, None, "crf: L-BFGS iterations (sdca: "
        "epochs) at most", owners=CRF, rule="until converged (CRFsuite's default)"),
     _o("epsilon", "--epsilon", float, 1e-5, "crf: stop when |g| / max(1, |w|) <= EPSILON "

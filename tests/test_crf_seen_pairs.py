@@ -129,3 +129,43 @@ def test_crf_log_lines_show_only_what_was_measured():
     stop = stop_line(res, tol=0.01, loss=None, name=lambda k: "--" + k.replace("_", "-"))
     assert "relative duality gap" in stop and "--epsilon 1e-12" in stop and "--tol" not in stop
     assert "raise --max-iterations or --epsilon" in stop
+
+
+def test_unseen_transitions_are_those_no_gold_tagging_takes():
+    from demidcd.tasks.chain.marginals import unseen_transitions
+
+    dense, _, _ = _pair(4, False, 0, n_sent=12)
+    K, K1 = dense.K, dense.K + 1
+    seen = set()
+    for i in range(dense.n_examples):
+        y = [K, *dense.Y[dense.sent_ptr[i]:dense.sent_ptr[i + 1]].tolist(), K]
+        seen.update(zip(y[:-1], y[1:], strict=True))
+    want = [dense.F * K + a * K1 + b for a in range(K1) for b in range(K1)
+            if (a, b) not in seen]
+    assert unseen_transitions(dense).tolist() == want
+
+
+def test_without_all_possible_transitions_both_methods_hold_them_at_zero():
+    """all_possible_transitions=False (CRFsuite's default): the unseen transitions keep weight
+    0, and SDCA and L-BFGS reach the same optimum of that smaller model, above the full one's."""
+    from demidcd.solvers.crf import train_crf
+    from demidcd.tasks.chain.marginals import unseen_transitions
+
+    rng = np.random.default_rng(9)
+    X, Y, F, _ = random_chain(rng, 20, 4, 4, True, max_len=4)
+    Y = np.where(Y == 3, 2, Y).astype(np.int32)  # label 3 never occurs: its transitions
+    # (and others, by chance) are unseen
+    task = SequenceTask(X, Y, 4, F)
+    frozen = unseen_transitions(task)
+    assert frozen.size > 0
+    kw = dict(c1=0.0, c2=0.3, epsilon=1e-8, all_possible_transitions=False)
+    sd = train_crf(task, SolverConfig(), threads=2, max_iterations=500, **kw)
+    lb = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
+                   stop_delta=0.0, **kw)
+    assert sd.stop_reason == "converged"
+    assert not np.any(sd.w[frozen]) and not np.any(lb.w[frozen])
+    assert sd.extra["objective"] == pytest.approx(lb.extra["objective"], rel=1e-6)
+    full = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
+                     stop_delta=0.0, c1=0.0, c2=0.3, epsilon=1e-8)
+    assert np.any(full.w[frozen])
+    assert full.extra["objective"] < lb.extra["objective"]

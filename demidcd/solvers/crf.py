@@ -62,13 +62,15 @@ def compile_kernels(task: Task) -> None:
 class CrfObjective:
     """The smooth part of the CRF objective, w → (Σ_i −log p(y_i | x_i) + c2‖w‖², gradient),
     evaluated on ``threads`` shards at once (see the module docstring). The gradient array is
-    a fresh one per call."""
+    a fresh one per call; its ``frozen`` entries (weights the model does not have) are 0."""
 
-    def __init__(self, task: Task, c2: float, threads: int = 1):
+    def __init__(self, task: Task, c2: float, threads: int = 1,
+                 frozen: np.ndarray | None = None):
         check_marginals(task)
         if task.Y is None:
             raise OptionError("crf needs gold tags to train on")
         self.task, self.c2 = task, float(c2)
+        self.frozen = np.zeros(0, np.int64) if frozen is None else frozen  # held at 0
         self.shards = token_shards(task.sent_ptr, max(1, int(threads)))
         self.buffers = [np.zeros(task.dim) for _ in self.shards[1:]]
         self.pool = ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
@@ -97,6 +99,7 @@ class CrfObjective:
                 grad += b
         w = self._w
         grad += (2.0 * self.c2) * w
+        grad[self.frozen] = 0.0
         return float(nll + self.c2 * float(w @ w)), grad
 
     def close(self) -> None:
@@ -229,11 +232,15 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               max_iterations: int | None = default("max_iterations"),
               epsilon: float = default("epsilon"), period: int = default("period"),
               stop_delta: float = default("stop_delta"),
-              crf_method: str = default("crf_method")) -> TrainResult:
+              crf_method: str = default("crf_method"),
+              all_possible_transitions: bool | None = default("all_possible_transitions")
+              ) -> TrainResult:
     """CRF by ``crf_method``: ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one record per
     epoch) or ``"lbfgs"``, L-BFGS / OWL-QN (module docstring): one iteration record per
     accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1, ‖w‖); ``active``: non-zero
-    weights)."""
+    weights). ``all_possible_transitions`` False: the transitions no gold tagging takes have
+    no weight (held at 0), as CRFsuite without ``feature.possible_transitions``; None or True:
+    every transition has one."""
     check_marginals(task)
     for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta)):
         if not 0.0 <= float(v) < math.inf:
@@ -244,14 +251,17 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         raise OptionError(f"--max-iterations must be >= 1, got {max_iterations}")
     if crf_method not in ("sdca", "lbfgs"):
         raise OptionError(f"--crf-method must be sdca or lbfgs, got {crf_method!r}")
+    if task.Y is None:
+        raise OptionError("crf needs gold tags to train on")
+    from ..tasks.chain.marginals import unseen_transitions
+
+    frozen = None if all_possible_transitions in (None, True) else unseen_transitions(task)
     if crf_method == "sdca":
-        if task.Y is None:
-            raise OptionError("crf needs gold tags to train on")
         return train_crf_sdca(task, config, threads, callback, cpu_log, log, tick,
                               float(c1), float(c2),
                               None if max_iterations is None else int(max_iterations),
-                              float(epsilon))
-    obj = CrfObjective(task, c2, threads)
+                              float(epsilon), frozen=frozen)
+    obj = CrfObjective(task, c2, threads, frozen)
     rec = Recorder(task, config, callback, threads, objective_fn=None, tick=tick)
     state = {"w": np.zeros(task.dim), "k": 0}
 

@@ -232,17 +232,20 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                    log: Callable[[str], None] | None = None, tick: Tick | None = None,
                    c1: float = 0.0, c2: float = 1.0, max_iterations: int | None = None,
                    epsilon: float = 1e-5, dual_dtype: type = np.float32,
-                   init: str = INIT, batch: int = BATCH, sampling: str = SAMPLING
-                   ) -> TrainResult:
+                   init: str = INIT, batch: int = BATCH, sampling: str = SAMPLING,
+                   frozen: np.ndarray | None = None) -> TrainResult:
     """CRF by SDCA (module docstring); one record per epoch (``objective``: P(w) when
     evaluated, ``primal``/``dual``/``gap`` then too, ``gap_estimate``: the proposals' KL sum,
-    ``dropped``: proposals whose μ_i had changed). ``dual_dtype``: how μ is stored."""
+    ``dropped``: proposals whose μ_i had changed). ``dual_dtype``: how μ is stored;
+    ``frozen``: transition weights held at 0 (:meth:`ChainDual.freeze`)."""
     from ..tasks.chain.crf_dual import ChainDual
 
     if c2 <= 0.0:
         raise OptionError("--crf-method sdca needs --c2 > 0 (its dual is that of the L2 term); "
                           "use --crf-method lbfgs for c2 = 0")
     dual = ChainDual(task, c1, c2, dual_dtype, init, batch)
+    if frozen is not None and frozen.size:
+        dual.freeze(frozen)
     n = int(dual.examples.shape[0])
     rec = Recorder(task, config, callback, threads, objective_fn=None, tick=tick)
     if log is not None:

@@ -417,9 +417,11 @@ def _open_slot(slot, f, q, base, width, idx, val):
 
 
 @nb.njit(cache=True, nogil=True)
-def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
+def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
     """Fill the batch B with the proposals of ``examples[:count]`` (module docstring) under w
-    and a snapshot of v; returns the entries of Δv written."""
+    and a snapshot of v; returns the entries of Δv written. ``keep_t`` ((K+1)² of 1.0 or 0.0)
+    multiplies the transition block's entries of Δv: 0.0 holds a transition without a weight
+    (``all_possible_transitions=False``) at 0."""
     K1 = K + 1
     KK = K * K
     tbase = F * K
@@ -504,6 +506,10 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws):
                         B.dv_val[s + jk] -= c * (B.beta_p[ob + jk] - D.mu_p[o + jk])
         for r in range(qb, q, KK):
             ws.gslot[(B.dv_idx[r] - bbase) // KK] = -1
+        for r in range(q0, qb):  # the START/END and transition entries
+            j = B.dv_idx[r]
+            if tbase <= j < bbase:
+                B.dv_val[r] *= keep_t[j - tbase]
         m = q - q0
         wdv = 0.0
         for r in range(m):
@@ -639,6 +645,7 @@ class ChainDual:
         add_expected_features(self.F, K, self.X, self.D, self.examples, 1.0, self.gold_phi)
         self.v = np.zeros(task.dim)
         self.w = np.zeros(task.dim)
+        self.keep_t = np.ones((K + 1) ** 2)  # 0.0: a transition held at 0 (:meth:`freeze`)
         if init == "uniform":
             self.D.mu_u[:] = 1.0 / K
             self.D.mu_p[:] = 1.0 / (K * K)
@@ -683,7 +690,7 @@ class ChainDual:
         if examples.shape[0] > self.batch:
             raise ValueError(f"{examples.shape[0]} examples for a batch of {self.batch}")
         propose_kernel(self.w, self.v, self.c1, self.c2, self.F, self.K, self.X, self.D,
-                       examples, examples.shape[0], B, ws)
+                       examples, examples.shape[0], B, ws, self.keep_t)
 
     def apply(self, B: Batch, count: int, stats: np.ndarray, ws: Workspace) -> None:
         """Apply the first ``count`` proposals of B (:func:`apply_kernel`; one thread at a
@@ -691,10 +698,19 @@ class ChainDual:
         apply_kernel(self.w, self.v, self.c1, self.c2, self.K, self.task.sent_ptr, self.D,
                      count, B, stats, ws)
 
+    def freeze(self, frozen: np.ndarray) -> None:
+        """Hold the weights ``frozen`` (indices into w, in the transition block) at 0: those
+        features are removed from the problem (v and w stay 0 there)."""
+        tbase = self.F * self.K
+        self.keep_t[np.asarray(frozen, np.int64) - tbase] = 0.0
+        self.resync()
+
     def resync(self) -> None:
         """v = Φ* − Σ_i E_{μ_i}Φ and w = ∇g*(v) recomputed from the stored μ (in place)."""
         self.v[:] = self.gold_phi
         add_expected_features(self.F, self.K, self.X, self.D, self.examples, -1.0, self.v)
+        tbase = self.F * self.K
+        self.v[tbase:tbase + self.keep_t.shape[0]] *= self.keep_t
         self.w[:] = np.sign(self.v) * np.maximum(np.abs(self.v) - self.c1, 0.0) / (2 * self.c2)
 
     def log_partition(self, examples: np.ndarray) -> float:

@@ -345,3 +345,25 @@ def chain_marginals(task, w: np.ndarray, examples: np.ndarray, fixed: np.ndarray
         marg[ptr[e] * task.K:ptr[e + 1] * task.K] = m1
         logz[e] = z1[0]
     return marg.reshape(-1, task.K), ptr, logz
+
+
+def unseen_transitions(task) -> np.ndarray:
+    """The indices into w of the transitions (START → k, j → k, k → END) that no gold tagging
+    of ``task`` takes: the weights CRFsuite does not create without
+    ``feature.possible_transitions`` (sklearn-crfsuite's ``all_possible_transitions=False``).
+    START → END (an empty sentence's) is among them unless the data has an empty sentence."""
+    K = task.K
+    K1 = K + 1
+    seen = np.zeros((K1, K1), np.bool_)
+    ptr = np.asarray(task.sent_ptr, np.int64)
+    y = np.asarray(task.Y, np.int64)
+    first, last = ptr[:-1], ptr[1:] - 1
+    full = last >= first
+    seen[K, y[first[full]]] = True
+    seen[y[last[full]], K] = True
+    seen[K, K] = bool(np.any(~full))
+    inner = np.ones(y.shape[0], np.bool_)
+    inner[first[full]] = False  # a token whose predecessor is in the same sentence
+    t = np.flatnonzero(inner)
+    seen[y[t - 1], y[t]] = True
+    return task.u_rows * K + np.flatnonzero(~seen.reshape(-1))
