@@ -162,7 +162,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     past = [f]
     d = -pg
     step = 1.0 / max(float(np.linalg.norm(d)), 1e-300)
-    k = 0
+    k = flat = 0
     if float(np.linalg.norm(pg)) / max(1.0, float(np.linalg.norm(w))) <= epsilon:
         return Minimum(w, f, "converged", 0)
     while max_iterations is None or k < max_iterations:
@@ -188,6 +188,9 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                 return Minimum(w, f, "time-limit", k)
             step *= 0.5
         else:
+            return Minimum(w, f, "line-search", k)
+        flat = flat + 1 if not fn < f else 0  # accepted without a decrease (rounding)
+        if flat >= period:  # that many in a row: flat at this precision, as a failed search
             return Minimum(w, f, "line-search", k)
         k += 1
         s, y = wn - w, gn - g

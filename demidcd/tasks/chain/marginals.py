@@ -164,10 +164,9 @@ def fb_workspace(w, K, X, examples):
 
 
 @nb.njit(cache=True, nogil=True)
-def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
-              beta, u, v, fixed, f0):
-    """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
-    returns log Z."""
+def sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, f0):
+    """Emissions (forced labels applied) and the B matrices with their exps of tokens
+    a..a+n−1; returns whether X has B features."""
     KK = K * K
     token_emissions(w, K, X, a, n, em)
     _force(em, n, K, fixed, f0)
@@ -176,8 +175,96 @@ def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
         nbp = b_transitions(w, K, F * K + (K + 1) * (K + 1), X, a, n, tr, trb, slots)
         for s in range(nbp):
             bmax[s] = exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
+    return has_b
+
+
+@nb.njit(cache=True, nogil=True)
+def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
+              beta, u, v, fixed, f0):
+    """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
+    returns log Z."""
+    has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, f0)
     return _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha,
                              beta, u, v)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, A, B, P,
+                            c, u, v):
+    """Forward-backward with scaling (Rabiner 1989) instead of log space: P[t·K + k] =
+    exp(s_t(k) − max_k s_t), A[t] the forward vector normalised to sum 1 by c[t], B the backward
+    vector scaled so that p(y_t = k | x) = A[t, k]·B[t, k] and p(y_{t−1} = j, y_t = k | x) =
+    A[t−1, j]·E_t[j, k]·P[t, k]·B[t, k] / c[t] (E_t = exp(M_t − max M_t)). K exps per token
+    and one logarithm per position, against about 5K exps and 2K logarithms in log space.
+    Returns log Z (−inf when no tagging is admissible; A, B are then undefined)."""
+    logz = 0.0
+    for t in range(n):
+        m = _shifted_row(em, t * K, K, P[t * K:(t + 1) * K])
+        if m == _NEG_INF:
+            return _NEG_INF
+        logz += m
+    ms = _shifted_row(start, 0, K, u)
+    if ms == _NEG_INF:
+        return _NEG_INF
+    tot = 0.0
+    for k in range(K):
+        x = u[k] * P[k]
+        A[k] = x
+        tot += x
+    if not tot > 0.0:
+        return _NEG_INF
+    c[0] = tot
+    inv = 1.0 / tot
+    for k in range(K):
+        A[k] *= inv
+    logz += ms + np.log(tot)
+    for t in range(1, n):
+        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, K * K)
+        for k in range(K):
+            v[k] = 0.0
+        for j in range(K):
+            aj = A[(t - 1) * K + j]
+            if aj == 0.0:
+                continue
+            row = E[j * K:(j + 1) * K]
+            for k in range(K):
+                v[k] += aj * row[k]
+        tot = 0.0
+        for k in range(K):
+            x = v[k] * P[t * K + k]
+            A[t * K + k] = x
+            tot += x
+        if not tot > 0.0:
+            return _NEG_INF
+        c[t] = tot
+        inv = 1.0 / tot
+        for k in range(K):
+            A[t * K + k] *= inv
+        logz += mx + np.log(tot)
+    me = _shifted_row(end, 0, K, u)
+    if me == _NEG_INF:
+        return _NEG_INF
+    d = 0.0
+    for k in range(K):
+        d += A[(n - 1) * K + k] * u[k]
+    if not d > 0.0:
+        return _NEG_INF
+    logz += me + np.log(d)
+    inv = 1.0 / d
+    for k in range(K):
+        B[(n - 1) * K + k] = u[k] * inv
+    for t in range(n - 1, 0, -1):
+        E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, K * K)
+        inv = 1.0 / c[t]
+        for k in range(K):
+            v[k] = P[t * K + k] * B[t * K + k] * inv
+        for j in range(K):
+            row = E[j * K:(j + 1) * K]
+            acc = 0.0
+            for k in range(K):
+                acc += row[k] * v[k]
+            B[(t - 1) * K + j] = acc
+    return logz
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -202,7 +289,8 @@ def add_seen(X, tok, m, scale, out):
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
-    gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w))."""
+    gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w)); the
+    marginals by :func:`scaled_forward_backward`."""
     K1 = K + 1
     KK = K * K
     tbase = F * K
@@ -210,7 +298,9 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
     trmax = exp_shifted(tr, Etr, KK)
-    em, alpha, beta, trb, Eb, bmax, slots, u, v, pair = fb_workspace(w, K, X, examples)
+    em, A, B, trb, Eb, bmax, slots, u, v, pair = fb_workspace(w, K, X, examples)
+    P = np.empty(A.shape[0])
+    c = np.empty(max(A.shape[0] // K, 1))
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
     gS = np.zeros(K)
     gE = np.zeros(K)
@@ -223,8 +313,9 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
         a, n = sentence_span(X, i)
         if n == 0:
             continue
-        logz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax,
-                         slots, alpha, beta, u, v, nofix, 0)
+        sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
+        logz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
+                                       has_b, A, B, P, c, u, v)
         # the gold score, from the same tables
         y0 = gold[a]
         gscore = start[y0] + em[y0] + end[gold[a + n - 1]]
@@ -238,7 +329,13 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
         # unigram block: Σ_t u_{t,f} (p_t(k) − [k = y*_t])
         for t in range(n):
             for k in range(K):
-                u[k] = np.exp(alpha[t * K + k] + beta[t * K + k] - logz)
+                u[k] = A[t * K + k] * B[t * K + k]
+            if t == 0:
+                for k in range(K):
+                    gS[k] += u[k]
+            if t == n - 1:
+                for k in range(K):
+                    gE[k] += u[k]
             y = gold[a + t]
             u[y] -= 1.0
             if seen:
@@ -247,15 +344,19 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
                 for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
                     base = np.int64(X.feat_idx[q]) * K
                     _add_scaled(grad[base:base + K], u, X.feat_val[q] if valued else 1.0, K)
-        for k in range(K):
-            gS[k] += np.exp(alpha[k] + beta[k] - logz)
-            gE[k] += np.exp(alpha[(n - 1) * K + k] + beta[(n - 1) * K + k] - logz)
         gS[y0] -= 1.0
         gE[gold[a + n - 1]] -= 1.0
         # transitions and B features: the pairwise marginals minus the gold pair
         for t in range(1, n):
-            E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-            pairwise_marginals(t, K, E, mx, alpha, beta, em, logz, u, v, pair)
+            E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+            inv = 1.0 / c[t]
+            for k in range(K):
+                v[k] = P[t * K + k] * B[t * K + k] * inv
+            for j in range(K):
+                aj = A[(t - 1) * K + j]
+                row = E[j * K:(j + 1) * K]
+                for k in range(K):
+                    pair[j * K + k] = aj * row[k] * v[k]
             pair[gold[a + t - 1] * K + gold[a + t]] -= 1.0
             for j in range(KK):
                 gT[j] += pair[j]
@@ -287,7 +388,9 @@ def marginals_kernel(w, F, K, X, examples, fixed):
     tr, _, start, end = transitions(w, F, K)
     Etr = np.empty(KK)
     trmax = exp_shifted(tr, Etr, KK)
-    em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
+    em, A, B, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
+    P = np.empty(A.shape[0])
+    c = np.empty(max(A.shape[0] // K, 1))
     marg = np.zeros(ptr[n_ex] * K)
     logz = np.empty(n_ex)
     for e in range(n_ex):
@@ -296,15 +399,16 @@ def marginals_kernel(w, F, K, X, examples, fixed):
         if n == 0:
             logz[e] = w[F * K + K * (K + 1) + K]
             continue
-        lz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots,
-                       alpha, beta, u, v, fixed, ptr[e])
+        has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, ptr[e])
+        lz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
+                                     A, B, P, c, u, v)
         logz[e] = lz
         if lz == _NEG_INF:
             continue
         for t in range(n):
             o = (ptr[e] + t) * K
             for k in range(K):
-                marg[o + k] = np.exp(alpha[t * K + k] + beta[t * K + k] - lz)
+                marg[o + k] = A[t * K + k] * B[t * K + k]
     return marg, ptr, logz
 
 
