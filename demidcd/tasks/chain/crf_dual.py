@@ -42,10 +42,10 @@ from .kernels import feature_kinds, sentence_span, transitions
 from .marginals import (
     add_seen,
     exp_shifted,
-    fb_sentence,
     fb_workspace,
-    pairwise_marginals,
     position_matrix,
+    scaled_forward_backward,
+    sentence_scores,
 )
 
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
@@ -104,6 +104,8 @@ class Workspace(NamedTuple):
     xs: np.ndarray
     bits: np.ndarray
     lg: np.ndarray
+    P: np.ndarray
+    c: np.ndarray
 
 
 @nb.njit(cache=True, nogil=True)
@@ -224,14 +226,17 @@ def log_partition_kernel(w, F, K, X, examples):
     Etr = np.empty(KK)
     trmax = exp_shifted(tr, Etr, KK)
     em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
+    P = np.empty(alpha.shape[0])
+    c = np.empty(max(alpha.shape[0] // K, 1))
     nofix = np.empty(0, np.int32)
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
         a, n = sentence_span(X, i)
         if n > 0:
-            total += fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb,
-                                 bmax, slots, alpha, beta, u, v, nofix, 0)
+            has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
+            total += scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
+                                             has_b, alpha, beta, P, c, u, v)
     return total
 
 
@@ -448,16 +453,23 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
             B.dv_ptr[e + 1] = q0
             continue
         p0 = D.pair_ptr[i]
-        logz = fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, ws.em, ws.trb, ws.Eb,
-                           ws.bmax, ws.slots, ws.alpha, ws.beta, ws.u, ws.v, nofix, 0)
+        sentence_scores(w, F, K, X, a, n, tr, ws.em, ws.trb, ws.Eb, ws.bmax, ws.slots, nofix, 0)
+        scaled_forward_backward(ws.em, n, K, start, end, Etr, trmax, ws.Eb, ws.bmax, ws.slots,
+                                has_b, ws.alpha, ws.beta, ws.P, ws.c, ws.u, ws.v)
+        A, Bs = ws.alpha, ws.beta  # scaled: p(y_t = k) = A·B (scaled_forward_backward)
         for t in range(n):
             for k in range(K):
-                B.beta_u[(bu + t) * K + k] = np.exp(ws.alpha[t * K + k] + ws.beta[t * K + k]
-                                                    - logz)
+                B.beta_u[(bu + t) * K + k] = A[t * K + k] * Bs[t * K + k]
         for t in range(1, n):
-            E, mx = position_matrix(t, ws.slots, has_b, Etr, trmax, ws.Eb, ws.bmax, KK)
-            pairwise_marginals(t, K, E, mx, ws.alpha, ws.beta, ws.em, logz, ws.u, ws.v,
-                               B.beta_p[(bp + t - 1) * KK:(bp + t) * KK])
+            E, _ = position_matrix(t, ws.slots, has_b, Etr, trmax, ws.Eb, ws.bmax, KK)
+            inv = 1.0 / ws.c[t]
+            for k in range(K):
+                ws.v[k] = ws.P[t * K + k] * Bs[t * K + k] * inv
+            o = (bp + t - 1) * KK
+            for j in range(K):
+                aj = A[(t - 1) * K + j]
+                for k in range(K):
+                    B.beta_p[o + j * K + k] = aj * E[j * K + k] * ws.v[k]
         # Δv = E_μΦ − E_βΦ = −Σ d·Φ, aggregated per distinct feature (fslot / gslot maps)
         q = q0
         for t in range(n):
@@ -672,7 +684,8 @@ class ChainDual:
         return Workspace(*fb, np.full(max(self.task.F, 1), -1, np.int32),
                          np.full(max(self.task.G, 1), -1, np.int32),
                          np.zeros(max(self._caps[3], 1)), np.zeros(self.K * self.K),
-                         np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K))
+                         np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K),
+                         np.empty(fb[1].shape[0]), np.empty(max(fb[1].shape[0] // self.K, 1)))
 
     def new_batch(self) -> Batch:
         """A batch buffer large enough for any ``batch`` examples, the same one repeated too

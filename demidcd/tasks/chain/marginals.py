@@ -13,13 +13,14 @@ E_p[Φ(x, y)] − Φ(x, y*): the unigram block gets Σ_t u_{t,f} (p_t(k) − [k 
 transitions the pairwise marginals p_t(j, k) (and p_0(k) from START, p_{n-1}(k) into END)
 minus the gold ones, and each B feature b_{t,g} (p_t(j, k) − [j, k = y*_{t-1}, y*_t]).
 
-The recursions keep α and β in log space (α_t(k) = s_t(k) + logsumexp_j α_{t-1}(j) + M_t[j, k],
-β_{n-1}(k) = w(k → END)), but the K² inner products run on E = exp(M − max M), computed once
-per call for the shared T and once per position for the B matrices, with the K values of a
-row shifted by their maximum: K exps per position, no exp in the K² loop, and no overflow
-whatever the scale of w. Forced labels (``fixed``, one tag id or −1 per token) set the other
-tags' emissions to −inf: the marginals and log Z are then those of the taggings that keep
-them (constrained marginals).
+The recursions are scaled (Rabiner 1989, :func:`scaled_forward_backward`): the emissions
+exp(s_t − max s_t), K exps per token, and the K² inner products run on E = exp(M − max M),
+computed once per call for the shared T and once per position for the B matrices; the forward
+vector is renormalised to sum 1 at every position and log Z collects the logarithms of those
+sums and the shifts: one logarithm per position, no overflow whatever the scale of w. Forced
+labels (``fixed``, one tag id or −1 per token) set the other tags' emissions to −inf (their
+exp 0): the marginals and log Z are then those of the taggings that keep them (constrained
+marginals).
 """
 
 from __future__ import annotations
@@ -89,69 +90,6 @@ def position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
     return Etr, trmax
 
 
-@nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha, beta,
-                      u, v):
-    """α and β (log space, n·K each) of one sentence whose emissions are in em; returns
-    log Z (−inf when no tagging is admissible). u, v: K scratch."""
-    KK = K * K
-    for k in range(K):
-        alpha[k] = start[k] + em[k]
-    for t in range(1, n):
-        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-        c = _shifted_row(alpha, (t - 1) * K, K, u)
-        for k in range(K):
-            v[k] = 0.0
-        for j in range(K):
-            uj = u[j]
-            if uj == 0.0:
-                continue
-            row = E[j * K:(j + 1) * K]
-            for k in range(K):
-                v[k] += uj * row[k]
-        for k in range(K):
-            alpha[t * K + k] = em[t * K + k] + c + mx + np.log(v[k]) if v[k] > 0.0 \
-                else _NEG_INF
-    for k in range(K):
-        beta[(n - 1) * K + k] = end[k]
-    for t in range(n - 1, 0, -1):
-        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-        for k in range(K):
-            u[k] = em[t * K + k] + beta[t * K + k]
-        c = _shifted_row(u, 0, K, v)
-        for j in range(K):
-            row = E[j * K:(j + 1) * K]
-            acc = 0.0
-            for k in range(K):
-                acc += row[k] * v[k]
-            beta[(t - 1) * K + j] = c + mx + np.log(acc) if acc > 0.0 else _NEG_INF
-    for k in range(K):
-        u[k] = alpha[(n - 1) * K + k] + end[k]
-    c = _shifted_row(u, 0, K, v)
-    if c == _NEG_INF:
-        return c
-    return c + np.log(v.sum())
-
-
-@nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def pairwise_marginals(t, K, E, mx, alpha, beta, em, logz, u, v, out):
-    """out[j·K + k] = p(y_{t−1} = j, y_t = k | x) for t ≥ 1 (u, v: K scratch)."""
-    ca = _shifted_row(alpha, (t - 1) * K, K, u)
-    for k in range(K):
-        out[k] = em[t * K + k] + beta[t * K + k]  # borrow out[:K] for the row
-    cb = _shifted_row(out, 0, K, v)
-    if ca == _NEG_INF or cb == _NEG_INF:
-        for j in range(K * K):
-            out[j] = 0.0
-        return
-    z = np.exp(ca + cb + mx - logz)
-    for j in range(K):
-        uj = u[j] * z
-        row = E[j * K:(j + 1) * K]
-        for k in range(K):
-            out[j * K + k] = uj * row[k] * v[k]
-
-
 @nb.njit(cache=True, nogil=True)
 def fb_workspace(w, K, X, examples):
     """(em, alpha, beta, trb, Eb, bmax, slots, u, v, pair) scratch for the examples."""
@@ -176,16 +114,6 @@ def sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, f0):
         for s in range(nbp):
             bmax[s] = exp_shifted(trb[s * KK:(s + 1) * KK], Eb[s * KK:(s + 1) * KK], KK)
     return has_b
-
-
-@nb.njit(cache=True, nogil=True)
-def fb_sentence(w, F, K, X, a, n, tr, start, end, Etr, trmax, em, trb, Eb, bmax, slots, alpha,
-              beta, u, v, fixed, f0):
-    """Emissions, B matrices (with their exps) and forward-backward of tokens a..a+n−1;
-    returns log Z."""
-    has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, f0)
-    return _forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, alpha,
-                             beta, u, v)
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
