@@ -38,10 +38,10 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .kernels import feature_kinds, sentence_span, transitions
+from .kernels import feature_kinds, sentence_span
 from .marginals import (
     add_seen,
-    exp_shifted,
+    chain_tables,
     fb_workspace,
     position_matrix,
     scaled_forward_backward,
@@ -221,13 +221,8 @@ def chain_entropy(K, sent_ptr, D, examples):
 @nb.njit(cache=True, nogil=True)
 def log_partition_kernel(w, F, K, X, examples):
     """Σ_e log Z_e(w) over the non-empty ``examples``."""
-    KK = K * K
-    tr, _, start, end = transitions(w, F, K)
-    Etr = np.empty(KK)
-    trmax = exp_shifted(tr, Etr, KK)
-    em, alpha, beta, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
-    P = np.empty(alpha.shape[0])
-    c = np.empty(max(alpha.shape[0] // K, 1))
+    tr, start, end, Etr, trmax = chain_tables(w, F, K)
+    em, alpha, beta, trb, Eb, bmax, slots, u, v, _, P, c = fb_workspace(w, K, X, examples)
     nofix = np.empty(0, np.int32)
     total = 0.0
     for e in range(examples.shape[0]):
@@ -431,9 +426,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
     KK = K * K
     tbase = F * K
     bbase = tbase + K1 * K1
-    tr, _, start, end = transitions(w, F, K)
-    Etr = np.empty(KK)
-    trmax = exp_shifted(tr, Etr, KK)
+    tr, start, end, Etr, trmax = chain_tables(w, F, K)
     nofix = np.empty(0, np.int32)
     valued, has_b, bvalued = feature_kinds(X)
     seen = X.u_off.shape[0] > 0
@@ -681,11 +674,11 @@ class ChainDual:
     def workspace(self) -> Workspace:
         """One thread's scratch for :meth:`propose` (allocated once per thread)."""
         fb = fb_workspace(self.w, self.K, self.X, self.examples)
-        return Workspace(*fb, np.full(max(self.task.F, 1), -1, np.int32),
+        return Workspace(*fb[:10], np.full(max(self.task.F, 1), -1, np.int32),
                          np.full(max(self.task.G, 1), -1, np.int32),
                          np.zeros(max(self._caps[3], 1)), np.zeros(self.K * self.K),
                          np.zeros(self.K * self.K, np.int64), np.zeros(self.K * self.K),
-                         np.empty(fb[1].shape[0]), np.empty(max(fb[1].shape[0] // self.K, 1)))
+                         *fb[10:])
 
     def new_batch(self) -> Batch:
         """A batch buffer large enough for any ``batch`` examples, the same one repeated too

@@ -92,13 +92,26 @@ def position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK):
 
 @nb.njit(cache=True, nogil=True)
 def fb_workspace(w, K, X, examples):
-    """(em, alpha, beta, trb, Eb, bmax, slots, u, v, pair) scratch for the examples."""
+    """(em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c) scratch for the examples
+    (:func:`scaled_forward_backward`'s A, B, P: n·K, c: n)."""
     max_n, _ = max_sizes(X.sent_ptr, X.feat_ptr, examples)
     max_bpos, _ = b_sizes(X.sent_ptr, X.bfeat_ptr, examples)
     m = max(max_n, 1) * K
     return (np.empty(m), np.empty(m), np.empty(m), np.empty(max_bpos * K * K),
             np.empty(max_bpos * K * K), np.empty(max(max_bpos, 1)),
-            np.empty(max(max_n, 1), np.int32), np.empty(K), np.empty(K), np.empty(K * K))
+            np.empty(max(max_n, 1), np.int32), np.empty(K), np.empty(K), np.empty(K * K),
+            np.empty(m), np.empty(max(max_n, 1)))
+
+
+@nb.njit(cache=True, nogil=True)
+def chain_tables(w, F, K):
+    """(tr, start, end, Etr, trmax) of w: the transitions (:func:`~.kernels.transitions`)
+    and E = exp(T − max T) with its shift."""
+    KK = K * K
+    tr, _, start, end = transitions(w, F, K)
+    Etr = np.empty(KK)
+    trmax = exp_shifted(tr, Etr, KK)
+    return tr, start, end, Etr, trmax
 
 
 @nb.njit(cache=True, nogil=True)
@@ -223,12 +236,8 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     KK = K * K
     tbase = F * K
     bbase = F * K + K1 * K1
-    tr, _, start, end = transitions(w, F, K)
-    Etr = np.empty(KK)
-    trmax = exp_shifted(tr, Etr, KK)
-    em, A, B, trb, Eb, bmax, slots, u, v, pair = fb_workspace(w, K, X, examples)
-    P = np.empty(A.shape[0])
-    c = np.empty(max(A.shape[0] // K, 1))
+    tr, start, end, Etr, trmax = chain_tables(w, F, K)
+    em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
     gS = np.zeros(K)
     gE = np.zeros(K)
@@ -308,17 +317,12 @@ def marginals_kernel(w, F, K, X, examples, fixed):
     ``fixed``: one tag id (−1: free) per token of the examples in order, or empty; an empty
     sentence has log Z = w(START → END)."""
     n_ex = examples.shape[0]
-    KK = K * K
     ptr = np.zeros(n_ex + 1, np.int64)
     for e in range(n_ex):
         i = examples[e]
         ptr[e + 1] = ptr[e] + X.sent_ptr[i + 1] - X.sent_ptr[i]
-    tr, _, start, end = transitions(w, F, K)
-    Etr = np.empty(KK)
-    trmax = exp_shifted(tr, Etr, KK)
-    em, A, B, trb, Eb, bmax, slots, u, v, _ = fb_workspace(w, K, X, examples)
-    P = np.empty(A.shape[0])
-    c = np.empty(max(A.shape[0] // K, 1))
+    tr, start, end, Etr, trmax = chain_tables(w, F, K)
+    em, A, B, trb, Eb, bmax, slots, u, v, _, P, c = fb_workspace(w, K, X, examples)
     marg = np.zeros(ptr[n_ex] * K)
     logz = np.empty(n_ex)
     for e in range(n_ex):
