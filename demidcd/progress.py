@@ -33,17 +33,21 @@ def format_dev(rec: dict) -> str:
     return f"dev {name} {100 * rec['dev']:.2f}"
 
 
+_MEASURES = (("active", "active", ">8,"), ("shrunk", "shrunk", ">7,"),
+             ("admitted", "admitted", ">7,"), ("max_pg", "max_pg", ".4f"),
+             ("gap_estimate", "gap estimate", ".4g"), ("objective", "objective", ".7g"))
+"""(record key, label, format) of the optional measures of an iteration line."""
+
+
 def format_iteration(rec: dict) -> str:
     """One iteration's log record as a line (``iter   3  1.23s  updates …``)."""
     parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
              f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}"]
     # only what the learner measured: a learner without active sets or shrinking (the CRF,
-    # the online ones) has no such fields, and no zeros stand in for them
-    for k, fmt in (("active", ">8,"), ("shrunk", ">7,"), ("admitted", ">7,"), ("max_pg", ".4f"),
-                   ("gap_estimate", ".4g"), ("objective", ".7g")):
-        if k in rec and not (k == "objective" and "primal" in rec):
-            parts.append(f"{k.replace('_', ' ') if k == 'gap_estimate' else k} "
-                         f"{rec[k]:{fmt}}")
+    # the online ones) has no such fields, and no zeros stand in for them; the objective is
+    # shown with primal/dual/gap below when the record has them
+    parts += [f"{label} {rec[k]:{fmt}}" for k, label, fmt in _MEASURES
+              if k in rec and not (k == "objective" and "primal" in rec)]
     for k in ("inferences", "pushed", "duplicates", "dropped", "ring"):
         if k in rec:
             parts.append(f"{k} {rec[k]:,}" if isinstance(rec[k], int) else f"{k} {rec[k]}")
@@ -101,21 +105,15 @@ def stop_line(res: Any, tol: float, loss: str | None,
     if res.finished:
         return line
     last = res.history[-1] if res.history else {}
-    crit = getattr(res, "extra", {}).get("stop_criterion")
-    if crit is not None:  # the learner's own rule: (what, its last value or None, option,
-        what, value, option, target = crit[:4]  # target[, the option counting its epochs])
-        state = (f"{what} {value:.3g}, " if value is not None else
-                 f"{what} not measured since the last update, ") + f"{name(option)} {target:g}"
-    else:
-        pg = last.get("max_pg")
-        what = "largest KKT gap" if loss == "l1" else "largest projected gradient"
-        state = f"{what} {pg:.3g}, {name('tol')} {tol:g}" if pg is not None else \
-            f"{name('tol')} {tol:g}"
-    spelled = {k: name(k) for k in ("max_epochs", "time_limit", "tol")}
-    if crit is not None:  # the learner's own options: its target and its epoch count
-        spelled.update(tol=name(crit[2]), max_epochs=name(crit[4] if len(crit) > 4 else
-                                                          "max_epochs"))
-    hint = _HINTS.get(res.stop_reason, res.stop_reason).format(**spelled)
+    rule = getattr(res, "extra", {}).get("stop_rule")  # a learner's own (StopRule), or
+    if rule is None:  # the DCD learners': the largest projected gradient against tol
+        rule = ("largest KKT gap" if loss == "l1" else "largest projected gradient",
+                last.get("max_pg"), "tol", tol, "max_epochs")
+    what, value, option, target, epochs_option = rule
+    state = (f"{what} {value:.3g}" if value is not None else f"{what} not measured") + \
+        f", {name(option)} {target:g}"
+    hint = _HINTS.get(res.stop_reason, res.stop_reason).format(
+        max_epochs=name(epochs_option), time_limit=name("time_limit"), tol=name(option))
     return f"{line}; not converged ({state}): {hint}"
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -295,6 +295,19 @@ class OuterLoop:
 
 Callback = Callable[[dict, np.ndarray], None]
 """Called once per outer iteration with a log record and the current w (do not modify w)."""
+
+
+class StopRule(NamedTuple):
+    """A learner's own stopping rule, for the stop line of a run that did not meet it (the
+    DCD learners' is the largest projected gradient against ``tol``, the default): what it
+    measures, its last value (None: not measured since w last moved), the option setting its
+    target, the target, and the option bounding the learner's epochs."""
+
+    what: str
+    value: float | None
+    option: str
+    target: float
+    epochs_option: str
 
 
 @dataclass

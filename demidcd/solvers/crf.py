@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import OptionError
 from ..options import default
 from ..tasks.base import Task
-from .common import Callback, OuterLoop, SolverConfig, TrainResult
+from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
 from .crf_sdca import token_shards, train_crf_sdca
 from .recorder import Recorder, Tick
 
@@ -299,5 +299,5 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     last = rec.history[-1]["max_pg"] if rec.history else None
     return rec.finish(w, reason, k, cpu_log=cpu_log, evaluations=obj.evaluations,
                       objective=None if res is None else res.f,
-                      stop_criterion=("‖g‖ / max(1, ‖w‖)", last, "epsilon", float(epsilon),
-                                      "max_iterations"))
+                      stop_rule=StopRule("‖g‖ / max(1, ‖w‖)", last, "epsilon",
+                                         float(epsilon), "max_iterations"))

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import Task
-from .common import Callback, OuterLoop, SolverConfig, TrainResult
+from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
 from .recorder import Recorder, Tick
 
 BATCH = 8  # examples per proposal batch of a worker thread: one queue item, one kernel call
@@ -306,10 +306,9 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
     w = dual.w.copy()
     if reason in ("time-limit", "interrupted"):  # w moved since the last evaluation
         P = D = None
-    moved = not rec.history or "rel_gap" not in rec.history[-1] or P is None
-    rel = None if moved else rec.history[-1]["rel_gap"]
+    rel = rec.history[-1].get("rel_gap") if P is not None and rec.history else None
     return rec.finish(w, reason, epoch, dual=D, cpu_log=cpu_log, objective=P,
-                      stop_criterion=("relative duality gap", rel, "epsilon", epsilon,
-                                      "max_iterations"),
+                      stop_rule=StopRule("relative duality gap", rel, "epsilon", epsilon,
+                                         "max_iterations"),
                       dual_bytes=dual.nbytes, dual_bytes_per_token=dual.bytes_per_token(),
                       updates=int(run.stats[0]), dropped=int(run.stats[1]))

@@ -38,11 +38,11 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from .kernels import feature_kinds, sentence_span
+from .kernels import feature_kinds, sentence_span, token_scatter
 from .marginals import (
-    add_seen,
     chain_tables,
     fb_workspace,
+    pairwise_marginals,
     position_matrix,
     scaled_forward_backward,
     sentence_scores,
@@ -156,7 +156,7 @@ def add_expected_features(F, K, X, D, examples, scale, out):
     KK = K * K
     tbase = F * K
     bbase = tbase + K1 * K1
-    valued, has_b, bvalued = feature_kinds(X)
+    _, has_b, bvalued = feature_kinds(X)
     for e in range(examples.shape[0]):
         i = examples[e]
         a, n = sentence_span(X, i)
@@ -164,14 +164,7 @@ def add_expected_features(F, K, X, D, examples, scale, out):
             continue
         for t in range(n):
             o = (a + t) * K
-            if X.u_off.shape[0] > 0:
-                add_seen(X, a + t, D.mu_u[o:o + K], scale, out)
-                continue
-            for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
-                base = np.int64(X.feat_idx[q]) * K
-                c = scale * (X.feat_val[q] if valued else 1.0)
-                for k in range(K):
-                    out[base + k] += c * D.mu_u[o + k]
+            token_scatter(K, X, a + t, D.mu_u[o:o + K], scale, out)
         for k in range(K):
             out[tbase + K * K1 + k] += scale * D.mu_u[a * K + k]
             out[tbase + k * K1 + K] += scale * D.mu_u[(a + n - 1) * K + k]
@@ -455,14 +448,8 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
                 B.beta_u[(bu + t) * K + k] = A[t * K + k] * Bs[t * K + k]
         for t in range(1, n):
             E, _ = position_matrix(t, ws.slots, has_b, Etr, trmax, ws.Eb, ws.bmax, KK)
-            inv = 1.0 / ws.c[t]
-            for k in range(K):
-                ws.v[k] = ws.P[t * K + k] * Bs[t * K + k] * inv
-            o = (bp + t - 1) * KK
-            for j in range(K):
-                aj = A[(t - 1) * K + j]
-                for k in range(K):
-                    B.beta_p[o + j * K + k] = aj * E[j * K + k] * ws.v[k]
+            pairwise_marginals(t, K, E, A, Bs, ws.P, ws.c, ws.v,
+                               B.beta_p[(bp + t - 1) * KK:(bp + t) * KK])
         # Δv = E_μΦ − E_βΦ = −Σ d·Φ, aggregated per distinct feature (fslot / gslot maps)
         q = q0
         for t in range(n):
@@ -511,10 +498,8 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
                         B.dv_val[s + jk] -= c * (B.beta_p[ob + jk] - D.mu_p[o + jk])
         for r in range(qb, q, KK):
             ws.gslot[(B.dv_idx[r] - bbase) // KK] = -1
-        for r in range(q0, qb):  # the START/END and transition entries
-            j = B.dv_idx[r]
-            if tbase <= j < bbase:
-                B.dv_val[r] *= keep_t[j - tbase]
+        for r in range(qt - 2 * K, qb):  # the START/END and transition entries
+            B.dv_val[r] *= keep_t[B.dv_idx[r] - tbase]
         m = q - q0
         wdv = 0.0
         for r in range(m):

@@ -182,6 +182,25 @@ def token_emissions(w, K, X, a, n, em):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def token_scatter(K, X, tok, m, scale, out):
+    """The adjoint of :func:`token_emissions` for one token: out[U(f, k)] += scale·u_{tok,f}·m[k]
+    for every feature f of token ``tok`` and every label k with a weight for f (all K in the
+    dense U block, f's seen labels in the seen-pairs block); m: K values per label."""
+    valued = X.feat_val.shape[0] > 0
+    seen = X.u_off.shape[0] > 0
+    for q in range(X.feat_ptr[tok], X.feat_ptr[tok + 1]):
+        f = X.feat_idx[q]
+        c = scale * (X.feat_val[q] if valued else 1.0)
+        if seen:
+            for j in range(X.u_off[f], X.u_off[f + 1]):
+                out[j] += c * m[X.u_lab[j]]
+        else:
+            base = np.int64(f) * K
+            for k in range(K):
+                out[base + k] += c * m[k]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def pair_index(off, lab, f, k):
     """The weight index of the seen pair (f, k): j with lab[j] = k in off[f] ≤ j < off[f+1]
     (binary search in f's sorted labels), or −1 when (f, k) has no weight."""

@@ -28,7 +28,14 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import b_transitions, feature_kinds, sentence_span, token_emissions, transitions
+from .kernels import (
+    b_transitions,
+    feature_kinds,
+    sentence_span,
+    token_emissions,
+    token_scatter,
+    transitions,
+)
 from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
@@ -208,23 +215,25 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     return logz
 
 
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def pairwise_marginals(t, K, E, A, B, P, c, v, out):
+    """out[j·K + k] = p(y_{t−1} = j, y_t = k | x) = A[t−1, j]·E[j, k]·P[t, k]·B[t, k] / c[t]
+    for t ≥ 1, from :func:`scaled_forward_backward`'s tables (E: position t's exp-shifted
+    transition matrix; v: K scratch)."""
+    inv = 1.0 / c[t]
+    for k in range(K):
+        v[k] = P[t * K + k] * B[t * K + k] * inv
+    for j in range(K):
+        aj = A[(t - 1) * K + j]
+        for k in range(K):
+            out[j * K + k] = aj * E[j * K + k] * v[k]
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _add_scaled(dst, src, v, m):
     """dst[j] += v · src[j], j < m (a feature's value v, 1.0 for binary features)."""
     for j in range(m):
         dst[j] += v * src[j]
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def add_seen(X, tok, m, scale, out):
-    """out[j] += scale · u_{tok,f} · m[u_lab[j]] for every seen pair j of every feature f of
-    token ``tok`` (the seen-pairs U block; m: K values per label)."""
-    valued = X.feat_val.shape[0] > 0
-    for q in range(X.feat_ptr[tok], X.feat_ptr[tok + 1]):
-        f = X.feat_idx[q]
-        c = scale * (X.feat_val[q] if valued else 1.0)
-        for j in range(X.u_off[f], X.u_off[f + 1]):
-            out[j] += c * m[X.u_lab[j]]
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -242,8 +251,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     gS = np.zeros(K)
     gE = np.zeros(K)
     nofix = np.empty(0, np.int32)
-    valued, has_b, bvalued = feature_kinds(X)
-    seen = X.u_off.shape[0] > 0
+    _, has_b, bvalued = feature_kinds(X)
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
@@ -273,27 +281,14 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             if t == n - 1:
                 for k in range(K):
                     gE[k] += u[k]
-            y = gold[a + t]
-            u[y] -= 1.0
-            if seen:
-                add_seen(X, a + t, u, 1.0, grad)
-            else:
-                for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
-                    base = np.int64(X.feat_idx[q]) * K
-                    _add_scaled(grad[base:base + K], u, X.feat_val[q] if valued else 1.0, K)
+            u[gold[a + t]] -= 1.0
+            token_scatter(K, X, a + t, u, 1.0, grad)
         gS[y0] -= 1.0
         gE[gold[a + n - 1]] -= 1.0
         # transitions and B features: the pairwise marginals minus the gold pair
         for t in range(1, n):
             E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-            inv = 1.0 / c[t]
-            for k in range(K):
-                v[k] = P[t * K + k] * B[t * K + k] * inv
-            for j in range(K):
-                aj = A[(t - 1) * K + j]
-                row = E[j * K:(j + 1) * K]
-                for k in range(K):
-                    pair[j * K + k] = aj * row[k] * v[k]
+            pairwise_marginals(t, K, E, A, B, P, c, v, pair)
             pair[gold[a + t - 1] * K + gold[a + t]] -= 1.0
             for j in range(KK):
                 gT[j] += pair[j]
