@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..errors import DemidcdError, WorkerError
 from ..primitives.monitor import timed_step
+from ..primitives.pages import release_library_pages
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
@@ -145,6 +146,7 @@ class ProcessGroup:
         ``expired()`` (the clock, already running) no more are forked and ``on_expired`` tells
         the forked ones to stop."""
         self.spawn_began = time.perf_counter()
+        release_library_pages()  # the kernels are loaded: the compiler's pages are not needed
         self._gate = StartGate()
         try:
             with timed_step(self.log, f"spawning {n} {self.noun}s"):

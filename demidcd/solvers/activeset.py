@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..primitives.pages import release_tail
 from ..primitives.seqlock import LINE_SHIFT, mark_array
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
@@ -29,6 +30,11 @@ DEFAULT_MAX_ACTIVE = 50  # above the largest active set of uncapped 1-DCD on EWT
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
 SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KKT gap exceeds
 # this share of tol, so a later pass (which certifies gaps below tol) starts with some headroom
+GARBAGE_SHARE = 0.25  # the φ pool is compacted once freed structures' words pass this share of
+# the words used (and COMPACT_MIN_WORDS), and the pages past its live words are handed back:
+# its resident size then follows the live structures, not every structure ever admitted (at
+# 1/2 it held about twice the live words: benchmarks/README.md, "Where the memory goes")
+COMPACT_MIN_WORDS = 1 << 18  # ... and once the garbage passes 1 MiB
 POOL_WORDS_PER_EXAMPLE = 6144  # φ-pool capacity (int32 words) reserved up front: 2048 valued
 # entries or 6144 unit ones (EWT XPOS peaks at ~900 live entries per example; with garbage and
 # headroom the pool then never grows during training)
@@ -165,7 +171,8 @@ class ActiveSets:
     def _grow_pool(self, need: int) -> None:
         """Drop the garbage of freed structures from the φ pools, in place when they stay large
         enough for twice the live words plus ``need``, otherwise into pools twice as large."""
-        live = int(self.meta[K.M_PUSED] - self.meta[K.M_PGARB])
+        used = int(self.meta[K.M_PUSED])
+        live = used - int(self.meta[K.M_PGARB])
         cap = self.p_idx.shape[0]
         if cap >= 2 * (live + need):
             new_idx, new_val = self.p_idx, self.p_val
@@ -175,13 +182,19 @@ class ActiveSets:
             new_idx, new_val = _pool(cap)
         K.compact_pool(self.slots, self.count, self.s_ptr, self.s_len, self.p_idx, self.p_val,
                        new_idx, new_val, self.meta)
+        if new_idx is self.p_idx:  # the words past the live ones: garbage, resident no more
+            release_tail(self.p_idx, int(self.meta[K.M_PUSED]), used)
         self.p_idx, self.p_val = new_idx, new_val
 
     def compact(self) -> None:
         """Drop the garbage of freed structures from the φ pool now, moving every live
-        structure (:func:`~.kernels.compact_pool`); :meth:`update` does it by itself once the
-        garbage passes half the pool."""
+        structure (:func:`~.kernels.compact_pool`) and handing back the pages past them."""
         self._grow_pool(0)
+
+    def maybe_compact(self) -> None:
+        """:meth:`compact` once the garbage passes :data:`GARBAGE_SHARE` of the used words."""
+        if self.meta[K.M_PGARB] > max(COMPACT_MIN_WORDS, GARBAGE_SHARE * self.meta[K.M_PUSED]):
+            self._grow_pool(0)
 
     # ------------------------------------------------------------------ records
     def refresh_slack(self, examples: np.ndarray | None = None) -> None:
@@ -257,8 +270,7 @@ class ActiveSets:
                               self.s_len, self.s_f, self.p_idx, self.p_val, self.free_ids,
                               self.meta, self.C, self.delta, shrink, self.ex_pg, skip_below,
                               self.sweeps if sweeps is None else sweeps, st, self.hot)
-        if self.meta[K.M_PGARB] > max(1 << 20, self.meta[K.M_PUSED] // 2):
-            self._grow_pool(0)
+        self.maybe_compact()
         return UpdateStats(int(st[K.S_UPDATES]), int(st[K.S_SHRUNK]), float(st[K.S_MAXPG]),
                            int(st[K.S_NONZERO_STEPS]), int(st[K.S_SKIPPED]))
 

@@ -34,8 +34,6 @@ from ..tasks.base import Task
 from .activeset import ActiveSets
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
 from .kernels import (
-    M_PGARB,
-    M_PUSED,
     S_MAXPG,
     S_SHRUNK,
     S_UPDATES,
@@ -140,8 +138,7 @@ class SDM:
             violators += int(((b.delta - b.margin) > cfg.tol).sum())
             self.admitted += act.insert(b, 0.0).admitted
             self.smo(ex)
-            if act.meta[M_PGARB] > max(1 << 20, act.meta[M_PUSED] // 2):
-                act._grow_pool(0)
+            act.maybe_compact()
             done += ex.shape[0]
             if (poll or clock.expired)():
                 break

@@ -1,0 +1,96 @@
+"""Resident pages a training process no longer needs, handed back to the kernel.
+
+:func:`release_library_pages`: numba's compiler, LLVM (``libllvmlite.so``), is touched while the
+kernels are compiled or loaded from numba's cache: about 67 MiB of its code and read-only data
+become resident (and count in the process's PSS) and stay so, although training calls no
+compiler once every kernel is loaded. ``madvise(MADV_DONTNEED)`` on those mappings drops the
+pages from the process; they are clean copies of the library file, so a later compile simply
+faults them in again from the page cache. Only read-only mappings without anonymous
+(copy-on-write) pages are released: relocated data must never be dropped.
+
+:func:`release_tail`: the pages of a numpy array past a given element, zero-filled again on
+the next touch (the φ pool's words beyond its live structures after a compaction).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+
+import numpy as np
+
+MADV_DONTNEED = 4
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+COMPILER_LIBRARIES = ("libllvmlite",)
+_MAP = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$")
+
+
+def _madvise():
+    """libc's ``madvise`` (None off Linux or where it cannot be found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        f = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    f.restype = ctypes.c_int
+    return f
+
+
+madvise = _madvise()
+
+
+def release_library_pages(libraries: tuple[str, ...] = COMPILER_LIBRARIES) -> int:
+    """Drop this process's resident pages of the read-only, unmodified mappings of
+    ``libraries`` (module docstring); returns the bytes released (0 where unsupported)."""
+    if madvise is None:
+        return 0
+    try:
+        with open(f"/proc/{os.getpid()}/smaps") as f:
+            text = f.read()
+    except OSError:
+        return 0
+    released = 0
+    span = None
+    fields: dict[str, int] = {}
+
+    def flush() -> None:
+        nonlocal released
+        if span is None:
+            return
+        a, b, perm, name = span
+        if ("w" in perm or not any(lib in name for lib in libraries)
+                or fields.get("Anonymous", 1) != 0 or fields.get("Rss", 0) == 0):
+            return
+        if madvise(a, b - a, MADV_DONTNEED) == 0:
+            released += fields["Rss"] * 1024
+
+    for line in text.splitlines():
+        m = _MAP.match(line)
+        if m:
+            flush()
+            span = (int(m.group(1), 16), int(m.group(2), 16), m.group(3), m.group(4))
+            fields = {}
+            continue
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[key] = int(parts[0])
+    flush()
+    return released
+
+
+def release_tail(a: np.ndarray, start: int, end: int) -> int:
+    """Hand back the whole pages of the contiguous array ``a`` between elements ``start`` and
+    ``end`` (their contents become zero); returns the bytes released."""
+    if madvise is None or end <= start or not a.flags.c_contiguous:
+        return 0
+    base = a.ctypes.data
+    lo = -(-(base + start * a.itemsize) // PAGE) * PAGE
+    hi = (base + min(end, a.size) * a.itemsize) // PAGE * PAGE
+    if hi <= lo or madvise(lo, hi - lo, MADV_DONTNEED) != 0:
+        return 0
+    return hi - lo

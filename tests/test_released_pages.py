@@ -1,0 +1,114 @@
+"""Pages handed back during training (issue 43, memory): the compiler's library pages once the
+kernels are loaded, and the φ pool's pages past its live structures after a compaction."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from test_compact_records import chain_task
+
+from demidcd.primitives.pages import madvise, release_tail
+from demidcd.solvers import kernels as K
+from demidcd.solvers.activeset import GARBAGE_SHARE, ActiveSets
+
+linux_only = pytest.mark.skipif(madvise is None, reason="madvise and /proc are Linux's")
+
+
+@linux_only
+def test_compiler_pages_are_released_and_kernels_still_run():
+    """After the release, libllvmlite's resident pages are gone from the process, a cached
+    kernel still runs and a fresh compile still works (its pages fault in again)."""
+    code = textwrap.dedent("""
+        import os, re
+        import numba, numpy as np
+        from demidcd.primitives.pages import release_library_pages
+        from demidcd.solvers import kernels as K
+
+        def llvm_kib():
+            total, name = 0, ""
+            for line in open(f"/proc/{os.getpid()}/smaps"):
+                m = re.match(r"^[0-9a-f]+-[0-9a-f]+ \\S+ \\S+ \\S+ \\S+\\s*(.*)$", line)
+                if m:
+                    name = m.group(1)
+                elif line.startswith("Rss:") and "llvmlite" in name:
+                    total += int(line.split()[1])
+            return total
+
+        K.phi_words(np.zeros(4, np.int32), 0, 2)
+        before = llvm_kib()
+        released = release_library_pages()
+        after = llvm_kib()
+        assert K.words_bound(5) == 17
+        f = numba.njit(lambda x: x + 1)
+        assert f(1) == 2
+        print(before, released // 1024, after)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    before, released, after = (int(x) for x in out.stdout.split())
+    assert before > 20_000  # KiB: LLVM's code touched by loading a kernel
+    assert released > 0.8 * before and after < 0.2 * before
+
+
+@linux_only
+def test_release_tail_zeroes_whole_pages_past_start_only():
+    a = np.arange(1, 200_001, dtype=np.int32)
+    start, end = 10_001, 150_000
+    n = release_tail(a, start, end)
+    assert n > 0 and n % 4096 == 0
+    np.testing.assert_array_equal(a[:start], np.arange(1, start + 1))
+    np.testing.assert_array_equal(a[end:], np.arange(end + 1, 200_001))
+    zero = np.flatnonzero(a == 0)
+    assert zero.size == n // 4 and zero[0] >= start and zero[-1] < end
+
+
+def test_pool_compaction_keeps_every_structure_and_hands_back_the_garbage():
+    """Admit, shrink and evict until the pool holds garbage, then compact: every live
+    structure decodes as before, w = Σ α φ still, the words past the live ones are zero (handed
+    back, on Linux) and training goes on from there."""
+    task = chain_task(300)
+    act = ActiveSets(task.n_examples, task.dim, 0.1, max_active=3)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        order = rng.permutation(task.n_examples).astype(np.int64)
+        for s in range(0, task.n_examples, 32):
+            chunk = order[s:s + 32]
+            act.insert(task.loss_augmented(act.w, chunk), 0.0)
+            act.update(chunk)
+    used, garbage = int(act.meta[K.M_PUSED]), int(act.meta[K.M_PGARB])
+    assert garbage > 0
+    live = [int(s) for i in range(task.n_examples) for s in act.slots[i, :act.count[i]]]
+    phis = {s: act.phi(s) for s in live}
+    act.compact()
+    assert int(act.meta[K.M_PUSED]) == used - garbage and int(act.meta[K.M_PGARB]) == 0
+    for s in live:
+        for a, b in zip(act.phi(s), phis[s], strict=True):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(act.rebuilt_w(), act.w, atol=1e-12)
+    if madvise is not None:
+        assert not act.p_idx[used - garbage + 1024:used - 1024].any()
+    act.insert(task.loss_augmented(act.w, np.arange(task.n_examples, dtype=np.int64)), 0.0)
+    act.update(np.arange(task.n_examples, dtype=np.int64))
+    np.testing.assert_allclose(act.rebuilt_w(), act.w, atol=1e-9)
+
+
+def test_update_compacts_once_garbage_passes_its_share(monkeypatch):
+    """After every update the pool's garbage is at most GARBAGE_SHARE of its used words (the
+    floor COMPACT_MIN_WORDS set to 0 here), however many structures came and went."""
+    import demidcd.solvers.activeset as A
+
+    monkeypatch.setattr(A, "COMPACT_MIN_WORDS", 0)
+    task = chain_task(300)
+    act = ActiveSets(task.n_examples, task.dim, 0.1, max_active=2)
+    rng = np.random.default_rng(2)
+    compacted = 0
+    for _ in range(8):
+        order = rng.permutation(task.n_examples).astype(np.int64)
+        act.insert(task.loss_augmented(act.w, order), 0.0)
+        act.update(order)
+        assert int(act.meta[K.M_PGARB]) <= GARBAGE_SHARE * int(act.meta[K.M_PUSED])
+        compacted += int(act.meta[K.M_PGARB]) == 0
+    assert compacted
