@@ -26,6 +26,17 @@ from demidcd.solvers.activeset import ActiveSets
 from demidcd.tasks.chain.features import SequenceFeaturizer
 
 
+def brown_task(sentences: int):
+    """The training task of the first ``sentences`` sentences of Brown train: universal tags,
+    the built-in features (min count 2)."""
+    d = read_tagged(str(DATA / "brown" / "brown-train.txt"), fmt="columns")
+    X, Y = d.tokens[:sentences], d.tags[:sentences]
+    est = SequenceTagger()
+    est.classes_ = sorted({t for s in Y for t in s})
+    est.featurizer_ = SequenceFeaturizer(2, 0).fit(X)
+    return est.training_task(X, Y)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sentences", type=int, default=20000)
@@ -33,12 +44,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=15)
     ap.add_argument("--out", default=str(RESULTS / "phi_pool_brown.json"))
     a = ap.parse_args()
-    d = read_tagged(str(DATA / "brown" / "brown-train.txt"), fmt="columns")
-    X, Y = d.tokens[:a.sentences], d.tags[:a.sentences]
-    est = SequenceTagger()
-    est.classes_ = sorted({t for s in Y for t in s})
-    est.featurizer_ = SequenceFeaturizer(2, 0).fit(X)
-    task = est.training_task(X, Y)
+    task = brown_task(a.sentences)
     n = task.n_examples
     act = ActiveSets(n, task.dim, 0.1)
     rng = np.random.default_rng(0)

@@ -29,13 +29,11 @@ import time
 
 import numba as nb
 import numpy as np
-from common import DATA, RESULTS, machine_info, write_json
+from common import RESULTS, machine_info, write_json
+from phi_pool import brown_task
 
-from demidcd.estimators.sequence import SequenceTagger
-from demidcd.io.tagged import read_tagged
 from demidcd.solvers import kernels as K
 from demidcd.solvers.activeset import ActiveSets
-from demidcd.tasks.chain.features import SequenceFeaturizer
 
 
 @nb.njit(cache=True, nogil=True)
@@ -132,12 +130,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=9)
     ap.add_argument("--out", default=str(RESULTS / "phi_regenerate_brown.json"))
     a = ap.parse_args()
-    d = read_tagged(str(DATA / "brown" / "brown-train.txt"), fmt="columns")
-    X, Y = d.tokens[:a.sentences], d.tags[:a.sentences]
-    est = SequenceTagger()
-    est.classes_ = sorted({t for s in Y for t in s})
-    est.featurizer_ = SequenceFeaturizer(2, 0).fit(X)
-    task = est.training_task(X, Y)
+    task = brown_task(a.sentences)
     assert task.pairs is None and task.G == 0 and task.chain.feat_val.shape[0] == 0
     n = task.n_examples
     gold = np.ascontiguousarray(task.Y, np.int32)
