@@ -33,7 +33,7 @@ SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KK
 GARBAGE_SHARE = 0.25  # the φ pool is compacted once freed structures' words pass this share of
 # the words used (and COMPACT_MIN_WORDS), and the pages past its live words are handed back:
 # its resident size then follows the live structures, not every structure ever admitted (at
-# 1/2 it held about twice the live words: benchmarks/README.md, "Where the memory goes")
+# 1/2 it held about twice the live words: benchmarks/README.md, "Pages handed back")
 COMPACT_MIN_WORDS = 1 << 18  # ... and once the garbage passes 1 MiB
 POOL_WORDS_PER_EXAMPLE = 6144  # φ-pool capacity (int32 words) reserved up front: 2048 valued
 # entries or 6144 unit ones (EWT XPOS peaks at ~900 live entries per example; with garbage and
