@@ -19,6 +19,7 @@ import numpy as np
 
 from ..primitives.pages import release_tail
 from ..primitives.seqlock import LINE_SHIFT, mark_array
+from ..primitives.vectors import dot
 from ..tasks.base import INDEX_DTYPE, RecordBatch
 from . import kernels as K
 
@@ -283,7 +284,7 @@ class ActiveSets:
         if w0 is None:
             return
         self.w0 = w0
-        self.prior_sq = float(w0 @ w0)
+        self.prior_sq = dot(w0, w0)
         if write:
             self.w += w0
         if self.track:
@@ -381,7 +382,7 @@ class ActiveSets:
         (:meth:`set_prior`) both gain ½‖w₀‖² (:mod:`.state`)."""
         sq, lin = K.dual_terms(self.slots, self.count, self.alpha_sum, self.s_f)
         quad = 0.0 if self.l1 else sq / (4.0 * self.C)
-        return float(-0.5 * self.w @ self.w + 0.5 * self.prior_sq - quad + lin)
+        return float(-0.5 * dot(self.w, self.w) + 0.5 * self.prior_sq - quad + lin)
 
     def rebuilt_w(self) -> np.ndarray:
         """w₀ + Σ α φ recomputed from the stored structures (Eq. 3; w₀ = 0 without a prior)."""

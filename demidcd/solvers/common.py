@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..options import default, default_C
+from ..primitives.vectors import dot
 from ..tasks.base import InferenceInterrupted, Task
 
 
@@ -148,10 +149,10 @@ def primal_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512,
     for s in range(0, task.n_examples, chunk):
         b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
         xi = np.maximum(b.delta - b.margin, 0.0)
-        total += float(xi @ xi) if loss == "l2" else float(xi.sum())
+        total += dot(xi, xi) if loss == "l2" else float(xi.sum())
         n_viol += int((xi > 0).sum())
     v = w if w0 is None else w - w0
-    return 0.5 * float(v @ v) + C * total, n_viol
+    return 0.5 * dot(v, v) + C * total, n_viol
 
 
 def objective(task: Task, w: np.ndarray, C: float, dual: float | None = None,

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..options import default
+from ..primitives.vectors import dot, norm
 from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
 from .crf_sdca import token_shards, train_crf_sdca
@@ -100,7 +101,7 @@ class CrfObjective:
         w = self._w
         grad += (2.0 * self.c2) * w
         grad[self.frozen] = 0.0
-        return float(nll + self.c2 * float(w @ w)), grad
+        return float(nll + self.c2 * dot(w, w)), grad
 
     def close(self) -> None:
         if self.pool is not None:
@@ -161,19 +162,19 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     rho: list[float] = []
     past = [f]
     d = -pg
-    step = 1.0 / max(float(np.linalg.norm(d)), 1e-300)
+    step = 1.0 / max(norm(d), 1e-300)
     k = flat = 0
-    if float(np.linalg.norm(pg)) / max(1.0, float(np.linalg.norm(w))) <= epsilon:
+    if norm(pg) / max(1.0, norm(w)) <= epsilon:
         return Minimum(w, f, "converged", 0)
     while max_iterations is None or k < max_iterations:
         if c1 > 0.0:
             d[d * pg >= 0] = 0.0  # keep only the directions that descend the pseudo-gradient
-        dg = float(pg @ d)
+        dg = dot(pg, d)
         if not dg < 0.0:  # not a descent direction: restart from the steepest descent
             S.clear(), Y.clear(), rho.clear()
             d = -pg
-            dg = float(pg @ d)
-            step = 1.0 / max(float(np.linalg.norm(d)), 1e-300)
+            dg = dot(pg, d)
+            step = 1.0 / max(norm(d), 1e-300)
         orthant = np.where(w != 0, np.sign(w), np.sign(-pg)) if c1 > 0.0 else None
         for _ in range(MAX_LINESEARCH):
             wn = w + step * d
@@ -181,7 +182,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                 wn[np.sign(wn) != orthant] = 0.0
             fsn, gn = fun(wn)
             fn = fsn + c1 * float(np.abs(wn).sum())
-            decrease = float(pg @ (wn - w)) if orthant is not None else step * dg
+            decrease = dot(pg, wn - w) if orthant is not None else step * dg
             if fn <= f + ARMIJO * decrease:
                 break
             if should_stop is not None and should_stop(w):
@@ -194,14 +195,14 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             return Minimum(w, f, "line-search", k)
         k += 1
         s, y = wn - w, gn - g
-        sy = float(s @ y)
-        if sy > 1e-12 * max(float(y @ y), 1e-300):
+        sy = dot(s, y)
+        if sy > 1e-12 * max(dot(y, y), 1e-300):
             S.append(s), Y.append(y), rho.append(1.0 / sy)
             if len(S) > memory:
                 S.pop(0), Y.pop(0), rho.pop(0)
         w, g, f = wn, gn, fn
         pg = _pseudo_gradient(w, g, c1)
-        gnorm = float(np.linalg.norm(pg)) / max(1.0, float(np.linalg.norm(w)))
+        gnorm = norm(pg) / max(1.0, norm(w))
         if on_iteration is not None:
             on_iteration(Iteration(k, f, gnorm, step, 0, w))
         past.append(f)
@@ -215,13 +216,13 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         q = pg.copy()
         alphas = []
         for s_, y_, r_ in zip(reversed(S), reversed(Y), reversed(rho), strict=True):
-            a_ = r_ * float(s_ @ q)
+            a_ = r_ * dot(s_, q)
             alphas.append(a_)
             q -= a_ * y_
         if S:
-            q *= float(S[-1] @ Y[-1]) / float(Y[-1] @ Y[-1])
+            q *= dot(S[-1], Y[-1]) / dot(Y[-1], Y[-1])
         for s_, y_, r_, a_ in zip(S, Y, rho, reversed(alphas), strict=True):
-            b_ = r_ * float(y_ @ q)
+            b_ = r_ * dot(y_, q)
             q += (a_ - b_) * s_
         d = -q
         step = 1.0

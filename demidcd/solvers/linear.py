@@ -31,6 +31,7 @@ from numba import njit
 
 from ..errors import DemidcdError, OptionError
 from ..primitives.ring import RING_WORDS
+from ..primitives.vectors import dot
 from ..tasks.base import INDEX_DTYPE, RecordBatch, Task
 
 
@@ -202,7 +203,7 @@ class AveragedWeights:
 
     def refresh_norm(self) -> None:
         """Recompute ‖v‖² exactly (the running value drifts by rounding)."""
-        self.sq = float(self.v @ self.v)
+        self.sq = dot(self.v, self.v)
 
     def current(self) -> np.ndarray:
         """w (a view of v when s = 1)."""

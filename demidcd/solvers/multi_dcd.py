@@ -78,6 +78,7 @@ from ..parallel.coordinator import (
 )
 from ..parallel.experimental import EXPERIMENTAL
 from ..primitives.seqlock import load_word, store_word
+from ..primitives.vectors import dot
 from ..tasks.base import InferenceInterrupted, Task
 from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
@@ -308,7 +309,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     C, dim = config.C, task.dim
     warm_up(task, config.loss)
     prior = start.prior if start else None
-    prior_sq = 0.0 if prior is None else float(prior @ prior)
+    prior_sq = 0.0 if prior is None else dot(prior, prior)
     keep_state = bool(start and start.keep_state)
     state_dir = tempfile.mkdtemp(prefix="demidcd-state-") if keep_state else None
     cnt = {"certifications": 0}

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+from ..primitives.vectors import dot
 from ..tasks.base import Task
 from .activeset import ActiveSets
 from .common import Callback, OuterLoop, SolverConfig, TrainResult
@@ -74,7 +75,7 @@ def ramp_objective(task: Task, w: np.ndarray, C: float, chunk: int = 512) -> dic
         hinge += float(np.maximum(b.delta - b.margin, 0.0).sum())
         d = task.loss_scaled(w, ex, -1.0)
         concave -= float(np.maximum(-d.delta - d.margin, 0.0).sum())
-    half = 0.5 * float(w @ w)
+    half = 0.5 * dot(w, w)
     return {"primal": half + C * (hinge + concave), "hinge_primal": half + C * hinge}
 
 
@@ -149,7 +150,7 @@ class SDM:
         from .kernels import dual_terms
 
         _, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
-        return float(lin - 0.5 * self.w @ self.w)
+        return float(lin - 0.5 * dot(self.w, self.w))
 
 
 def train_sdm(task: Task, config: SolverConfig, callback: Callback | None = None,

@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
+from ...primitives.vectors import dot
 from .kernels import feature_kinds, sentence_span, token_scatter
 from .marginals import (
     chain_tables,
@@ -715,9 +716,10 @@ class ChainDual:
     def primal(self, log_z: float) -> float:
         """P(w) = Σ log Z_i − w·Φ* + c2‖w‖² + c1‖w‖₁ given Σ log Z_i at w."""
         w = self.w
-        return float(log_z - w @ self.gold_phi + self.c2 * (w @ w) + self.c1 * np.abs(w).sum())
+        return float(log_z - dot(w, self.gold_phi) + self.c2 * dot(w, w)
+                     + self.c1 * np.abs(w).sum())
 
     def dual(self, entropy: float) -> float:
         """D(μ) = Σ H(μ_i) − g*(v) given Σ H(μ_i)."""
         r = np.maximum(np.abs(self.v) - self.c1, 0.0)
-        return float(entropy - (r @ r) / (4.0 * self.c2))
+        return float(entropy - dot(r, r) / (4.0 * self.c2))
