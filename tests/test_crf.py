@@ -255,3 +255,68 @@ def test_cli_train_crf_and_predict_marginals(cli_chunker, tmp_path, capsys):  # 
                  "--out", str(tmp_path / "x.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not calibrated probabilities" in err[0]
+
+
+def _two_loop_reference(S, Y, pg):
+    """The textbook two-loop recursion (Nocedal and Wright, Algorithm 7.4), pairs oldest first."""
+    q, alphas = pg.copy(), []
+    for s, y in zip(reversed(S), reversed(Y), strict=True):
+        a = (s @ q) / (s @ y)
+        alphas.append(a)
+        q -= a * y
+    q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    for s, y, a in zip(S, Y, reversed(alphas), strict=True):
+        q += (a - (y @ q) / (s @ y)) * s
+    return -q
+
+
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_two_loop_kernel_equals_the_textbook_recursion(m):
+    from demidcd.solvers.crf import _two_loop
+
+    rng = np.random.default_rng(m)
+    n, rows = 40, m + 1
+    S, Y = rng.normal(size=(rows, n)), rng.normal(size=(rows, n))
+    Y[:] = S + 0.3 * Y  # s·y > 0, as the line search keeps them
+    order = rng.permutation(rows)[:m]  # a ring: any rows, oldest first
+    rho = np.zeros(rows)
+    rho[order] = 1.0 / np.einsum("ij,ij->i", S[order], Y[order])
+    pg, d = rng.normal(size=n), np.empty(n)
+    newest = order[-1]
+    gamma = (S[newest] @ Y[newest]) / (Y[newest] @ Y[newest])
+    _two_loop(S, Y, rho, order.astype(np.int64), gamma, pg, d, np.zeros(rows))
+    np.testing.assert_allclose(d, _two_loop_reference(S[order], Y[order], pg), rtol=1e-10,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("c1", [0.0, 0.7])
+def test_lbfgs_reaches_the_closed_form_optimum_of_a_separable_problem(c1):
+    """f(w) = Σ_j a_j (w_j − b_j)²: the optimum of f + c1‖w‖₁ is the soft threshold
+    sign(b)·max(|b| − c1/(2a), 0); with a spread over e^±3 the iterations run well past the
+    m = 6 pairs kept (the ring of pairs wraps)."""
+    rng = np.random.default_rng(3)
+    n = 200
+    a, b = np.exp(rng.uniform(-3, 3, n)), rng.normal(scale=2.0, size=n)
+    def fun(w):
+        return float(a @ (w - b) ** 2), 2 * a * (w - b)
+
+    res = minimize_lbfgs(fun, np.zeros(n), c1=c1, epsilon=1e-7, period=10, delta=0.0,
+                         max_iterations=5000)
+    assert res.reason == "converged" and res.iterations > 12
+    opt = np.sign(b) * np.maximum(np.abs(b) - c1 / (2 * a), 0.0)
+    np.testing.assert_allclose(res.w, opt, atol=1e-5)
+    assert res.f == pytest.approx(fun(opt)[0] + c1 * np.abs(opt).sum(), rel=1e-10, abs=1e-10)
+    if c1:
+        assert np.count_nonzero(res.w == 0.0) == np.count_nonzero(np.abs(b) <= c1 / (2 * a))
+
+
+def test_an_interrupted_evaluation_leaves_no_partial_gradient_behind():
+    task, w, _, _ = _chain(6, True, 2, n_sent=40)
+    obj = CrfObjective(task, c2=0.1, threads=3)
+    f, g = obj(w)
+    obj.buffers[:] = 1.0  # as if a call had stopped between its two phases
+    obj._dirty = True
+    f2, g2 = obj(w)
+    assert f2 == pytest.approx(f, rel=1e-12)  # (the runs go to the threads in any order)
+    np.testing.assert_allclose(g2, g, atol=1e-10)
+    obj.close()

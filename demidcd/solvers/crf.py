@@ -19,12 +19,14 @@ of the DEMI-DCD engine are not used.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..errors import OptionError
 from ..options import default
@@ -60,10 +62,29 @@ def compile_kernels(task: Task) -> None:
     marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
 
 
+CHUNKS_PER_THREAD = 4  # runs of sentences per thread and evaluation, taken in turn (balance)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _sum_rows(buffers, w, two_c2, a, b, out):
+    """out[a:b] = Σ_t buffers[t, a:b] + two_c2 · w[a:b], the rows zeroed there after."""
+    for j in range(a, b):
+        g = two_c2 * w[j]
+        for t in range(buffers.shape[0]):
+            g += buffers[t, j]
+            buffers[t, j] = 0.0
+        out[j] = g
+
+
 class CrfObjective:
-    """The smooth part of the CRF objective, w → (Σ_i −log p(y_i | x_i) + c2‖w‖², gradient),
-    evaluated on ``threads`` shards at once (see the module docstring). The gradient array is
-    a fresh one per call; its ``frozen`` entries (weights the model does not have) are 0."""
+    """The smooth part of the CRF objective, w → (Σ_i −log p(y_i | x_i) + c2‖w‖², gradient).
+
+    With ``threads`` > 1 the examples are cut into ``CHUNKS_PER_THREAD · threads`` runs of about
+    equal token counts, which the threads (this one and ``threads − 1`` of a pool) take in turn
+    until none is left, each adding its runs' gradients into a buffer of its own (the kernel
+    releases the GIL); then each thread sums its slice of the coordinates over the buffers.
+    The gradient array is a fresh one per call; its ``frozen`` entries (weights the model does
+    not have) are 0."""
 
     def __init__(self, task: Task, c2: float, threads: int = 1,
                  frozen: np.ndarray | None = None):
@@ -72,34 +93,48 @@ class CrfObjective:
             raise OptionError("crf needs gold tags to train on")
         self.task, self.c2 = task, float(c2)
         self.frozen = np.zeros(0, np.int64) if frozen is None else frozen  # held at 0
-        self.shards = token_shards(task.sent_ptr, max(1, int(threads)))
-        self.buffers = [np.zeros(task.dim) for _ in self.shards[1:]]
-        self.pool = ThreadPoolExecutor(len(self.shards)) if len(self.shards) > 1 else None
-        self.evaluations = 0
+        threads = max(1, int(threads))
+        self.chunks = token_shards(task.sent_ptr, threads * CHUNKS_PER_THREAD
+                                   if threads > 1 else 1)
+        self.threads = min(threads, len(self.chunks)) if self.chunks else 1
+        self.buffers = np.zeros((self.threads, task.dim))
+        self.cuts = np.linspace(0, task.dim, self.threads + 1).astype(np.int64)
+        self.pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
+        self.evaluations, self._dirty = 0, False
 
-    def _shard(self, ex: np.ndarray, grad: np.ndarray) -> float:
+    def _gradients(self, t: int) -> float:
+        """Thread t's share: runs taken in turn (``next`` on the shared counter is atomic)."""
         from ..tasks.chain.marginals import nll_gradient_kernel
 
-        t = self.task
-        return nll_gradient_kernel(self._w, t.u_rows, t.K, t.chain, t.Y, ex, grad)
+        task, w, buf, nll = self.task, self._w, self.buffers[t], 0.0
+        for i in self._next:
+            if i >= len(self.chunks):
+                break
+            nll += nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y,
+                                       self.chunks[i], buf)
+        return nll
+
+    def _sum(self, t: int) -> None:
+        _sum_rows(self.buffers, self._w, 2.0 * self.c2, self.cuts[t], self.cuts[t + 1],
+                  self._grad)
+
+    def _on_all(self, fn: Callable[[int], float | None]) -> list:
+        """fn(t) on every thread t at once (t = 0 on this one)."""
+        if self.pool is None:
+            return [fn(0)]
+        futures = [self.pool.submit(fn, t) for t in range(1, self.threads)]
+        return [fn(0), *(f.result() for f in futures)]
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
-        self._w = np.ascontiguousarray(w, np.float64)
+        self._w = w = np.ascontiguousarray(w, np.float64)
         self.evaluations += 1
-        grad = np.zeros(self.task.dim)
-        if self.pool is None:
-            nll = sum(self._shard(ex, grad) for ex in self.shards)
-        else:
-            for b in self.buffers:
-                b[:] = 0.0
-            futures = [self.pool.submit(self._shard, ex, b)
-                       for ex, b in zip(self.shards[1:], self.buffers, strict=True)]
-            nll = self._shard(self.shards[0], grad)
-            nll += sum(f.result() for f in futures)
-            for b in self.buffers:
-                grad += b
-        w = self._w
-        grad += (2.0 * self.c2) * w
+        if self._dirty:  # an earlier call was interrupted between the two phases
+            self.buffers[:] = 0.0
+        self._dirty, self._next = True, itertools.count()
+        nll = sum(self._on_all(self._gradients))
+        self._grad = grad = np.empty(self.task.dim)
+        self._on_all(self._sum)
+        self._dirty = False
         grad[self.frozen] = 0.0
         return float(nll + self.c2 * dot(w, w)), grad
 
@@ -130,16 +165,108 @@ class Minimum:
     iterations: int
 
 
-def _pseudo_gradient(w: np.ndarray, g: np.ndarray, c1: float) -> np.ndarray:
-    """OWL-QN's pseudo-gradient of f + c1‖w‖₁ (Andrew and Gao 2007): the one-sided derivative
-    towards decrease; 0 where w_j = 0 and |g_j| ≤ c1."""
-    if c1 == 0.0:
-        return g
-    pg = np.where(w > 0, g + c1, np.where(w < 0, g - c1, 0.0))
-    zero = w == 0
-    pg[zero & (g + c1 < 0)] = (g + c1)[zero & (g + c1 < 0)]
-    pg[zero & (g - c1 > 0)] = (g - c1)[zero & (g - c1 > 0)]
-    return pg
+@njit(cache=True, nogil=True)
+def _pseudo_gradient(w, g, c1, pg):
+    """pg ← OWL-QN's pseudo-gradient of f + c1‖w‖₁ (Andrew and Gao 2007): the one-sided
+    derivative towards decrease, 0 where w_j = 0 and |g_j| ≤ c1 (pg = g when c1 = 0).
+    Returns (‖pg‖, ‖w‖)."""
+    pp = ww = 0.0
+    for j in range(w.shape[0]):
+        x, gj = w[j], g[j]
+        if c1 == 0.0:
+            p = gj
+        elif x > 0.0:
+            p = gj + c1
+        elif x < 0.0:
+            p = gj - c1
+        elif gj + c1 < 0.0:
+            p = gj + c1
+        elif gj - c1 > 0.0:
+            p = gj - c1
+        else:
+            p = 0.0
+        pg[j] = p
+        pp += p * p
+        ww += x * x
+    return math.sqrt(pp), math.sqrt(ww)
+
+
+@njit(cache=True, nogil=True)
+def _restrict(d, pg):
+    """OWL-QN: zero the directions that do not descend the pseudo-gradient (d_j pg_j ≥ 0)."""
+    for j in range(d.shape[0]):
+        if d[j] * pg[j] >= 0.0:
+            d[j] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def _trial(w, d, step, pg, owlqn, wn):
+    """wn ← w + step·d, with ``owlqn`` projected onto the orthant of w (of −pg where w_j = 0).
+    Returns (pg·(wn − w), ‖wn‖₁)."""
+    dec = l1 = 0.0
+    for j in range(w.shape[0]):
+        x = w[j] + step * d[j]
+        if owlqn:
+            o = w[j] if w[j] != 0.0 else -pg[j]
+            if (x > 0.0 and not o > 0.0) or (x < 0.0 and not o < 0.0):
+                x = 0.0
+        wn[j] = x
+        dec += pg[j] * (x - w[j])
+        l1 += abs(x)
+    return dec, l1
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _store_pair(wn, w, gn, g, s, y):
+    """s ← wn − w, y ← gn − g; returns (s·y, y·y)."""
+    sy = yy = 0.0
+    for j in range(w.shape[0]):
+        a = wn[j] - w[j]
+        b = gn[j] - g[j]
+        s[j] = a
+        y[j] = b
+        sy += a * b
+        yy += b * b
+    return sy, yy
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _two_loop(S, Y, rho, order, gamma, pg, d, alpha):
+    """d ← −H pg by the two-loop recursion over the stored pairs ``order`` (rows of S, Y,
+    oldest first), H₀ = gamma·I (Nocedal and Wright, Algorithm 7.4); every pass applies one
+    pair's update and takes the next pair's inner product."""
+    m, n = order.shape[0], pg.shape[0]
+    for j in range(n):
+        d[j] = pg[j]
+    a_prev = 0.0
+    for idx in range(m - 1, -1, -1):  # newest to oldest: α_i = ρ_i s_i·q, q −= α_i y_i
+        i, acc = order[idx], 0.0
+        if idx < m - 1:
+            yp = Y[order[idx + 1]]
+            for j in range(n):
+                d[j] -= a_prev * yp[j]
+                acc += S[i, j] * d[j]
+        else:
+            for j in range(n):
+                acc += S[i, j] * d[j]
+        a_prev = rho[i] * acc
+        alpha[i] = a_prev
+    y0, acc = Y[order[0]], 0.0
+    for j in range(n):  # the last update, H₀, and y_oldest·q
+        d[j] = gamma * (d[j] - a_prev * y0[j])
+        acc += y0[j] * d[j]
+    for idx in range(m):  # oldest to newest: β = ρ_i y_i·q, q += (α_i − β) s_i
+        i = order[idx]
+        c = alpha[i] - rho[i] * acc
+        si, acc = S[i], 0.0
+        if idx < m - 1:
+            yn = Y[order[idx + 1]]
+            for j in range(n):
+                d[j] += c * si[j]
+                acc += yn[j] * d[j]
+        else:
+            for j in range(n):
+                d[j] = -(d[j] + c * si[j])
 
 
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np.ndarray,
@@ -152,38 +279,38 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     two-loop L-BFGS with a backtracking Armijo line search, OWL-QN (pseudo-gradient, the
     direction restricted to its orthant, steps projected onto it) when c1 > 0. Stops as
     CRFsuite does (module docstring); ``should_stop(w)`` (the clock) is asked after every
-    evaluation, and the last accepted w is returned."""
+    evaluation, and the last accepted w is returned. The vector algebra runs in numba kernels
+    over arrays allocated once (the pairs in a ring of ``memory`` rows)."""
     w = np.array(w0, np.float64)
+    n, c1, owlqn = w.shape[0], float(c1), c1 > 0.0
     fs, g = fun(w)
     f = fs + c1 * float(np.abs(w).sum())
-    pg = _pseudo_gradient(w, g, c1)
-    S: list[np.ndarray] = []
-    Y: list[np.ndarray] = []
-    rho: list[float] = []
+    pg, d, wn = np.empty(n), np.empty(n), np.empty(n)
+    S, Y = np.empty((memory + 1, n)), np.empty((memory + 1, n))  # m pairs and a row to fill
+    rho, alpha = np.zeros(memory + 1), np.zeros(memory + 1)
+    ring: list[int] = []  # rows of S, Y in use, oldest first
+    gamma = 1.0
+    pnorm, wnorm = _pseudo_gradient(w, g, c1, pg)
     past = [f]
-    d = -pg
-    step = 1.0 / max(norm(d), 1e-300)
+    np.negative(pg, out=d)
+    step = 1.0 / max(pnorm, 1e-300)
     k = flat = 0
-    if norm(pg) / max(1.0, norm(w)) <= epsilon:
+    if pnorm / max(1.0, wnorm) <= epsilon:
         return Minimum(w, f, "converged", 0)
     while max_iterations is None or k < max_iterations:
-        if c1 > 0.0:
-            d[d * pg >= 0] = 0.0  # keep only the directions that descend the pseudo-gradient
+        if owlqn:
+            _restrict(d, pg)
         dg = dot(pg, d)
         if not dg < 0.0:  # not a descent direction: restart from the steepest descent
-            S.clear(), Y.clear(), rho.clear()
-            d = -pg
+            ring.clear()
+            np.negative(pg, out=d)
             dg = dot(pg, d)
             step = 1.0 / max(norm(d), 1e-300)
-        orthant = np.where(w != 0, np.sign(w), np.sign(-pg)) if c1 > 0.0 else None
         for _ in range(MAX_LINESEARCH):
-            wn = w + step * d
-            if orthant is not None:
-                wn[np.sign(wn) != orthant] = 0.0
+            decrease, l1 = _trial(w, d, step, pg, owlqn, wn)
             fsn, gn = fun(wn)
-            fn = fsn + c1 * float(np.abs(wn).sum())
-            decrease = dot(pg, wn - w) if orthant is not None else step * dg
-            if fn <= f + ARMIJO * decrease:
+            fn = fsn + c1 * l1
+            if fn <= f + ARMIJO * (decrease if owlqn else step * dg):
                 break
             if should_stop is not None and should_stop(w):
                 return Minimum(w, f, "time-limit", k)
@@ -194,15 +321,17 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         if flat >= period:  # that many in a row: flat at this precision, as a failed search
             return Minimum(w, f, "line-search", k)
         k += 1
-        s, y = wn - w, gn - g
-        sy = dot(s, y)
-        if sy > 1e-12 * max(dot(y, y), 1e-300):
-            S.append(s), Y.append(y), rho.append(1.0 / sy)
-            if len(S) > memory:
-                S.pop(0), Y.pop(0), rho.pop(0)
+        row = next(r for r in range(memory + 1) if r not in ring)  # a free row
+        sy, yy = _store_pair(wn, w, gn, g, S[row], Y[row])
+        if sy > 1e-12 * max(yy, 1e-300):  # curvature: keep the pair, the oldest beyond m out
+            ring.append(row)
+            rho[row], gamma = 1.0 / sy, sy / yy
+            if len(ring) > memory:
+                ring.pop(0)
         w, g, f = wn, gn, fn
-        pg = _pseudo_gradient(w, g, c1)
-        gnorm = norm(pg) / max(1.0, norm(w))
+        wn = np.empty(n)  # a fresh array per iterate: callers may keep the ones they were given
+        pnorm, wnorm = _pseudo_gradient(w, g, c1, pg)
+        gnorm = pnorm / max(1.0, wnorm)
         if on_iteration is not None:
             on_iteration(Iteration(k, f, gnorm, step, 0, w))
         past.append(f)
@@ -212,19 +341,10 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             return Minimum(w, f, "converged", k)
         if should_stop is not None and should_stop(w):
             return Minimum(w, f, "time-limit", k)
-        # two-loop recursion: d = −H pg
-        q = pg.copy()
-        alphas = []
-        for s_, y_, r_ in zip(reversed(S), reversed(Y), reversed(rho), strict=True):
-            a_ = r_ * dot(s_, q)
-            alphas.append(a_)
-            q -= a_ * y_
-        if S:
-            q *= dot(S[-1], Y[-1]) / dot(Y[-1], Y[-1])
-        for s_, y_, r_, a_ in zip(S, Y, rho, reversed(alphas), strict=True):
-            b_ = r_ * dot(y_, q)
-            q += (a_ - b_) * s_
-        d = -q
+        if ring:
+            _two_loop(S, Y, rho, np.array(ring, np.int64), gamma, pg, d, alpha)
+        else:
+            np.negative(pg, out=d)
         step = 1.0
     return Minimum(w, f, "max-epochs", k)
 
