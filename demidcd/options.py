@@ -263,10 +263,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("c2", "--c2", float, 0.1, "crf: L2 coefficient of the same objective (CRFsuite's c2: "
        "it multiplies Σ w², not ½ Σ w²; the default is the sklearn-crfsuite tutorial's, "
        "CRFsuite's own is 1)", owners=CRF),
-    _o("crf_method", "--crf-method", str, "sdca", "crf: the optimiser: sdca (stochastic dual "
+    _o("crf_method", "--crf-method", str, "lbfgs", "crf: the optimiser: lbfgs (L-BFGS / "
+       "OWL-QN, as CRFsuite's, over gradients from --threads threads) or sdca (stochastic dual "
        "coordinate ascent, p - 1 threads computing marginals for one learner thread, no "
-       "barrier) or lbfgs (L-BFGS / OWL-QN over gradients from --threads threads, a barrier "
-       "per evaluation)", owners=CRF, choices=("sdca", "lbfgs")),
+       "barrier, a certified duality gap)", owners=CRF, choices=("lbfgs", "sdca")),
     _o("all_possible_transitions", "--all-possible-transitions", bool, None, "crf: a weight "
        "for every label transition (sklearn-crfsuite's all_possible_transitions); "
        "--no-all-possible-transitions: only for those the training tags take, as CRFsuite's "

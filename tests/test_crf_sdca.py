@@ -151,11 +151,12 @@ def test_threads_reach_the_same_optimum(threads, sampling):
     assert obj == pytest.approx(ref.f, rel=1e-8)
 
 
-def test_train_crf_default_float32_on_two_threads():
-    """The default (float32 marginals): the optimum to 1e-6, the gap certified to the
-    rounding of the stored marginals."""
+def test_train_crf_sdca_float32_on_two_threads():
+    """SDCA's default storage (float32 marginals): the optimum to 1e-6, the gap certified to
+    the rounding of the stored marginals."""
     task, _, _, _ = _chain(21, True, 2, n_sent=300, max_len=5)
-    res = train_crf(task, SolverConfig(), threads=2, c1=0.1, c2=0.3, epsilon=1e-7)
+    res = train_crf(task, SolverConfig(), threads=2, c1=0.1, c2=0.3, epsilon=1e-7,
+                    crf_method="sdca")
     assert res.stop_reason == "converged"
     assert res.history[-1]["gap"] >= -1e-7 * res.history[-1]["primal"]
     ref = minimize_lbfgs(CrfObjective(task, c2=0.3), np.zeros(task.dim), c1=0.1,
@@ -163,10 +164,10 @@ def test_train_crf_default_float32_on_two_threads():
     assert res.extra["objective"] == pytest.approx(ref.f, rel=1e-6)
 
 
-def test_lbfgs_stays_selectable():
+def test_lbfgs_is_the_default_and_sdca_reaches_its_optimum():
     task, _, _, _ = _chain(8, True, 2, n_sent=30)
-    res = train_crf(task, SolverConfig(), c2=0.5, crf_method="lbfgs")
+    res = train_crf(task, SolverConfig(), c2=0.5)
     assert "evaluations" in res.extra
-    sd = train_crf(task, SolverConfig(), c2=0.5, epsilon=1e-8)
+    sd = train_crf(task, SolverConfig(), c2=0.5, epsilon=1e-8, crf_method="sdca")
     assert "dual_bytes" in sd.extra
     assert sd.extra["objective"] == pytest.approx(res.extra["objective"], rel=1e-5)

@@ -159,7 +159,8 @@ def test_without_all_possible_transitions_both_methods_hold_them_at_zero():
     frozen = unseen_transitions(task)
     assert frozen.size > 0
     kw = dict(c1=0.0, c2=0.3, epsilon=1e-8, all_possible_transitions=False)
-    sd = train_crf(task, SolverConfig(), threads=2, max_iterations=500, **kw)
+    sd = train_crf(task, SolverConfig(), threads=2, max_iterations=500, crf_method="sdca",
+                   **kw)
     lb = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
                    stop_delta=0.0, **kw)
     assert sd.stop_reason == "converged"

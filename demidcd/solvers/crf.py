@@ -9,12 +9,13 @@ reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / m
 ``epsilon`` (g the pseudo-gradient with L1), or an improvement (f_{k−period} − f_k) / f_k below
 ``stop_delta`` over the last ``period`` iterations, or ``max_iterations``.
 
-The default ``crf_method="sdca"`` trains the same objective by stochastic dual coordinate
-ascent (:mod:`.crf_sdca`). Multi-core here: the barrier-synchronised baseline. Each
-objective evaluation splits the examples into ``threads`` shards of about equal token counts,
-and the numba kernel (``nogil``) runs on every shard at once in a thread pool of this
-process, each shard into a gradient buffer of its own, summed afterwards; the worker processes
-of the DEMI-DCD engine are not used.
+``crf_method="lbfgs"`` is the default; ``"sdca"`` trains the same objective by stochastic
+dual coordinate ascent (:mod:`.crf_sdca`), without a barrier but slower to a given F1 at
+every thread count measured (benchmarks/README.md, "The CRF on 16 cores"). Multi-core here: each
+objective evaluation cuts the examples into runs of about equal token counts that the
+``threads`` threads of this process take in turn (the numba kernel releases the GIL), each
+into a gradient buffer of its own, then sums the buffers by slices of the coordinates on all
+threads (:class:`CrfObjective`); the worker processes of the DEMI-DCD engine are not used.
 """
 
 from __future__ import annotations
@@ -359,12 +360,12 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               crf_method: str = default("crf_method"),
               all_possible_transitions: bool | None = default("all_possible_transitions")
               ) -> TrainResult:
-    """CRF by ``crf_method``: ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one record per
-    epoch) or ``"lbfgs"``, L-BFGS / OWL-QN (module docstring): one iteration record per
-    accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1, ‖w‖); ``active``: non-zero
-    weights). ``all_possible_transitions`` False: the transitions no gold tagging takes have
-    no weight (held at 0), as CRFsuite without ``feature.possible_transitions``; None or True:
-    every transition has one."""
+    """CRF by ``crf_method``: ``"lbfgs"`` (the default), L-BFGS / OWL-QN (module docstring):
+    one iteration record per accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1,
+    ‖w‖); ``active``: non-zero weights), or ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one
+    record per epoch). ``all_possible_transitions`` False: the transitions no gold tagging
+    takes have no weight (held at 0), as CRFsuite without ``feature.possible_transitions``;
+    None or True: every transition has one."""
     check_marginals(task)
     for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta)):
         if not 0.0 <= float(v) < math.inf:
