@@ -93,6 +93,8 @@ def main() -> None:
     ap.add_argument("--c1", type=float, default=0.1)
     ap.add_argument("--c2", type=float, default=0.1)
     ap.add_argument("--budget-share", type=float, default=0.2)
+    ap.add_argument("--budget-methods", default="lbfgs,sdca",
+                    help="the optimisers given the budget share of the peer's time")
     ap.add_argument("--peer", help="a JSON file with the peer's seconds and f1: read if it "
                     "exists, else measured and written (--threads '' measures the peer only)")
     ap.add_argument("--name", default="crf_scaling_spanish")
@@ -157,7 +159,7 @@ def main() -> None:
             f"{max((f for *_, f in curve), default=float('nan')):.2f}, within 0.1 at "
             f"{run['within_0.1']}, peer's at {run['peer']}")
         out["runs"].append(run)
-        for method in ("lbfgs", "sdca"):
+        for method in (m for m in a.budget_methods.split(",") if m):
             est = NamedEntityTagger(algorithm="crf", crf_method=method, c1=a.c1, c2=a.c2,
                                     threads=p, time_limit=a.budget_share * t_peer)
             c0, t0 = time.process_time(), time.perf_counter()

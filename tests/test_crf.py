@@ -320,3 +320,15 @@ def test_an_interrupted_evaluation_leaves_no_partial_gradient_behind():
     assert f2 == pytest.approx(f, rel=1e-12)  # (the runs go to the threads in any order)
     np.testing.assert_allclose(g2, g, atol=1e-10)
     obj.close()
+
+
+def test_backtracking_steps_to_the_minimiser_of_the_quadratic_within_its_safeguard():
+    from demidcd.solvers.crf import _backtrack
+
+    # φ(t) = f + g t + h t²: a failed step t = 1 gives the exact minimiser −g/(2h) back …
+    f, g, h = 5.0, -2.0, 4.0
+    assert _backtrack(1.0, f, f + g + h, g) == pytest.approx(0.25)
+    # … kept within [0.1, 0.5] of the failed step, halved without curvature information
+    assert _backtrack(2.0, f, f + 2 * g + 4 * 100.0, 2 * g) == pytest.approx(0.2)
+    assert _backtrack(1.0, f, f + g + 1.1, g) == pytest.approx(0.5)
+    assert _backtrack(1.0, f, float("nan"), g) == 0.5

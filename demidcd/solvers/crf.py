@@ -270,6 +270,16 @@ def _two_loop(S, Y, rho, order, gamma, pg, d, alpha):
                 d[j] = -(d[j] + c * si[j])
 
 
+def _backtrack(step: float, f: float, fn: float, slope: float) -> float:
+    """The next trial step after ``step`` failed the sufficient decrease: the minimiser of the
+    quadratic through φ(0) = f, φ'(0)·step = ``slope`` (< 0) and φ(step) = fn, kept within
+    [0.1, 0.5]·step (Nocedal and Wright, Eq. 3.57 and the safeguard of §3.5)."""
+    curvature = fn - f - slope
+    if not (curvature > 0.0 and slope < 0.0):
+        return 0.5 * step
+    return step * min(0.5, max(0.1, -slope / (2.0 * curvature)))
+
+
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np.ndarray,
                    c1: float = 0.0, epsilon: float = 1e-5, period: int = 10,
                    delta: float = 1e-5, max_iterations: int | None = None,
@@ -315,7 +325,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                 break
             if should_stop is not None and should_stop(w):
                 return Minimum(w, f, "time-limit", k)
-            step *= 0.5
+            step = _backtrack(step, f, fn, decrease if owlqn else step * dg)
         else:
             return Minimum(w, f, "line-search", k)
         flat = flat + 1 if not fn < f else 0  # accepted without a decrease (rounding)
