@@ -170,3 +170,29 @@ def test_without_all_possible_transitions_both_methods_hold_them_at_zero():
                      stop_delta=0.0, c1=0.0, c2=0.3, epsilon=1e-8)
     assert np.any(full.w[frozen])
     assert full.extra["objective"] < lb.extra["objective"]
+
+
+@pytest.mark.parametrize("valued,G,threads", [(False, 0, 1), (True, 2, 3)])
+def test_the_objectives_dense_view_gives_the_seen_pairs_objective(monkeypatch, valued, G,
+                                                                  threads):
+    """CrfObjective on a dense copy of the seen pairs' weights (``dense_view``) returns the
+    value and gradient of the seen-pairs kernels, the padding's gradient its L2 term."""
+    import demidcd.solvers.crf as crf
+
+    _, seen, to_dense = _pair(5 + G, valued, G, n_sent=30)
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=seen.dim)  # the padding too: its gradient is 2·c2·w there
+    monkeypatch.setattr(crf, "DENSE_VIEW_FILL", 2.0)  # never
+    assert not crf.dense_view(seen)
+    f_lists, g_lists = CrfObjective(seen, c2=0.2, threads=threads)(w)
+    monkeypatch.setattr(crf, "DENSE_VIEW_FILL", 0.0)  # always
+    assert crf.dense_view(seen)
+    obj = CrfObjective(seen, c2=0.2, threads=threads)
+    assert obj.dense_of is not None
+    for _ in range(2):  # the second call on the buffers the first one left
+        f_view, g_view = obj(w)
+        assert f_view == pytest.approx(f_lists, rel=1e-12)
+        np.testing.assert_allclose(g_view, g_lists, atol=1e-10)
+    pad = to_dense < 0
+    assert pad.any() or G  # (the first case has padding: 2 entries)
+    np.testing.assert_allclose(g_view[pad], 0.4 * w[pad], rtol=1e-12)

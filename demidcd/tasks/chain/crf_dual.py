@@ -225,7 +225,7 @@ def log_partition_kernel(w, F, K, X, examples):
         if n > 0:
             has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
             total += scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
-                                             has_b, alpha, beta, P, c, u, v)
+                                             has_b, alpha, beta, P, c, u, v, np.empty(0))
     return total
 
 
@@ -442,7 +442,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
         p0 = D.pair_ptr[i]
         sentence_scores(w, F, K, X, a, n, tr, ws.em, ws.trb, ws.Eb, ws.bmax, ws.slots, nofix, 0)
         scaled_forward_backward(ws.em, n, K, start, end, Etr, trmax, ws.Eb, ws.bmax, ws.slots,
-                                has_b, ws.alpha, ws.beta, ws.P, ws.c, ws.u, ws.v)
+                                has_b, ws.alpha, ws.beta, ws.P, ws.c, ws.u, ws.v, np.empty(0))
         A, Bs = ws.alpha, ws.beta  # scaled: p(y_t = k) = A·B (scaled_forward_backward)
         for t in range(n):
             for k in range(K):

@@ -138,12 +138,15 @@ def sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, f0):
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b, A, B, P,
-                            c, u, v):
+                            c, u, v, O):
     """Forward-backward with scaling (Rabiner 1989) instead of log space: P[t·K + k] =
     exp(s_t(k) − max_k s_t), A[t] the forward vector normalised to sum 1 by c[t], B the backward
     vector scaled so that p(y_t = k | x) = A[t, k]·B[t, k] and p(y_{t−1} = j, y_t = k | x) =
     A[t−1, j]·E_t[j, k]·P[t, k]·B[t, k] / c[t] (E_t = exp(M_t − max M_t)). K exps per token
     and one logarithm per position, against about 5K exps and 2K logarithms in log space.
+    With a non-empty ``O`` (K², and no B features: E_t = E for every t) the backward pass
+    also adds Σ_{t≥1} A[t−1, j]·P[t, k]·B[t, k] / c[t] to O[j·K + k], so that E ∘ O sums the
+    pairwise marginals of every position (one pass instead of a second one per position).
     Returns log Z (−inf when no tagging is admissible; A, B are then undefined)."""
     logz = 0.0
     for t in range(n):
@@ -201,17 +204,29 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     inv = 1.0 / d
     for k in range(K):
         B[(n - 1) * K + k] = u[k] * inv
+    outer = O.shape[0] > 0 and not has_b
     for t in range(n - 1, 0, -1):
         E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, K * K)
         inv = 1.0 / c[t]
         for k in range(K):
             v[k] = P[t * K + k] * B[t * K + k] * inv
-        for j in range(K):
-            row = E[j * K:(j + 1) * K]
-            acc = 0.0
-            for k in range(K):
-                acc += row[k] * v[k]
-            B[(t - 1) * K + j] = acc
+        if outer:
+            for j in range(K):
+                row = E[j * K:(j + 1) * K]
+                o = O[j * K:(j + 1) * K]
+                aj = A[(t - 1) * K + j]
+                acc = 0.0
+                for k in range(K):
+                    acc += row[k] * v[k]
+                    o[k] += aj * v[k]
+                B[(t - 1) * K + j] = acc
+        else:
+            for j in range(K):
+                row = E[j * K:(j + 1) * K]
+                acc = 0.0
+                for k in range(K):
+                    acc += row[k] * v[k]
+                B[(t - 1) * K + j] = acc
     return logz
 
 
@@ -248,6 +263,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
+    O = np.zeros(KK)  # Σ A[t−1, j]·P[t, k]·B[t, k] / c[t] where no B feature fires (E ∘ O)
     gS = np.zeros(K)
     gE = np.zeros(K)
     nofix = np.empty(0, np.int32)
@@ -260,7 +276,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             continue
         sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
         logz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
-                                       has_b, A, B, P, c, u, v)
+                                       has_b, A, B, P, c, u, v, O)
         # the gold score, from the same tables
         y0 = gold[a]
         gscore = start[y0] + em[y0] + end[gold[a + n - 1]]
@@ -285,7 +301,12 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             token_scatter(K, X, a + t, u, 1.0, grad)
         gS[y0] -= 1.0
         gE[gold[a + n - 1]] -= 1.0
-        # transitions and B features: the pairwise marginals minus the gold pair
+        # transitions and B features: the pairwise marginals minus the gold pair (without B
+        # features their sum E ∘ O is added once, at the end)
+        if not has_b:
+            for t in range(1, n):
+                gT[gold[a + t - 1] * K + gold[a + t]] -= 1.0
+            continue
         for t in range(1, n):
             E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
             pairwise_marginals(t, K, E, A, B, P, c, v, pair)
@@ -299,7 +320,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
                                 KK)
     for j in range(K):
         for k in range(K):
-            grad[tbase + j * K1 + k] += gT[j * K + k]
+            grad[tbase + j * K1 + k] += gT[j * K + k] + Etr[j * K + k] * O[j * K + k]
         grad[tbase + j * K1 + K] += gE[j]
         grad[tbase + K * K1 + j] += gS[j]
     return total
@@ -328,7 +349,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
             continue
         has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, ptr[e])
         lz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
-                                     A, B, P, c, u, v)
+                                     A, B, P, c, u, v, np.empty(0))
         logz[e] = lz
         if lz == _NEG_INF:
             continue
