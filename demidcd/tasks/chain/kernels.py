@@ -196,8 +196,9 @@ def token_scatter(K, X, tok, m, scale, out):
                 out[j] += c * m[X.u_lab[j]]
         else:
             base = np.int64(f) * K
+            row = out[base:base + K]  # a slice: packed SIMD (see :func:`emissions`)
             for k in range(K):
-                out[base + k] += c * m[k]
+                row[k] += c * m[k]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

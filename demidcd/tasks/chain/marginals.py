@@ -148,11 +148,18 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     also adds Σ_{t≥1} A[t−1, j]·P[t, k]·B[t, k] / c[t] to O[j·K + k], so that E ∘ O sums the
     pairwise marginals of every position (one pass instead of a second one per position).
     Returns log Z (−inf when no tagging is admissible; A, B are then undefined)."""
+    KK = K * K
     logz = 0.0
-    for t in range(n):
-        m = _shifted_row(em, t * K, K, P[t * K:(t + 1) * K])
+    for t in range(n):  # P[t] = exp(s_t − max s_t)
+        o = t * K
+        m = em[o]
+        for k in range(1, K):
+            if em[o + k] > m:
+                m = em[o + k]
         if m == _NEG_INF:
             return _NEG_INF
+        for k in range(K):
+            P[o + k] = np.exp(em[o + k] - m)
         logz += m
     ms = _shifted_row(start, 0, K, u)
     if ms == _NEG_INF:
@@ -168,65 +175,74 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     inv = 1.0 / tot
     for k in range(K):
         A[k] *= inv
-    logz += ms + np.log(tot)
+    logz += ms
+    scale = tot  # Π c[t], folded into logz before it leaves [1e-250, 1e250]
+    E, e0, mx = Etr, 0, trmax
     for t in range(1, n):
-        E, mx = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, K * K)
+        if has_b:
+            s = slots[t]
+            E, e0, mx = (Eb, s * KK, bmax[s]) if s >= 0 else (Etr, 0, trmax)
         for k in range(K):
             v[k] = 0.0
+        pa = (t - 1) * K
         for j in range(K):
-            aj = A[(t - 1) * K + j]
+            aj = A[pa + j]
             if aj == 0.0:
                 continue
-            row = E[j * K:(j + 1) * K]
+            r = e0 + j * K
             for k in range(K):
-                v[k] += aj * row[k]
+                v[k] += aj * E[r + k]
         tot = 0.0
+        o = t * K
         for k in range(K):
-            x = v[k] * P[t * K + k]
-            A[t * K + k] = x
+            x = v[k] * P[o + k]
+            A[o + k] = x
             tot += x
         if not tot > 0.0:
             return _NEG_INF
         c[t] = tot
         inv = 1.0 / tot
         for k in range(K):
-            A[t * K + k] *= inv
-        logz += mx + np.log(tot)
+            A[o + k] *= inv
+        logz += mx
+        scale *= tot
+        if not 1e-250 < scale < 1e250:
+            logz += np.log(scale)
+            scale = 1.0
     me = _shifted_row(end, 0, K, u)
     if me == _NEG_INF:
         return _NEG_INF
     d = 0.0
+    o = (n - 1) * K
     for k in range(K):
-        d += A[(n - 1) * K + k] * u[k]
+        d += A[o + k] * u[k]
     if not d > 0.0:
         return _NEG_INF
-    logz += me + np.log(d)
+    logz += me + np.log(scale) + np.log(d)
     inv = 1.0 / d
     for k in range(K):
-        B[(n - 1) * K + k] = u[k] * inv
+        B[o + k] = u[k] * inv
     outer = O.shape[0] > 0 and not has_b
+    E, e0 = Etr, 0
     for t in range(n - 1, 0, -1):
-        E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, K * K)
+        if has_b:
+            s = slots[t]
+            E, e0 = (Eb, s * KK) if s >= 0 else (Etr, 0)
         inv = 1.0 / c[t]
+        o = t * K
         for k in range(K):
-            v[k] = P[t * K + k] * B[t * K + k] * inv
-        if outer:
-            for j in range(K):
-                row = E[j * K:(j + 1) * K]
-                o = O[j * K:(j + 1) * K]
-                aj = A[(t - 1) * K + j]
-                acc = 0.0
+            v[k] = P[o + k] * B[o + k] * inv
+        pa = (t - 1) * K
+        for j in range(K):
+            r = e0 + j * K
+            acc = 0.0
+            for k in range(K):
+                acc += E[r + k] * v[k]
+            B[pa + j] = acc
+            if outer:
+                aj = A[pa + j]
                 for k in range(K):
-                    acc += row[k] * v[k]
-                    o[k] += aj * v[k]
-                B[(t - 1) * K + j] = acc
-        else:
-            for j in range(K):
-                row = E[j * K:(j + 1) * K]
-                acc = 0.0
-                for k in range(K):
-                    acc += row[k] * v[k]
-                B[(t - 1) * K + j] = acc
+                    O[j * K + k] += aj * v[k]
     return logz
 
 
