@@ -177,34 +177,16 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
         A[k] *= inv
     logz += ms
     scale = tot  # Π c[t], folded into logz before it leaves [1e-250, 1e250]
-    E, e0, mx = Etr, 0, trmax
     for t in range(1, n):
-        if has_b:
+        if has_b and slots[t] >= 0:  # (two calls, so that without B features E is Etr alone)
             s = slots[t]
-            E, e0, mx = (Eb, s * KK, bmax[s]) if s >= 0 else (Etr, 0, trmax)
-        for k in range(K):
-            v[k] = 0.0
-        pa = (t - 1) * K
-        for j in range(K):
-            aj = A[pa + j]
-            if aj == 0.0:
-                continue
-            r = e0 + j * K
-            for k in range(K):
-                v[k] += aj * E[r + k]
-        tot = 0.0
-        o = t * K
-        for k in range(K):
-            x = v[k] * P[o + k]
-            A[o + k] = x
-            tot += x
+            tot = _forward_step(A, P, c, v, Eb, s * KK, t, K)
+            logz += bmax[s]
+        else:
+            tot = _forward_step(A, P, c, v, Etr, 0, t, K)
+            logz += trmax
         if not tot > 0.0:
             return _NEG_INF
-        c[t] = tot
-        inv = 1.0 / tot
-        for k in range(K):
-            A[o + k] *= inv
-        logz += mx
         scale *= tot
         if not 1e-250 < scale < 1e250:
             logz += np.log(scale)
@@ -222,28 +204,69 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     inv = 1.0 / d
     for k in range(K):
         B[o + k] = u[k] * inv
-    outer = O.shape[0] > 0 and not has_b
-    E, e0 = Etr, 0
-    for t in range(n - 1, 0, -1):
-        if has_b:
+    if not has_b and O.shape[0] > 0:
+        for t in range(n - 1, 0, -1):
+            _backward_step(A, B, P, c, v, Etr, 0, t, K, O)
+    elif not has_b:
+        for t in range(n - 1, 0, -1):
+            _backward_step(A, B, P, c, v, Etr, 0, t, K, O[:0])
+    else:
+        for t in range(n - 1, 0, -1):
             s = slots[t]
-            E, e0 = (Eb, s * KK) if s >= 0 else (Etr, 0)
-        inv = 1.0 / c[t]
-        o = t * K
-        for k in range(K):
-            v[k] = P[o + k] * B[o + k] * inv
-        pa = (t - 1) * K
-        for j in range(K):
-            r = e0 + j * K
-            acc = 0.0
-            for k in range(K):
-                acc += E[r + k] * v[k]
-            B[pa + j] = acc
-            if outer:
-                aj = A[pa + j]
-                for k in range(K):
-                    O[j * K + k] += aj * v[k]
+            if s >= 0:
+                _backward_step(A, B, P, c, v, Eb, s * KK, t, K, O[:0])
+            else:
+                _backward_step(A, B, P, c, v, Etr, 0, t, K, O[:0])
     return logz
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+def _forward_step(A, P, c, v, E, e0, t, K):
+    """A[t] = (A[t−1] E)·P[t] normalised to sum 1 (E: the K×K matrix at E[e0:]); c[t] = the
+    sum before normalising, returned (not > 0: no admissible tagging)."""
+    for k in range(K):
+        v[k] = 0.0
+    pa = (t - 1) * K
+    for j in range(K):
+        aj = A[pa + j]
+        if aj == 0.0:
+            continue
+        r = e0 + j * K
+        for k in range(K):
+            v[k] += aj * E[r + k]
+    tot = 0.0
+    o = t * K
+    for k in range(K):
+        x = v[k] * P[o + k]
+        A[o + k] = x
+        tot += x
+    if tot > 0.0:
+        c[t] = tot
+        inv = 1.0 / tot
+        for k in range(K):
+            A[o + k] *= inv
+    return tot
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+def _backward_step(A, B, P, c, v, E, e0, t, K, O):
+    """B[t−1] = E (P[t]·B[t] / c[t]); with a non-empty O also O[j·K + k] += A[t−1, j]·v[k]."""
+    inv = 1.0 / c[t]
+    o = t * K
+    for k in range(K):
+        v[k] = P[o + k] * B[o + k] * inv
+    pa = (t - 1) * K
+    for j in range(K):
+        r = e0 + j * K
+        acc = 0.0
+        for k in range(K):
+            acc += E[r + k] * v[k]
+        B[pa + j] = acc
+    if O.shape[0] > 0:
+        for j in range(K):
+            aj = A[pa + j]
+            for k in range(K):
+                O[j * K + k] += aj * v[k]
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
