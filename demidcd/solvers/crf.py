@@ -82,10 +82,9 @@ def _sum_rows(buffers, w, two_c2, a, b, out):
 def dense_view(task: Task) -> bool:
     """Whether :class:`CrfObjective` runs the kernels on a dense copy of the seen pairs'
     weights: a seen-pairs model whose F·K is at most :data:`DENSE_VIEW_MAX` and whose feature
-    occurrences carry on average at least :data:`DENSE_VIEW_FILL`·K seen labels (Spanish NER
-    on the tutorial's dicts: 7.1 of 9); the dense loop over K labels is then faster than the
-    lists (emissions 54 -> 40 ms, their adjoint 49 -> 35 ms per gradient there,
-    benchmarks/README.md)."""
+    occurrences carry on average at least :data:`DENSE_VIEW_FILL`·K seen labels: the dense
+    loop over all K labels then costs less than walking the lists (benchmarks/README.md, "The
+    CRF's gradient kernel")."""
     if task.pairs is None or task.F * task.K > DENSE_VIEW_MAX or task.feat_idx.size == 0:
         return False
     occurrences = np.bincount(task.feat_idx, minlength=task.F)
@@ -331,8 +330,9 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     two-loop L-BFGS with a backtracking Armijo line search, OWL-QN (pseudo-gradient, the
     direction restricted to its orthant, steps projected onto it) when c1 > 0. Stops as
     CRFsuite does (module docstring); ``should_stop(w)`` (the clock) is asked after every
-    evaluation, and the last accepted w is returned. The vector algebra runs in numba kernels
-    over arrays allocated once (the pairs in a ring of ``memory`` rows)."""
+    evaluation, and the last accepted w is returned. The vector algebra runs in numba kernels;
+    the pairs (s, y) live in a ring of ``memory`` + 1 rows allocated once, and each accepted
+    iterate is a fresh array (callers may keep the ones they were given)."""
     w = np.array(w0, np.float64)
     n, c1, owlqn = w.shape[0], float(c1), c1 > 0.0
     fs, g = fun(w)
