@@ -218,6 +218,7 @@ def log_partition_kernel(w, F, K, X, examples):
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, alpha, beta, trb, Eb, bmax, slots, u, v, _, P, c = fb_workspace(w, K, X, examples)
     nofix = np.empty(0, np.int32)
+    no_sum = np.empty(0)  # (no pairwise sums wanted)
     total = 0.0
     for e in range(examples.shape[0]):
         i = examples[e]
@@ -225,7 +226,7 @@ def log_partition_kernel(w, F, K, X, examples):
         if n > 0:
             has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
             total += scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
-                                             has_b, alpha, beta, P, c, u, v, np.empty(0))
+                                             has_b, alpha, beta, P, c, u, v, no_sum)
     return total
 
 
@@ -424,6 +425,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
     nofix = np.empty(0, np.int32)
     valued, has_b, bvalued = feature_kinds(X)
     seen = X.u_off.shape[0] > 0
+    no_sum = np.empty(0)  # (no pairwise sums wanted)
     bu = 0
     bp = 0
     q0 = 0
@@ -442,7 +444,7 @@ def propose_kernel(w, v, c1, c2, F, K, X, D, examples, count, B, ws, keep_t):
         p0 = D.pair_ptr[i]
         sentence_scores(w, F, K, X, a, n, tr, ws.em, ws.trb, ws.Eb, ws.bmax, ws.slots, nofix, 0)
         scaled_forward_backward(ws.em, n, K, start, end, Etr, trmax, ws.Eb, ws.bmax, ws.slots,
-                                has_b, ws.alpha, ws.beta, ws.P, ws.c, ws.u, ws.v, np.empty(0))
+                                has_b, ws.alpha, ws.beta, ws.P, ws.c, ws.u, ws.v, no_sum)
         A, Bs = ws.alpha, ws.beta  # scaled: p(y_t = k) = A·B (scaled_forward_backward)
         for t in range(n):
             for k in range(K):

@@ -57,19 +57,19 @@ def exp_shifted(m, E, KK):
 
 
 @nb.njit(cache=True, nogil=True)
-def _shifted_row(x, off, K, out):
-    """out[:K] = exp(x[off + k] − c) with c = max_k x[off + k]; returns c (−inf: all −inf,
-    out all 0)."""
+def _shifted_row(x, off, K, out, o):
+    """out[o + k] = exp(x[off + k] − c), k < K, with c = max_k x[off + k]; returns c (−inf: all
+    −inf, those entries of out 0)."""
     c = x[off]
     for k in range(1, K):
         if x[off + k] > c:
             c = x[off + k]
     if c == _NEG_INF:
         for k in range(K):
-            out[k] = 0.0
+            out[o + k] = 0.0
         return c
     for k in range(K):
-        out[k] = np.exp(x[off + k] - c)
+        out[o + k] = np.exp(x[off + k] - c)
     return c
 
 
@@ -151,17 +151,11 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     KK = K * K
     logz = 0.0
     for t in range(n):  # P[t] = exp(s_t − max s_t)
-        o = t * K
-        m = em[o]
-        for k in range(1, K):
-            if em[o + k] > m:
-                m = em[o + k]
+        m = _shifted_row(em, t * K, K, P, t * K)
         if m == _NEG_INF:
             return _NEG_INF
-        for k in range(K):
-            P[o + k] = np.exp(em[o + k] - m)
         logz += m
-    ms = _shifted_row(start, 0, K, u)
+    ms = _shifted_row(start, 0, K, u, 0)
     if ms == _NEG_INF:
         return _NEG_INF
     tot = 0.0
@@ -191,7 +185,7 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
         if not 1e-250 < scale < 1e250:
             logz += np.log(scale)
             scale = 1.0
-    me = _shifted_row(end, 0, K, u)
+    me = _shifted_row(end, 0, K, u, 0)
     if me == _NEG_INF:
         return _NEG_INF
     d = 0.0
@@ -204,19 +198,17 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
     inv = 1.0 / d
     for k in range(K):
         B[o + k] = u[k] * inv
-    if not has_b and O.shape[0] > 0:
+    if not has_b:  # (two loops, so that without B features E is Etr alone)
         for t in range(n - 1, 0, -1):
             _backward_step(A, B, P, c, v, Etr, 0, t, K, O)
-    elif not has_b:
-        for t in range(n - 1, 0, -1):
-            _backward_step(A, B, P, c, v, Etr, 0, t, K, O[:0])
     else:
+        none = O[:0]  # (the sums need E_t = Etr everywhere)
         for t in range(n - 1, 0, -1):
             s = slots[t]
             if s >= 0:
-                _backward_step(A, B, P, c, v, Eb, s * KK, t, K, O[:0])
+                _backward_step(A, B, P, c, v, Eb, s * KK, t, K, none)
             else:
-                _backward_step(A, B, P, c, v, Etr, 0, t, K, O[:0])
+                _backward_step(A, B, P, c, v, Etr, 0, t, K, none)
     return logz
 
 
@@ -302,7 +294,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
-    O = np.zeros(KK)  # Σ A[t−1, j]·P[t, k]·B[t, k] / c[t] where no B feature fires (E ∘ O)
+    O = np.zeros(KK)  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
     gS = np.zeros(K)
     gE = np.zeros(K)
     nofix = np.empty(0, np.int32)
@@ -380,6 +372,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
     em, A, B, trb, Eb, bmax, slots, u, v, _, P, c = fb_workspace(w, K, X, examples)
     marg = np.zeros(ptr[n_ex] * K)
     logz = np.empty(n_ex)
+    no_sum = np.empty(0)  # (no pairwise sums wanted)
     for e in range(n_ex):
         i = examples[e]
         a, n = sentence_span(X, i)
@@ -388,7 +381,7 @@ def marginals_kernel(w, F, K, X, examples, fixed):
             continue
         has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, ptr[e])
         lz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
-                                     A, B, P, c, u, v, np.empty(0))
+                                     A, B, P, c, u, v, no_sum)
         logz[e] = lz
         if lz == _NEG_INF:
             continue
