@@ -188,7 +188,8 @@ def test_the_objectives_dense_view_gives_the_seen_pairs_objective(monkeypatch, v
     monkeypatch.setattr(crf, "DENSE_VIEW_FILL", 0.0)  # always
     assert crf.dense_view(seen)
     obj = CrfObjective(seen, c2=0.2, threads=threads)
-    assert obj.dense_of is not None
+    assert obj.dense_at is not None
+    np.testing.assert_array_equal(seen.dense_layout()[1], to_dense)  # the test's own map
     for _ in range(2):  # the second call on the buffers the first one left
         f_view, g_view = obj(w)
         assert f_view == pytest.approx(f_lists, rel=1e-12)

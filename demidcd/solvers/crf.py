@@ -113,21 +113,18 @@ class CrfObjective:
         self.chunks = token_shards(task.sent_ptr, threads * CHUNKS_PER_THREAD
                                    if threads > 1 else 1)
         self.threads = min(threads, len(self.chunks)) if self.chunks else 1
-        self.rows, self.chain, self.dense_of = task.u_rows, task.chain, None
+        self.rows, self.chain, self.dense_at = task.u_rows, task.chain, None
         if dense_view(task):
             # the seen pairs' weights laid out densely (0 where unseen): the kernels' dense U
             # path, the same objective; the gradient of the unseen pairs is dropped
-            off, lab = task.pairs
-            feature = np.repeat(np.arange(task.F, dtype=np.int64), np.diff(off))
-            self.dense_of = feature * task.K + lab
+            self.chain, to_dense = task.dense_layout()
             self.rows = task.F
-            self.chain = task.chain._replace(u_off=np.zeros(0, np.int64),
-                                             u_lab=np.zeros(0, np.int32))
-            self.tail = task.u_rows * task.K  # the transitions and B block start here in w …
-            self.dense_tail = task.F * task.K  # … and here in the dense layout
-            self.w_dense = np.zeros(self.dense_tail + task.dim - self.tail)
+            self.seen_at = np.flatnonzero(to_dense >= 0)  # w[seen_at] = w_dense[dense_at]
+            self.dense_at = to_dense[self.seen_at]
+            self.pad_at = np.flatnonzero(to_dense < 0)
+            self.w_dense = np.zeros(task.dimension(task.F, task.K, task.G))
             self.total = np.empty(self.w_dense.shape[0])
-        width = task.dim if self.dense_of is None else self.w_dense.shape[0]
+        width = task.dim if self.dense_at is None else self.w_dense.shape[0]
         self.buffers = np.zeros((self.threads, width))
         self.cuts = np.linspace(0, width, self.threads + 1).astype(np.int64)
         self.pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
@@ -147,7 +144,7 @@ class CrfObjective:
 
     def _sum(self, t: int) -> None:
         _sum_rows(self.buffers, self._kernel_w, 2.0 * self.c2, self.cuts[t], self.cuts[t + 1],
-                  self._grad if self.dense_of is None else self.total)
+                  self._grad if self.dense_at is None else self.total)
 
     def _on_all(self, fn: Callable[[int], float | None]) -> list:
         """fn(t) on every thread t at once (t = 0 on this one)."""
@@ -157,24 +154,21 @@ class CrfObjective:
         return [fn(0), *(f.result() for f in futures)]
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
-        self._w = w = np.ascontiguousarray(w, np.float64)
+        w = np.ascontiguousarray(w, np.float64)
         self.evaluations += 1
         if self._dirty:  # an earlier call was interrupted between the two phases
             self.buffers[:] = 0.0
         self._dirty, self._next = True, itertools.count()
         self._kernel_w = w
-        if self.dense_of is not None:
-            n = self.dense_of.shape[0]
-            self.w_dense[self.dense_of] = w[:n]
-            self.w_dense[self.dense_tail:] = w[self.tail:]
+        if self.dense_at is not None:
+            self.w_dense[self.dense_at] = w[self.seen_at]
             self._kernel_w = self.w_dense
         nll = sum(self._on_all(self._gradients))
         self._grad = grad = np.empty(self.task.dim)
         self._on_all(self._sum)
-        if self.dense_of is not None:
-            grad[:n] = self.total[self.dense_of]
-            grad[n:self.tail] = (2.0 * self.c2) * w[n:self.tail]  # the padding
-            grad[self.tail:] = self.total[self.dense_tail:]
+        if self.dense_at is not None:
+            grad[self.seen_at] = self.total[self.dense_at]
+            grad[self.pad_at] = (2.0 * self.c2) * w[self.pad_at]  # U's padding: its L2 term
         self._dirty = False
         grad[self.frozen] = 0.0
         return float(nll + self.c2 * dot(w, w)), grad
@@ -362,11 +356,12 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             decrease, l1 = _trial(w, d, step, pg, owlqn, wn)
             fsn, gn = fun(wn)
             fn = fsn + c1 * l1
-            if fn <= f + ARMIJO * (decrease if owlqn else step * dg):
+            slope = decrease if owlqn else step * dg  # the model's decrease at this step
+            if fn <= f + ARMIJO * slope:
                 break
             if should_stop is not None and should_stop(w):
                 return Minimum(w, f, "time-limit", k)
-            step = _backtrack(step, f, fn, decrease if owlqn else step * dg)
+            step = _backtrack(step, f, fn, slope)
         else:
             return Minimum(w, f, "line-search", k)
         flat = flat + 1 if not fn < f else 0  # accepted without a decrease (rounding)

@@ -179,6 +179,22 @@ class SequenceTask(Task):
         """Tokens per sentence (float64)."""
         return np.diff(self.sent_ptr).astype(np.float64)
 
+    def dense_layout(self) -> tuple[Chain, np.ndarray]:
+        """For a seen-pairs task (``pairs``): its data as the kernels read a dense U block (the
+        chain without the pair lists) and, per weight of w, its index in that layout of
+        :meth:`dimension` (F, K, G) entries: seen pair j of feature f → f·K + lab[j], the
+        transitions and B block → the same entries after F·K, U's padding → −1."""
+        if self.pairs is None:
+            raise ValueError("dense_layout: this task has no seen pairs (its U block is dense)")
+        off, lab = self.pairs
+        to = np.full(self.dim, -1, np.int64)
+        to[:lab.shape[0]] = np.repeat(np.arange(self.F, dtype=np.int64), np.diff(off)) \
+            * self.K + lab
+        tail = self.u_rows * self.K
+        to[tail:] = self.F * self.K + np.arange(self.dim - tail)
+        return self.chain._replace(u_off=np.zeros(0, np.int64),
+                                   u_lab=np.zeros(0, np.int32)), to
+
     # -- helpers ------------------------------------------------------------------------------
     def _w(self, w: np.ndarray, float32_ok: bool = False) -> np.ndarray:
         keep = float32_ok and w.dtype == np.float32
