@@ -36,6 +36,10 @@ from common import RESULTS, machine_info, say, write_json  # noqa: E402
 
 
 def read_conll2002(path: str) -> list[list[list[str]]]:
+    """The sentences of a CoNLL-2002 file as lists of split lines, read exactly as the acceptance
+    check reads them (latin-1, ``str.split``). Not :func:`demidcd.io.tagged.read_tagged`: it
+    splits one training token ('BarberÃ' + a no-break space) differently, and the peer's F1 on
+    the resulting features moves from 76.77 to 77.03."""
     sents, s = [], []
     for line in open(path, encoding="latin-1"):
         parts = line.split()
