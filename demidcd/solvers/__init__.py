@@ -136,7 +136,8 @@ register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (-
                  "marginal threads, one learner thread, no barrier) or L-BFGS / OWL-QN "
                  "(--crf-method lbfgs; gradients on --threads threads) (chain tasks only)",
                  options=("crf_method", "c1", "c2", "all_possible_transitions",
-                          "max_iterations", "epsilon", "period", "stop_delta"),
+                          "num_memories", "warm_epochs", "max_iterations", "epsilon",
+                          "period", "stop_delta"),
                  warm="crf:compile_kernels", in_process_threads=True,
                  config_fields=("time_limit", "eval_every"),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))

@@ -34,10 +34,12 @@ from ..options import default
 from ..primitives.vectors import dot, norm
 from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
-from .crf_sdca import token_shards, train_crf_sdca
+from .crf_sdca import train_crf_sdca
 from .recorder import Recorder, Tick
 
-MEMORY = 6  # L-BFGS corrections kept (CRFsuite's lbfgs.num_memories)
+MEMORY = 6  # L-BFGS corrections kept by default in minimize_lbfgs (CRFsuite's num_memories)
+MEMORY_MAX = 20  # num_memories=None: as many as fit MEMORY_BYTES, between MEMORY and this
+MEMORY_BYTES = 1 << 26  # … of the pairs (s, y): 2·m·dim float64
 MAX_LINESEARCH = 40  # halvings of the step before the line search gives up
 ARMIJO = 1e-4  # sufficient decrease of the backtracking line search (liblbfgs' ftol)
 
@@ -63,7 +65,7 @@ def compile_kernels(task: Task) -> None:
     marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
 
 
-CHUNKS_PER_THREAD = 4  # runs of sentences per thread and evaluation, taken in turn (balance)
+SMALLEST_RUN = 1 / 32  # the last runs of an evaluation: this share of one thread's tokens
 DENSE_VIEW_MAX = 1 << 21  # F·K at most (16 MiB of float64 per thread) for the dense view …
 DENSE_VIEW_FILL = 0.5  # … and its labels seen per feature occurrence at least this share of K
 
@@ -92,13 +94,32 @@ def dense_view(task: Task) -> bool:
     return labels >= DENSE_VIEW_FILL * task.K
 
 
+def guided_runs(sent_ptr: np.ndarray, threads: int) -> list[np.ndarray]:
+    """The examples cut into consecutive runs for ``threads`` threads that take them in turn,
+    largest first (OpenMP's guided schedule): each run holds 1/(2·threads) of the tokens still
+    left, and none fewer than :data:`SMALLEST_RUN` of one thread's share, so that the threads
+    finish an evaluation within about one small run of each other (one run: a single thread)."""
+    n, total = sent_ptr.shape[0] - 1, int(sent_ptr[-1])
+    if threads <= 1 or n <= 1:
+        return [np.arange(n, dtype=np.int64)] if n > 0 else []
+    smallest = max(1, int(total * SMALLEST_RUN / threads))
+    runs, a = [], 0
+    while a < n:
+        left = total - int(sent_ptr[a])
+        target = int(sent_ptr[a]) + max(left // (2 * threads), smallest)
+        b = min(max(int(np.searchsorted(sent_ptr, target)), a + 1), n)
+        runs.append(np.arange(a, b, dtype=np.int64))
+        a = b
+    return runs
+
+
 class CrfObjective:
     """The smooth part of the CRF objective, w → (Σ_i −log p(y_i | x_i) + c2‖w‖², gradient).
 
-    With ``threads`` > 1 the examples are cut into ``CHUNKS_PER_THREAD · threads`` runs of about
-    equal token counts, which the threads (this one and ``threads − 1`` of a pool) take in turn
-    until none is left, each adding its runs' gradients into a buffer of its own (the kernel
-    releases the GIL); then each thread sums its slice of the coordinates over the buffers.
+    With ``threads`` > 1 the examples are cut into runs, largest first (:func:`guided_runs`),
+    which the threads (this one and ``threads − 1`` of a pool) take in turn until none is
+    left, each adding its runs' gradients into a buffer of its own (the kernel releases the
+    GIL); then each thread sums its slice of the coordinates over the buffers.
     The gradient array is a fresh one per call; its ``frozen`` entries (weights the model does
     not have) are 0."""
 
@@ -110,8 +131,7 @@ class CrfObjective:
         self.task, self.c2 = task, float(c2)
         self.frozen = np.zeros(0, np.int64) if frozen is None else frozen  # held at 0
         threads = max(1, int(threads))
-        self.chunks = token_shards(task.sent_ptr, threads * CHUNKS_PER_THREAD
-                                   if threads > 1 else 1)
+        self.chunks = guided_runs(task.sent_ptr, threads)
         self.threads = min(threads, len(self.chunks)) if self.chunks else 1
         self.rows, self.chain, self.dense_at = task.u_rows, task.chain, None
         if dense_view(task):
@@ -152,6 +172,20 @@ class CrfObjective:
             return [fn(0)]
         futures = [self.pool.submit(fn, t) for t in range(1, self.threads)]
         return [fn(0), *(f.result() for f in futures)]
+
+    def run_jobs(self, jobs: list[Callable[[int], float]]) -> list[float]:
+        """The jobs on the threads, each taken in turn by the next free thread and given that
+        thread's index (its row of ``buffers``); their results in order."""
+        out, turn = [0.0] * len(jobs), itertools.count()
+
+        def take(t: int) -> None:
+            for i in turn:
+                if i >= len(jobs):
+                    break
+                out[i] = jobs[i](t)
+
+        self._on_all(take)
+        return out
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         w = np.ascontiguousarray(w, np.float64)
@@ -396,6 +430,13 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     return Minimum(w, f, "max-epochs", k)
 
 
+def lbfgs_memory(dim: int) -> int:
+    """The L-BFGS pairs kept by default: as many as :data:`MEMORY_BYTES` hold (2·m·dim
+    float64), at least CRFsuite's :data:`MEMORY`, at most :data:`MEMORY_MAX` (more pairs, fewer
+    iterations to a given objective: benchmarks/README.md, "The CRF's warm start")."""
+    return int(min(MEMORY_MAX, max(MEMORY, MEMORY_BYTES // (16 * max(dim, 1)))))
+
+
 def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               callback: Callback | None = None, cpu_log: str | None = None,
               log: Callable[[str], None] | None = None, tick: Tick | None = None,
@@ -404,20 +445,27 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               epsilon: float = default("epsilon"), period: int = default("period"),
               stop_delta: float = default("stop_delta"),
               crf_method: str = default("crf_method"),
-              all_possible_transitions: bool | None = default("all_possible_transitions")
-              ) -> TrainResult:
+              all_possible_transitions: bool | None = default("all_possible_transitions"),
+              num_memories: int | None = default("num_memories"),
+              warm_epochs: int = default("warm_epochs")) -> TrainResult:
     """CRF by ``crf_method``: ``"lbfgs"`` (the default), L-BFGS / OWL-QN (module docstring):
     one iteration record per accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1,
     ‖w‖); ``active``: non-zero weights), or ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one
     record per epoch). ``all_possible_transitions`` False: the transitions no gold tagging
     takes have no weight (held at 0), as CRFsuite without ``feature.possible_transitions``;
-    None or True: every transition has one."""
+    None or True: every transition has one. ``num_memories``: the pairs L-BFGS keeps (None:
+    :func:`lbfgs_memory`); ``warm_epochs``: epochs of Hogwild SGD (:mod:`.crf_sgd`) that give
+    L-BFGS its start (0: w = 0, as CRFsuite); their time counts in the time limit."""
     check_marginals(task)
     for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta)):
         if not 0.0 <= float(v) < math.inf:
             raise OptionError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
     if int(period) < 1:
         raise OptionError(f"--period must be >= 1, got {period}")
+    if num_memories is not None and int(num_memories) < 1:
+        raise OptionError(f"--num-memories must be >= 1, got {num_memories}")
+    if int(warm_epochs) < 0:
+        raise OptionError(f"--warm-epochs must be >= 0, got {warm_epochs}")
     if max_iterations is not None and int(max_iterations) < 1:
         raise OptionError(f"--max-iterations must be >= 1, got {max_iterations}")
     if crf_method not in ("sdca", "lbfgs"):
@@ -425,6 +473,7 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     if task.Y is None:
         raise OptionError("crf needs gold tags to train on")
     from ..tasks.chain.marginals import unseen_transitions
+    from .crf_sgd import sgd_epochs
 
     frozen = None if all_possible_transitions in (None, True) else unseen_transitions(task)
     if crf_method == "sdca":
@@ -446,10 +495,20 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     res = None
     try:
         with OuterLoop(task, clock) as run:
-            res = minimize_lbfgs(obj, np.zeros(task.dim), float(c1), float(epsilon),
-                                 int(period), float(stop_delta),
+            w0 = np.zeros(task.dim)
+            if int(warm_epochs) > 0:
+                eta0, ran = sgd_epochs(w0, obj.buffers, obj.run_jobs,
+                                       (task.u_rows, task.K, task.chain, task.Y, obj.frozen),
+                                       task.n_examples, float(c2), int(warm_epochs),
+                                       obj.threads, should_stop=lambda: rec.poll(lambda: w0))
+                if log is not None:
+                    log(f"crf: warm start: {ran} SGD epochs (eta {eta0:g}) in "
+                        f"{clock.elapsed():.1f} s")
+            memory = lbfgs_memory(task.dim) if num_memories is None else int(num_memories)
+            res = minimize_lbfgs(obj, w0, float(c1), float(epsilon), int(period),
+                                 float(stop_delta),
                                  None if max_iterations is None else int(max_iterations),
-                                 on_iteration=on_iteration,
+                                 memory=memory, on_iteration=on_iteration,
                                  should_stop=lambda w: rec.poll(lambda: w))
             run.stop(res.reason == "converged")
     finally:
