@@ -12,10 +12,11 @@ reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / m
 ``crf_method="lbfgs"`` is the default; ``"sdca"`` trains the same objective by stochastic
 dual coordinate ascent (:mod:`.crf_sdca`), without a barrier but slower to a given F1 at
 every thread count measured (benchmarks/README.md, "The CRF on 16 cores"). Multi-core here: each
-objective evaluation cuts the examples into runs of about equal token counts that the
-``threads`` threads of this process take in turn (the numba kernel releases the GIL), each
-into a gradient buffer of its own, then sums the buffers by slices of the coordinates on all
-threads (:class:`CrfObjective`); the worker processes of the DEMI-DCD engine are not used.
+objective evaluation cuts the examples into runs, largest first, that the ``threads`` threads
+of this process take in turn (the numba kernel releases the GIL), each into a gradient buffer
+of its own, then sums the buffers by slices of the coordinates on all threads
+(:class:`CrfObjective`); the worker processes of the DEMI-DCD engine are not used. L-BFGS
+starts from ``warm_epochs`` epochs of Hogwild SGD on the same threads (:mod:`.crf_sgd`).
 """
 
 from __future__ import annotations
