@@ -11,7 +11,16 @@ from test_crf_seen_pairs import _pair
 
 import demidcd.solvers.crf_sgd as crf_sgd
 from demidcd.solvers.common import SolverConfig
-from demidcd.solvers.crf import CrfObjective, guided_runs, lbfgs_memory, train_crf
+from demidcd.solvers.crf import (
+    MEMORY,
+    MEMORY_BYTES,
+    MEMORY_MAX,
+    SMALLEST_RUN,
+    CrfObjective,
+    guided_runs,
+    lbfgs_memory,
+    train_crf,
+)
 from demidcd.tasks.chain.marginals import unseen_transitions
 from demidcd.tasks.chain.task import SequenceTask
 
@@ -29,19 +38,11 @@ def test_guided_runs_cover_the_sentences_in_order_largest_first(threads):
         assert len(runs) == 1
         return
     assert tokens[0] >= tokens[-1] and len(runs) >= 2 * threads
-    smallest = ptr[-1] * crf_sgd_share(threads)
+    smallest = ptr[-1] * SMALLEST_RUN / threads
     assert max(tokens[-3:]) <= 4 * smallest + 40  # the last runs are the small ones
 
 
-def crf_sgd_share(threads: int) -> float:
-    from demidcd.solvers.crf import SMALLEST_RUN
-
-    return SMALLEST_RUN / threads
-
-
 def test_lbfgs_memory_keeps_the_pairs_within_their_bytes():
-    from demidcd.solvers.crf import MEMORY, MEMORY_BYTES, MEMORY_MAX
-
     assert lbfgs_memory(1000) == MEMORY_MAX
     assert lbfgs_memory(10**9) == MEMORY
     m = lbfgs_memory(450_000)
