@@ -17,13 +17,13 @@ The threads each take a run of a fresh random order and update the shared w with
 little progress, never correctness: L-BFGS afterwards minimises the exact objective from
 wherever this ends).
 
-η₀ is calibrated as Bottou's SGD and CRFsuite's ``l2sgd`` calibrate theirs: each candidate of
-:data:`CANDIDATES` runs one pass over the same sample of :data:`SAMPLE` sentences from w = 0,
-and the one whose weights then give the sample the least objective (Σ −log p over the sample
-plus its share of the L2 term) wins; the candidates run on the threads at once. (On
-CoNLL-2002 Spanish it chooses 0.003, whose three full epochs end 19 % above those at 0.01, yet
-L-BFGS from either is within 0.5 % of the other by its 50th iteration: benchmarks/README.md,
-"The CRF's warm start".)
+η₀ is calibrated on a sample, as Bottou's SGD and CRFsuite's ``l2sgd`` calibrate theirs:
+each candidate of :data:`CANDIDATES` runs one pass over the same sample of :data:`SAMPLE`
+sentences from w = 0, and the one with the least progressive loss (each sentence's −log p
+before its own step, plus the sample's share of the L2 term at the end; no second pass) wins;
+the candidates run on the threads at once. (On CoNLL-2002 Spanish it chooses 0.003, whose three
+full epochs end 19 % above those at 0.01, yet L-BFGS from either is within 0.5 % of the other
+by its 50th iteration: benchmarks/README.md, "The CRF's warm start".)
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _split(order: np.ndarray, parts: int) -> list[np.ndarray]:
 def calibrate(run_on: Callable[[list[Callable[[int], float]]], list[float]], dim: int,
               kernel_args: tuple, n_examples: int, c2: float, rng: np.random.Generator
               ) -> float:
-    """η₀ of :data:`CANDIDATES` whose pass over a sample leaves it the least objective
+    """η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
     (module docstring). ``run_on(jobs)``: the jobs (each given its thread index) run on the
     threads, the results in order; ``kernel_args``: (F, K, X, gold, frozen)."""
     F, K, X, gold, frozen = kernel_args
