@@ -257,22 +257,25 @@ def test_cli_train_crf_and_predict_marginals(cli_chunker, tmp_path, capsys):  # 
     assert len(err) == 1 and "not calibrated probabilities" in err[0]
 
 
-def _two_loop_reference(S, Y, pg):
-    """The textbook two-loop recursion (Nocedal and Wright, Algorithm 7.4), pairs oldest first."""
+def _two_loop_reference(S, Y, pg, h0=None):
+    """The textbook two-loop recursion (Nocedal and Wright, Algorithm 7.4), pairs oldest first,
+    H₀ = γ·diag(h0) with γ = s·y / y·diag(h0)·y of the newest pair (h0 None: ones)."""
+    h0 = np.ones_like(pg) if h0 is None else h0
     q, alphas = pg.copy(), []
     for s, y in zip(reversed(S), reversed(Y), strict=True):
         a = (s @ q) / (s @ y)
         alphas.append(a)
         q -= a * y
-    q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    q *= (S[-1] @ Y[-1]) / (Y[-1] @ (h0 * Y[-1])) * h0
     for s, y, a in zip(S, Y, reversed(alphas), strict=True):
         q += (a - (y @ q) / (s @ y)) * s
     return -q
 
 
-@pytest.mark.parametrize("m", [1, 2, 5])
-def test_two_loop_kernel_equals_the_textbook_recursion(m):
-    from demidcd.solvers.crf import _two_loop
+@pytest.mark.parametrize("m,diagonal", [(1, False), (2, False), (5, False), (1, True),
+                                        (5, True)])
+def test_two_loop_kernel_equals_the_textbook_recursion(m, diagonal):
+    from demidcd.solvers.crf import _store_pair, _two_loop
 
     rng = np.random.default_rng(m)
     n, rows = 40, m + 1
@@ -282,11 +285,14 @@ def test_two_loop_kernel_equals_the_textbook_recursion(m):
     rho = np.zeros(rows)
     rho[order] = 1.0 / np.einsum("ij,ij->i", S[order], Y[order])
     pg, d = rng.normal(size=n), np.empty(n)
+    h0 = rng.uniform(0.01, 10.0, n) if diagonal else np.zeros(0)
     newest = order[-1]
-    gamma = (S[newest] @ Y[newest]) / (Y[newest] @ Y[newest])
-    _two_loop(S, Y, rho, order.astype(np.int64), gamma, pg, d, np.zeros(rows))
-    np.testing.assert_allclose(d, _two_loop_reference(S[order], Y[order], pg), rtol=1e-10,
-                               atol=1e-12)
+    s, y = np.empty(n), np.empty(n)  # γ as minimize_lbfgs takes it: from _store_pair
+    sy, yhy = _store_pair(S[newest], np.zeros(n), Y[newest], np.zeros(n), s, y, h0)
+    _two_loop(S, Y, rho, order.astype(np.int64), sy / yhy, pg, d, np.zeros(rows), h0)
+    np.testing.assert_allclose(d, _two_loop_reference(S[order], Y[order], pg,
+                                                      h0 if diagonal else None),
+                               rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("c1", [0.0, 0.7])

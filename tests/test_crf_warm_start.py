@@ -122,3 +122,47 @@ def test_bad_warm_start_options_are_refused_in_one_line():
         train_crf(task, SolverConfig(), warm_epochs=-1)
     with pytest.raises(OptionError, match="num.memories"):
         train_crf(task, SolverConfig(), num_memories=0)
+
+
+@pytest.mark.parametrize("seen", [False, True])
+def test_hessian_diagonal_is_exact_on_one_token_sentences(seen):
+    """One-token sentences have no covariance between positions: the kernel's diagonal equals
+    the finite differences of the gradient (unigram weights, with values, and START / END)."""
+    from demidcd.tasks.chain.marginals import hessian_diagonal_kernel
+    from demidcd.tasks.chain.records import seen_pairs
+
+    rng = np.random.default_rng(11)
+    X, Y, F, _ = random_chain(rng, 30, 3, 4, True, max_len=1)
+    task = SequenceTask(X, Y, 3, F, pairs=seen_pairs(X, Y, F, 3) if seen else None)
+    one = np.flatnonzero(np.diff(np.asarray(task.sent_ptr)) == 1).astype(np.int64)
+    assert one.size >= 10
+    w = rng.normal(scale=0.5, size=task.dim)
+    h = np.zeros(task.dim)
+    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, one, h)
+
+    def grad(v):
+        from demidcd.tasks.chain.marginals import nll_gradient_kernel
+
+        g = np.zeros(task.dim)
+        nll_gradient_kernel(v, task.u_rows, task.K, task.chain, task.Y, one, g)
+        return g
+
+    for j in np.flatnonzero(grad(w) != 0.0):
+        e = np.zeros(task.dim)
+        e[j] = 1e-5
+        fd = (grad(w + e)[j] - grad(w - e)[j]) / 2e-5
+        assert h[j] == pytest.approx(fd, rel=1e-5, abs=1e-8)
+
+
+def test_the_diagonal_preconditioner_reaches_the_same_optimum():
+    """L-BFGS / OWL-QN with H₀ = γ·diag(1 / (h + 2 c2)) and with H₀ = γ·I: one optimum."""
+    from demidcd.solvers.crf import minimize_lbfgs
+
+    task, _, _, _ = _chain(12, True, 2, n_sent=40)
+    obj = CrfObjective(task, c2=0.3, threads=2)
+    h0 = 1.0 / (obj.hessian_diagonal(np.zeros(task.dim)) + 0.6)
+    assert np.all(h0 > 0) and not obj.buffers.any()
+    kw = dict(c1=0.2, epsilon=1e-9, period=10, delta=0.0, max_iterations=3000)
+    plain = minimize_lbfgs(obj, np.zeros(task.dim), **kw)
+    diag = minimize_lbfgs(obj, np.zeros(task.dim), h0=h0, **kw)
+    assert diag.f == pytest.approx(plain.f, rel=1e-8)

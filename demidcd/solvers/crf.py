@@ -188,6 +188,24 @@ class CrfObjective:
         self._on_all(take)
         return out
 
+    def hessian_diagonal(self, w: np.ndarray) -> np.ndarray:
+        """The diagonal of the Hessian of Σ_i −log p(y_i | x_i) at w without the covariances
+        between positions (:func:`~demidcd.tasks.chain.marginals.hessian_diagonal_kernel`),
+        on the threads (the seen-pairs layout of ``task.dim``), the buffers left zero."""
+        from ..tasks.chain.marginals import hessian_diagonal_kernel
+
+        task, n = self.task, self.task.dim
+        w = np.ascontiguousarray(w, np.float64)
+
+        def job(run: np.ndarray) -> Callable[[int], float]:
+            return lambda t: hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, run,
+                                                     self.buffers[t, :n])
+
+        self.run_jobs([job(r) for r in self.chunks])
+        h = self.buffers[:, :n].sum(axis=0)
+        self.buffers[:, :n] = 0.0
+        return h
+
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         w = np.ascontiguousarray(w, np.float64)
         self.evaluations += 1
@@ -287,24 +305,25 @@ def _trial(w, d, step, pg, owlqn, wn):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _store_pair(wn, w, gn, g, s, y):
-    """s ← wn − w, y ← gn − g; returns (s·y, y·y)."""
+def _store_pair(wn, w, gn, g, s, y, h0):
+    """s ← wn − w, y ← gn − g; returns (s·y, y·D y) with D = diag(h0) (empty: the identity)."""
     sy = yy = 0.0
+    diag = h0.shape[0] > 0
     for j in range(w.shape[0]):
         a = wn[j] - w[j]
         b = gn[j] - g[j]
         s[j] = a
         y[j] = b
         sy += a * b
-        yy += b * b
+        yy += b * b * h0[j] if diag else b * b
     return sy, yy
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _two_loop(S, Y, rho, order, gamma, pg, d, alpha):
+def _two_loop(S, Y, rho, order, gamma, pg, d, alpha, h0):
     """d ← −H pg by the two-loop recursion over the stored pairs ``order`` (rows of S, Y,
-    oldest first), H₀ = gamma·I (Nocedal and Wright, Algorithm 7.4); every pass applies one
-    pair's update and takes the next pair's inner product."""
+    oldest first), H₀ = gamma·diag(h0) (h0 empty: gamma·I) (Nocedal and Wright, Algorithm 7.4);
+    every pass applies one pair's update and takes the next pair's inner product."""
     m, n = order.shape[0], pg.shape[0]
     for j in range(n):
         d[j] = pg[j]
@@ -322,8 +341,9 @@ def _two_loop(S, Y, rho, order, gamma, pg, d, alpha):
         a_prev = rho[i] * acc
         alpha[i] = a_prev
     y0, acc = Y[order[0]], 0.0
+    diag = h0.shape[0] > 0
     for j in range(n):  # the last update, H₀, and y_oldest·q
-        d[j] = gamma * (d[j] - a_prev * y0[j])
+        d[j] = gamma * (d[j] - a_prev * y0[j]) * (h0[j] if diag else 1.0)
         acc += y0[j] * d[j]
     for idx in range(m):  # oldest to newest: β = ρ_i y_i·q, q += (α_i − β) s_i
         i = order[idx]
@@ -354,14 +374,18 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                    delta: float = 1e-5, max_iterations: int | None = None,
                    memory: int = MEMORY,
                    on_iteration: Callable[[Iteration], None] | None = None,
-                   should_stop: Callable[[np.ndarray], bool] | None = None) -> Minimum:
+                   should_stop: Callable[[np.ndarray], bool] | None = None,
+                   h0: np.ndarray | None = None) -> Minimum:
     """Minimise fun(w) + c1‖w‖₁ (fun returns (value, gradient) of a smooth convex function):
     two-loop L-BFGS with a backtracking Armijo line search, OWL-QN (pseudo-gradient, the
     direction restricted to its orthant, steps projected onto it) when c1 > 0. Stops as
     CRFsuite does (module docstring); ``should_stop(w)`` (the clock) is asked after every
     evaluation, and the last accepted w is returned. The vector algebra runs in numba kernels;
     the pairs (s, y) live in a ring of ``memory`` + 1 rows allocated once, and each accepted
-    iterate is a fresh array (callers may keep the ones they were given)."""
+    iterate is a fresh array (callers may keep the ones they were given). ``h0`` (positive,
+    len(w0)): the diagonal of the initial inverse Hessian H₀ = γ_k·diag(h0), γ_k = s·y / y·diag(h0)
+    y (Nocedal and Wright, Eq. 7.20, with a diagonal in place of I), and the first direction
+    −diag(h0)·pg; None: the identity."""
     w = np.array(w0, np.float64)
     n, c1, owlqn = w.shape[0], float(c1), c1 > 0.0
     fs, g = fun(w)
@@ -373,8 +397,15 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     gamma = 1.0
     pnorm, wnorm = _pseudo_gradient(w, g, c1, pg)
     past = [f]
-    np.negative(pg, out=d)
-    step = 1.0 / max(pnorm, 1e-300)
+    h0 = np.zeros(0) if h0 is None else np.ascontiguousarray(h0, np.float64)
+
+    def steepest() -> float:  # d ← −H₀ pg; the first step length
+        np.negative(pg, out=d)
+        if h0.shape[0]:
+            d[:] *= h0
+        return 1.0 / max(norm(d), 1e-300)
+
+    step = steepest()
     k = flat = 0
     if pnorm / max(1.0, wnorm) <= epsilon:
         return Minimum(w, f, "converged", 0)
@@ -384,9 +415,8 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         dg = dot(pg, d)
         if not dg < 0.0:  # not a descent direction: restart from the steepest descent
             ring.clear()
-            np.negative(pg, out=d)
+            step = steepest()
             dg = dot(pg, d)
-            step = 1.0 / max(norm(d), 1e-300)
         for _ in range(MAX_LINESEARCH):
             decrease, l1 = _trial(w, d, step, pg, owlqn, wn)
             fsn, gn = fun(wn)
@@ -404,7 +434,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             return Minimum(w, f, "line-search", k)
         k += 1
         row = next(r for r in range(memory + 1) if r not in ring)  # a free row
-        sy, yy = _store_pair(wn, w, gn, g, S[row], Y[row])
+        sy, yy = _store_pair(wn, w, gn, g, S[row], Y[row], h0)
         if sy > 1e-12 * max(yy, 1e-300):  # curvature: keep the pair, the oldest beyond m out
             ring.append(row)
             rho[row], gamma = 1.0 / sy, sy / yy
@@ -424,9 +454,9 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         if should_stop is not None and should_stop(w):
             return Minimum(w, f, "time-limit", k)
         if ring:
-            _two_loop(S, Y, rho, np.array(ring, np.int64), gamma, pg, d, alpha)
+            _two_loop(S, Y, rho, np.array(ring, np.int64), gamma, pg, d, alpha, h0)
         else:
-            np.negative(pg, out=d)
+            steepest()
         step = 1.0
     return Minimum(w, f, "max-epochs", k)
 
@@ -506,11 +536,12 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
                     log(f"crf: warm start: {ran} SGD epochs (eta {eta0:g}) in "
                         f"{clock.elapsed():.1f} s")
             memory = lbfgs_memory(task.dim) if num_memories is None else int(num_memories)
+            h0 = 1.0 / (obj.hessian_diagonal(w0) + 2.0 * float(c2) + 1e-12)
             res = minimize_lbfgs(obj, w0, float(c1), float(epsilon), int(period),
                                  float(stop_delta),
                                  None if max_iterations is None else int(max_iterations),
                                  memory=memory, on_iteration=on_iteration,
-                                 should_stop=lambda w: rec.poll(lambda: w))
+                                 should_stop=lambda w: rec.poll(lambda: w), h0=h0)
             run.stop(res.reason == "converged")
     finally:
         obj.close()

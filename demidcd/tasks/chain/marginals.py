@@ -357,6 +357,66 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     return total
 
 
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def hessian_diagonal_kernel(w, F, K, X, examples, h):
+    """Adds to ``h`` (float64, len(w)) the diagonal of the Hessian of Σ_i −log p(y_i | x_i)
+    over ``examples`` without the covariances between positions: Σ_t u_{t,f}² p_t(k)(1 − p_t(k))
+    for the unigram weight (f, k), Σ_t p_t(j, k)(1 − p_t(j, k)) for the transition j → k (START
+    and END from p_0, p_{n−1}), Σ_t b_{t,g}² p_t(j, k)(1 − p_t(j, k)) for the B weight (g, j, k)
+    (exact for one-token sentences; the diagonal preconditioner of L-BFGS in
+    :mod:`demidcd.solvers.crf`)."""
+    K1 = K + 1
+    KK = K * K
+    tbase = F * K
+    bbase = F * K + K1 * K1
+    tr, start, end, Etr, trmax = chain_tables(w, F, K)
+    em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
+    nofix = np.empty(0, np.int32)
+    no_sum = np.empty(0)
+    valued, has_b, bvalued = feature_kinds(X)
+    seen = X.u_off.shape[0] > 0
+    for e in range(examples.shape[0]):
+        a, n = sentence_span(X, examples[e])
+        if n == 0:
+            continue
+        sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
+        if scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
+                                   A, B, P, c, u, v, no_sum) == _NEG_INF:
+            continue
+        for t in range(n):
+            for k in range(K):
+                m = A[t * K + k] * B[t * K + k]
+                u[k] = m * (1.0 - m)
+            if t == 0:
+                for k in range(K):
+                    h[tbase + K * K1 + k] += u[k]
+            if t == n - 1:
+                for k in range(K):
+                    h[tbase + k * K1 + K] += u[k]
+            for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
+                f = X.feat_idx[q]
+                x = X.feat_val[q] * X.feat_val[q] if valued else 1.0
+                if seen:
+                    for j in range(X.u_off[f], X.u_off[f + 1]):
+                        h[j] += x * u[X.u_lab[j]]
+                else:
+                    for k in range(K):
+                        h[np.int64(f) * K + k] += x * u[k]
+        for t in range(1, n):
+            E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
+            pairwise_marginals(t, K, E, A, B, P, c, v, pair)
+            for j in range(KK):
+                pair[j] *= 1.0 - pair[j]
+            for j in range(K):
+                for k in range(K):
+                    h[tbase + j * K1 + k] += pair[j * K + k]
+            if has_b and slots[t] >= 0:
+                for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
+                    base = bbase + np.int64(X.bfeat_idx[q]) * KK
+                    x = X.bfeat_val[q] * X.bfeat_val[q] if bvalued else 1.0
+                    _add_scaled(h[base:base + KK], pair, x, KK)
+
+
 @nb.njit(cache=True, nogil=True)
 def marginals_kernel(w, F, K, X, examples, fixed):
     """Per-token marginals and log Z of ``examples``: (marg float64[n_tok·K] with
