@@ -16,7 +16,9 @@ objective evaluation cuts the examples into runs, largest first, that the ``thre
 of this process take in turn (the numba kernel releases the GIL), each into a gradient buffer
 of its own, then sums the buffers by slices of the coordinates on all threads
 (:class:`CrfObjective`); the worker processes of the DEMI-DCD engine are not used. L-BFGS
-starts from ``warm_epochs`` epochs of Hogwild SGD on the same threads (:mod:`.crf_sgd`).
+starts from ``warm_epochs`` epochs of Hogwild SGD on the same threads (:mod:`.crf_sgd`), its
+initial inverse Hessian γ_k·diag(1 / (h + 2 c2)) with h the Hessian's diagonal there
+(:meth:`CrfObjective.hessian_diagonal`; benchmarks/README.md, "The CRF's warm start").
 """
 
 from __future__ import annotations
