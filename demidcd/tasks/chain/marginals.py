@@ -110,6 +110,13 @@ def fb_workspace(w, K, X, examples):
             np.empty(m), np.empty(max(max_n, 1)))
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def block_offsets(F, K):
+    """(K + 1, K², where T starts in w (F·K), where B starts in w (F·K + (K + 1)²))."""
+    K1 = K + 1
+    return K1, K * K, F * K, F * K + K1 * K1
+
+
 @nb.njit(cache=True, nogil=True)
 def chain_tables(w, F, K):
     """(tr, start, end, Etr, trmax) of w: the transitions (:func:`~.kernels.transitions`)
@@ -287,10 +294,7 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
     """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
     gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w)); the
     marginals by :func:`scaled_forward_backward`."""
-    K1 = K + 1
-    KK = K * K
-    tbase = F * K
-    bbase = F * K + K1 * K1
+    K1, KK, tbase, bbase = block_offsets(F, K)
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
@@ -365,10 +369,7 @@ def hessian_diagonal_kernel(w, F, K, X, examples, h):
     and END from p_0, p_{n−1}), Σ_t b_{t,g}² p_t(j, k)(1 − p_t(j, k)) for the B weight (g, j, k)
     (exact for one-token sentences; the diagonal preconditioner of L-BFGS in
     :mod:`demidcd.solvers.crf`)."""
-    K1 = K + 1
-    KK = K * K
-    tbase = F * K
-    bbase = F * K + K1 * K1
+    K1, KK, tbase, bbase = block_offsets(F, K)
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     nofix = np.empty(0, np.int32)
