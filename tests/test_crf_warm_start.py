@@ -49,24 +49,17 @@ def test_lbfgs_memory_keeps_the_pairs_within_their_bytes():
     assert MEMORY < m < MEMORY_MAX and 16 * m * 450_000 <= MEMORY_BYTES
 
 
-def _run_on(jobs):
-    return [job(0) for job in jobs]
-
-
 @pytest.mark.parametrize("seen", [False, True])
 def test_sgd_epochs_lower_the_objective_from_zero(seen):
     dense, seen_task, _ = _pair(3, True, 2, n_sent=60)
     task = seen_task if seen else dense
     obj = CrfObjective(task, c2=0.1)
     f = [obj(np.zeros(task.dim))[0]]
-    buffers = np.zeros((1, task.dim))
-    args = (task.u_rows, task.K, task.chain, task.Y, np.zeros(0, np.int64))
     for epochs in (1, 3):  # (the same seed: the same calibration and first epoch)
         w = np.zeros(task.dim)
-        eta, ran = crf_sgd.sgd_epochs(w, buffers, _run_on, args, task.n_examples, 0.1,
-                                      epochs, 1)
+        eta, ran = crf_sgd.sgd_epochs(obj, w, epochs)
         assert eta in crf_sgd.CANDIDATES and ran == epochs
-        assert not buffers.any()  # the gradient scratch is left zero
+        assert not obj.buffers.any()  # the gradient scratch is left zero
         f.append(obj(w)[0])
     assert f[2] < f[1] < 0.95 * f[0]
 
@@ -94,8 +87,7 @@ def test_diverging_steps_leave_zero_weights(monkeypatch):
     task, _, _, _ = _chain(5, False, 0, n_sent=30)
     monkeypatch.setattr(crf_sgd, "CANDIDATES", (1e300,))
     w = np.zeros(task.dim)
-    args = (task.u_rows, task.K, task.chain, task.Y, np.zeros(0, np.int64))
-    crf_sgd.sgd_epochs(w, np.zeros((1, task.dim)), _run_on, args, task.n_examples, 0.1, 2, 1)
+    crf_sgd.sgd_epochs(CrfObjective(task, c2=0.1), w, 2)
     assert not w.any()
 
 

@@ -530,10 +530,8 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         with OuterLoop(task, clock) as run:
             w0 = np.zeros(task.dim)
             if int(warm_epochs) > 0:
-                eta0, ran = sgd_epochs(w0, obj.buffers, obj.run_jobs,
-                                       (task.u_rows, task.K, task.chain, task.Y, obj.frozen),
-                                       task.n_examples, float(c2), int(warm_epochs),
-                                       obj.threads, should_stop=lambda: rec.poll(lambda: w0))
+                eta0, ran = sgd_epochs(obj, w0, int(warm_epochs),
+                                       should_stop=lambda: rec.poll(lambda: w0))
                 if log is not None:
                     log(f"crf: warm start: {ran} SGD epochs (eta {eta0:g}) in "
                         f"{clock.elapsed():.1f} s")

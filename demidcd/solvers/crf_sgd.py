@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ..primitives.vectors import dot
-from ..tasks.chain.marginals import nll_gradient_kernel
+from ..tasks.chain.marginals import block_offsets, nll_gradient_kernel
+
+if TYPE_CHECKING:
+    from .crf import CrfObjective
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # η₀ tried by the calibration
 SAMPLE = 1000  # sentences the calibration passes over
@@ -47,10 +51,7 @@ def _sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen):
     built in ``g`` (zero on entry, zero again on return: only the touched entries are written
     and cleared). Returns Σ −log p(y_i | x_i) at the weights each sentence saw (+inf when one
     is not finite: the steps diverged)."""
-    K1 = K + 1
-    tbase = F * K
-    bbase = tbase + K1 * K1
-    KK = K * K
+    _, KK, tbase, bbase = block_offsets(F, K)
     seen = X.u_off.shape[0] > 0
     has_b = X.bfeat_ptr.shape[0] > 0
     loss = 0.0
@@ -91,16 +92,20 @@ def _split(order: np.ndarray, parts: int) -> list[np.ndarray]:
     return [r for r in np.array_split(order, parts) if r.size]
 
 
-def calibrate(run_on: Callable[[list[Callable[[int], float]]], list[float]], dim: int,
-              kernel_args: tuple, n_examples: int, c2: float, rng: np.random.Generator
-              ) -> float:
+def _kernel_args(obj: CrfObjective) -> tuple:
+    """(F, K, X, gold, frozen) of the objective's task in the seen-pairs layout of w."""
+    task = obj.task
+    return task.u_rows, task.K, task.chain, task.Y, obj.frozen
+
+
+def calibrate(obj: CrfObjective, rng: np.random.Generator) -> float:
     """η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
-    (module docstring). ``run_on(jobs)``: the jobs (each given its thread index) run on the
-    threads, the results in order; ``kernel_args``: (F, K, X, gold, frozen)."""
-    F, K, X, gold, frozen = kernel_args
+    (module docstring), the candidates on the objective's threads."""
+    F, K, X, gold, frozen = _kernel_args(obj)
+    dim, n_examples = obj.task.dim, obj.task.n_examples
     sample = rng.permutation(n_examples)[:SAMPLE].astype(np.int64)
-    lam = 2.0 * c2 / n_examples
-    share = c2 * sample.shape[0] / n_examples
+    lam = 2.0 * obj.c2 / n_examples
+    share = obj.c2 * sample.shape[0] / n_examples
 
     def job(eta: float) -> Callable[[int], float]:
         def run(_t: int) -> float:
@@ -109,35 +114,34 @@ def calibrate(run_on: Callable[[list[Callable[[int], float]]], list[float]], dim
             return loss + share * dot(w, w) if math.isfinite(loss) else math.inf
         return run
 
-    losses = run_on([job(eta) for eta in CANDIDATES])
+    losses = obj.run_jobs([job(eta) for eta in CANDIDATES])
     return CANDIDATES[int(np.argmin(losses))]
 
 
-def sgd_epochs(w: np.ndarray, buffers: np.ndarray,
-               run_on: Callable[[list[Callable[[int], float]]], list[float]],
-               kernel_args: tuple, n_examples: int, c2: float, epochs: int, threads: int,
-               seed: int = 0, should_stop: Callable[[], bool] | None = None
-               ) -> tuple[float, int]:
-    """``epochs`` Hogwild SGD epochs on w in place (module docstring), η₀ calibrated first;
-    thread t builds its gradients in ``buffers[t, :len(w)]`` (zero on entry and on return).
-    Returns (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs, and
-    w is put back to 0 when the steps diverged."""
-    F, K, X, gold, frozen = kernel_args
+def sgd_epochs(obj: CrfObjective, w: np.ndarray, epochs: int, seed: int = 0,
+               should_stop: Callable[[], bool] | None = None) -> tuple[float, int]:
+    """``epochs`` Hogwild SGD epochs on w in place (module docstring) for the objective ``obj``
+    (its task, c2, frozen weights and threads; thread t builds its gradients in
+    ``obj.buffers[t, :len(w)]``, zero on entry and on return), η₀ calibrated first. Returns
+    (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs, and w is put
+    back to 0 when the steps diverged."""
+    F, K, X, gold, frozen = _kernel_args(obj)
+    n_examples = obj.task.n_examples
     rng = np.random.default_rng(seed)
-    eta0 = calibrate(run_on, w.shape[0], kernel_args, n_examples, c2, rng)
-    lam = 2.0 * c2 / n_examples
+    eta0 = calibrate(obj, rng)
+    lam = 2.0 * obj.c2 / n_examples
     done = 0
     for e in range(epochs):
         if should_stop is not None and should_stop():
             break
         eta = eta0 / (1.0 + e)
-        runs = _split(rng.permutation(n_examples).astype(np.int64), threads)
+        runs = _split(rng.permutation(n_examples).astype(np.int64), obj.threads)
 
         def job(r: np.ndarray, eta: float) -> Callable[[int], float]:
-            return lambda t: _sgd_run(w, buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
+            return lambda t: _sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
                                       lam, frozen)
 
-        losses = run_on([job(r, eta) for r in runs])
+        losses = obj.run_jobs([job(r, eta) for r in runs])
         done += 1
         if not (all(math.isfinite(x) for x in losses) and np.isfinite(w).all()):
             w[:] = 0.0  # diverged: L-BFGS starts from 0 as without a warm start

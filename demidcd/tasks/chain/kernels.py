@@ -182,15 +182,17 @@ def token_emissions(w, K, X, a, n, em):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def token_scatter(K, X, tok, m, scale, out):
+def token_scatter(K, X, tok, m, scale, out, squared=False):
     """The adjoint of :func:`token_emissions` for one token: out[U(f, k)] += scale·u_{tok,f}·m[k]
     for every feature f of token ``tok`` and every label k with a weight for f (all K in the
-    dense U block, f's seen labels in the seen-pairs block); m: K values per label."""
+    dense U block, f's seen labels in the seen-pairs block); m: K values per label.
+    ``squared``: u_{tok,f}² in place of u_{tok,f} (a Hessian's diagonal)."""
     valued = X.feat_val.shape[0] > 0
     seen = X.u_off.shape[0] > 0
     for q in range(X.feat_ptr[tok], X.feat_ptr[tok + 1]):
         f = X.feat_idx[q]
-        c = scale * (X.feat_val[q] if valued else 1.0)
+        u = X.feat_val[q] if valued else 1.0
+        c = scale * (u * u if squared else u)
         if seen:
             for j in range(X.u_off[f], X.u_off[f + 1]):
                 out[j] += c * m[X.u_lab[j]]

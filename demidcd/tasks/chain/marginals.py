@@ -374,8 +374,7 @@ def hessian_diagonal_kernel(w, F, K, X, examples, h):
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
     nofix = np.empty(0, np.int32)
     no_sum = np.empty(0)
-    valued, has_b, bvalued = feature_kinds(X)
-    seen = X.u_off.shape[0] > 0
+    _, has_b, bvalued = feature_kinds(X)
     for e in range(examples.shape[0]):
         a, n = sentence_span(X, examples[e])
         if n == 0:
@@ -394,15 +393,7 @@ def hessian_diagonal_kernel(w, F, K, X, examples, h):
             if t == n - 1:
                 for k in range(K):
                     h[tbase + k * K1 + K] += u[k]
-            for q in range(X.feat_ptr[a + t], X.feat_ptr[a + t + 1]):
-                f = X.feat_idx[q]
-                x = X.feat_val[q] * X.feat_val[q] if valued else 1.0
-                if seen:
-                    for j in range(X.u_off[f], X.u_off[f + 1]):
-                        h[j] += x * u[X.u_lab[j]]
-                else:
-                    for k in range(K):
-                        h[np.int64(f) * K + k] += x * u[k]
+            token_scatter(K, X, a + t, u, 1.0, h, True)
         for t in range(1, n):
             E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
             pairwise_marginals(t, K, E, A, B, P, c, v, pair)
