@@ -58,14 +58,23 @@ def check_marginals(task: Task) -> None:
 
 
 def compile_kernels(task: Task) -> None:
-    """Compile (or load from numba's cache) the forward-backward kernels on example 0."""
-    from ..tasks.chain.marginals import marginals_kernel, nll_gradient_kernel
+    """Compile (or load from numba's cache) the kernels training and marginals call, on
+    example 0 (before the clock starts: a cold cache costs seconds)."""
+    from ..tasks.chain.marginals import (
+        hessian_diagonal_kernel,
+        marginals_kernel,
+        nll_gradient_kernel,
+    )
+    from .crf_sgd import _sgd_run
 
     check_marginals(task)
     w = np.zeros(task.dim)
     ex = np.zeros(min(1, task.n_examples), np.int64)
     nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
     marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
+    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim))
+    _sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
+             np.zeros(0, np.int64))
 
 
 SMALLEST_RUN = 1 / 32  # the last runs of an evaluation: this share of one thread's tokens
