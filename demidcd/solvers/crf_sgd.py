@@ -30,16 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 from ..primitives.vectors import dot
 from ..tasks.chain.marginals import block_offsets, nll_gradient_kernel
-
-if TYPE_CHECKING:
-    from .crf import CrfObjective
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # η₀ tried by the calibration
 SAMPLE = 1000  # sentences the calibration passes over
@@ -92,13 +89,14 @@ def _split(order: np.ndarray, parts: int) -> list[np.ndarray]:
     return [r for r in np.array_split(order, parts) if r.size]
 
 
-def _kernel_args(obj: CrfObjective) -> tuple:
-    """(F, K, X, gold, frozen) of the objective's task in the seen-pairs layout of w."""
+def _kernel_args(obj: Any) -> tuple:
+    """(F, K, X, gold, frozen) of the objective's task (``obj``: a :class:`.crf.CrfObjective`,
+    untyped here: crf imports this module) in the seen-pairs layout of w."""
     task = obj.task
     return task.u_rows, task.K, task.chain, task.Y, obj.frozen
 
 
-def calibrate(obj: CrfObjective, rng: np.random.Generator) -> float:
+def calibrate(obj: Any, rng: np.random.Generator) -> float:
     """η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
     (module docstring), the candidates on the objective's threads."""
     F, K, X, gold, frozen = _kernel_args(obj)
@@ -118,7 +116,7 @@ def calibrate(obj: CrfObjective, rng: np.random.Generator) -> float:
     return CANDIDATES[int(np.argmin(losses))]
 
 
-def sgd_epochs(obj: CrfObjective, w: np.ndarray, epochs: int, seed: int = 0,
+def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
                should_stop: Callable[[], bool] | None = None) -> tuple[float, int]:
     """``epochs`` Hogwild SGD epochs on w in place (module docstring) for the objective ``obj``
     (its task, c2, frozen weights and threads; thread t builds its gradients in
