@@ -75,7 +75,7 @@ def test_sgd_steps_are_the_gradient_of_the_sentence():
     nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g)
     lam, eta = 0.02, 0.1
     w1 = w.copy()
-    crf_sgd._sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, i, eta,
+    crf_sgd.sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, i, eta,
                      lam, np.zeros(0, np.int64))
     moved = w1 != w
     assert moved.any()

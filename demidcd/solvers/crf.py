@@ -65,7 +65,7 @@ def compile_kernels(task: Task) -> None:
         marginals_kernel,
         nll_gradient_kernel,
     )
-    from .crf_sgd import _sgd_run
+    from .crf_sgd import sgd_run
 
     check_marginals(task)
     w = np.zeros(task.dim)
@@ -73,7 +73,7 @@ def compile_kernels(task: Task) -> None:
     nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
     marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
     hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim))
-    _sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
+    sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
              np.zeros(0, np.int64))
 
 

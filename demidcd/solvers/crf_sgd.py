@@ -43,7 +43,7 @@ SAMPLE = 1000  # sentences the calibration passes over
 
 
 @njit(cache=True, nogil=True)
-def _sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen):
+def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen):
     """One SGD step per sentence of ``order`` on w (module docstring), the gradient of each
     built in ``g`` (zero on entry, zero again on return: only the touched entries are written
     and cleared). Returns Σ −log p(y_i | x_i) at the weights each sentence saw (+inf when one
@@ -108,7 +108,7 @@ def calibrate(obj: Any, rng: np.random.Generator) -> float:
     def job(eta: float) -> Callable[[int], float]:
         def run(_t: int) -> float:
             w, g = np.zeros(dim), np.zeros(dim)
-            loss = _sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen)
+            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen)
             return loss + share * dot(w, w) if math.isfinite(loss) else math.inf
         return run
 
@@ -136,7 +136,7 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
         runs = _split(rng.permutation(n_examples).astype(np.int64), obj.threads)
 
         def job(r: np.ndarray, eta: float) -> Callable[[int], float]:
-            return lambda t: _sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
+            return lambda t: sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
                                       lam, frozen)
 
         losses = obj.run_jobs([job(r, eta) for r in runs])
