@@ -391,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
                 val[p]["relative_error_work_conserving"] = (pr - m) / m if math.isfinite(m) \
                     else None
         proj["validation"] = val
+    else:
+        proj["skipped"] = ("1-DCD did not come within 1% of f* (the best primal of all runs) "
+                           "inside the budget: no measured work to project from; give a "
+                           "larger --budget")
+        say(f"no projection: {proj['skipped']}", q)
     what = (f"{Path(data['train']).name}" if args.train else
             "EWT XPOS" if args.task == "sequence" else "CoNLL04 seeded split")
     res = {"benchmark": "scaling (issue 7, Figure 4)", "machine": info, "what": what,

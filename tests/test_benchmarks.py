@@ -321,7 +321,9 @@ def test_scaling_end_to_end_warns_when_oversubscribed(tiny, tmp_path, capsys):
 
     scaling = importlib.import_module("scaling")
     over = (os.cpu_count() or 1) + 1
-    assert scaling.main([*_data(tiny), "--threads", f"1,2,{over}", "--budget", "0.4",
+    # a budget where 1-DCD surely comes within 1% of every run's best primal (it did so in
+    # 0.16-0.20 s on the 2-core guests; a CI runner twice slower missed it at 0.4 s)
+    assert scaling.main([*_data(tiny), "--threads", f"1,2,{over}", "--budget", "1.0",
                          "--snapshot-every", "0.05", "--min-step", "0.05", "--fill-epochs", "1",
                          "--project-max", "8", "--out-dir", str(tmp_path), "--name", "s"]) == 0
     out = capsys.readouterr().out
@@ -519,7 +521,8 @@ def test_million_tokens_brown_end_to_end_with_peers(tiny, tmp_path):
         assert r["setup_seconds"] > 0 and r["tokens"] > 0, a
     an = t["analysis"]
     assert an["fstar"] == min(x["primal"] for r in t["runs"].values() for x in r["curve"])
-    assert min(r["time_to_1pct"] for r in t["runs"].values()) != "inf"
+    # f* is some run's primal, so that run comes within 1% (JSON writes an infinity as "inf")
+    assert any(r["time_to_1pct"] != "inf" for r in t["runs"].values())
     assert "not installed" in t["peers"]["wapiti"].get("skipped", "not installed")
     if importlib.util.find_spec("pycrfsuite") is not None:
         for p in ("lbfgs", "ap"):
