@@ -272,42 +272,57 @@ def _two_loop_reference(S, Y, pg, h0=None):
     return -q
 
 
-@pytest.mark.parametrize("m,diagonal", [(1, False), (2, False), (5, False), (1, True),
-                                        (5, True)])
-def test_two_loop_kernel_equals_the_textbook_recursion(m, diagonal):
-    from demidcd.solvers.crf import _store_pair, _two_loop
+@pytest.mark.parametrize("m,stored,diagonal,slices", [
+    (1, 1, False, 1), (2, 2, False, 3), (5, 5, False, 2), (1, 1, True, 1), (5, 5, True, 3),
+    (3, 8, False, 2), (4, 9, True, 3)])
+def test_two_loop_equals_the_textbook_recursion(m, stored, diagonal, slices):
+    """PairMemory's direction (inner products kept as pairs arrive, one pass for those with pg,
+    one to form d; slices of the coordinates on threads, blocks of BLOCK) equals Algorithm 7.4
+    on the last m of ``stored`` pairs (stored > m: the ring wraps and rows are reused)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    rng = np.random.default_rng(m)
-    n, rows = 40, m + 1
-    S, Y = rng.normal(size=(rows, n)), rng.normal(size=(rows, n))
+    from demidcd.solvers.crf import BLOCK, PairMemory
+
+    rng = np.random.default_rng(10 * m + stored)
+    n = 2 * BLOCK + 37  # blocks, a partial one, and slices that cut blocks
+    S, Y = rng.normal(size=(stored, n)), rng.normal(size=(stored, n))
     Y[:] = S + 0.3 * Y  # s·y > 0, as the line search keeps them
-    order = rng.permutation(rows)[:m]  # a ring: any rows, oldest first
-    rho = np.zeros(rows)
-    rho[order] = 1.0 / np.einsum("ij,ij->i", S[order], Y[order])
-    pg, d = rng.normal(size=n), np.empty(n)
     h0 = rng.uniform(0.01, 10.0, n) if diagonal else np.zeros(0)
-    newest = order[-1]
-    s, y = np.empty(n), np.empty(n)  # γ as minimize_lbfgs takes it: from _store_pair
-    sy, yhy = _store_pair(S[newest], np.zeros(n), Y[newest], np.zeros(n), s, y, h0)
-    _two_loop(S, Y, rho, order.astype(np.int64), sy / yhy, pg, d, np.zeros(rows), h0)
-    np.testing.assert_allclose(d, _two_loop_reference(S[order], Y[order], pg,
-                                                      h0 if diagonal else None),
-                               rtol=1e-10, atol=1e-12)
+    cuts = np.linspace(0, n, slices + 1).astype(np.int64)
+    with ThreadPoolExecutor(slices) as pool:
+        def on_threads(fn):
+            return list(pool.map(fn, range(slices)))
+
+        pairs = PairMemory(n, m, h0, cuts, on_threads)
+        zero = np.zeros(n)
+        for i in range(stored):  # a direction after every pair, as minimize_lbfgs takes them
+            pairs.store(S[i], zero, Y[i], zero)
+            pg, d = rng.normal(size=n), np.empty(n)
+            pairs.direction(pg, d)
+            lo = max(0, i + 1 - m)
+            np.testing.assert_allclose(
+                d, _two_loop_reference(S[lo:i + 1], Y[lo:i + 1], pg, h0 if diagonal else None),
+                rtol=1e-9, atol=1e-11)
+    assert len(pairs) == min(m, stored)
 
 
-@pytest.mark.parametrize("c1", [0.0, 0.7])
-def test_lbfgs_reaches_the_closed_form_optimum_of_a_separable_problem(c1):
+@pytest.mark.parametrize("c1,threads", [(0.0, 1), (0.7, 1), (0.0, 3), (0.7, 2)])
+def test_lbfgs_reaches_the_closed_form_optimum_of_a_separable_problem(c1, threads):
     """f(w) = Σ_j a_j (w_j − b_j)²: the optimum of f + c1‖w‖₁ is the soft threshold
     sign(b)·max(|b| − c1/(2a), 0); with a spread over e^±3 the iterations run well past the
-    m = 6 pairs kept (the ring of pairs wraps)."""
+    m = 6 pairs kept (the ring of pairs wraps); the vector algebra on 1 to 3 threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
     rng = np.random.default_rng(3)
     n = 200
     a, b = np.exp(rng.uniform(-3, 3, n)), rng.normal(scale=2.0, size=n)
     def fun(w):
         return float(a @ (w - b) ** 2), 2 * a * (w - b)
 
-    res = minimize_lbfgs(fun, np.zeros(n), c1=c1, epsilon=1e-7, period=10, delta=0.0,
-                         max_iterations=5000)
+    with ThreadPoolExecutor(threads) as pool:
+        res = minimize_lbfgs(fun, np.zeros(n), c1=c1, epsilon=1e-7, period=10, delta=0.0,
+                             max_iterations=5000, threads=threads,
+                             on_threads=lambda fn: list(pool.map(fn, range(threads))))
     assert res.reason == "converged" and res.iterations > 12
     opt = np.sign(b) * np.maximum(np.abs(b) - c1 / (2 * a), 0.0)
     np.testing.assert_allclose(res.w, opt, atol=1e-5)

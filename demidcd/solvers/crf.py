@@ -28,13 +28,14 @@ import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 from ..errors import OptionError
 from ..options import default
-from ..primitives.vectors import dot, norm
+from ..primitives.vectors import dot
 from ..tasks.base import Task
 from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
 from .crf_sdca import train_crf_sdca
@@ -75,6 +76,9 @@ def compile_kernels(task: Task) -> None:
     hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim))
     sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
              np.zeros(0, np.int64))
+    a = np.array([1.0, 3.0])  # L-BFGS's kernels: a few OWL-QN steps on a small quadratic
+    minimize_lbfgs(lambda x: (float(a @ (x - 1.0) ** 2), 2.0 * a * (x - 1.0)), np.zeros(2),
+                   c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
 
 
 SMALLEST_RUN = 1 / 32  # the last runs of an evaluation: this share of one thread's tokens
@@ -178,7 +182,7 @@ class CrfObjective:
         _sum_rows(self.buffers, self._kernel_w, 2.0 * self.c2, self.cuts[t], self.cuts[t + 1],
                   self._grad if self.dense_at is None else self.total)
 
-    def _on_all(self, fn: Callable[[int], float | None]) -> list:
+    def on_all(self, fn: Callable[[int], Any]) -> list:
         """fn(t) on every thread t at once (t = 0 on this one)."""
         if self.pool is None:
             return [fn(0)]
@@ -196,7 +200,7 @@ class CrfObjective:
                     break
                 out[i] = jobs[i](t)
 
-        self._on_all(take)
+        self.on_all(take)
         return out
 
     def hessian_diagonal(self, w: np.ndarray) -> np.ndarray:
@@ -227,9 +231,9 @@ class CrfObjective:
         if self.dense_at is not None:
             self.w_dense[self.dense_at] = w[self.seen_at]
             self._kernel_w = self.w_dense
-        nll = sum(self._on_all(self._gradients))
+        nll = sum(self.on_all(self._gradients))
         self._grad = grad = np.empty(self.task.dim)
-        self._on_all(self._sum)
+        self.on_all(self._sum)
         if self.dense_at is not None:
             grad[self.seen_at] = self.total[self.dense_at]
             grad[self.pad_at] = (2.0 * self.c2) * w[self.pad_at]  # U's padding: its L2 term
@@ -265,12 +269,12 @@ class Minimum:
 
 
 @njit(cache=True, nogil=True)
-def _pseudo_gradient(w, g, c1, pg):
-    """pg ← OWL-QN's pseudo-gradient of f + c1‖w‖₁ (Andrew and Gao 2007): the one-sided
-    derivative towards decrease, 0 where w_j = 0 and |g_j| ≤ c1 (pg = g when c1 = 0).
-    Returns (‖pg‖, ‖w‖)."""
+def _pseudo_gradient(w, g, c1, pg, a, b):
+    """pg ← OWL-QN's pseudo-gradient of f + c1‖w‖₁ (Andrew and Gao 2007) on [a, b): the
+    one-sided derivative towards decrease, 0 where w_j = 0 and |g_j| ≤ c1 (pg = g when c1 = 0).
+    Returns the slice's (‖pg‖², ‖w‖²)."""
     pp = ww = 0.0
-    for j in range(w.shape[0]):
+    for j in range(a, b):
         x, gj = w[j], g[j]
         if c1 == 0.0:
             p = gj
@@ -287,23 +291,41 @@ def _pseudo_gradient(w, g, c1, pg):
         pg[j] = p
         pp += p * p
         ww += x * x
-    return math.sqrt(pp), math.sqrt(ww)
+    return pp, ww
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _steepest(pg, h0, d, a, b):
+    """d ← −D pg on [a, b), D = diag(h0) (empty: the identity); returns the slice's ‖d‖²."""
+    dd = 0.0
+    diag = h0.shape[0] > 0
+    for j in range(a, b):
+        x = -pg[j] * h0[j] if diag else -pg[j]
+        d[j] = x
+        dd += x * x
+    return dd
 
 
 @njit(cache=True, nogil=True)
-def _restrict(d, pg):
-    """OWL-QN: zero the directions that do not descend the pseudo-gradient (d_j pg_j ≥ 0)."""
-    for j in range(d.shape[0]):
-        if d[j] * pg[j] >= 0.0:
+def _slope(d, pg, owlqn, a, b):
+    """With ``owlqn``, zero the directions on [a, b) that do not descend the pseudo-gradient
+    (d_j pg_j ≥ 0: OWL-QN's restriction); returns the slice's pg·d."""
+    s = 0.0
+    for j in range(a, b):
+        x = d[j] * pg[j]
+        if owlqn and x >= 0.0:
             d[j] = 0.0
+        else:
+            s += x
+    return s
 
 
 @njit(cache=True, nogil=True)
-def _trial(w, d, step, pg, owlqn, wn):
-    """wn ← w + step·d, with ``owlqn`` projected onto the orthant of w (of −pg where w_j = 0).
-    Returns (pg·(wn − w), ‖wn‖₁)."""
+def _trial(w, d, step, pg, owlqn, wn, a, b):
+    """wn ← w + step·d on [a, b), with ``owlqn`` projected onto the orthant of w (of −pg where
+    w_j = 0). Returns the slice's (pg·(wn − w), ‖wn‖₁)."""
     dec = l1 = 0.0
-    for j in range(w.shape[0]):
+    for j in range(a, b):
         x = w[j] + step * d[j]
         if owlqn:
             o = w[j] if w[j] != 0.0 else -pg[j]
@@ -316,58 +338,120 @@ def _trial(w, d, step, pg, owlqn, wn):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _store_pair(wn, w, gn, g, s, y, h0):
-    """s ← wn − w, y ← gn − g; returns (s·y, y·D y) with D = diag(h0) (empty: the identity)."""
+def _store_pair(wn, w, gn, g, s, y, h0, a, b):
+    """s ← wn − w, y ← gn − g on [a, b); returns the slice's (s·y, y·D y) with D = diag(h0)
+    (empty: the identity)."""
     sy = yy = 0.0
     diag = h0.shape[0] > 0
-    for j in range(w.shape[0]):
-        a = wn[j] - w[j]
-        b = gn[j] - g[j]
-        s[j] = a
-        y[j] = b
-        sy += a * b
-        yy += b * b * h0[j] if diag else b * b
+    for j in range(a, b):
+        u = wn[j] - w[j]
+        v = gn[j] - g[j]
+        s[j] = u
+        y[j] = v
+        sy += u * v
+        yy += v * v * h0[j] if diag else v * v
     return sy, yy
 
 
+BLOCK = 1024  # coordinates per block of the two-loop's passes (a few rows of it fit in L1)
+
+
 @njit(cache=True, nogil=True, fastmath=True)
-def _two_loop(S, Y, rho, order, gamma, pg, d, alpha, h0):
-    """d ← −H pg by the two-loop recursion over the stored pairs ``order`` (rows of S, Y,
-    oldest first), H₀ = gamma·diag(h0) (h0 empty: gamma·I) (Nocedal and Wright, Algorithm 7.4);
-    every pass applies one pair's update and takes the next pair's inner product."""
-    m, n = order.shape[0], pg.shape[0]
-    for j in range(n):
-        d[j] = pg[j]
-    a_prev = 0.0
-    for idx in range(m - 1, -1, -1):  # newest to oldest: α_i = ρ_i s_i·q, q −= α_i y_i
-        i, acc = order[idx], 0.0
-        if idx < m - 1:
-            yp = Y[order[idx + 1]]
-            for j in range(n):
-                d[j] -= a_prev * yp[j]
-                acc += S[i, j] * d[j]
-        else:
-            for j in range(n):
-                acc += S[i, j] * d[j]
-        a_prev = rho[i] * acc
-        alpha[i] = a_prev
-    y0, acc = Y[order[0]], 0.0
+def _gram_pass(S, Y, order, new, pg, h0, out, a, b):
+    """The inner products the two-loop needs, over [a, b) (summed over the slices by the
+    caller): out[k] = s_k·pg, out[m + k] = y_k·D pg for the pairs k of ``order`` (rows of S,
+    Y), and when ``new`` ≥ 0 (the row of a pair just stored) out[2m + k] = s_new·y_k,
+    out[3m + k] = s_k·y_new, out[4m + k] = y_new·D y_k. One pass over the pairs, by blocks."""
+    m = order.shape[0]
     diag = h0.shape[0] > 0
-    for j in range(n):  # the last update, H₀, and y_oldest·q
-        d[j] = gamma * (d[j] - a_prev * y0[j]) * (h0[j] if diag else 1.0)
-        acc += y0[j] * d[j]
-    for idx in range(m):  # oldest to newest: β = ρ_i y_i·q, q += (α_i − β) s_i
-        i = order[idx]
-        c = alpha[i] - rho[i] * acc
-        si, acc = S[i], 0.0
-        if idx < m - 1:
-            yn = Y[order[idx + 1]]
-            for j in range(n):
-                d[j] += c * si[j]
-                acc += yn[j] * d[j]
+    out[:] = 0.0
+    dpg, dyn = np.empty(BLOCK), np.empty(BLOCK)
+    for lo in range(a, b, BLOCK):
+        hi = min(lo + BLOCK, b)
+        width, pgb = hi - lo, pg[lo:hi]
+        for j in range(width):
+            dpg[j] = pgb[j] * h0[lo + j] if diag else pgb[j]
+        yn, sn = Y[max(new, 0), lo:hi], S[max(new, 0), lo:hi]
+        if new >= 0:
+            for j in range(width):
+                dyn[j] = yn[j] * h0[lo + j] if diag else yn[j]
+        for k in range(m):
+            si, yi = S[order[k], lo:hi], Y[order[k], lo:hi]
+            sg = ydg = 0.0
+            if new >= 0:
+                p = q = r = 0.0
+                for j in range(width):
+                    sg += si[j] * pgb[j]
+                    ydg += yi[j] * dpg[j]
+                    p += sn[j] * yi[j]
+                    q += si[j] * yn[j]
+                    r += yi[j] * dyn[j]
+                out[2 * m + k] += p
+                out[3 * m + k] += q
+                out[4 * m + k] += r
+            else:
+                for j in range(width):
+                    sg += si[j] * pgb[j]
+                    ydg += yi[j] * dpg[j]
+            out[k] += sg
+            out[m + k] += ydg
+
+
+@njit(cache=True, nogil=True)
+def _coefficients(SY, YDY, rho, order, gamma, sg, ydg, qy, rs, alpha):
+    """The two-loop recursion (Nocedal and Wright, Algorithm 7.4; H₀ = γ D) run on inner
+    products only: its q stays pg + Σ_k qy_k y_k and its r = γ D q + Σ_k rs_k s_k, so that
+    s_i·q and y_i·r come from sg, ydg (this iteration's) and SY[i, j] = s_i·y_j, YDY[i, j] =
+    y_i·D y_j (kept as pairs arrive). Fills qy, rs (by position in ``order``) for
+    :func:`_combine`: −H pg = −(γ D (pg + Σ qy_k y_k) + Σ rs_k s_k)."""
+    m = order.shape[0]
+    qy[:m] = 0.0
+    rs[:m] = 0.0
+    for k in range(m - 1, -1, -1):  # newest to oldest: α_k = ρ_k s_k·q, q −= α_k y_k
+        i, sq = order[k], sg[k]
+        for t in range(m):
+            sq += qy[t] * SY[i, order[t]]
+        alpha[k] = rho[i] * sq
+        qy[k] -= alpha[k]
+    for k in range(m):  # oldest to newest: β = ρ_k y_k·r, r += (α_k − β) s_k
+        i, yr, ys = order[k], ydg[k], 0.0
+        for t in range(m):
+            yr += qy[t] * YDY[i, order[t]]
+            ys += rs[t] * SY[order[t], i]
+        rs[k] += alpha[k] - rho[i] * (gamma * yr + ys)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _combine(S, Y, order, qy, rs, gamma, pg, h0, d, a, b):
+    """d ← −(γ D (pg + Σ_k qy_k y_k) + Σ_k rs_k s_k) on [a, b), by blocks
+    (:func:`_coefficients`)."""
+    m = order.shape[0]
+    diag = h0.shape[0] > 0
+    acc = np.empty(BLOCK)
+    for lo in range(a, b, BLOCK):
+        hi = min(lo + BLOCK, b)
+        width = hi - lo
+        pgb = pg[lo:hi]
+        for j in range(width):
+            acc[j] = pgb[j]
+        for k in range(m):
+            c, yk = qy[k], Y[order[k], lo:hi]
+            for j in range(width):
+                acc[j] += c * yk[j]
+        if diag:
+            hb = h0[lo:hi]
+            for j in range(width):
+                acc[j] *= -gamma * hb[j]
         else:
-            for j in range(n):
-                d[j] = -(d[j] + c * si[j])
+            for j in range(width):
+                acc[j] *= -gamma
+        for k in range(m):
+            c, sk = rs[k], S[order[k], lo:hi]
+            for j in range(width):
+                acc[j] -= c * sk[j]
+        db = d[lo:hi]
+        for j in range(width):
+            db[j] = acc[j]
 
 
 def _backtrack(step: float, f: float, fn: float, slope: float) -> float:
@@ -380,56 +464,128 @@ def _backtrack(step: float, f: float, fn: float, slope: float) -> float:
     return step * min(0.5, max(0.1, -slope / (2.0 * curvature)))
 
 
+def _sliced(on_threads: Callable[[Callable[[int], Any]], list], cuts: np.ndarray,
+            kernel: Callable, *args: Any) -> Any:
+    """kernel(*args, a, b) on every thread's slice [cuts[t], cuts[t + 1]) at once; the sum over
+    the slices of what it returns (a number, or a tuple of them summed entrywise)."""
+    parts = on_threads(lambda t: kernel(*args, cuts[t], cuts[t + 1]))
+    return tuple(map(sum, zip(*parts, strict=True))) if isinstance(parts[0], tuple) \
+        else sum(parts)
+
+
+class PairMemory:
+    """L-BFGS's memory: the last ``memory`` pairs s = w_{k+1} − w_k, y = g_{k+1} − g_k in a ring
+    of ``memory`` + 1 rows allocated once, with ρ = 1 / s·y and the inner products SY[i, j] =
+    s_i·y_j and YDY[i, j] = y_i·D y_j (D = diag(h0), empty: I) taken as pairs arrive, so that
+    the two-loop recursion (Nocedal and Wright, Algorithm 7.4) needs one pass for the inner
+    products with pg and one to form the direction (:func:`_coefficients`), each over the
+    threads' slices of the coordinates (``on_threads(fn)`` calls fn(t) for every thread t)."""
+
+    def __init__(self, n: int, memory: int, h0: np.ndarray, cuts: np.ndarray,
+                 on_threads: Callable[[Callable[[int], Any]], list]):
+        self.h0, self.cuts, self.on_threads = h0, cuts, on_threads
+        self.S, self.Y = np.empty((memory + 1, n)), np.empty((memory + 1, n))
+        self.SY, self.YDY = np.zeros((memory + 1, memory + 1)), np.zeros((memory + 1, memory + 1))
+        self.rho, self.qy, self.rs, self.alpha = (np.zeros(memory + 1) for _ in range(4))
+        self.dots = np.zeros((len(cuts) - 1, 5 * (memory + 1)))  # _gram_pass's, per slice
+        self.memory, self.ring, self.gamma = memory, [], 1.0  # ring: rows in use, oldest first
+        self.new = -1  # the row of a pair stored since the last direction
+
+    def __len__(self) -> int:
+        return len(self.ring)
+
+    def clear(self) -> None:
+        self.ring.clear()
+        self.new = -1
+
+    def store(self, wn: np.ndarray, w: np.ndarray, gn: np.ndarray, g: np.ndarray) -> None:
+        """Keep the pair (wn − w, gn − g) if s·y > 0 (the curvature condition), the oldest beyond
+        ``memory`` out; γ = s·y / y·D y of the newest."""
+        row = next(r for r in range(self.memory + 1) if r not in self.ring)  # a free row
+        sy, yy = _sliced(self.on_threads, self.cuts, _store_pair, wn, w, gn, g, self.S[row],
+                         self.Y[row], self.h0)
+        self.new = -1
+        if sy > 1e-12 * max(yy, 1e-300):
+            self.ring.append(row)
+            self.rho[row], self.gamma, self.new = 1.0 / sy, sy / yy, row
+            if len(self.ring) > self.memory:
+                self.ring.pop(0)
+
+    def direction(self, pg: np.ndarray, d: np.ndarray) -> None:
+        """d ← −H pg, H the L-BFGS inverse Hessian of the pairs kept, H₀ = γ D."""
+        order, m, new, cuts = np.array(self.ring, np.int64), len(self.ring), self.new, self.cuts
+        S, Y, h0, dots = self.S, self.Y, self.h0, self.dots
+        self.on_threads(lambda t: _gram_pass(S, Y, order, new, pg, h0, dots[t], cuts[t],
+                                             cuts[t + 1]))
+        tot = dots.sum(axis=0)
+        if new >= 0:
+            self.SY[new, order], self.SY[order, new] = tot[2 * m:3 * m], tot[3 * m:4 * m]
+            self.YDY[new, order] = self.YDY[order, new] = tot[4 * m:5 * m]
+            self.new = -1
+        qy, rs, gamma = self.qy, self.rs, self.gamma
+        _coefficients(self.SY, self.YDY, self.rho, order, gamma, tot[:m], tot[m:2 * m], qy, rs,
+                      self.alpha)
+        self.on_threads(lambda t: _combine(S, Y, order, qy, rs, gamma, pg, h0, d, cuts[t],
+                                           cuts[t + 1]))
+
+
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np.ndarray,
                    c1: float = 0.0, epsilon: float = 1e-5, period: int = 10,
                    delta: float = 1e-5, max_iterations: int | None = None,
                    memory: int = MEMORY,
                    on_iteration: Callable[[Iteration], None] | None = None,
                    should_stop: Callable[[np.ndarray], bool] | None = None,
-                   h0: np.ndarray | None = None) -> Minimum:
+                   h0: np.ndarray | None = None, threads: int = 1,
+                   on_threads: Callable[[Callable[[int], Any]], list] | None = None) -> Minimum:
     """Minimise fun(w) + c1‖w‖₁ (fun returns (value, gradient) of a smooth convex function):
     two-loop L-BFGS with a backtracking Armijo line search, OWL-QN (pseudo-gradient, the
     direction restricted to its orthant, steps projected onto it) when c1 > 0. Stops as
     CRFsuite does (module docstring); ``should_stop(w)`` (the clock) is asked after every
-    evaluation, and the last accepted w is returned. The vector algebra runs in numba kernels;
-    the pairs (s, y) live in a ring of ``memory`` + 1 rows allocated once, and each accepted
-    iterate is a fresh array (callers may keep the ones they were given). ``h0`` (positive,
-    len(w0)): the diagonal of the initial inverse Hessian H₀ = γ_k·diag(h0), γ_k = s·y / y·diag(h0)
-    y (Nocedal and Wright, Eq. 7.20, with a diagonal in place of I), and the first direction
-    −diag(h0)·pg; None: the identity."""
+    evaluation, and the last accepted w is returned. Each accepted iterate is a fresh array
+    (callers may keep the ones they were given). ``h0`` (positive, len(w0)): the diagonal of
+    the initial inverse Hessian H₀ = γ_k·diag(h0), γ_k = s·y / y·diag(h0) y (Nocedal and Wright,
+    Eq. 7.20, with a diagonal in place of I), and the first direction −diag(h0)·pg; None: the
+    identity.
+
+    The vector algebra runs in numba kernels over ``threads`` slices of the coordinates at
+    once, ``on_threads(fn)`` calling fn(t) for every t < ``threads`` concurrently (None: one
+    slice, here); the two-loop recursion as :class:`PairMemory` runs it, in two passes."""
     w = np.array(w0, np.float64)
     n, c1, owlqn = w.shape[0], float(c1), c1 > 0.0
+    if on_threads is None:
+        threads, on_threads = 1, lambda fn: [fn(0)]
+    cuts = np.linspace(0, n, max(1, int(threads)) + 1).astype(np.int64)
+
+    def sliced(kernel: Callable, *args: Any) -> Any:
+        return _sliced(on_threads, cuts, kernel, *args)
+
     fs, g = fun(w)
     f = fs + c1 * float(np.abs(w).sum())
     pg, d, wn = np.empty(n), np.empty(n), np.empty(n)
-    S, Y = np.empty((memory + 1, n)), np.empty((memory + 1, n))  # m pairs and a row to fill
-    rho, alpha = np.zeros(memory + 1), np.zeros(memory + 1)
-    ring: list[int] = []  # rows of S, Y in use, oldest first
-    gamma = 1.0
-    pnorm, wnorm = _pseudo_gradient(w, g, c1, pg)
-    past = [f]
     h0 = np.zeros(0) if h0 is None else np.ascontiguousarray(h0, np.float64)
+    pairs = PairMemory(n, memory, h0, cuts, on_threads)
+
+    def pseudo_gradient() -> tuple[float, float]:  # pg; (‖pg‖, ‖w‖)
+        pp, ww = sliced(_pseudo_gradient, w, g, c1, pg)
+        return math.sqrt(pp), math.sqrt(ww)
 
     def steepest() -> float:  # d ← −H₀ pg; the first step length
-        np.negative(pg, out=d)
-        if h0.shape[0]:
-            d[:] *= h0
-        return 1.0 / max(norm(d), 1e-300)
+        return 1.0 / max(math.sqrt(sliced(_steepest, pg, h0, d)), 1e-300)
 
+    pnorm, wnorm = pseudo_gradient()
+    past = [f]
     step = steepest()
     k = flat = 0
     if pnorm / max(1.0, wnorm) <= epsilon:
         return Minimum(w, f, "converged", 0)
     while max_iterations is None or k < max_iterations:
-        if owlqn:
-            _restrict(d, pg)
-        dg = dot(pg, d)
+        dg = sliced(_slope, d, pg, owlqn)
         if not dg < 0.0:  # not a descent direction: restart from the steepest descent
-            ring.clear()
+            pairs.clear()
             step = steepest()
-            dg = dot(pg, d)
+            dg = sliced(_slope, d, pg, owlqn)
         for _ in range(MAX_LINESEARCH):
-            decrease, l1 = _trial(w, d, step, pg, owlqn, wn)
+            decrease, l1 = sliced(_trial, w, d, step, pg, owlqn, wn)
             fsn, gn = fun(wn)
             fn = fsn + c1 * l1
             slope = decrease if owlqn else step * dg  # the model's decrease at this step
@@ -444,16 +600,10 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         if flat >= period:  # that many in a row: flat at this precision, as a failed search
             return Minimum(w, f, "line-search", k)
         k += 1
-        row = next(r for r in range(memory + 1) if r not in ring)  # a free row
-        sy, yy = _store_pair(wn, w, gn, g, S[row], Y[row], h0)
-        if sy > 1e-12 * max(yy, 1e-300):  # curvature: keep the pair, the oldest beyond m out
-            ring.append(row)
-            rho[row], gamma = 1.0 / sy, sy / yy
-            if len(ring) > memory:
-                ring.pop(0)
+        pairs.store(wn, w, gn, g)
         w, g, f = wn, gn, fn
         wn = np.empty(n)  # a fresh array per iterate: callers may keep the ones they were given
-        pnorm, wnorm = _pseudo_gradient(w, g, c1, pg)
+        pnorm, wnorm = pseudo_gradient()
         gnorm = pnorm / max(1.0, wnorm)
         if on_iteration is not None:
             on_iteration(Iteration(k, f, gnorm, step, 0, w))
@@ -464,8 +614,8 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             return Minimum(w, f, "converged", k)
         if should_stop is not None and should_stop(w):
             return Minimum(w, f, "time-limit", k)
-        if ring:
-            _two_loop(S, Y, rho, np.array(ring, np.int64), gamma, pg, d, alpha, h0)
+        if pairs:
+            pairs.direction(pg, d)
         else:
             steepest()
         step = 1.0
@@ -550,7 +700,8 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
                                  float(stop_delta),
                                  None if max_iterations is None else int(max_iterations),
                                  memory=memory, on_iteration=on_iteration,
-                                 should_stop=lambda w: rec.poll(lambda: w), h0=h0)
+                                 should_stop=lambda w: rec.poll(lambda: w), h0=h0,
+                                 threads=obj.threads, on_threads=obj.on_all)
             run.stop(res.reason == "converged")
     finally:
         obj.close()
