@@ -495,12 +495,14 @@ class PairMemory:
         return len(self.ring)
 
     def clear(self) -> None:
+        """Forget every pair (L-BFGS restarts from the steepest descent)."""
         self.ring.clear()
         self.new = -1
 
     def store(self, wn: np.ndarray, w: np.ndarray, gn: np.ndarray, g: np.ndarray) -> None:
         """Keep the pair (wn − w, gn − g) if s·y > 0 (the curvature condition), the oldest beyond
-        ``memory`` out; γ = s·y / y·D y of the newest."""
+        ``memory`` out; γ = s·y / y·D y of the newest. Its inner products with the others are
+        taken by the next :meth:`direction`, which must come before the next store."""
         row = next(r for r in range(self.memory + 1) if r not in self.ring)  # a free row
         sy, yy = _sliced(self.on_threads, self.cuts, _store_pair, wn, w, gn, g, self.S[row],
                          self.Y[row], self.h0)
