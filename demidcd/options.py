@@ -274,7 +274,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("num_memories", "--num-memories", int, None, "crf lbfgs: the pairs (s, y) L-BFGS "
        "keeps (sklearn-crfsuite's num_memories)", owners=CRF,
        rule="as many as 64 MiB hold, between 6 (CRFsuite's) and 20"),
-    _o("warm_epochs", "--warm-epochs", int, 3, "crf lbfgs: epochs of stochastic gradient "
+    _o("warm_epochs", "--warm-epochs", int, 5, "crf lbfgs: epochs of stochastic gradient "
        "descent (Hogwild on --threads threads, the step size calibrated on a sample) that "
        "give L-BFGS its start; 0: start from w = 0 as CRFsuite", owners=CRF),
     _o("max_iterations", "--max-iterations", int, None, "crf: L-BFGS iterations (sdca: "
