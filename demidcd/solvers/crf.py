@@ -18,7 +18,9 @@ of its own, then sums the buffers by slices of the coordinates on all threads
 (:class:`CrfObjective`); the worker processes of the DEMI-DCD engine are not used. L-BFGS
 starts from ``warm_epochs`` epochs of Hogwild SGD on the same threads (:mod:`.crf_sgd`), its
 initial inverse Hessian γ_k·diag(1 / (h + 2 c2)) with h the Hessian's diagonal there
-(:meth:`CrfObjective.hessian_diagonal`; benchmarks/README.md, "The CRF's warm start").
+(:meth:`CrfObjective.hessian_diagonal`; benchmarks/README.md, "The CRF's warm start"). Its
+vector algebra between evaluations runs on the same threads, by slices of the coordinates
+(:class:`PairMemory`: the two-loop recursion from inner products kept as pairs arrive).
 """
 
 from __future__ import annotations
