@@ -287,7 +287,7 @@ def test_two_loop_equals_the_textbook_recursion(m, stored, diagonal, slices):
     n = 2 * BLOCK + 37  # blocks, a partial one, and slices that cut blocks
     S, Y = rng.normal(size=(stored, n)), rng.normal(size=(stored, n))
     Y[:] = S + 0.3 * Y  # s·y > 0, as the line search keeps them
-    h0 = rng.uniform(0.01, 10.0, n) if diagonal else np.zeros(0)
+    h0 = rng.uniform(0.01, 10.0, n) if diagonal else np.ones(n)  # D = I
     cuts = np.linspace(0, n, slices + 1).astype(np.int64)
     with ThreadPoolExecutor(slices) as pool:
         def on_threads(fn):

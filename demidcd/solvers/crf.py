@@ -298,11 +298,10 @@ def _pseudo_gradient(w, g, c1, pg, a, b):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _steepest(pg, h0, d, a, b):
-    """d ← −D pg on [a, b), D = diag(h0) (empty: the identity); returns the slice's ‖d‖²."""
+    """d ← −D pg on [a, b), D = diag(h0); returns the slice's ‖d‖²."""
     dd = 0.0
-    diag = h0.shape[0] > 0
     for j in range(a, b):
-        x = -pg[j] * h0[j] if diag else -pg[j]
+        x = -pg[j] * h0[j]
         d[j] = x
         dd += x * x
     return dd
@@ -341,17 +340,15 @@ def _trial(w, d, step, pg, owlqn, wn, a, b):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _store_pair(wn, w, gn, g, s, y, h0, a, b):
-    """s ← wn − w, y ← gn − g on [a, b); returns the slice's (s·y, y·D y) with D = diag(h0)
-    (empty: the identity)."""
+    """s ← wn − w, y ← gn − g on [a, b); returns the slice's (s·y, y·D y) with D = diag(h0)."""
     sy = yy = 0.0
-    diag = h0.shape[0] > 0
     for j in range(a, b):
         u = wn[j] - w[j]
         v = gn[j] - g[j]
         s[j] = u
         y[j] = v
         sy += u * v
-        yy += v * v * h0[j] if diag else v * v
+        yy += v * v * h0[j]
     return sy, yy
 
 
@@ -362,41 +359,33 @@ BLOCK = 1024  # coordinates per block of the two-loop's passes (a few rows of it
 def _gram_pass(S, Y, order, new, pg, h0, out, a, b):
     """The inner products the two-loop needs, over [a, b) (summed over the slices by the
     caller): out[k] = s_k·pg, out[m + k] = y_k·D pg for the pairs k of ``order`` (rows of S,
-    Y), and when ``new`` ≥ 0 (the row of a pair just stored) out[2m + k] = s_new·y_k,
-    out[3m + k] = s_k·y_new, out[4m + k] = y_new·D y_k. One pass over the pairs, by blocks."""
+    Y), and out[2m + k] = s_new·y_k, out[3m + k] = s_k·y_new, out[4m + k] = y_new·D y_k for
+    the pair in row ``new`` (just stored; the caller ignores these when no pair was). One pass
+    over the pairs, by blocks."""
     m = order.shape[0]
-    diag = h0.shape[0] > 0
     out[:] = 0.0
     dpg, dyn = np.empty(BLOCK), np.empty(BLOCK)
     for lo in range(a, b, BLOCK):
         hi = min(lo + BLOCK, b)
         width, pgb = hi - lo, pg[lo:hi]
+        yn, sn = Y[new, lo:hi], S[new, lo:hi]
         for j in range(width):
-            dpg[j] = pgb[j] * h0[lo + j] if diag else pgb[j]
-        yn, sn = Y[max(new, 0), lo:hi], S[max(new, 0), lo:hi]
-        if new >= 0:
-            for j in range(width):
-                dyn[j] = yn[j] * h0[lo + j] if diag else yn[j]
+            dpg[j] = pgb[j] * h0[lo + j]
+            dyn[j] = yn[j] * h0[lo + j]
         for k in range(m):
             si, yi = S[order[k], lo:hi], Y[order[k], lo:hi]
-            sg = ydg = 0.0
-            if new >= 0:
-                p = q = r = 0.0
-                for j in range(width):
-                    sg += si[j] * pgb[j]
-                    ydg += yi[j] * dpg[j]
-                    p += sn[j] * yi[j]
-                    q += si[j] * yn[j]
-                    r += yi[j] * dyn[j]
-                out[2 * m + k] += p
-                out[3 * m + k] += q
-                out[4 * m + k] += r
-            else:
-                for j in range(width):
-                    sg += si[j] * pgb[j]
-                    ydg += yi[j] * dpg[j]
+            sg = ydg = p = q = r = 0.0
+            for j in range(width):
+                sg += si[j] * pgb[j]
+                ydg += yi[j] * dpg[j]
+                p += sn[j] * yi[j]
+                q += si[j] * yn[j]
+                r += yi[j] * dyn[j]
             out[k] += sg
             out[m + k] += ydg
+            out[2 * m + k] += p
+            out[3 * m + k] += q
+            out[4 * m + k] += r
 
 
 @njit(cache=True, nogil=True)
@@ -428,7 +417,6 @@ def _combine(S, Y, order, qy, rs, gamma, pg, h0, d, a, b):
     """d ← −(γ D (pg + Σ_k qy_k y_k) + Σ_k rs_k s_k) on [a, b), by blocks
     (:func:`_coefficients`)."""
     m = order.shape[0]
-    diag = h0.shape[0] > 0
     acc = np.empty(BLOCK)
     for lo in range(a, b, BLOCK):
         hi = min(lo + BLOCK, b)
@@ -440,13 +428,9 @@ def _combine(S, Y, order, qy, rs, gamma, pg, h0, d, a, b):
             c, yk = qy[k], Y[order[k], lo:hi]
             for j in range(width):
                 acc[j] += c * yk[j]
-        if diag:
-            hb = h0[lo:hi]
-            for j in range(width):
-                acc[j] *= -gamma * hb[j]
-        else:
-            for j in range(width):
-                acc[j] *= -gamma
+        hb = h0[lo:hi]
+        for j in range(width):
+            acc[j] *= -gamma * hb[j]
         for k in range(m):
             c, sk = rs[k], S[order[k], lo:hi]
             for j in range(width):
@@ -478,7 +462,7 @@ def _sliced(on_threads: Callable[[Callable[[int], Any]], list], cuts: np.ndarray
 class PairMemory:
     """L-BFGS's memory: the last ``memory`` pairs s = w_{k+1} − w_k, y = g_{k+1} − g_k in a ring
     of ``memory`` + 1 rows allocated once, with ρ = 1 / s·y and the inner products SY[i, j] =
-    s_i·y_j and YDY[i, j] = y_i·D y_j (D = diag(h0), empty: I) taken as pairs arrive, so that
+    s_i·y_j and YDY[i, j] = y_i·D y_j (D = diag(h0)) taken as pairs arrive, so that
     the two-loop recursion (Nocedal and Wright, Algorithm 7.4) needs one pass for the inner
     products with pg and one to form the direction (:func:`_coefficients`), each over the
     threads' slices of the coordinates (``on_threads(fn)`` calls fn(t) for every thread t)."""
@@ -486,7 +470,7 @@ class PairMemory:
     def __init__(self, n: int, memory: int, h0: np.ndarray, cuts: np.ndarray,
                  on_threads: Callable[[Callable[[int], Any]], list]):
         self.h0, self.cuts, self.on_threads = h0, cuts, on_threads
-        self.S, self.Y = np.empty((memory + 1, n)), np.empty((memory + 1, n))
+        self.S, self.Y = np.zeros((memory + 1, n)), np.zeros((memory + 1, n))
         self.SY, self.YDY = np.zeros((memory + 1, memory + 1)), np.zeros((memory + 1, memory + 1))
         self.rho, self.qy, self.rs, self.alpha = (np.zeros(memory + 1) for _ in range(4))
         self.dots = np.zeros((len(cuts) - 1, 5 * (memory + 1)))  # _gram_pass's, per slice
@@ -519,8 +503,8 @@ class PairMemory:
         """d ← −H pg, H the L-BFGS inverse Hessian of the pairs kept, H₀ = γ D."""
         order, m, new, cuts = np.array(self.ring, np.int64), len(self.ring), self.new, self.cuts
         S, Y, h0, dots = self.S, self.Y, self.h0, self.dots
-        self.on_threads(lambda t: _gram_pass(S, Y, order, new, pg, h0, dots[t], cuts[t],
-                                             cuts[t + 1]))
+        self.on_threads(lambda t: _gram_pass(S, Y, order, max(new, 0), pg, h0, dots[t],
+                                             cuts[t], cuts[t + 1]))
         tot = dots.sum(axis=0)
         if new >= 0:
             self.SY[new, order], self.SY[order, new] = tot[2 * m:3 * m], tot[3 * m:4 * m]
@@ -566,7 +550,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     fs, g = fun(w)
     f = fs + c1 * float(np.abs(w).sum())
     pg, d, wn = np.empty(n), np.empty(n), np.empty(n)
-    h0 = np.zeros(0) if h0 is None else np.ascontiguousarray(h0, np.float64)
+    h0 = np.ones(n) if h0 is None else np.ascontiguousarray(h0, np.float64)
     pairs = PairMemory(n, memory, h0, cuts, on_threads)
 
     def pseudo_gradient() -> tuple[float, float]:  # pg; (‖pg‖, ‖w‖)
