@@ -311,8 +311,7 @@ class SequenceSpec(TaskSpec):
         if output.marginals:
             if output.scores:
                 raise OptionError("--marginals cannot be combined with --scores")
-            if not est.probabilistic:
-                est._check_probabilistic("--marginals")  # the one-line refusal
+            est._check_probabilistic("--marginals")
 
     def _given_column(self, data: Any, options: DataOptions) -> str | int | None:
         """The column ``--force`` reads the given labels from: the model's (or --column's)
