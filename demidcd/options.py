@@ -49,7 +49,8 @@ class Option:
     line, without the default), ``tier`` (``basic``: ``--help``; ``advanced``: ``--help-all``),
     ``group`` (data, learner, output), ``owners``, ``choices``, ``metavar``, ``commands``
     (the subcommands that take it), ``rule`` (the default's rule or the reason the CLI differs),
-    ``param`` (False: a CLI-only option, not an estimator keyword)."""
+    ``param`` (False: a CLI-only option, not an estimator keyword), ``const`` (not None: the
+    value may be left out, and then is ``const``)."""
 
     name: str
     flag: str
@@ -65,6 +66,7 @@ class Option:
     rule: str = ""
     cli_default: Any = None
     param: bool = True
+    const: Any = None  # the value of the flag given without one (argparse's nargs="?")
 
     def default_text(self, cli: bool = True) -> str:
         """The default as ``--help`` shows it."""
@@ -179,7 +181,8 @@ OPTIONS: tuple[Option, ...] = (
        rule="off (no F1 gain on CoNLL-2000 / CoNLL-2002); "
             "evaluate / predict: the model's"),
     _o("nbest", "--nbest", int, None, "the K best taggings of each sentence in CRF++'s n-best "
-       "layout: '# RANK SCORE' before each labelled copy, SCORE = w·Φ(x, y)", ADVANCED, OUTPUT,
+       "layout: '# RANK SCORE' before each labelled copy, SCORE = p(y | x) for a CRF model "
+       "(crf_test -n), w·Φ(x, y) for the others", ADVANCED, OUTPUT,
        SEQUENCE_TASKS, metavar="K", commands=("predict",), rule="the best tagging only",
        param=False),
     _o("force", "--force", bool, False, "keep the labels of the input's label column that the "
@@ -190,11 +193,12 @@ OPTIONS: tuple[Option, ...] = (
     _o("scores", "--scores", bool, False, "a '# SCORE MARGIN' line before each sentence and a "
        "token-margin column after the label (max-marginal minus the best other label's)",
        ADVANCED, OUTPUT, SEQUENCE_TASKS, commands=("predict",), param=False),
-    _o("marginals", "--marginals", bool, False, "CRF models: the marginal p(label | x) after "
-       "each label (CoNLL-U: Prob= in MISC) and a '# P' line with the tagging's probability "
-       "p(y | x) before each sentence (CRF++'s -v2, the best label's column)", ADVANCED,
-       OUTPUT, SEQUENCE_TASKS,
-       commands=("predict",), param=False),
+    _o("marginals", "--marginals", str, None, "CRF models, CRF++'s crf_test -v1 layout: each "
+       "label as LABEL/p(label | x) (CoNLL-U: Prob= in MISC) and a '# P' line with the "
+       "tagging's probability p(y | x) before each sentence; --marginals all: -v2, every "
+       "label's LABEL/p after it too (CoNLL-U: Probs= in MISC)", ADVANCED, OUTPUT,
+       SEQUENCE_TASKS, choices=("best", "all"), commands=("predict",), rule="off; "
+       "--marginals alone: best", param=False, const="best"),
     # -- learner -------------------------------------------------------------------------
     _o("algorithm", "--algorithm", str, None, "the learner (demidcd learners: the list)",
        BASIC, metavar="NAME", rule="demi-dcd when --threads > 1, else dcd"),

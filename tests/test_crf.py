@@ -245,10 +245,10 @@ def test_cli_train_crf_and_predict_marginals(cli_chunker, tmp_path, capsys):  # 
                  "--out", str(out), "--quiet"]) == 0
     blocks = _blocks(out)
     assert blocks
-    for head, toks in blocks:
+    for head, toks in blocks:  # crf_test -v1: the label as LABEL/p(label | x)
         p = float(head[0])
-        probs = [float(f[4]) for f in toks]
-        assert all(len(f) == 5 for f in toks)
+        probs = [float(f[3].rsplit("/", 1)[1]) for f in toks]
+        assert all(len(f) == 4 for f in toks)
         assert 0 < p <= min(probs) + 1e-6 and max(probs) <= 1 + 1e-9  # p(y) <= p(y_t)
     capsys.readouterr()
     assert main(["predict", "--model", str(svm_model), "--data", str(train), "--marginals",

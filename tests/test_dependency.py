@@ -430,8 +430,8 @@ CONLLX = """1\tThe\tthe\tDT\tDT\t_\t2\tNMOD\t_\t_
 def ud_problems(text: str) -> list[str]:
     """What the CoNLL 2018 UD evaluator (and UD's validator on the basic tree) would reject in a
     predicted CoNLL-U text: word ids 1..n in order, HEAD an integer in 0..n, exactly one word
-    with head 0, no cycle, DEPREL not empty and ``root`` exactly on the head-0 word, DEPS
-    ``_`` (no gold enhanced graph passed through), no empty node left without its graph."""
+    with head 0, no cycle, DEPREL not empty and ``root`` exactly on the head-0 word (the
+    other fields and the empty nodes are the input's: issue 56)."""
     out = []
     sentences, cur = [], []
     for line in [*text.split("\n"), ""]:
@@ -443,9 +443,7 @@ def ud_problems(text: str) -> list[str]:
             f = line.split("\t")
             if len(f) != 10:
                 out.append(f"not 10 columns: {line!r}")
-            elif "." in f[0]:
-                out.append(f"empty node {f[0]} without its enhanced graph")
-            elif "-" not in f[0]:
+            elif "-" not in f[0] and "." not in f[0]:
                 cur.append(f)
     for s, words in enumerate(sentences):
         n = len(words)
@@ -462,8 +460,6 @@ def ud_problems(text: str) -> list[str]:
         for f, h in zip(words, heads, strict=True):
             if not f[7] or f[7].isspace() or (h == 0) != (f[7] == "root"):
                 out.append(f"sentence {s}: DEPREL {f[7]!r} with HEAD {h}")
-            if f[8] != "_":
-                out.append(f"sentence {s}: DEPS {f[8]!r} passed through")
     return out
 
 
@@ -486,21 +482,15 @@ def test_read_conllu_skips_multiword_and_empty_nodes(tmp_path):
 
 
 @pytest.mark.parametrize("fmt,text", [("conllu", CONLLU), ("conllx", CONLLX)])
-def test_writer_replaces_head_deprel_and_clears_deps(tmp_path, fmt, text):
+def test_writer_replaces_head_deprel_and_keeps_the_rest(tmp_path, fmt, text):
     p = tmp_path / f"a.{fmt}"
     p.write_text(text)
     c = read_dependency(p, fmt, "xpos")
     out = tmp_path / "out"
-    # gold heads and labels back: the text, but DEPS (PHEAD, PDEPREL) "_" and no empty node
+    # gold heads and labels back: the text as given, DEPS (PHEAD, PDEPREL), MISC and the empty
+    # node included (issue 56: the writer keeps what the parser does not predict)
     write_dependency(out, c, c.heads, c.deprels)
-    want = []
-    for line in (text + ("" if text.endswith("\n\n") else "\n")).split("\n"):
-        f = line.split("\t")
-        if len(f) == 10 and f[0].isdigit():
-            line = "\t".join(f[:8] + ["_", "_" if fmt == "conllx" else f[9]])
-        elif len(f) == 10 and "." in f[0]:
-            continue
-        want.append(line)
+    want = (text + ("" if text.endswith("\n\n") else "\n")).split("\n")
     assert out.read_text() == "\n".join(want)
     # new heads and labels
     new = [[0] + [1] * (len(h) - 1) for h in c.heads]
@@ -701,7 +691,7 @@ def test_cli_train_evaluate_predict(tmp_path, capsys, fmt):
     assert out[1].startswith("UAS without punctuation: ")
     assert out[2].startswith("LAS: ") and float(out[2].split()[1]) >= 95.0
     assert out[3].startswith("LAS without punctuation: ")
-    # predict from a file without HEAD, DEPREL (and DEPS): nothing of the gold passes through
+    # predict from a file without HEAD, DEPREL (and DEPS): nothing of the gold to pass through
     blank = tmp_path / f"blank.{fmt}"
     blank.write_text("\n".join("\t".join(f[:6] + ["_", "_", "_"] + f[9:]) if len(f) == 10
                                else "" for f in (line.split("\t") for line in text.split("\n"))))
@@ -724,7 +714,7 @@ def test_cli_train_evaluate_predict(tmp_path, capsys, fmt):
 
 def test_cli_unlabelled_model_writes_root_and_underscores(tmp_path, capsys):
     """A model without labels (as every model before labels): DEPREL root on the head-0 word,
-    _ elsewhere, DEPS _, UAS lines only."""
+    _ elsewhere, DEPS as given, UAS lines only."""
     from demidcd.cli import main
 
     rng = np.random.default_rng(13)
@@ -745,7 +735,10 @@ def test_cli_unlabelled_model_writes_root_and_underscores(tmp_path, capsys):
     assert main(["predict", "--model", str(model), "--data", str(ud_file(tmp_path)),
                  "--out", str(pred), "--quiet"]) == 0
     assert ud_problems(pred.read_text()) == []
-    assert "\tadvmod\t" not in pred.read_text() and "3.1\t" not in pred.read_text()
+    assert "\tadvmod\t" not in pred.read_text()
+    # DEPS and the empty node are the input's (issue 56)
+    assert "3.1\tgo\tgo\tV\tVB\t_\t_\t_\t3:conj\t_\n" in pred.read_text()
+    assert "\t3:advmod\t" in pred.read_text()
 
 
 def ud_file(tmp_path: Path) -> Path:

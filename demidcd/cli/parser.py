@@ -69,6 +69,8 @@ def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
                 kw["metavar"] = o.metavar
             if o.choices:
                 kw["choices"] = _choices(o)
+            if o.const is not None:
+                kw.update(nargs="?", const=o.const)
         groups[o.group].add_argument(o.flag, **kw)
 
 
@@ -138,10 +140,10 @@ def build_parser(show_all: bool = False, helps: bool = True) -> argparse.Argumen
                             "from columns by the content)")
         _add_table_options(q, name, True, helps)
         if name == "predict":
-            q.add_argument("--out", required=True, metavar="FILE",
-                           help="output file (the input's format and encoding; - or "
-                                "/dev/stdout: standard output, status lines then go to "
-                                "stderr)")
+            q.add_argument("--out", default="-", metavar="FILE",
+                           help="output file, in the input's format and encoding (default: "
+                                "-, standard output, as crf_test writes; status lines then go "
+                                "to stderr)")
 
     e = sub.add_parser("evaluate-snapshots",
                        help="primal objective and metric of every snapshot, as CSV")

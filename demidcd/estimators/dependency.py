@@ -136,6 +136,16 @@ class DependencyParser(StructuredEstimator):
             second = fill_pos(words, tags, by_pos)
         return tags, second
 
+    def filled_pos(self, X: list[Sentence]) -> tuple[list[list[str]], list[list[str]] | None]:
+        """(POS, second POS or None) of the sentences of X as :meth:`predict` uses them: a
+        column that is ``"_"`` for every word filled from the other (see the class
+        docstring); ``"_"`` where a tag was never seen in training."""
+        self._check_fitted()
+        words, tags, second = split_sentences(X)
+        if second is not None:
+            tags, second = self._fill_pos(words, tags, second)
+        return tags, second
+
     def fit(self, X: list[Sentence], Y: list[Heads], X_dev: list[Sentence] | None = None,
             Y_dev: list[Heads] | None = None) -> DependencyParser:
         """Learn w from sentences X with gold trees Y (optional dev set for the log)."""

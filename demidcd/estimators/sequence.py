@@ -424,6 +424,12 @@ class SequenceTagger(StructuredEstimator):
         return [(names[e], float(scores[e]), float(sent[e]), m[ptr[e]:ptr[e + 1]])
                 for e in range(len(names))]
 
+    @property
+    def probabilistic(self) -> bool:
+        """True when the model's scores are log-probabilities up to log Z (trained with
+        ``crf``); the SVMs' and perceptrons' are margins, not calibrated."""
+        return self._algorithm() == "crf"
+
     def _check_probabilistic(self, what: str) -> None:
         """Refuse marginals of a model whose scores are not log-probabilities (every learner
         but ``crf``: the SVMs' and perceptrons' scores are margins, not calibrated)."""
@@ -462,6 +468,25 @@ class SequenceTagger(StructuredEstimator):
         rows = [dict(zip(names, r, strict=True)) for r in marg.tolist()]
         out = [rows[ptr[e]:ptr[e + 1]] for e in range(len(X))]
         return out, self._names(tags, tptr), scores - logz
+
+    def log_partition(self, X: list[list], fixed: list[list[str | None]] | None = None
+                      ) -> np.ndarray:
+        """log Z(x) = log Σ_y exp(w·Φ(x, y)) per sentence (float64), over the taggings
+        :meth:`predict` considers (``fixed`` tags kept, the label scheme's constraints obeyed),
+        so that p(y | x) = exp(w·Φ(x, y) − log Z(x)) for the scores of :meth:`predict_nbest`
+        (what CRF++'s ``crf_test -n`` prints). Only for models trained with
+        ``algorithm="crf"``; others raise OptionError."""
+        from ..tasks.chain.marginals import chain_marginals
+
+        self._check_fitted()
+        self._check_probabilistic("log_partition")
+        X = check_sentences(X, dicts=True)
+        if not X:
+            return np.zeros(0)
+        task = self._task(X, None)
+        ids = self._fixed_ids(X, fixed)
+        examples = np.arange(task.n_examples)
+        return chain_marginals(task, self.coef_, examples, ids, self._constraints())[2]
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
         total = sum(len(s) for s in Y)

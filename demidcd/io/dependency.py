@@ -7,16 +7,19 @@ Both formats have ten tab-separated fields per token line,
 so the POS columns and HEAD sit at the same places: ``pos_column="upos"`` reads field 4
 (CoNLL-X CPOSTAG), ``"xpos"`` field 5 (CoNLL-X POSTAG), HEAD is field 7 and DEPREL field 8
 (``_`` allowed: no label). Comment lines (``#``) are kept for the writer; in CoNLL-U,
-multiword-token lines (``1-2``) and empty nodes (``5.1``) are skipped when reading. Token ids
-must run 1, 2, … in each sentence and gold heads must lie in 0..n and form a tree. Every problem
-raises :class:`~demidcd.errors.InputError` naming the file and the 1-based line.
+multiword-token lines (``1-2``) and empty nodes (``5.1``) are skipped when reading (kept for the
+writer too; a block of such lines without a word, between blank lines, stays a block of its
+own). Token ids must run 1, 2, … in each sentence and gold heads must lie in 0..n and form a
+tree. Every problem raises :class:`~demidcd.errors.InputError` naming the file and the 1-based
+line.
 
-:func:`write_dependency` writes the original lines with the predicted HEAD and DEPREL and
-``_`` in DEPS (CoNLL-X: PHEAD and PDEPREL), so no gold annotation passes through; it drops the
-empty nodes (they belong to the enhanced graph, which is not predicted) and keeps comments and
-multiword-token lines. Without predicted labels DEPREL is ``root`` on the word with head 0 and
-``_`` elsewhere. The file is written atomically (temporary file in the target directory, then
-``os.replace``).
+:func:`write_dependency` writes the original lines with the predicted HEAD and DEPREL, and in
+a POS column given as ``_`` the tag the parser used (filled from the other column, see
+:meth:`~demidcd.estimators.dependency.DependencyParser.filled_pos`); everything else is kept
+as given: the other fields (DEPS, MISC, FEATS; CoNLL-X PHEAD and PDEPREL), comments,
+multiword-token lines, empty nodes and the blank lines between sentences. Without predicted
+labels DEPREL is ``root`` on the word with head 0 and ``_`` elsewhere. The file is written
+atomically (temporary file in the target directory, then ``os.replace``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ DEP_FORMATS = ("conllu", "conllx")
 POS_COLUMNS = {"upos": 3, "xpos": 4}  # 0-based field index (CoNLL-X: CPOSTAG, POSTAG)
 _HEAD = 6
 _DEPREL = 7
+_BLANK = [""]  # in DepCorpus.raw: a blank line ending a block without words
 
 
 @dataclass
@@ -48,8 +52,10 @@ class DepCorpus:
     without labels).
     ``other_pos``: the other POS column (XPOS when ``pos`` is UPOS and vice versa; CoNLL-X
     POSTAG / CPOSTAG) when it has a tag for every word of the file, else None.
-    ``raw[s]`` holds the sentence's original lines split into fields (comments as one field),
-    or None for an in-memory corpus.
+    ``raw[s]`` holds the sentence's original lines split into fields (comments as one field,
+    ``[""]`` a blank line that ended a block without words), or None for an in-memory corpus;
+    ``pos_field`` the 0-based field ``pos`` was read from (3: UPOS / CPOSTAG, 4: XPOS /
+    POSTAG; ``other_pos`` is the other one).
     """
 
     words: list[list[str]]
@@ -61,6 +67,7 @@ class DepCorpus:
     raw: list[list[list[str]]] | None
     other_pos: list[list[str]] | None = None
     deprels: list[list[str]] | None = None
+    pos_field: int = 3
 
     def __len__(self) -> int:
         return len(self.words)
@@ -181,6 +188,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                 if words:
                     close()
                     words, tags, other, heads, rels, hline, rl = [], [], [], [], [], [], []
+                elif rl and rl[-1] != _BLANK:  # lines without a word: a block of their own
+                    rl.append(_BLANK)
                 continue
             if line[0] == "#":
                 rl.append([line])
@@ -238,8 +247,8 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
             rl.append(f)
         if words:
             close()
-        elif rl and raw:  # trailing comments
-            raw[-1].extend(rl)
+        elif rl and raw:  # trailing lines without a word, after a blank line
+            raw[-1].extend([_BLANK, *(rl[:-1] if rl[-1] == _BLANK else rl)])
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -251,7 +260,7 @@ def read_dependency(path: str | os.PathLike[str], fmt: str = "conllu", pos_colum
                           ", and the other POS column lacks tags too: give every word a tag "
                           "in one of them"))
     return DepCorpus(words_all, pos_all, heads_all, path, lines, fmt, raw,
-                     other_all if other_ok else None, rels_all)
+                     other_all if other_ok else None, rels_all, pi)
 
 
 def corpus_from_lists(words: list[list[str]], pos: list[list[str]],
@@ -280,14 +289,21 @@ def _deprel(heads: list[int], rels: list[str] | None, k: int) -> str:
     return "root" if int(heads[k]) == 0 else "_"
 
 
-def _lines(corpus: DepCorpus, predicted: list[list[int]], deprels: list[list[str]] | None):
+def _lines(corpus: DepCorpus, predicted: list[list[int]], deprels: list[list[str]] | None,
+           pos: list[list[str]] | None, other_pos: list[list[str]] | None):
+    pi = corpus.pos_field
     for s, (words, pred) in enumerate(zip(corpus.words, predicted, strict=True)):
         rels = deprels[s] if deprels is not None else None
         if len(pred) != len(words) or (rels is not None and len(rels) != len(words)):
             raise ValueError(f"sentence {s}: {len(pred)} heads for {len(words)} words")
+        used = [(pi, pos[s] if pos is not None else None),
+                (7 - pi, other_pos[s] if other_pos is not None else None)]
+        for _, tags in used:
+            if tags is not None and len(tags) != len(words):
+                raise ValueError(f"sentence {s}: {len(tags)} POS tags for {len(words)} words")
         rl = corpus.raw[s] if corpus.raw is not None else None
         if rl is None:
-            for k, (w, p) in enumerate(zip(words, corpus.pos[s], strict=True)):
+            for k, (w, p) in enumerate(zip(words, used[0][1] or corpus.pos[s], strict=True)):
                 f = [str(k + 1), w, "_", p, "_", "_", str(int(pred[k])),
                      _deprel(pred, rels, k), "_", "_"]
                 yield "\t".join(f)
@@ -298,29 +314,35 @@ def _lines(corpus: DepCorpus, predicted: list[list[int]], deprels: list[list[str
                     g = list(f)
                     g[_HEAD] = str(int(pred[k]))
                     g[_DEPREL] = _deprel(pred, rels, k)
-                    g[8] = "_"  # DEPS (CoNLL-X PHEAD)
-                    if corpus.fmt == "conllx":
-                        g[9] = "_"  # PDEPREL
+                    for i, tags in used:  # a POS column given empty: the tag used
+                        if tags is not None and g[i] in ("_", "") and tags[k] != "_":
+                            g[i] = tags[k]
                     k += 1
                     yield "\t".join(g)
-                elif len(f) == 10 and "." in f[0]:
-                    continue  # an empty node of the enhanced graph
-                else:
+                else:  # comments, multiword tokens, empty nodes, blank lines: as given
                     yield "\t".join(f)
         yield ""
 
 
 def write_dependency(path: str | os.PathLike[str], corpus: DepCorpus,
                      predicted: list[list[int]], deprels: list[list[str]] | None = None,
-                     encoding: str = "utf-8") -> None:
-    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n), DEPREL by
-    ``deprels`` (None: ``root`` for head 0, else ``_``) and DEPS by ``_``, atomically
-    (:func:`~demidcd.io.model.atomic_write`: ``-`` is standard output)."""
+                     encoding: str = "utf-8", pos: list[list[str]] | None = None,
+                     other_pos: list[list[str]] | None = None) -> None:
+    """Write ``corpus`` with HEAD replaced by ``predicted`` (heads of words 1..n) and DEPREL by
+    ``deprels`` (None: ``root`` for head 0, else ``_``), atomically
+    (:func:`~demidcd.io.model.atomic_write`: ``-`` is standard output). ``pos`` and
+    ``other_pos``: the tags the parser used in the POS column read (``corpus.pos_field``)
+    and in the other one, written where the file has ``_`` (a column the parser filled);
+    every other field and line is written as read."""
     path = os.fspath(path)
     if len(predicted) != len(corpus.words) or (deprels is not None and
                                                len(deprels) != len(corpus.words)):
         raise ValueError(f"{len(predicted)} predicted sentences for {len(corpus.words)}")
-    data = ("\n".join(_lines(corpus, predicted, deprels)) + "\n").encode(encoding)
+    for tags in (pos, other_pos):
+        if tags is not None and len(tags) != len(corpus.words):
+            raise ValueError(f"{len(tags)} POS sentences for {len(corpus.words)}")
+    data = ("\n".join(_lines(corpus, predicted, deprels, pos, other_pos)) + "\n"
+            ).encode(encoding)
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     atomic_write(path, lambda f: f.write(data))

@@ -33,7 +33,8 @@ class Blocks(NamedTuple):
     with the tags ``tags[b]``, preceded by the line ``headers[b]`` (None: none) and with
     ``extra[b][t]`` as a field after token t's label (None: no extra field). A sentence may
     come in several blocks (n-best lists); the lines around its tokens that are not tokens
-    (``-DOCSTART-``) are written with its first block only."""
+    (``-DOCSTART-``) are written with its first block only. In a columns file an extra field
+    may be a tuple of fields (``--marginals all``: one ``LABEL/p`` cell per label)."""
 
     tags: list[list[str]]
     order: list[int]
@@ -66,6 +67,8 @@ def _check_blocks(corpus: TaggedCorpus, blocks: Blocks, fmt: str) -> None:
                 raise ValueError(f"sentence {s}: {len(p)} predicted tags for {n} tokens")
             if all(t.__class__ is str for t in p) and good.issuperset(p):
                 continue
+            if fmt != "conllu" and any(isinstance(t, tuple) for t in p):
+                p = [c for t in p for c in (t if isinstance(t, tuple) else (t,))]
             for t in p:
                 if not isinstance(t, str) or not t:
                     raise ValueError(f"sentence {s}: empty or non-string tag {t!r}")
@@ -127,7 +130,9 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
     ncols = next((len(f) for rl in (corpus.raw or ()) for f in rl
                   if not f[0].startswith(DOCSTART)), 0)
     appending = li is None or li >= ncols
-    n_out = (ncols + 1 if appending else ncols) + (blocks.extra is not None)
+    width = 0 if not blocks.extra else next(
+        (len(c) if isinstance(c, tuple) else 1 for e in blocks.extra for c in e[:1]), 1)
+    n_out = (ncols + 1 if appending else ncols) + width
     last = -1
     for b, s in enumerate(blocks.order):
         words, pred = corpus.tokens[s], blocks.tags[b]
@@ -141,7 +146,7 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
             for k, (w, t) in enumerate(zip(words, pred, strict=True)):
                 if ASCII_WS.search(w) or "\n" in w:
                     raise ValueError(f"sentence {s}: word {w!r} contains whitespace")
-                yield f"{w} {t}" if ext is None else f"{w} {t} {ext[k]}"
+                yield f"{w} {t}" if ext is None else " ".join((w, t, *_fields(ext[k])))
         else:
             k = 0
             for f in rl:
@@ -167,12 +172,17 @@ def _columns_lines(corpus: TaggedCorpus, blocks: Blocks, li: int | None):
                     g[li] = pred[k]
                     at = li + 1
                 if ext is not None:
-                    g.insert(at, ext[k])
+                    g[at:at] = _fields(ext[k])
                 k += 1
                 yield line_separator(f).join(g)
         yield ""
 
 
+
+
+def _fields(cell: str | tuple[str, ...]) -> tuple[str, ...]:
+    """An extra field, or a tuple of them, as a tuple of fields."""
+    return cell if isinstance(cell, tuple) else (cell,)
 
 
 def write_tagged(

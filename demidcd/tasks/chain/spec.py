@@ -309,8 +309,8 @@ class SequenceSpec(TaskSpec):
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")
         if output.marginals:
-            if nbest is not None or output.scores:
-                raise OptionError("--marginals cannot be combined with --nbest or --scores")
+            if output.scores:
+                raise OptionError("--marginals cannot be combined with --scores")
             est._check_probabilistic("--marginals")
 
     def _given_column(self, data: Any, options: DataOptions) -> str | int | None:
@@ -322,10 +322,15 @@ class SequenceSpec(TaskSpec):
         return column
 
     def predict(self, est: Any, data: Any, options: DataOptions, output: OutputOptions) -> Any:
-        """Tags per sentence, or :class:`~demidcd.io.tagged_writer.Blocks` for ``--nbest`` (a
-        ``# RANK SCORE`` line before each of the K best taggings, as CRF++'s ``crf_test -n``)
-        and ``--scores`` (a ``# SCORE MARGIN`` line before each sentence, a margin field after
-        each label); ``--force`` keeps the given labels the model knows (Wapiti)."""
+        """Tags per sentence, or :class:`~demidcd.io.tagged_writer.Blocks` in CRF++'s
+        ``crf_test`` layouts: ``--nbest`` (a ``# RANK SCORE`` line before each of the K best
+        taggings, as ``crf_test -n``: SCORE = p(y | x) = exp(w·Φ(x, y) − log Z(x)) for a CRF
+        model, w·Φ(x, y) for the others), ``--marginals`` (``crf_test -v1``: ``# p(y | x)``
+        before each sentence, each label as ``LABEL/p(y_t = LABEL | x)``; ``all``: ``-v2``,
+        every label's ``LABEL/p`` cell after it; with ``--nbest`` the cells of each tagging
+        under the ``# RANK p`` line, as ``-n -v1``) and ``--scores`` (a ``# SCORE MARGIN``
+        line before each sentence, a margin field after each label); ``--force`` keeps the
+        given labels the model knows (Wapiti)."""
         from ...io.tagged import column_values
         from ...io.tagged_writer import Blocks
 
@@ -336,27 +341,55 @@ class SequenceSpec(TaskSpec):
             feats = _parse_feature_columns(options.feature_columns)
             given = column_values(data, self._given_column(data, options), exclude=feats)
             fixed = [[t if t in known else None for t in s] for s in given]
-        nbest = output.nbest
+        nbest, how = output.nbest, output.marginals
+        conllu = data.fmt == "conllu"
         if nbest is not None:
-            order, tags, heads = [], [], []
-            for s, best in enumerate(est.predict_nbest(X, nbest, fixed)):
-                for j, (y, score) in enumerate(best):
+            best = est.predict_nbest(X, nbest, fixed)
+            logz = est.log_partition(X, fixed) if est.probabilistic else None
+            marg = est.predict_marginals(X, fixed) if how else None
+            order, tags, heads, extra = [], [], [], []
+            for s, taggings in enumerate(best):
+                for j, (y, score) in enumerate(taggings):
                     order.append(s)
+                    heads.append(f"# {j} {_prob(np.exp(score - logz[s]))}" if logz is not None
+                                 else f"# {j} {score:.6f}")
+                    y, cells = _with_marginals(y, marg[s], how, conllu) if how else (y, None)
                     tags.append(y)
-                    heads.append(f"# {j} {score:.6f}")
-            return Blocks(tags, order, heads)
+                    extra.append(cells)
+            return Blocks(tags, order, heads, extra if extra and extra[0] is not None else None)
         if output.scores:
             rows = est.predict_scores(X, fixed)
             return Blocks([r[0] for r in rows], list(range(len(rows))),
                           [f"# {r[1]:.6f} {r[2]:.6f}" for r in rows],
                           [[f"{m:.6f}" for m in r[3]] for r in rows])
-        if output.marginals:
+        if how:
             marg, tags, logp = est.predict_marginals_logp(X, fixed)
-            key = "Prob=" if data.fmt == "conllu" else ""  # CoNLL-U: a MISC attribute
-            return Blocks(tags, list(range(len(tags))), [f"# {p:.6f}" for p in np.exp(logp)],
-                          [[f"{key}{m[t]:.6f}" for t, m in zip(ts, ms, strict=True)]
-                           for ts, ms in zip(tags, marg, strict=True)])
+            rows = [_with_marginals(ts, ms, how, conllu)
+                    for ts, ms in zip(tags, marg, strict=True)]
+            return Blocks([r[0] for r in rows], list(range(len(tags))),
+                          [f"# {_prob(p)}" for p in np.exp(logp)],
+                          None if rows and rows[0][1] is None else [r[1] for r in rows])
         return est.predict(X, fixed=fixed)
+
+
+def _prob(p: float) -> str:
+    """A probability as CRF++ prints it (C++ streams' default: %g, 6 significant digits)."""
+    return f"{float(p):.6g}"
+
+
+def _with_marginals(tags: list[str], marg: list[dict[str, float]], how: str, conllu: bool
+                    ) -> tuple[list[str], list[Any] | None]:
+    """(labels, extra fields) of one tagging in CRF++'s layouts: columns files take
+    ``LABEL/p`` as the label (``crf_test -v1``) and, with ``how="all"`` (``-v2``), every
+    label's ``LABEL/p`` cell after it, in the model's label order; CoNLL-U keeps the label
+    and puts ``Prob=p`` (``all``: and ``Probs=LABEL/p,LABEL/p,…``) in MISC."""
+    best = [_prob(m[t]) for t, m in zip(tags, marg, strict=True)]
+    every = [[f"{k}/{_prob(p)}" for k, p in m.items()] for m in marg] if how == "all" else None
+    if conllu:
+        return tags, [f"Prob={b}" + (f"|Probs={','.join(c)}" if every else "")
+                      for b, c in zip(best, every or best, strict=True)]
+    labels = [f"{t}/{b}" for t, b in zip(tags, best, strict=True)]
+    return labels, [tuple(c) for c in every] if every else None
 
 
 SPEC = SequenceSpec()

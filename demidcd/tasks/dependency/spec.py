@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -281,11 +281,17 @@ class DependencySpec(TaskSpec):
 
     def predict(self, est: Any, data: DepCorpus, options: DataOptions,
                 output: OutputOptions) -> Any:
-        """``est.predict`` of ``data``; with ``--force`` the given heads (:meth:`given`) are
+        """:class:`Parsed`: ``est.predict`` of ``data`` and the POS tags it used
+        (``est.filled_pos``); with ``--force`` the given heads (:meth:`given`) are
         kept: given heads that no tree keeps are an error naming the file and the sentence's
         first line, and a sentence whose given heads no projective tree keeps (Eisner) is
         decoded with Chu-Liu-Edmonds, with one warning line naming the first such sentence."""
         X = self.xy(data)[0]
+        pos, other = est.filled_pos(X)
+        return Parsed(self._trees(est, data, X, output), pos, other)
+
+    def _trees(self, est: Any, data: DepCorpus, X: list[Sentence], output: OutputOptions
+               ) -> list[Heads]:
         if not output.force:
             return est.predict(X)
         try:
@@ -309,10 +315,26 @@ class DependencySpec(TaskSpec):
         return trees
 
     def write(self, path: str, data: DepCorpus, predicted: Any, options: DataOptions) -> None:
+        """The trees of ``predicted`` (:class:`Parsed`, or trees alone) written into ``data``'s
+        lines, with the POS tags the parser used in a column given as ``_``."""
+        pos = other = None
+        if isinstance(predicted, Parsed):
+            predicted, pos, other = predicted
         labelled = any(bool(t) and isinstance(t[0], tuple) for t in predicted)
         heads = [[h for h, _ in t] for t in predicted] if labelled else predicted
         rels = [[r for _, r in t] for t in predicted] if labelled else None
-        write_dependency(path, data, heads, rels, encoding=options.encoding)
+        write_dependency(path, data, heads, rels, encoding=options.encoding, pos=pos,
+                         other_pos=other)
+
+
+class Parsed(NamedTuple):
+    """What ``predict`` of the dependency task gives :meth:`DependencySpec.write`: the trees
+    and the POS columns the parser used (the read one, the other one or None), one filled
+    from the other when the file left it ``_``."""
+
+    trees: list[Heads]
+    pos: list[list[str]]
+    other_pos: list[list[str]] | None
 
 
 SPEC = DependencySpec()
