@@ -7,7 +7,8 @@ this (driver) process; the same :func:`~demidcd.parallel.worker.run_worker` as s
   only disconnects (an address nothing answers at is one error line, :func:`probe_address`).
   ``ray.init`` runs in a thread of its own, which lives until close (Ray's processes die
   with the thread that started them), while this one waits: a SIGINT or SIGTERM stops the
-  start at once, and a start that does not end within a bound is an error. The task is shipped once through the object store (``ray.put``); each actor gets
+  start at once, and a start that does not end within a bound is an error. The task is
+  shipped once through the object store (``ray.put``); each actor gets
   its shard, a replica of w̄ and runs its worker loop in a background thread; its pid is logged
   (``worker K pid N``).
 * **w̄ goes out as versioned deltas** (:meth:`RayTransport.publish`): the driver keeps the last
