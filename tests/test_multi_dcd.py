@@ -455,7 +455,8 @@ def test_train_keeps_the_w_of_every_learner_when_one_freezes_at_the_stop(task, s
                                                                           experimental):
     """Issue 56, defect 10, through the schedule: learner 2 SIGSTOPs itself once the run is
     stopping; the model returned is not the w rebuilt without its α (whose primal is far
-    worse) but the w trained with it, at least as good as the last complete rebuild's."""
+    worse) but the w trained with it, about as good as the last complete rebuild's (the exact
+    w kept is checked on the coordinator above)."""
     from demidcd.parallel.multi import URGENT, LearnerGroup
     from demidcd.primitives.seqlock import load_word
 
@@ -477,6 +478,8 @@ def test_train_keeps_the_w_of_every_learner_when_one_freezes_at_the_stop(task, s
     p_out = primal_objective(task, r.w, 0.1)[0]
     p_without = primal_objective(task, seen[-1][1], 0.1)[0]  # rebuilt without learner 2's α
     p_complete = primal_objective(task, complete[-1], 0.1)[0]
-    assert p_out <= p_complete * (1 + 1e-6), (p_out, p_complete)
+    # the w trained since the last complete rebuild (the DCD steps lower the dual, the primal
+    # may rise a little): about the last complete rebuild's, far from the one without α_2
+    assert p_out <= p_complete * 1.01, (p_out, p_complete)
     assert p_out < 0.9 * p_without, (p_out, p_without)
     assert r.extra["lost_at_stop"] and r.dual is None  # no dual for a w that is not Σ α φ

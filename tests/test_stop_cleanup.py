@@ -605,7 +605,10 @@ def test_ctrl_c_during_the_final_dev_scoring_stops_at_once(corpus, tmp_path, mon
     import threading
 
     import demidcd.cli as cli
+    from demidcd.solvers.common import StopRequest
 
+    monkeypatch.setattr(StopRequest, "requested", False)  # this process's flags come back
+    monkeypatch.setattr(StopRequest, "active", False)
     release, calls = threading.Event(), []
 
     def slow_report(spec, est, data, name, quiet=False):  # a long scoring, Ctrl-C meanwhile
