@@ -12,9 +12,9 @@ from demidcd.solvers.common import SolverConfig
 SENTENCES = [(["a", "b"], ["B-NP", "O"]), (["c"], ["B-NP"]), (["d", "e"], ["O", "B-NP"])]
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-@pytest.mark.parametrize("threads,learners", [(2, 1), (2, 2), (3, 1), (8, 1), (8, "auto"),
-                                              (2, "auto")])
+@pytest.mark.parametrize("n,threads,learners", [
+    (1, 2, "auto"), (1, 2, 2), (1, 3, 1), (1, 8, 1), (2, 2, 2), (2, 3, 1), (2, 8, "auto"),
+    (3, 8, 1), (3, 2, 2)])
 def test_more_processes_than_sentences_converge(n, threads, learners, shm_guard):
     X = [x for x, _ in SENTENCES[:n]]
     Y = [y for _, y in SENTENCES[:n]]
