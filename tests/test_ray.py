@@ -116,6 +116,7 @@ def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_sigterm_while_ray_starts_is_interrupted_and_leaves_nothing(tmp_path):
     """Issue 56, defect 16: SIGTERM while the local Ray instance started exited 15 with no
     "interrupted" line (ray.init replaced the SIGTERM handler with an exit); now the run stops
@@ -140,6 +141,7 @@ def test_sigterm_while_ray_starts_is_interrupted_and_leaves_nothing(tmp_path):
     assert not _left(seen), [" ".join(q.cmdline()) for q in _left(seen)]
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_driver_leaves_no_ray_process(tmp_path):
     """Issue 56, defect 16: SIGKILL of the driver left ray::DashboardAgent and
     ray::RuntimeEnvAgent running for 40 s or more (Ray's parent-death signal covers its GCS
