@@ -171,3 +171,21 @@ def test_lbfgs_is_the_default_and_sdca_reaches_its_optimum():
     sd = train_crf(task, SolverConfig(), c2=0.5, epsilon=1e-8, crf_method="sdca")
     assert "dual_bytes" in sd.extra
     assert sd.extra["objective"] == pytest.approx(res.extra["objective"], rel=1e-5)
+
+
+def test_a_stop_request_is_interrupted_not_time_limit(monkeypatch):
+    """Issue 56, defect 17: a Ctrl-C (the stop flag) during an SDCA epoch, with no time limit,
+    ended the run as "time-limit" (and the CLI exited 0); it is "interrupted", as with every
+    other learner."""
+    from demidcd.solvers.common import StopRequest
+
+    monkeypatch.setattr(StopRequest, "requested", False)
+    monkeypatch.setattr(StopRequest, "active", False)
+    task, _, _, _ = _chain(21, True, 2, n_sent=300, max_len=5)
+
+    def ctrl_c(seconds, w):  # the snapshot tick, between batches of an epoch
+        StopRequest.requested = True
+
+    res = train_crf_sdca(task, SolverConfig(), threads=1, c2=0.3, epsilon=1e-15, tick=ctrl_c)
+    assert StopRequest.requested
+    assert res.stop_reason == "interrupted"

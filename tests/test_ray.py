@@ -64,6 +64,109 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
     assert not left, f"Ray processes left: {left}"
 
 
+def _left(seen: dict) -> list:
+    """Of the processes ``seen`` (pid: psutil.Process), those still running (not zombies)."""
+    out = []
+    for q in seen.values():
+        try:
+            if q.is_running() and q.status() != psutil.STATUS_ZOMBIE:
+                out.append(q)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _watch(p, seen: dict, until, timeout: float) -> None:
+    """Note ``p``'s descendants in ``seen`` until ``until()`` or ``timeout`` s."""
+    t0 = time.time()
+    while time.time() - t0 < timeout and not until():
+        for q in _descendants(p.pid):
+            seen[q.pid] = q
+        time.sleep(0.05)
+
+
+def _train_in_background(logf, *args):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    f = open(logf, "w")  # noqa: SIM115 - closed by the caller's wait
+    return subprocess.Popen([*CLI, "train", "--threads", "2", "--backend", "ray", *args],
+                            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                            start_new_session=True)
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path):
+    """Issue 56, defect 16: --ray-address at which nothing listens hung (still running 102 s
+    after SIGINT: Ray retried the address in its C++ core, deaf to signals); now one error
+    line, exit 2."""
+    from demidcd.errors import DemidcdError
+    from demidcd.parallel.ray import probe_address
+
+    with pytest.raises(DemidcdError, match="cannot join the Ray cluster at 127.0.0.1:1"):
+        probe_address("127.0.0.1:1")
+    logf = tmp_path / "log.txt"
+    p = _train_in_background(logf, "--ray-address", "127.0.0.1:1", "--time-limit", "10")
+    try:
+        p.wait(timeout=120)  # before: for ever
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = logf.read_text()
+    assert p.returncode == 2, out[-2000:]
+    errors = [x for x in out.splitlines() if x.startswith("demidcd: error")]
+    assert len(errors) == 1 and "cannot join the Ray cluster at 127.0.0.1:1" in errors[0], out
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_sigterm_while_ray_starts_is_interrupted_and_leaves_nothing(tmp_path):
+    """Issue 56, defect 16: SIGTERM while the local Ray instance started exited 15 with no
+    "interrupted" line (ray.init replaced the SIGTERM handler with an exit); now the run stops
+    as on Ctrl-C (130, "stopped: interrupted") and no Ray process stays."""
+    logf, seen = tmp_path / "log.txt", {}
+    p = _train_in_background(logf, "--time-limit", "60", "--model", str(tmp_path / "m.npz"))
+    try:
+        _watch(p, seen, lambda: "learner pid" in logf.read_text(), 120)
+        t = time.time()
+        _watch(p, seen, lambda: time.time() - t > 0.5, 1)  # Ray is starting (seconds)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = logf.read_text()
+    assert p.returncode == 130, out[-2000:]  # before: 15
+    assert "stopped: interrupted" in out, out[-2000:]
+    deadline = time.time() + 10
+    while _left(seen) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _left(seen), [" ".join(q.cmdline()) for q in _left(seen)]
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_leaves_no_ray_process(tmp_path):
+    """Issue 56, defect 16: SIGKILL of the driver left ray::DashboardAgent and
+    ray::RuntimeEnvAgent running for 40 s or more (Ray's parent-death signal covers its GCS
+    server and raylet only); the watchdog (demidcd.parallel.watchdog) kills them."""
+    logf, seen = tmp_path / "log.txt", {}
+    p = _train_in_background(logf, "--time-limit", "120", "--tol", "1e-9")
+    try:
+        _watch(p, seen, lambda: PID.search(logf.read_text()), 180)
+        assert PID.search(logf.read_text()), logf.read_text()[-2000:]
+        t = time.time()
+        _watch(p, seen, lambda: time.time() - t > 1.0, 2)
+        names = " ".join(" ".join(q.cmdline()) for q in _left(seen))
+        assert "Agent" in names, names  # the agents run
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    deadline = time.time() + 10  # before: 40 s and more
+    while _left(seen) and time.time() < deadline:
+        time.sleep(0.2)
+    left = [(q.pid, " ".join(q.cmdline())[:60]) for q in _left(seen)]
+    assert not left, left
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """One Ray instance for the tests below (start-up takes seconds); its workers import this

@@ -428,6 +428,8 @@ def test_a_stopped_learner_does_not_hold_the_run(tmp_path, stop, shm_guard):
     assert f"learner process 1 (pid {learner}) was stopped (SIGSTOP, a debugger) while it " \
            "owed an answer: killed" in out or \
         f"learner process 1 (pid {learner}) got no CPU time" in out, out
+    # issue 56, defect 10: lost at the stop, its updates stay in the model (no rebuild without)
+    assert "the model keeps the last w with every learner's updates" in out, out
     seconds = float(re.search(r"^stopped: \S+ after \d+ iterations, ([\d.]+)s", out, re.M)[1])
     if stop == "time-limit":
         assert seconds < limit + 2.0, out  # the solver's clock: the limit held
@@ -594,3 +596,33 @@ def test_early_ctrl_c_exits_130_without_traceback(tmp_path, delay):
     assert "Traceback" not in err, err
     assert p.returncode in (130, -signal.SIGINT), (p.returncode, err)  # -2: before Python ran
     assert len(err.strip().splitlines()) <= 1
+
+
+def test_ctrl_c_during_the_final_dev_scoring_stops_at_once(corpus, tmp_path, monkeypatch):
+    """Issue 56, defect 17: a Ctrl-C while train scored --dev after writing the model only set
+    the training's stop flag, which nothing polled any more: the scoring went on (11.8 s) and
+    the command exited 0. It now ends the command at once with 130, the model kept."""
+    import threading
+
+    import demidcd.cli as cli
+    from demidcd.solvers.common import StopRequest
+
+    monkeypatch.setattr(StopRequest, "requested", False)  # this process's flags come back
+    monkeypatch.setattr(StopRequest, "active", False)
+    release, calls = threading.Event(), []
+
+    def slow_report(spec, est, data, name, quiet=False):  # a long scoring, Ctrl-C meanwhile
+        calls.append(name)
+        os.kill(os.getpid(), signal.SIGINT)
+        release.wait(30)
+
+    monkeypatch.setattr(cli, "_report", slow_report)
+    model = tmp_path / "m.npz"
+    try:
+        code = cli.main(["train", "--train", str(corpus / "train.txt"), "--dev",
+                         str(corpus / "dev.txt"), "--test", str(corpus / "test.txt"),
+                         "--threads", "1", "--max-epochs", "2", "--model", str(model)])
+    finally:
+        release.set()
+    assert code == 130 and calls == ["dev "]  # before: 0, after scoring dev and test
+    assert model.exists()

@@ -323,15 +323,19 @@ def _train(args) -> int:
             KEPT.append(f"its dual state to {state_path(args.model)}")
             log.info(f"dual state written to {state_path(args.model)} (continue with --resume "
                      f"{args.model})")
+    # training is over and the model written: a Ctrl-C from here on ends the command at once
+    # (exit 130), and the scoring runs where a signal can reach the main thread (it was a flag
+    # nobody polled any more: Ctrl-C during the --dev scoring waited for its end)
+    StopRequest.active = False
     metrics = {}
     if dev is not None:
-        _report(spec, est, dev, "dev ", args.quiet)
+        interruptible(_report, spec, est, dev, "dev ", args.quiet)
         if args.summary_json:
-            metrics["dev"] = _metric_values(est, spec, dev)
+            metrics["dev"] = interruptible(_metric_values, est, spec, dev)
     if test is not None:
-        _report(spec, est, test, "test ", args.quiet)
+        interruptible(_report, spec, est, test, "test ", args.quiet)
         if args.summary_json:
-            metrics["test"] = _metric_values(est, spec, test)
+            metrics["test"] = interruptible(_metric_values, est, spec, test)
     if res.extra.get("memory_line"):
         log.info(res.extra["memory_line"])
     if res.extra.get("cpu_line"):  # a measurement of the run, not a result: not with --quiet

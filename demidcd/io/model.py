@@ -28,6 +28,7 @@ import psutil
 from .. import __version__
 from ..errors import DemidcdError, ModelFileError
 from ..options import option
+from .stale import sweep_dead, temp_name_pattern
 
 FORMAT = "demidcd-model"
 FORMAT_VERSION = 1
@@ -195,7 +196,10 @@ def atomic_write(path: str | os.PathLike[str], write, mode: str = "wb") -> None:
         raise DemidcdError(f"{shown}: directory {directory} does not exist")
     try:
         perm = (os.stat(target).st_mode & 0o7777) if target.exists() else 0o666 & ~_umask()
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        # the pid in the name: a later save removes what a killed writer left (io.stale)
+        sweep_dead(directory, temp_name_pattern(target.name))
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=directory)
     except OSError as e:
         raise DemidcdError(f"{shown}: cannot write in {directory} ({e.strerror or e})") from None
     try:

@@ -25,7 +25,9 @@ involves the processes:
 * collecting the learners' dual states (``STATE``, one file per part) and the rebuild check
   (``CHECK``);
 * the w to return (:meth:`Coordinator.w_out`: a second Ctrl-C mid-rebuild returns the w from
-  before it, not the half-added one).
+  before it, not the half-added one; a learner lost once the run is stopping is not restarted,
+  so the rebuilds from then on lack its part's Σ α φ: the w from before the first of them is
+  returned, the one trained with every learner's updates, :attr:`Coordinator.lost_at_stop`).
 
 The learners are not a :class:`~.transport.Transport`: they are peers that each infer and
 learn, with no w̄ to publish and no records to drain (see :mod:`.transport`).
@@ -138,6 +140,8 @@ class Coordinator:
         self.w, self.mark = self.group.w, self.group.arrays["mark"]
         self.old = (np.zeros(0, np.int64), np.zeros(0))  # w before a rebuild: (lines, saved)
         self.rebuilding = False  # w is incomplete until every ADD came back: old holds it
+        self.fallback: tuple[np.ndarray, np.ndarray] | None = None  # (lines, saved): w before
+        # the first rebuild that lacked a learner lost at the stop (w_out returns it)
         self.atomic_from: float | None = None  # when the learners turned to atomic adds
         self.counts = {"rebuilds": 0, "restarts": 0, "rebuild_seconds": 0.0}
         self.interval, self.last_rebuild = self.rebuild_every, 0.0
@@ -185,6 +189,8 @@ class Coordinator:
             self.counts["restarts"] += 1
         if respawned and self.atomic_from is not None:
             group.command(TAIL)  # a restarted learner takes atomic adds too
+        if group.missing() and self.fallback is None:  # lost at the stop, not restarted: w
+            self.fallback = self.old  # lacks its part's α; the w before has its updates
         self.counts["rebuilds"] += 1
         d, entries, w_norm = drift(self.old[1], w, lines)
         self.counts["rebuild_seconds"] += time.perf_counter() - t0
@@ -229,12 +235,23 @@ class Coordinator:
                     parts.append((part, {key: z[key] for key in z.files}))
         return parts
 
+    @property
+    def lost_at_stop(self) -> bool:
+        """A learner was lost once the run was stopping: :meth:`w_out` is the w from before
+        the first rebuild without it (w = w₀ + Σ α φ up to the updates lost since the last
+        rebuild), not one rebuilt from the other learners' α alone (its part's α = 0: a
+        feasible dual point, but a model that scored 12 F1 where the run had reached 89)."""
+        return self.fallback is not None
+
     def w_out(self) -> np.ndarray:
         """A copy of w to return; interrupted mid-rebuild (a second Ctrl-C), the w from
-        before it."""
-        if self.rebuilding:
+        before it; a learner lost at the stop (:attr:`lost_at_stop`), the w from before the
+        first rebuild without it."""
+        kept = self.fallback if self.fallback is not None else \
+            self.old if self.rebuilding else None
+        if kept is not None:
             w = np.zeros(self.w.shape[0])
-            save_lines(self.old[1], w, self.old[0], True)
+            save_lines(kept[1], w, kept[0], True)
             return w
         return self.w.copy()
 

@@ -27,7 +27,10 @@ restarts of one learner training stops with a one-line error. A learner that sto
 (:meth:`LearnerGroup.command`), and a learner that owes one and gets no CPU time for
 :data:`STALL_SECONDS` is killed (SIGKILL ends a stopped process too) and reported; once the run
 must stop (the time limit or Ctrl-C), so is a stopped one at once, one without CPU time for
-``STOP_GRACE[0]`` s and one that has not answered ``STOP_GRACE[1]`` s after the stop.
+``STOP_GRACE[0]`` s and one that has not answered ``STOP_GRACE[1]`` s after the stop (a
+learner that only waits for a core gets that grace). A learner lost once the run is stopping is
+not restarted; its α is then missing from a rebuild, so the coordinator keeps the w from before
+that rebuild (:class:`~.coordinator.Coordinator`).
 Learners exit by themselves when ``STOP`` is set or their parent dies.
 :meth:`LearnerGroup.close` joins with a timeout (a stopped process is killed at once), then
 terminates and kills, then unlinks every segment; it runs in ``finally`` on every exit path.
@@ -68,8 +71,10 @@ F_STARTED = ROW - 1  # fstats column: time.perf_counter() at which the learner b
 ERR_BYTES = 8192
 POLL = 0.0005  # seconds between polls of a waiting learner or coordinator
 STALL_SECONDS = 5.0  # a learner that owes an answer and got no CPU time for this long is killed
-STOP_GRACE = (0.5, 1.0)  # once the run must stop: no CPU time for 0.5 s, or no answer 1 s after
-# the stop (the learners abandon inferences then: a running one answers within milliseconds)
+STOP_GRACE = (3.0, 3.0)  # once the run must stop: no CPU time for 3 s, or no answer 3 s after
+# the stop (the learners abandon inferences then: a running one answers within milliseconds; one
+# that only waits for a core on a loaded machine is not lost: 0.5 s killed such learners, whose α
+# the model then lacked). A stopped one (SIGSTOP) is given up at once
 LIVENESS_EVERY = 0.05  # seconds between the liveness checks of a waiting coordinator
 
 
@@ -175,10 +180,14 @@ class LearnerGroup(ProcessGroup):
             if p is None or p.is_alive():
                 continue
             what = self._failure(j, self._stalled.pop(j, None))
-            then = (" (the run is stopping)" if self.expired()
-                    else " and it restarts on the same part")
-            self.log(f"learner process {j + 1} (pid {p.pid}) {what}; its α is lost: w is "
-                     "rebuilt from the other learner processes'" + then)
+            if self.expired():
+                self.log(f"learner process {j + 1} (pid {p.pid}) {what}; the run is stopping: "
+                         "its α is lost, so the model keeps the last w with every learner's "
+                         "updates, not one rebuilt without them")
+            else:
+                self.log(f"learner process {j + 1} (pid {p.pid}) {what}; its α is lost: w is "
+                         "rebuilt from the other learner processes' and it restarts on the "
+                         "same part")
             self.monitor.remove(f"learner {j + 1}")
             self.procs[j] = None
             out.append(j)

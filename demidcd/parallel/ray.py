@@ -2,8 +2,13 @@
 this (driver) process; the same :func:`~demidcd.parallel.worker.run_worker` as shared memory.
 
 * **Start-up.** Without an address a local Ray instance is started (and shut down fully on
-  close, leaving no Ray process); with ``address`` the run joins that cluster and only
-  disconnects. The task is shipped once through the object store (``ray.put``); each actor gets
+  close, leaving no Ray process; a :class:`~.watchdog.Watchdog` kills what it started should
+  this process die, the agents included); with ``address`` the run joins that cluster and
+  only disconnects (an address nothing answers at is one error line, :func:`probe_address`).
+  ``ray.init`` runs in a thread of its own, which lives until close (Ray's processes die
+  with the thread that started them), while this one waits: a SIGINT or SIGTERM stops the
+  start at once, and a start that does not end within a bound is an error. The task is
+  shipped once through the object store (``ray.put``); each actor gets
   its shard, a replica of w̄ and runs its worker loop in a background thread; its pid is logged
   (``worker K pid N``).
 * **w̄ goes out as versioned deltas** (:meth:`RayTransport.publish`): the driver keeps the last
@@ -27,7 +32,9 @@ this (driver) process; the same :func:`~demidcd.parallel.worker.run_worker` as s
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -44,6 +51,7 @@ from ..primitives.ring import RING_WORDS
 from ..primitives.seqlock import LINE_SHIFT
 from ..tasks.base import RecordBatch, Task
 from .transport import Transport, balanced_shards, concat_batches
+from .watchdog import Watchdog
 from .worker import (
     BACKOFF,
     CLEAN_VERSION,
@@ -57,11 +65,14 @@ from .worker import (
     violation_and_slack,
 )
 
-__all__ = ["RayTransport", "require_ray", "FETCH_WAIT"]
+__all__ = ["RayTransport", "require_ray", "probe_address", "FETCH_WAIT"]
 
 FETCH_WAIT = 0.05  # seconds an actor's fetch waits for records before returning empty
 DRAIN_RECORDS = 1 << 14  # records per drain at most (as the shared-memory transport)
 FETCH_GAP = 0.005  # ...and records wait at most this long for more to join their batch
+PROBE_SECONDS = 5.0  # a cluster's address that accepts no TCP connection within this: refused
+CONNECT_SECONDS = 30.0  # ray.init(address=...) that has not returned by then: an error
+LOCAL_START_SECONDS = 120.0  # a local Ray instance not started by then: an error
 
 
 def require_ray() -> Any:
@@ -72,6 +83,22 @@ def require_ray() -> Any:
         raise OptionError("--backend ray needs Ray: pip install 'demidcd[ray]' "
                           "(ray>=2.9)") from None
     return ray
+
+
+def probe_address(address: str, timeout: float = PROBE_SECONDS) -> None:
+    """A one-line :class:`DemidcdError` when nothing accepts a TCP connection at ``address``
+    (``host:port``, or ``ray://host:port``) within ``timeout`` s: Ray itself retried an
+    unreachable address for minutes (it hung, and ignored Ctrl-C). ``auto``, ``local`` and
+    addresses without a port are left to Ray."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise DemidcdError(f"cannot join the Ray cluster at {address}: {why} (is a Ray head "
+                           f"running there? `ray start --head` prints its address)") from None
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -163,7 +190,9 @@ class RayTransport(Transport):
         self._dead: dict[int, str] = {}  # worker → why (to restart at the next check)
         self._records: list[RecordBatch] = []
         self.monitor = CpuMonitor({"learner": os.getpid()}, interval=monitor_interval)
-        self._owns_ray = self._closed = False
+        self._owns_ray = self._closed = self._abandoned = False
+        self._watchdog: Watchdog | None = None
+        self._release = threading.Event()  # lets the thread that started Ray end (close)
         self._ray: Any = None
         self._cls: Any = None
         self._task_ref = self._spec_ref = None
@@ -183,12 +212,9 @@ class RayTransport(Transport):
             kw: dict[str, Any] = {"include_dashboard": False, "configure_logging": False,
                                   "log_to_driver": self.debug}
             if self.address:
-                try:
-                    ray.init(address=self.address, **kw)
-                except (ConnectionError, RuntimeError, ValueError) as e:
-                    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    raise DemidcdError(f"cannot join the Ray cluster at {self.address}: "
-                                       f"{why}") from None
+                probe_address(self.address)
+                self._init(ray, {"address": self.address, **kw}, CONNECT_SECONDS,
+                           f"cannot join the Ray cluster at {self.address}")
                 where = f"the Ray cluster at {self.address}"
             else:
                 # workers import this very demidcd (a source checkout works as well)
@@ -196,8 +222,10 @@ class RayTransport(Transport):
                     __file__))))
                 old = os.environ.get("PYTHONPATH")
                 os.environ["PYTHONPATH"] = pkg + (os.pathsep + old if old else "")
+                self._watchdog = Watchdog()  # the local Ray's processes die with this one
                 try:
-                    ray.init(num_cpus=max(os.cpu_count() or 1, self.n_workers + 1), **kw)
+                    self._init(ray, {"num_cpus": max(os.cpu_count() or 1, self.n_workers + 1),
+                                     **kw}, LOCAL_START_SECONDS, "cannot start Ray")
                 finally:
                     if old is None:
                         os.environ.pop("PYTHONPATH", None)
@@ -227,6 +255,82 @@ class RayTransport(Transport):
         self.spawn_seconds = time.perf_counter() - self.spawn_began
         self.monitor.start()
         return self
+
+    def _init(self, ray: Any, kw: dict[str, Any], timeout: float, failed: str) -> None:
+        """``ray.init(**kw)`` in a thread of its own, while this one waits in short slices:
+        Ray's start (or its connection to a cluster) may block in its C++ core for minutes,
+        deaf to signals, and ``ray.init`` in the main thread replaces the SIGTERM handler with
+        an exit (15, no "interrupted" line). A SIGINT or SIGTERM meanwhile abandons the start
+        (:meth:`_abandon`) and is then handled as the caller's handler says (the command line:
+        a stop, "interrupted", 130) and raises KeyboardInterrupt; no answer within ``timeout``
+        s is a one-line :class:`DemidcdError` (``failed``: what could not be done). The thread
+        lives on until :meth:`close` (see ``run``)."""
+        box: dict[str, BaseException] = {}
+        done, release = threading.Event(), self._release
+
+        def run() -> None:
+            try:
+                ray.init(**kw)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the waiting thread
+                box["error"] = e
+                return
+            finally:
+                done.set()
+            # Ray's GCS server and raylet get the kernel's parent-death signal when the
+            # *thread* that started them ends: this one lives until close() has shut Ray down
+            release.wait()
+
+        got: list[tuple[int, Any]] = []
+        old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old[sig] = signal.getsignal(sig)
+                if old[sig] is not signal.SIG_IGN:
+                    signal.signal(sig, lambda signum, frame: got.append((signum, frame)))
+        quiet = logging.getLogger("ray._private.worker")  # "SIGTERM handler is not set ..."
+        level = quiet.level
+        if not self.debug:
+            quiet.setLevel(logging.ERROR)
+        deadline = time.monotonic() + timeout
+        try:
+            threading.Thread(target=run, name="demidcd-ray-init", daemon=True).start()
+            while not done.wait(0.05) and not got and time.monotonic() < deadline:
+                pass
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            quiet.setLevel(level)
+        if got:
+            self._abandon()
+            signum, frame = got[0]
+            handler = old.get(signum)
+            if callable(handler):
+                handler(signum, frame)  # the caller's handling of the signal (a stop request)
+            raise KeyboardInterrupt
+        if not done.is_set():
+            self._abandon()
+            raise DemidcdError(f"{failed}: no answer within {timeout:g} s")
+        if "error" in box:
+            e = box["error"]
+            if not isinstance(e, Exception):
+                raise e
+            text = str(e).strip()
+            why = text.splitlines()[0] if text else type(e).__name__
+            raise DemidcdError(f"{failed}: {why}") from None
+
+    def _abandon(self) -> None:
+        """A start given up: the processes it started are killed (the thread still in
+        ``ray.init`` is left to fail), and Ray's own shutdown at exit, which would wait for
+        them, is not run."""
+        import atexit
+
+        self._abandoned = True
+        if self._watchdog is not None:
+            self._watchdog.kill_now()
+        try:
+            atexit.unregister(self._ray.shutdown)
+        except Exception:  # noqa: BLE001 - nothing registered
+            pass
 
     def _spawn(self, j: int) -> None:
         ray = self._ray
@@ -277,7 +381,7 @@ class RayTransport(Transport):
         ray = self._ray
         try:
             self.monitor.stop()
-            if ray is None or not ray.is_initialized():
+            if ray is None or self._abandoned or not ray.is_initialized():
                 return
             live = [a for a in self.actors if a is not None]
             try:
@@ -293,8 +397,14 @@ class RayTransport(Transport):
         finally:
             self._fetch.clear()
             self._info.clear()
-            if ray is not None and self._owns_ray and ray.is_initialized():
-                ray.shutdown()
+            try:
+                if ray is not None and self._owns_ray and not self._abandoned and \
+                        ray.is_initialized():
+                    ray.shutdown()
+            finally:
+                self._release.set()
+                if self._watchdog is not None:
+                    self._watchdog.close()  # what the shutdown left (agents) goes now
 
     # ------------------------------------------------------------------ learner side
     def publish(self, wa: np.ndarray, marks: np.ndarray | None = None, tail: int = 0) -> int:

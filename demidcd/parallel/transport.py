@@ -218,13 +218,20 @@ class Transport(ABC):
                 "sweeps": self.sweeps_completed(), "ring": round(self.occupancy(), 4),
                 "infer_seconds": self.infer_seconds()}
 
+    def _busy(self) -> np.ndarray:
+        """Per worker, whether its shard has examples (one without sweeps nothing: it never
+        reports a sweep, and the stop rule must not wait for one)."""
+        return np.array([len(s) > 0 for s in self.shards], bool)
+
     def sweeps_completed(self) -> int:
-        """Full sweeps every worker has finished (the fewest of any worker)."""
-        return int(self._column(SWEEPS).min()) if self.n_workers else 0
+        """Full sweeps every worker with examples has finished (the fewest of any)."""
+        sweeps = self._column(SWEEPS)[self._busy()]
+        return int(sweeps.min()) if len(sweeps) else 0
 
     def all_clean_since(self, version: int) -> bool:
-        """Every worker finished a clean sweep that started at version ≥ ``version``."""
-        return bool((self._column(CLEAN_VERSION) >= version).all())
+        """Every worker with examples finished a clean sweep that started at version ≥
+        ``version``."""
+        return bool((self._column(CLEAN_VERSION)[self._busy()] >= version).all())
 
     def sweep_violations(self) -> int:
         """Structures violating by more than tol found in the workers' last sweeps."""

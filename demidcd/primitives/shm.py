@@ -58,6 +58,7 @@ import numpy as np
 import psutil
 
 from ..errors import DemidcdError
+from ..io.stale import sweep_cbc_dirs
 
 __all__ = ["SharedArena", "sweep_stale", "sweep_once", "list_segments", "SHM_DIR",
            "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
@@ -424,9 +425,12 @@ _SWEPT_IN: list[int] = []  # the pid of the process whose sweep_once has run
 
 def sweep_once(prefix: str = "demidcd") -> list[str]:
     """:func:`sweep_stale`, the first time this process calls it (the command line at start-up
-    and the first training run of a library process share one sweep); [] afterwards."""
+    and the first training run of a library process share one sweep); [] afterwards. The
+    CBC temporary directories of dead processes go too (:func:`~demidcd.io.stale.sweep_cbc_dirs`:
+    a SIGKILLed run leaves its own, and only a later CBC solve removed them)."""
     if os.getpid() in _SWEPT_IN:
         return []
     _SWEPT_IN[:] = [os.getpid()]
+    sweep_cbc_dirs()
     return sweep_stale(prefix)
 

@@ -21,7 +21,7 @@ from ..errors import OptionError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
-from .plan import TrainingPlan, decide_learners, make_plan
+from .plan import TrainingPlan, decide_learners, fit_to_examples, make_plan
 from .state import Start, check_start, fingerprint
 
 
@@ -317,8 +317,10 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
              start: Start | None = None) -> TrainResult:
     """Run a checked :class:`~.plan.TrainingPlan` on ``task`` (see :func:`train`). Nothing of
     the plan is checked again; only what depends on the data is: the memory the weights
-    need, a start point's dimension and problem, and ``learners="auto"``, measured on ``task``
+    need, a start point's dimension and problem, the processes (no more than the examples
+    fill, :func:`~.plan.fit_to_examples`) and ``learners="auto"``, measured on ``task``
     when the plan still says so."""
+    plan = fit_to_examples(plan, task.n_examples, log)
     learner, threads, config = plan.learner, plan.threads, plan.config
     if plan.note and log is not None:
         log(plan.note)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import Task
-from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
+from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult, stop_reason
 from .recorder import Recorder, Tick
 
 BATCH = 8  # examples per proposal batch of a worker thread: one queue item, one kernel call
@@ -263,8 +263,8 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                 expired = rec.poll(lambda: dual.w)
                 if applied < n * (epoch + 1) and not expired:
                     continue
-                if expired:
-                    reason = "time-limit"
+                if expired:  # the clock ran out, or a stop was asked for (Ctrl-C, SIGTERM)
+                    reason = stop_reason(False, clock) or "time-limit"
                     break
                 epoch += 1
                 st = run.stats.copy()

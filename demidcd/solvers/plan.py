@@ -334,6 +334,37 @@ def _learners(algorithm: str, value: str | int | None, threads: int,
     return "auto", ""
 
 
+def fit_to_examples(plan: TrainingPlan, n: int,
+                    log: Callable[[str], None] | None = None) -> TrainingPlan:
+    """The plan with no process left without examples, on a task of ``n`` examples: one
+    learner process and at most ``n`` inference workers (``threads`` ≤ n + 1; each worker's
+    shard, and each learner's part, has at least one example: the shards are filled heaviest
+    example first, to the lightest, so the first ``n`` go to ``n`` different shards), and at
+    most ``n`` learner processes (``learners`` K = ``threads`` ≤ n; one learner when n = 1).
+    A process with an empty shard would idle, and the stop rule waited for its certificate
+    for ever. Said in the log when it changes anything; any other plan is returned as it is
+    (sequential learners, threads of one process)."""
+    learner = plan.learner
+    if plan.threads <= 1 or learner.single_process or learner.in_process_threads or n < 1:
+        return plan
+    threads, k = plan.threads, plan.learners
+    if isinstance(k, int) and k > 1 and k > n:
+        k = n if n >= 2 else 1
+        threads = k if k > 1 else 2
+    elif threads > n + 1:
+        threads = max(n + 1, learner.min_threads)
+    if (threads, k) == (plan.threads, plan.learners):
+        return plan
+    what = f"{threads} processes, not {plan.threads}" if threads != plan.threads else ""
+    if k != plan.learners:
+        what += f"{', ' if what else ''}{k} learner process{'es' * (k != 1)}, not {plan.learners}"
+    note = (f"{n} training example{'s' * (n != 1)}: {what} (a process without examples "
+            "would have nothing to do)")
+    if log is not None:
+        log(note)
+    return dataclasses.replace(plan, threads=threads, learners=k)
+
+
 def learners_line(plan: TrainingPlan) -> str:
     """``K learner processes: because ...``, the log line of a choice made for the user."""
     k = plan.learners
@@ -346,7 +377,14 @@ def decide_learners(plan: TrainingPlan, task: Task,
     :func:`~.multi_dcd.choose_learners`), before training starts; a choice made for the user
     (here, or in :func:`make_plan`) is logged as ``K learner processes: because ...``. Any
     other plan
-    is returned as it is."""
+    is returned as it is. First the processes are fitted to the task's examples
+    (:func:`fit_to_examples`)."""
+    plan = fit_to_examples(plan, task.n_examples, log)
+    n = task.n_examples
+    if plan.learners == "auto" and plan.threads > n:  # K = p learners: a part without examples
+        plan = dataclasses.replace(plan, learners=1, learners_reason=(
+            f"{n} training example{'s' * (n != 1)}: {plan.threads} learner processes would "
+            "leave one without examples"))
     if plan.learners == "auto":
         from . import compile_notice, warm_up
 

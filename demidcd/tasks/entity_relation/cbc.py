@@ -17,7 +17,8 @@ CBC runs as a subprocess that we start and watch ourselves (not PuLP's solve()):
   ``<tmp>/demidcd-cbc-<pid>-*``; a solve's files are removed in ``finally``, the directory
   at exit (atexit), and directories of dead processes (workers, whose os._exit skips
   atexit, and killed processes) when the process that chose the solver (:func:`cbc_solver`,
-  in the workers' parent) exits, and by the next process that starts a CBC solve.
+  in the workers' parent) exits, by the next process that starts a CBC solve, and at every
+  command's start (:func:`demidcd.io.stale.sweep_cbc_dirs`: a SIGKILLed run runs no atexit).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from demidcd.errors import OptionError
+from demidcd.io.stale import CBC_DIR, sweep_dead
 from demidcd.tasks.entity_relation.ilp import (
     N_REL_LABELS,
     RELATION_ARGS,
@@ -103,29 +104,7 @@ def _cbc() -> str:
 def _sweep_stale_dirs(tmp: str) -> list[str]:
     """Remove ``demidcd-cbc-<pid>-*`` directories whose process is gone (or whose pid now
     belongs to a process started after the directory was made). Returns the paths removed."""
-    import psutil
-
-    removed = []
-    try:
-        entries = os.listdir(tmp)
-    except OSError:
-        return removed
-    for e in entries:
-        m = re.match(re.escape(_TMP_PREFIX) + r"(\d+)-", e)
-        if not m or int(m[1]) == os.getpid():
-            continue
-        path = os.path.join(tmp, e)
-        try:
-            made = os.stat(path).st_mtime
-            proc = psutil.Process(int(m[1]))
-            alive = (proc.status() != psutil.STATUS_ZOMBIE
-                     and proc.create_time() <= made + 1.0)
-        except (psutil.Error, OSError):
-            alive = False
-        if not alive:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    return sweep_dead(tmp, CBC_DIR)
 
 
 def _remove_dir(pid: int, path: str) -> None:
