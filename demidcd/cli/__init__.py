@@ -197,6 +197,7 @@ def _train(args) -> int:
     from ..io.model import save_with_fallback, stdio_fd
     from ..solvers import get_learner, oversubscription
     from ..solvers.common import StopRequest
+    from ..solvers.plan import learner_name
 
     if args.model is not None and stdio_fd(args.model) == 1:
         raise OptionError(f"--model {args.model}: standard output carries the log; give the "
@@ -216,7 +217,8 @@ def _train(args) -> int:
 
     threads = args.threads
     if threads is None:  # the command line's default: every core, for a learner that uses them
-        sequential = args.algorithm is not None and get_learner(args.algorithm).single_process
+        sequential = args.algorithm is not None and \
+            get_learner(learner_name(args.algorithm)).single_process
         threads = 1 if sequential else (os.cpu_count() or 1)
     # only the options given on the command line: the estimator's defaults are the table's
     from ..options import learner_params

@@ -332,6 +332,7 @@ class StructuredEstimator:
     _task_defaults: dict[str, Any] = {}  # ... and what their None means
     _requires_y = True
     _default_loss = "l2"  # what loss=None means for the DCD learners (SolverConfig.loss)
+    _capabilities: tuple[str, ...] = ()  # what the task's structures offer (Learner.needs)
 
     # -- scikit-learn's estimator protocol ------------------------------------------------------
     @classmethod
@@ -520,16 +521,16 @@ class StructuredEstimator:
         the DCD learners), the engine options, DEMI-DCD's ``learners`` and the start options.
         A bad value raises :class:`~demidcd.errors.OptionError` naming the parameter."""
         opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
-        if opts.get("C") is None:  # the option table's rule, by the featurizer's kind
-            opts["C"] = default_C(self._feature_kind() if feature_kind is _FROM_TABLE
-                                  else feature_kind)
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS}
         return make_plan(self.algorithm, opts, 1 if self.threads is None else self.threads,
                          default_loss=self._default_loss,
                          start=tuple(k for k in START_OPTIONS
                                      if getattr(self, k, None) not in (None, False)),
                          backend=self.backend, ray_address=self.ray_address,
-                         debug=bool(self.debug), **engine)
+                         debug=bool(self.debug),
+                         default_C=default_C(self._feature_kind() if feature_kind is
+                                             _FROM_TABLE else feature_kind),
+                         capabilities=self._capabilities, **engine)
 
     def solver_config(self) -> SolverConfig:
         """The validated :class:`SolverConfig` of :meth:`plan`: the options that are set,

@@ -120,6 +120,7 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
+    _capabilities = ("marginals",)  # forward-backward: the crf learner trains it
     _template = "base"  # feature template of demidcd.tasks.chain.features
     _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means (built-in template)
 
