@@ -88,7 +88,10 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
 
     A token is a word or a tuple ``(word, attribute, …)`` of strings; with ``dicts`` also a
     feature dict as sklearn-crfsuite takes it (``{"word.lower()": "the", "len": 3.0, …}``) or
-    a list of feature names, but every token of X of the same kind (:func:`token_kind`)."""
+    a list of feature names, but every token of X of the same kind (:func:`token_kind`). A
+    numpy array (of sentences, or 2-D of tokens) is taken as the lists it holds."""
+    if isinstance(X, np.ndarray):
+        X = X.tolist()
     if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
         raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
                              f"{type(X).__name__}")
@@ -116,7 +119,10 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
 
 
 def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
-    """Y as tag sequences of the same lengths as the sentences of X."""
+    """Y as tag sequences of the same lengths as the sentences of X (a numpy array: the lists
+    it holds)."""
+    if isinstance(Y, np.ndarray):
+        Y = Y.tolist()
     if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
         raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
     for k, t in enumerate(Y):  # set(map(type, t)): no call per tag in the common case
