@@ -211,6 +211,9 @@ def _train(args) -> int:
     if args.verbose is not None and args.verbose < 0:
         raise OptionError(f"--verbose must be an integer >= 0, got {args.verbose}")
     log = Log(args.quiet, args.log_json, 1 if args.verbose is None else args.verbose)
+    if not args.model:  # said up front: a long run must not end with the model thrown away
+        log.info("no --model: the trained model is not saved (only its scores are printed); "
+                 "give --model FILE to keep it")
 
     def callback(rec: dict, w: Any) -> None:
         log.iteration(rec)
@@ -358,6 +361,10 @@ def load_model(args: argparse.Namespace, model: str | None = None
     from ..api import load_estimator
 
     est = load_estimator(model or args.model)
+    given = vars(args).get("task")
+    if given is not None and given != est.task_name:  # the model's task is the one used
+        raise OptionError(f"--task {given}: {model or args.model} is a {est.task_name} model "
+                          "(drop --task: the model's is used)")
     spec, options, output = _options(args, est.task_name)
     if model is not None:
         output = replace(output, model=model)

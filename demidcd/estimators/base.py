@@ -469,6 +469,13 @@ class StructuredEstimator:
             return old_labels
         if kind == "init":
             return extend_featurizer(old.featurizer_, value, self._say())
+        for attr in ("min_count", "hashing"):  # the saved vocabulary is kept: not silently
+            now, was = getattr(value, attr, None), getattr(old.featurizer_, attr, None)
+            if now is not None and was is not None and now != was:
+                raise StateMismatch(f"--resume {self.resume}: --{attr.replace('_', '-')} {now} "
+                                    f"is not the saved run's {was}: the features would change; "
+                                    f"resume with --{attr.replace('_', '-')} {was}, or start "
+                                    "from the model's weights with --init")
         return old.featurizer_
 
     def _start_point(self, task: Any) -> Any:
@@ -528,6 +535,10 @@ class StructuredEstimator:
         A bad value raises :class:`~demidcd.errors.OptionError` naming the parameter."""
         opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS}
+        if self.snapshot_every is not None:
+            from ..io.snapshots import check_every
+
+            check_every(self.snapshot_every)
         return make_plan(self.algorithm, opts, 1 if self.threads is None else self.threads,
                          default_loss=self._default_loss,
                          start=tuple(k for k in START_OPTIONS

@@ -22,8 +22,11 @@ from .chunks import format_report
 
 
 def _parse_column(c: str | int | None) -> str | int | None:
-    """``--column``: None, ``upos`` / ``xpos``, or a 1-based column number."""
-    if c is None or isinstance(c, int) or c in ("upos", "xpos"):
+    """``--column``: None, ``upos`` / ``xpos`` (any case: ``XPOS``), or a 1-based column
+    number."""
+    if isinstance(c, str) and c.strip().lower() in ("upos", "xpos"):
+        return c.strip().lower()
+    if c is None or isinstance(c, int):
         return c
     try:
         return int(c)
@@ -41,7 +44,7 @@ def _parse_feature_columns(c: str | list | None) -> tuple[str | int, ...]:
         return tuple(c)
     out = []
     for x in str(c).split(","):
-        x = x.strip()
+        x = x.strip().lower()
         if x in ("upos", "xpos"):
             out.append(x)
         elif x.isdigit():
