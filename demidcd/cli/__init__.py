@@ -31,6 +31,7 @@ from ..errors import ConvergenceWarning, DemidcdError, InputWarning, OptionError
 from ..options import DataOptions, OutputOptions, default
 from ..progress import cli_flag, stop_line
 from .log import (
+    _ENVIRONMENT_ERRNOS,
     CLEANUP,
     KEPT,
     RUNNING,
@@ -602,7 +603,7 @@ def _main(argv: list[str], debug: bool) -> int:
 
         sweep_once()  # every command removes the segments a killed run left (cheap: a listdir)
         if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
-            from .. import api  # noqa: F401
+            _load_heavy()
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
         # that started us in the background set SIGINT to "ignore" (Python then keeps it
         # ignored); SIGTERM behaves the same way.
@@ -628,6 +629,29 @@ def _main(argv: list[str], debug: bool) -> int:
     except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
         silence_stdout()
         return 141  # 128 + SIGPIPE, as a process killed by it
+    except MemoryError as e:
+        if debug:
+            raise
+        print(f"demidcd: error: out of memory{f' ({e})' if str(e) else ''}: the run needs more "
+              "memory than this process may have (a limit such as ulimit -v, or the machine's)",
+              file=sys.stderr)
+        return 2
+    except OSError as e:
+        if "libllvmlite" in str(e) and not debug:  # numba's compiler, under a memory limit
+            print(f"demidcd: error: {LLVMLITE}", file=sys.stderr)
+            return 2
+        if debug or e.errno not in _ENVIRONMENT_ERRNOS:
+            if debug:
+                raise
+            print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the "
+                  "traceback)", file=sys.stderr)
+            return 1
+        if _OWN_PROCESS:  # what is buffered for standard output would be written again
+            silence_stdout()
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"demidcd: error: {where}{e.strerror or e} (a limit of this process or a full "
+              "disk; nothing half-written is left)", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if stop_requested() and not debug:  # a signal that surfaced inside a kernel call
             print("demidcd: interrupted", file=sys.stderr)
@@ -640,4 +664,20 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+
+
+def _load_heavy() -> None:
+    """Import numpy, numba and the kernels' modules (:mod:`demidcd.api`); numba's compiler
+    library (llvmlite) that cannot be loaded, as under a small address-space limit
+    (``prlimit --as``, ``ulimit -v``), is one line saying so."""
+    try:
+        from .. import api  # noqa: F401
+    except OSError as e:
+        if "llvmlite" not in str(e):
+            raise
+        raise DemidcdError(LLVMLITE) from None
+
+
+LLVMLITE = ("cannot load numba's compiler library (libllvmlite.so): under a memory limit "
+            "(ulimit -v, prlimit --as) give the process at least 1 GiB of address space")
 _OWN_PROCESS = False  # main() runs as the process's entry point (python -m demidcd, demidcd)
