@@ -459,10 +459,8 @@ def _numba_without_blas() -> None:
 
 
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from ..io.model import atomic_write
-    from ..io.snapshots import list_snapshots
+    from ..io.snapshots import list_snapshots, load_snapshot
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -473,8 +471,9 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     config = est.solver_config()
+    dim = est.coef_.shape[0]
     for seconds, path in snaps:
-        est.coef_ = np.load(path, allow_pickle=False)
+        est.coef_ = load_snapshot(path, dim)
         primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")

@@ -107,3 +107,22 @@ def list_snapshots(directory: str | os.PathLike[str]) -> list[tuple[float, Path]
         raise DemidcdError(f"{d}: not a snapshot directory (no base.npz)")
     out = [(float(m.group(1)), d / f) for f in os.listdir(d) if (m := _NAME.match(f))]
     return sorted(out)
+
+
+def load_snapshot(path: str | os.PathLike[str], dim: int) -> np.ndarray:
+    """The weights of one snapshot file, which must be a float64 vector of ``dim`` finite
+    entries (its ``base.npz``'s); a truncated or foreign file is a
+    :class:`~demidcd.errors.ModelFileError` naming it."""
+    from ..errors import ModelFileError
+
+    try:
+        w = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise ModelFileError(str(path), f"not a readable snapshot (truncated?): {e}") from None
+    if not isinstance(w, np.ndarray) or w.dtype != np.float64 or w.shape != (dim,):
+        raise ModelFileError(str(path), f"not a snapshot of this run: {w.dtype} "
+                                        f"{getattr(w, 'shape', '?')}, base.npz has {dim:,} "
+                                        "float64 weights")
+    if not np.isfinite(w).all():
+        raise ModelFileError(str(path), "snapshot with non-finite weights")
+    return w
