@@ -244,14 +244,12 @@ def test_template_with_a_bom_is_read(tmp_path):
 
 
 def test_snapshots_are_rate_limited(tmp_path):
-    import time
-
     from demidcd.io.snapshots import Snapshotter
 
     snap = Snapshotter(tmp_path, 0.01)
     w = np.zeros(10)
-    snap._began, snap._cost = time.perf_counter(), 1.0  # a write of 1 s just began
-    snap.maybe(5.0, w)
+    snap._last, snap._cost = 4.5, 1.0  # a snapshot at 4.5 s, whose write took 1 s
+    snap.maybe(5.0, w)  # due (every 0.01 s), but writing would take 20% of the time
     assert snap.skipped == 1
     snap.maybe(6.0, w, force=True)  # the final snapshot is always written
     snap.close()

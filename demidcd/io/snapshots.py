@@ -29,8 +29,9 @@ MIN_EVERY = 0.01
 """The shortest ``--snapshot-every`` (--snapshot-every 0.001 wrote 1.4 GB in 4 s); the
 snapshots are also rate-limited by what writing them costs (:data:`WRITE_SHARE`)."""
 WRITE_SHARE = 0.1
-"""The largest share of the wall time the snapshot writer may spend writing: a snapshot falls
-due less than (its last write's seconds) / WRITE_SHARE after that write began is skipped."""
+"""The largest share of the run's time the snapshot writer may spend writing: a snapshot that
+falls due less than (the last write's seconds) / WRITE_SHARE after the last snapshot is
+skipped."""
 
 
 def check_every(every: object) -> float:
@@ -53,9 +54,9 @@ def check_every(every: object) -> float:
 
 class Snapshotter:
     """Writes w every ``every`` seconds of solver time into ``directory``; a snapshot that falls
-    due while the previous one is still being written, or sooner after it than
-    :data:`WRITE_SHARE` allows, is skipped (``skipped`` counts them): the copies never pile up
-    in memory, nor do the writes take the disk."""
+    due sooner after the last one than :data:`WRITE_SHARE` allows (by what a write costs) is
+    skipped (``skipped`` counts them): the copies do not pile up in memory, nor do the writes
+    take the disk."""
 
     def __init__(self, directory: str | os.PathLike[str], every: float):
         if not every > 0:
@@ -65,7 +66,7 @@ class Snapshotter:
         self.every, self.due = float(every), -np.inf  # solver time of the next snapshot
         self._q: queue.Queue = queue.Queue()
         self.skipped = 0
-        self._began, self._cost = -np.inf, 0.0  # the last write's start and its seconds
+        self._last, self._cost = -np.inf, 0.0  # the last snapshot's time, a write's seconds
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -76,7 +77,7 @@ class Snapshotter:
                 self._q.task_done()
                 return
             seconds, w = item
-            t0 = self._began = time.perf_counter()
+            t0 = time.perf_counter()
             try:
                 atomic_write(self.dir / f"w-{seconds:010.3f}.npy", lambda f, w=w: np.save(f, w))
                 self._cost = time.perf_counter() - t0
@@ -88,10 +89,10 @@ class Snapshotter:
         grid, so late calls do not push later snapshots back), and when ``force``d."""
         if force or seconds >= self.due:
             self.due = (np.floor(seconds / self.every) + 1.0) * self.every
-            if not force and (self._q.unfinished_tasks or time.perf_counter() - self._began
-                              < self._cost / WRITE_SHARE):  # still writing, or too soon
+            if not force and seconds - self._last < self._cost / WRITE_SHARE:  # too soon
                 self.skipped += 1
                 return
+            self._last = float(seconds)
             self._q.put((float(seconds), w.copy()))
 
     def close(self) -> None:
