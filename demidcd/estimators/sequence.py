@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DemidcdError, InputTypeError, InputValueError, ModelFileError, OptionError
+from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
@@ -173,9 +173,7 @@ class SequenceTagger(StructuredEstimator):
                 return f.fit_transform(X)
         except DemidcdError:
             raise
-        except ValueError as e:  # a value refused (a feature dict's: not finite, too large)
-            raise InputValueError(f"X: {e}") from None
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise InputTypeError(f"X: {e}") from None
 
     def _feature_kind(self) -> str | None:

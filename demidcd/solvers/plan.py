@@ -400,7 +400,8 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
     for name, value in (("learners", learners), ("backend", backend),
                         ("ray_address", ray_address)):
         if _given(name, value) and name not in learner.options and not (
-                name == "backend" and callable(value)):
+                name == "backend" and callable(value)) and not (
+                name == "learners" and str(value) == "1"):  # one learner: what every one is
             readers = ", ".join(n for n, x in LEARNERS.items() if name in x.options)
             raise OptionError(f"{BY_NAME[name].flag} is an option of {readers} (the learners "
                               f"with processes to reach); --algorithm {algorithm} does not "

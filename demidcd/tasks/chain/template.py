@@ -38,7 +38,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from ...errors import OptionError
+from ...errors import InputValueError, OptionError
 from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
@@ -535,8 +535,10 @@ class DictFeaturizer(_SpacesFeaturizer):
         except (TypeError, ValueError) as e:  # name the token: its sentence and position
             done = len(ends) - 1  # tokens expanded before the bad one
             k = int(np.searchsorted(sent_ptr, done, "right")) - 1
-            kind = ValueError if isinstance(e, ValueError) else TypeError
-            raise kind(f"sentence {k}, token {done - int(sent_ptr[k])}: {e}") from None
+            where = f"X: sentence {k}, token {done - int(sent_ptr[k])}: {e}"
+            if isinstance(e, ValueError):  # a value refused: not finite, too large, too deep
+                raise InputValueError(where) from None
+            raise TypeError(where) from None
         vals = np.ones(len(names), np.float64)
         vals[np.array(num_at, np.int64)] = np.array(num_val, np.float64)
         ids = lookups[0](names)
