@@ -31,7 +31,7 @@ from ..errors import ConvergenceWarning, DemidcdError, InputWarning, OptionError
 from ..options import DataOptions, OutputOptions, default
 from ..progress import cli_flag, stop_line
 from .log import (
-    _ENVIRONMENT_ERRNOS,
+    ENVIRONMENT_ERRNOS,
     CLEANUP,
     KEPT,
     RUNNING,
@@ -639,7 +639,7 @@ def _main(argv: list[str], debug: bool) -> int:
         if "libllvmlite" in str(e) and not debug:  # numba's compiler, under a memory limit
             print(f"demidcd: error: {LLVMLITE}", file=sys.stderr)
             return 2
-        if debug or e.errno not in _ENVIRONMENT_ERRNOS:
+        if debug or e.errno not in ENVIRONMENT_ERRNOS:
             if debug:
                 raise
             print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the "

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InputWarning
 from ..progress import Cadence, format_dev
 
-_ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in (
+ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in (
     "EFBIG", "ENOSPC", "EDQUOT", "ENOMEM", "EROFS", "EMFILE", "ENFILE") if hasattr(errno, n))
 """OSErrors of the machine or of a limit the user set (``ulimit -f``, a full disk, no more
 memory or files): one line naming what failed, exit 2, as a bad input is."""
@@ -58,7 +58,7 @@ class Log:
         except BrokenPipeError:
             raise
         except OSError as e:  # ulimit -f, a full disk: the run goes on, without its log
-            if e.errno not in _ENVIRONMENT_ERRNOS:
+            if e.errno not in ENVIRONMENT_ERRNOS:
                 raise
             self.quiet = True
             print(f"demidcd: warning: the log cannot be written to standard output "
