@@ -31,8 +31,8 @@ from ..errors import ConvergenceWarning, DemidcdError, InputWarning, OptionError
 from ..options import DataOptions, OutputOptions, default
 from ..progress import cli_flag, stop_line
 from .log import (
-    ENVIRONMENT_ERRNOS,
     CLEANUP,
+    ENVIRONMENT_ERRNOS,
     KEPT,
     RUNNING,
     Log,
