@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,6 +313,3 @@ def test_a_log_that_cannot_be_written_is_dropped_with_one_warning(monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("demidcd: warning: the log cannot be written") == 1 and log.quiet
 
-
-def test_shipped_scorers_module_path():
-    assert (Path(__file__).resolve().parents[1] / "demidcd" / "scorers.py").is_file()
