@@ -212,9 +212,6 @@ def _train(args) -> int:
     if args.verbose is not None and args.verbose < 0:
         raise OptionError(f"--verbose must be an integer >= 0, got {args.verbose}")
     log = Log(args.quiet, args.log_json, 1 if args.verbose is None else args.verbose)
-    if not args.model:  # said up front: a long run must not end with the model thrown away
-        log.info("no --model: the trained model is not saved (only its scores are printed); "
-                 "give --model FILE to keep it")
 
     def callback(rec: dict, w: Any) -> None:
         log.iteration(rec)
@@ -240,6 +237,9 @@ def _train(args) -> int:
                             plan.ray_address)
     if note and not args.quiet:  # the layout the run will have (--learners auto included)
         print(f"demidcd: warning: {note}", file=sys.stderr)
+    if not args.model:  # said up front: a long run must not end with the model thrown away
+        log.info("no --model: the trained model is not saved (only its scores are printed); "
+                 "give --model FILE to keep it")
     est.data_options_ = {**spec.data_options(est, options),
                          "encoding": _encoding_name(options.encoding)}
     config = plan.config

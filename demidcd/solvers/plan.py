@@ -388,8 +388,9 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
     for name, value in engine.items():  # set to a value of its own: not dropped in silence
         if _given(name, value) and name not in learner.options:
             readers = ", ".join(n for n, x in LEARNERS.items() if name in x.options)
+            hint = " (its limit is --max-epochs)" if name == "max_iterations" else ""
             raise OptionError(f"{BY_NAME[name].flag} is an option of {readers}; --algorithm "
-                              f"{algorithm} does not read it")
+                              f"{algorithm} does not read it{hint}")
     engine = {k: check_value(k, v) for k, v in engine.items()}
     method = engine.get("crf_method") or default("crf_method")
     if learner.name == "crf" and method != "lbfgs":
@@ -415,9 +416,12 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
                         _given(name, value):
                     readers = [n for n, x in LEARNERS.items()
                                if x.config_fields is None or name in x.config_fields]
+                    others = [n for n in LEARNERS if n not in readers]
+                    who = f"{', '.join(readers)} read" if len(others) > len(readers) else \
+                        f"every learner but {', '.join(others)} reads"
                     raise OptionError(f"{BY_NAME[name].flag} is not an option of --algorithm "
-                                      f"{algorithm} (its objective: {learner.objective}; "
-                                      f"{BY_NAME[name].flag} is read by {', '.join(readers)})")
+                                      f"{algorithm} (its objective: {learner.objective}); "
+                                      f"{who} it")
         if opts.get("C") is None and default_C is not None:
             opts["C"] = default_C
         loss = opts.get("loss")
