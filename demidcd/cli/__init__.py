@@ -539,6 +539,11 @@ def cmd_learners(args: argparse.Namespace) -> int:
         for name, ln in LEARNERS.items():
             print(f"{name:11s} {ln.summary}; processes {ln.processes_text()}; objective: "
                   f"{ln.objective}")
+        from ..solvers.plan import ALIASES
+
+        names = ", ".join(f"{a} = {v[0]}" for a, v in ALIASES.items() if v[0])
+        print(f"sklearn-crfsuite's names: {names} (lbfgs: --crf-method lbfgs; ap, pa: "
+              "max_iterations is --max-epochs)")
         print("demidcd learners NAME: a learner's own options")
         return 0
     learner = get_learner(args.name)

@@ -37,7 +37,8 @@ def _help(o: Any, command: str) -> str:
 
         text += ": " + "; ".join(f"{n}: {get_task(n).help}" for n in task_names())
     elif o.name == "algorithm":
-        text += " (demidcd learners NAME: its options)"
+        text += (" (demidcd learners NAME: its options; sklearn-crfsuite's names lbfgs, ap, "
+                 "pa are crf, perceptron, mira)")
     elif o.name == "max_sentence_length":
         return _length_help(command)
     if o.type is bool and o.default is False:

@@ -296,8 +296,12 @@ class StructuredEstimator:
 
     C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
     ``demi-dcd``, ``ms-dcd``, ``sp-ipm``, ``perceptron``, ``mira``, ``pegasos``, ``adagrad``,
-    ``sdm-hinge``, ``sdm-ramp``; None: ``demi-dcd`` when threads > 1, else ``dcd``; a learner
-    that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
+    ``sdm-hinge``, ``sdm-ramp``, ``crf``; None: ``demi-dcd`` when threads > 1, else ``dcd``;
+    sklearn-crfsuite's ``lbfgs``, ``ap``, ``pa`` are ``crf`` with ``crf_method="lbfgs"``,
+    ``perceptron`` and ``mira``, :data:`~demidcd.solvers.plan.ALIASES`; a learner that cannot
+    run on ``threads`` processes raises OptionError, and so does an option it does not read
+    set to a value of its own, e.g. ``C`` for ``crf``, whose objective has ``c1`` and
+    ``c2``). threads: processes (None: 1,
     single-process). tol, delta, max_epochs, time_limit, seed,
     inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
     primal/dual evaluations in the log), loss (``"l2"`` or ``"l1"``, the hinge loss; the DCD
