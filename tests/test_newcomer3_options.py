@@ -313,3 +313,12 @@ def test_a_log_that_cannot_be_written_is_dropped_with_one_warning(monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("demidcd: warning: the log cannot be written") == 1 and log.quiet
 
+
+
+def test_learners_crf_does_not_list_options_it_does_not_read(capsys):
+    assert main(["learners", "crf"]) == 0
+    out = capsys.readouterr().out
+    assert "--c1" in out and "--time-limit" in out and "--seed" in out
+    assert "--C " not in out and "--tol" not in out and "--max-epochs" not in out
+    assert main(["learners"]) == 0
+    assert "lbfgs = crf" in capsys.readouterr().out

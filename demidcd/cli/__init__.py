@@ -550,8 +550,16 @@ def cmd_learners(args: argparse.Namespace) -> int:
     print(f"{learner.name}: {learner.summary}")
     print(f"processes: {learner.processes_text()}; objective: {learner.objective}")
     own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
-    shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
-    for title, opts in (("its own options", own), ("options every learner takes", shared)):
+    from dataclasses import fields
+
+    from ..solvers.common import SolverConfig
+
+    config = {f.name for f in fields(SolverConfig)}
+    ignored = set() if learner.config_fields is None else config - set(learner.config_fields)
+    shared = [o for o in T.options_for(learner.name)
+              if not o.owners and o.group == T.LEARNER and o.name not in ignored]
+    for title, opts in (("its own options", own), ("options it shares with other learners",
+                                                   shared)):
         print(f"{title}:")
         for o in opts:
             print(f"  {o.flag:26s} {o.help} (default: {o.default_text()})")
