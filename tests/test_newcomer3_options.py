@@ -322,3 +322,17 @@ def test_learners_crf_does_not_list_options_it_does_not_read(capsys):
     assert "--C " not in out and "--tol" not in out and "--max-epochs" not in out
     assert main(["learners"]) == 0
     assert "lbfgs = crf" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--nbest", "1" + "0" * 400], ("--nbest", "401 digits")),
+    (["--threads", "1" + "0" * 400], ("--threads", "401 digits")),
+])
+def test_predict_refuses_huge_integers_in_one_line(corpus, capsys, tmp_path, args, words):
+    m = tmp_path / "m.npz"
+    assert main(["train", "--train", str(corpus / "train.txt"), "--threads", "1",
+                 "--max-epochs", "1", "--model", str(m), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(m), "--data", str(corpus / "test.txt"),
+                 "--out", str(tmp_path / "o.txt"), *args]) == 2
+    _one_error_line(capsys.readouterr().err, *words)

@@ -417,8 +417,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if streamed and _OWN_PROCESS:
         _numba_without_blas()
     threads = vars(args).get("threads")
-    if threads is not None and threads < 1:
-        raise OptionError(f"--threads must be >= 1, got {threads}")
+    if threads is not None:
+        from ..solvers.plan import check_threads_value
+
+        check_threads_value(threads)  # 1..MAX_THREADS
     if streamed:  # read, tag and write block by block
         n = _length_checked(spec, spec.predict_stream, est, options, output,
                             threads if threads is not None else os.cpu_count() or 1,

@@ -20,6 +20,11 @@ from ...options import DataOptions, OutputOptions, default
 from .. import TaskSpec
 from .chunks import format_report
 
+MAX_NBEST = 100_000
+"""The most taggings ``--nbest`` prints per sentence (k-best Viterbi keeps k entries per label
+and position: a larger K is a typo, e.g. 10**400 reached the kernel as an integer it cannot
+type)."""
+
 
 def _parse_column(c: str | int | None) -> str | int | None:
     """``--column``: None, ``upos`` / ``xpos`` (any case: ``XPOS``), or a 1-based column
@@ -306,8 +311,10 @@ class SequenceSpec(TaskSpec):
                               "feature dicts in Python, which a file cannot give; tag with "
                               "its predict() on dicts made the same way")
         nbest = output.nbest
-        if nbest is not None and nbest < 1:
-            raise OptionError(f"--nbest must be >= 1, got {nbest}")
+        if nbest is not None and not 1 <= nbest <= MAX_NBEST:
+            raise OptionError(f"--nbest must be in 1..{MAX_NBEST:,}, got "
+                              + (f"{nbest}" if nbest < 10**12 else
+                                 f"a number of {len(str(nbest))} digits"))
         if nbest is not None and output.scores:
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")
