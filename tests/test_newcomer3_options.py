@@ -336,3 +336,19 @@ def test_predict_refuses_huge_integers_in_one_line(corpus, capsys, tmp_path, arg
     assert main(["predict", "--model", str(m), "--data", str(corpus / "test.txt"),
                  "--out", str(tmp_path / "o.txt"), *args]) == 2
     _one_error_line(capsys.readouterr().err, *words)
+
+
+def test_ulimit_f_set_up_repeated_is_said_and_training_goes_on(corpus):
+    """Under ``ulimit -f`` the set-up's child could not hand its arrays back (a temporary
+    file): the set-up ran again, its lines twice, unexplained; now one warning says so."""
+    import subprocess
+
+    from cli_run import CLI
+
+    cmd = " ".join([*CLI, "train", "--train", str(corpus / "train.txt"), "--threads", "1",
+                    "--max-epochs", "1"])
+    r = subprocess.run(["bash", "-c", f"ulimit -f 1; {cmd}"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("the set-up could not be handed to the training process") == 1
+    assert "Traceback" not in r.stderr and "stopped:" in r.stdout
