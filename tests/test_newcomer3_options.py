@@ -89,6 +89,8 @@ def test_sklearn_crfsuite_algorithm_names():
         ChunkTagger(algorithm="arow").plan()
     with pytest.raises(OptionError, match="crf"):
         ChunkTagger(algorithm="l2sgd").plan()
+    with pytest.raises(OptionError, match="CRFsuite's delta is stop_delta"):
+        ChunkTagger(algorithm="lbfgs", delta=1e-5).plan()
 
 
 def test_all_possible_states_is_weights_all():

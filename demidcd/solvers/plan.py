@@ -419,9 +419,11 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
                     others = [n for n in LEARNERS if n not in readers]
                     who = f"{', '.join(readers)} read" if len(others) > len(readers) else \
                         f"every learner but {', '.join(others)} reads"
+                    hint = "; CRFsuite's delta is --stop-delta" if name == "delta" and \
+                        "stop_delta" in learner.options else ""
                     raise OptionError(f"{BY_NAME[name].flag} is not an option of --algorithm "
                                       f"{algorithm} (its objective: {learner.objective}); "
-                                      f"{who} it")
+                                      f"{who} it{hint}")
         if opts.get("C") is None and default_C is not None:
             opts["C"] = default_C
         loss = opts.get("loss")
