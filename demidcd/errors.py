@@ -88,6 +88,12 @@ class InputTypeError(DemidcdError, TypeError):
     """Data of the wrong shape for an estimator, e.g. a string where a token list is expected."""
 
 
+class InputValueError(DemidcdError, ValueError):
+    """Data of the right shape with a value an estimator refuses, e.g. a feature dict's real
+    value that is not finite or too large (the message names the sentence, token and
+    feature)."""
+
+
 class NotFittedError(DemidcdError, ValueError, AttributeError):
     """An estimator used before ``fit`` (the same bases as scikit-learn's ``NotFittedError``;
     :func:`not_fitted` returns an instance of a subclass of both when scikit-learn is

@@ -18,7 +18,7 @@ LAYERS = (
     ("tasks",),
     ("parallel",),
     ("solvers",),
-    ("estimators", "datasets", "metrics"),
+    ("estimators", "datasets", "metrics", "scorers"),
     ("api",),
     ("cli", "__main__"),
 )

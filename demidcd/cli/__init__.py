@@ -32,6 +32,7 @@ from ..options import DataOptions, OutputOptions, default
 from ..progress import cli_flag, stop_line
 from .log import (
     CLEANUP,
+    ENVIRONMENT_ERRNOS,
     KEPT,
     RUNNING,
     Log,
@@ -197,6 +198,7 @@ def _train(args) -> int:
     from ..io.model import save_with_fallback, stdio_fd
     from ..solvers import get_learner, oversubscription
     from ..solvers.common import StopRequest
+    from ..solvers.plan import learner_name
 
     if args.model is not None and stdio_fd(args.model) == 1:
         raise OptionError(f"--model {args.model}: standard output carries the log; give the "
@@ -216,7 +218,8 @@ def _train(args) -> int:
 
     threads = args.threads
     if threads is None:  # the command line's default: every core, for a learner that uses them
-        sequential = args.algorithm is not None and get_learner(args.algorithm).single_process
+        sequential = args.algorithm is not None and \
+            get_learner(learner_name(args.algorithm)).single_process
         threads = 1 if sequential else (os.cpu_count() or 1)
     # only the options given on the command line: the estimator's defaults are the table's
     from ..options import learner_params
@@ -234,6 +237,9 @@ def _train(args) -> int:
                             plan.ray_address)
     if note and not args.quiet:  # the layout the run will have (--learners auto included)
         print(f"demidcd: warning: {note}", file=sys.stderr)
+    if not args.model:  # said up front: a long run must not end with the model thrown away
+        log.info("no --model: the trained model is not saved (only its scores are printed); "
+                 "give --model FILE to keep it")
     est.data_options_ = {**spec.data_options(est, options),
                          "encoding": _encoding_name(options.encoding)}
     config = plan.config
@@ -360,6 +366,10 @@ def load_model(args: argparse.Namespace, model: str | None = None
     from ..api import load_estimator
 
     est = load_estimator(model or args.model)
+    given = vars(args).get("task")
+    if given is not None and given != est.task_name:  # the model's task is the one used
+        raise OptionError(f"--task {given}: {model or args.model} is a {est.task_name} model "
+                          "(drop --task: the model's is used)")
     spec, options, output = _options(args, est.task_name)
     if model is not None:
         output = replace(output, model=model)
@@ -411,8 +421,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if streamed and _OWN_PROCESS:
         _numba_without_blas()
     threads = vars(args).get("threads")
-    if threads is not None and threads < 1:
-        raise OptionError(f"--threads must be >= 1, got {threads}")
+    if threads is not None:
+        from ..solvers.plan import check_threads_value
+
+        check_threads_value(threads)  # 1..MAX_THREADS
     if streamed:  # read, tag and write block by block
         n = _length_checked(spec, spec.predict_stream, est, options, output,
                             threads if threads is not None else os.cpu_count() or 1,
@@ -453,10 +465,8 @@ def _numba_without_blas() -> None:
 
 
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from ..io.model import atomic_write
-    from ..io.snapshots import list_snapshots
+    from ..io.snapshots import list_snapshots, load_snapshot
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -467,8 +477,9 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     task = est.training_task(*spec.xy(train))
     rows = ["seconds,primal,dual,metric"]
     config = est.solver_config()
+    dim = est.coef_.shape[0]
     for seconds, path in snaps:
-        est.coef_ = np.load(path, allow_pickle=False)
+        est.coef_ = load_snapshot(path, dim)
         primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
@@ -534,14 +545,27 @@ def cmd_learners(args: argparse.Namespace) -> int:
         for name, ln in LEARNERS.items():
             print(f"{name:11s} {ln.summary}; processes {ln.processes_text()}; objective: "
                   f"{ln.objective}")
+        from ..solvers.plan import ALIASES
+
+        names = ", ".join(f"{a} = {v[0]}" for a, v in ALIASES.items() if v[0])
+        print(f"sklearn-crfsuite's names: {names} (lbfgs: --crf-method lbfgs; ap, pa: "
+              "max_iterations is --max-epochs)")
         print("demidcd learners NAME: a learner's own options")
         return 0
     learner = get_learner(args.name)
     print(f"{learner.name}: {learner.summary}")
     print(f"processes: {learner.processes_text()}; objective: {learner.objective}")
     own = [o for o in T.options_for(learner.name) if o.owners and learner.name in o.owners]
-    shared = [o for o in T.options_for(learner.name) if not o.owners and o.group == T.LEARNER]
-    for title, opts in (("its own options", own), ("options every learner takes", shared)):
+    from dataclasses import fields
+
+    from ..solvers.common import SolverConfig
+
+    config = {f.name for f in fields(SolverConfig)}
+    ignored = set() if learner.config_fields is None else config - set(learner.config_fields)
+    shared = [o for o in T.options_for(learner.name)
+              if not o.owners and o.group == T.LEARNER and o.name not in ignored]
+    for title, opts in (("its own options", own), ("options it shares with other learners",
+                                                   shared)):
         print(f"{title}:")
         for o in opts:
             print(f"  {o.flag:26s} {o.help} (default: {o.default_text()})")
@@ -597,7 +621,7 @@ def _main(argv: list[str], debug: bool) -> int:
 
         sweep_once()  # every command removes the segments a killed run left (cheap: a listdir)
         if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
-            from .. import api  # noqa: F401
+            _load_heavy()
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
         # that started us in the background set SIGINT to "ignore" (Python then keeps it
         # ignored); SIGTERM behaves the same way.
@@ -623,6 +647,29 @@ def _main(argv: list[str], debug: bool) -> int:
     except BrokenPipeError:  # the reader of --out - went away (e.g. `| head`): stop quietly
         silence_stdout()
         return 141  # 128 + SIGPIPE, as a process killed by it
+    except MemoryError as e:
+        if debug:
+            raise
+        print(f"demidcd: error: out of memory{f' ({e})' if str(e) else ''}: the run needs more "
+              "memory than this process may have (a limit such as ulimit -v, or the machine's)",
+              file=sys.stderr)
+        return 2
+    except OSError as e:
+        if "libllvmlite" in str(e) and not debug:  # numba's compiler, under a memory limit
+            print(f"demidcd: error: {LLVMLITE}", file=sys.stderr)
+            return 2
+        if debug or e.errno not in ENVIRONMENT_ERRNOS:
+            if debug:
+                raise
+            print(f"demidcd: error: {type(e).__name__}: {e} (run with --debug for the "
+                  "traceback)", file=sys.stderr)
+            return 1
+        if _OWN_PROCESS:  # what is buffered for standard output would be written again
+            silence_stdout()
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"demidcd: error: {where}{e.strerror or e} (a limit of this process or a full "
+              "disk; nothing half-written is left)", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - one line unless --debug
         if stop_requested() and not debug:  # a signal that surfaced inside a kernel call
             print("demidcd: interrupted", file=sys.stderr)
@@ -635,4 +682,20 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+
+
+def _load_heavy() -> None:
+    """Import numpy, numba and the kernels' modules (:mod:`demidcd.api`); numba's compiler
+    library (llvmlite) that cannot be loaded, as under a small address-space limit
+    (``prlimit --as``, ``ulimit -v``), is one line saying so."""
+    try:
+        from .. import api  # noqa: F401
+    except OSError as e:
+        if "llvmlite" not in str(e):
+            raise
+        raise DemidcdError(LLVMLITE) from None
+
+
+LLVMLITE = ("cannot load numba's compiler library (libllvmlite.so): under a memory limit "
+            "(ulimit -v, prlimit --as) give the process at least 1 GiB of address space")
 _OWN_PROCESS = False  # main() runs as the process's entry point (python -m demidcd, demidcd)

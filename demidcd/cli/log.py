@@ -8,6 +8,7 @@ inference threads), :data:`KEPT` (what an interrupt now leaves of the model, sai
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -17,6 +18,11 @@ from typing import Any
 
 from ..errors import InputWarning
 from ..progress import Cadence, format_dev
+
+ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "EFBIG", "ENOSPC", "EDQUOT", "ENOMEM", "EROFS", "EMFILE", "ENFILE") if hasattr(errno, n))
+"""OSErrors of the machine or of a limit the user set (``ulimit -f``, a full disk, no more
+memory or files): one line naming what failed, exit 2, as a bad input is."""
 
 
 class Log:
@@ -44,10 +50,20 @@ class Log:
     def info(self, msg: str) -> None:
         if self.quiet:
             return
-        if self.bar is not None:
-            self.bar.write(msg)
-        else:
-            print(msg, flush=True)
+        try:
+            if self.bar is not None:
+                self.bar.write(msg)
+            else:
+                print(msg, flush=True)
+        except BrokenPipeError:
+            raise
+        except OSError as e:  # ulimit -f, a full disk: the run goes on, without its log
+            if e.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            self.quiet = True
+            print(f"demidcd: warning: the log cannot be written to standard output "
+                  f"({e.strerror or e}): the run goes on without it", file=sys.stderr,
+                  flush=True)
 
     def iteration(self, rec: dict) -> None:
         self.records.append(rec)

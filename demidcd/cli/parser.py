@@ -26,13 +26,19 @@ class _Parser(argparse.ArgumentParser):
 def _help(o: Any, command: str) -> str:
     """An option's help line with its default from the option table (:mod:`demidcd.options`);
     a few options complete theirs from the registries (the tasks, the learners)."""
-    text = o.help
-    if o.name == "task":
+    text = _USE_HELP.get((command, o.name), o.help)
+    readers = _learners_reading(o)
+    if readers and not text.startswith(readers[0]):
+        text = f"[{', '.join(readers)}] {text}"
+    if (command, o.name) in _USE_HELP:
+        pass
+    elif o.name == "task":
         from ..tasks import get_task, task_names
 
         text += ": " + "; ".join(f"{n}: {get_task(n).help}" for n in task_names())
     elif o.name == "algorithm":
-        text += " (demidcd learners NAME: its options)"
+        text += (" (demidcd learners NAME: its options; sklearn-crfsuite's names lbfgs, ap, "
+                 "pa are crf, perceptron, mira)")
     elif o.name == "max_sentence_length":
         return _length_help(command)
     if o.type is bool and o.default is False:
@@ -40,6 +46,31 @@ def _help(o: Any, command: str) -> str:
     shown = o.default_text() if command == "train" or not o.rule.endswith("model's") \
         else "the model's"
     return f"{text} (default: {shown})".replace("%", "%%")
+
+
+def _learners_reading(o: Any) -> list[str]:
+    """The learners that read option ``o`` (its owners, when they are learners; [] for an
+    option every learner reads, or a task's): ``--help-all`` names them before its help."""
+    if not o.owners:
+        return []
+    from ..solvers import LEARNERS
+
+    return list(o.owners) if all(x in LEARNERS for x in o.owners) else []
+
+
+_USE_HELP = {
+    ("predict", "threads"): "threads tagging blocks of sentences at once (output in input "
+                            "order)",
+    ("predict", "task"): "the task (the model's: given, it must be the model's)",
+    ("evaluate", "task"): "the task (the model's: given, it must be the model's)",
+}
+"""Help lines of the options that ``predict`` and ``evaluate`` read differently from
+``train`` (in their own words: nothing is learnt there)."""
+_NOT_READ = {"predict": ("template", "label_scheme"), "evaluate": ("template",)}
+"""Options a command accepts (a model's own value, or a check) but that change nothing it
+does: not in its ``--help``."""
+_GROUP_TITLES = {"data": "input", "learner": "run", "output": "output"}
+"""The option groups' titles in the commands that use a model (no learner there)."""
 
 
 def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
@@ -51,17 +82,20 @@ def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
     import every task's module; only --help shows them)."""
     from .. import options as T
 
-    groups = {g: p.add_argument_group(g) for g in (T.DATA, T.LEARNER, T.OUTPUT)}
+    titles = {g: g if command == "train" else _GROUP_TITLES[g]
+              for g in (T.DATA, T.LEARNER, T.OUTPUT)}
+    groups = {g: p.add_argument_group(titles[g]) for g in (T.DATA, T.LEARNER, T.OUTPUT)}
     for o in T.options_for(None, command):
+        shown = (show_all or o.tier == T.BASIC) and o.name not in _NOT_READ.get(command, ())
         kw: dict[str, Any] = {"dest": o.name,
                               "help": (_help(o, command) if helps else None)
-                              if show_all or o.tier == T.BASIC else argparse.SUPPRESS}
+                              if shown else argparse.SUPPRESS}
         if o.type is bool:
             kw["action"] = argparse.BooleanOptionalAction if o.default is None \
                 else "store_true"
             kw["default"] = None if o.default is None else False
         else:
-            kw["type"] = o.type
+            kw["type"] = _lower if o.choices else o.type  # --pos-column XPOS as xpos
             from_model = command != "train" and o.rule.endswith("model's")  # set by load_model
             kw["default"] = o.default if not o.param and o.name in _CLI_DEFAULTS \
                 and not from_model else None
@@ -72,6 +106,11 @@ def _add_table_options(p: argparse.ArgumentParser, command: str, show_all: bool,
             if o.const is not None:
                 kw.update(nargs="?", const=o.const)
         groups[o.group].add_argument(o.flag, **kw)
+
+
+def _lower(text: str) -> str:
+    """The argparse type of an option with choices: any case (the choices are lower case)."""
+    return text.lower()
 
 
 # data options whose value is always set (evaluate / predict: the model's, once it is loaded)

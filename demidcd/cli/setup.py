@@ -79,8 +79,14 @@ def _child(fn: Callable[[], Any], fd: int) -> None:
                 pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - cannot travel: the parent runs fn itself
                 out = ("failed", None)
-        with os.fdopen(fd, "wb", closefd=False) as f:
-            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+        except OSError as e:  # e.g. ulimit -f, a full /tmp: the parent repeats the set-up
+            print(f"demidcd: warning: the set-up could not be handed to the training process "
+                  f"({e.strerror or e}): it runs again there (its lines above come twice)",
+                  file=sys.stderr, flush=True)
+            raise
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent sees a failed child
         pass

@@ -88,7 +88,10 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
 
     A token is a word or a tuple ``(word, attribute, …)`` of strings; with ``dicts`` also a
     feature dict as sklearn-crfsuite takes it (``{"word.lower()": "the", "len": 3.0, …}``) or
-    a list of feature names, but every token of X of the same kind (:func:`token_kind`)."""
+    a list of feature names, but every token of X of the same kind (:func:`token_kind`). A
+    numpy array (of sentences, or 2-D of tokens) is taken as the lists it holds."""
+    if isinstance(X, np.ndarray):
+        X = X.tolist()
     if isinstance(X, str | bytes) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
         raise InputTypeError(f"{name} must be a list of sentences (lists of tokens), got "
                              f"{type(X).__name__}")
@@ -116,7 +119,10 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
 
 
 def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
-    """Y as tag sequences of the same lengths as the sentences of X."""
+    """Y as tag sequences of the same lengths as the sentences of X (a numpy array: the lists
+    it holds)."""
+    if isinstance(Y, np.ndarray):
+        Y = Y.tolist()
     if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
         raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
     for k, t in enumerate(Y):  # set(map(type, t)): no call per tag in the common case
@@ -290,8 +296,12 @@ class StructuredEstimator:
 
     C: regularisation (Eq. 1). algorithm: a name of :data:`demidcd.solvers.LEARNERS` (``dcd``,
     ``demi-dcd``, ``ms-dcd``, ``sp-ipm``, ``perceptron``, ``mira``, ``pegasos``, ``adagrad``,
-    ``sdm-hinge``, ``sdm-ramp``; None: ``demi-dcd`` when threads > 1, else ``dcd``; a learner
-    that cannot run on ``threads`` processes raises OptionError). threads: processes (None: 1,
+    ``sdm-hinge``, ``sdm-ramp``, ``crf``; None: ``demi-dcd`` when threads > 1, else ``dcd``;
+    sklearn-crfsuite's ``lbfgs``, ``ap``, ``pa`` are ``crf`` with ``crf_method="lbfgs"``,
+    ``perceptron`` and ``mira``, :data:`~demidcd.solvers.plan.ALIASES`; a learner that cannot
+    run on ``threads`` processes raises OptionError, and so does an option it does not read
+    set to a value of its own, e.g. ``C`` for ``crf``, whose objective has ``c1`` and
+    ``c2``). threads: processes (None: 1,
     single-process). tol, delta, max_epochs, time_limit, seed,
     inner_passes (r), max_active (|A_i| bound), batch, skip, sweeps, eval_every (seconds between
     primal/dual evaluations in the log), loss (``"l2"`` or ``"l1"``, the hinge loss; the DCD
@@ -332,6 +342,7 @@ class StructuredEstimator:
     _task_defaults: dict[str, Any] = {}  # ... and what their None means
     _requires_y = True
     _default_loss = "l2"  # what loss=None means for the DCD learners (SolverConfig.loss)
+    _capabilities: tuple[str, ...] = ()  # what the task's structures offer (Learner.needs)
 
     # -- scikit-learn's estimator protocol ------------------------------------------------------
     @classmethod
@@ -462,6 +473,13 @@ class StructuredEstimator:
             return old_labels
         if kind == "init":
             return extend_featurizer(old.featurizer_, value, self._say())
+        for attr in ("min_count", "hashing"):  # the saved vocabulary is kept: not silently
+            now, was = getattr(value, attr, None), getattr(old.featurizer_, attr, None)
+            if now is not None and was is not None and now != was:
+                raise StateMismatch(f"--resume {self.resume}: --{attr.replace('_', '-')} {now} "
+                                    f"is not the saved run's {was}: the features would change; "
+                                    f"resume with --{attr.replace('_', '-')} {was}, or start "
+                                    "from the model's weights with --init")
         return old.featurizer_
 
     def _start_point(self, task: Any) -> Any:
@@ -520,16 +538,20 @@ class StructuredEstimator:
         the DCD learners), the engine options, DEMI-DCD's ``learners`` and the start options.
         A bad value raises :class:`~demidcd.errors.OptionError` naming the parameter."""
         opts = {k: getattr(self, k) for k in SOLVER_OPTIONS}
-        if opts.get("C") is None:  # the option table's rule, by the featurizer's kind
-            opts["C"] = default_C(self._feature_kind() if feature_kind is _FROM_TABLE
-                                  else feature_kind)
         engine = {k: getattr(self, k, None) for k in ENGINE_OPTIONS}
+        if self.snapshot_every is not None:
+            from ..io.snapshots import check_every
+
+            check_every(self.snapshot_every)
         return make_plan(self.algorithm, opts, 1 if self.threads is None else self.threads,
                          default_loss=self._default_loss,
                          start=tuple(k for k in START_OPTIONS
                                      if getattr(self, k, None) not in (None, False)),
                          backend=self.backend, ray_address=self.ray_address,
-                         debug=bool(self.debug), **engine)
+                         debug=bool(self.debug),
+                         default_C=default_C(self._feature_kind() if feature_kind is
+                                             _FROM_TABLE else feature_kind),
+                         capabilities=self._capabilities, **engine)
 
     def solver_config(self) -> SolverConfig:
         """The validated :class:`SolverConfig` of :meth:`plan`: the options that are set,

@@ -150,7 +150,7 @@ class DependencyParser(StructuredEstimator):
             Y_dev: list[Heads] | None = None) -> DependencyParser:
         """Learn w from sentences X with gold trees Y (optional dev set for the log)."""
         self._check()
-        check_sentences(X)
+        X = check_sentences(X)
         if not X:
             raise OptionError("cannot fit on an empty data set")
         self._begin_fit()  # bad options fail before any work
@@ -196,7 +196,8 @@ class DependencyParser(StructuredEstimator):
         warning."""
         self._check_fitted()
         self._check()
-        if not check_sentences(X):
+        X = check_sentences(X)
+        if not X:
             return []
         task = self._task(X, None)
         labels = self._labels()
@@ -257,7 +258,7 @@ class DependencyParser(StructuredEstimator):
         ``las_subtypes``, ``las_subtypes_no_punct``)."""
         self._check_fitted()
         self._check()
-        check_sentences(X)
+        X = check_sentences(X)
         task = self._task(X, Y)
         ex = np.arange(task.n_examples)
         m = task.metric(task.gold(ex), task.decode(self.coef_, ex))

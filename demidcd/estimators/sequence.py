@@ -53,6 +53,7 @@ and Wapiti keep them all."""
 
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
 _WEIGHTS_PARAM = param("weights", str)
+_STATES_PARAM = param("all_possible_states", bool | None, None)
 SEEN_FROM_WEIGHTS = 2**25  # weights="auto": seen pairs once F·K dense would pass 256 MiB
 # (float64): Brown's 453 tags (161 M) get them, its 12 (4.3 M) and EWT XPOS (1.5 M) do not, where
 # the seen pairs cost accuracy (benchmarks/README.md, "seen pairs")
@@ -109,6 +110,8 @@ class SequenceTagger(StructuredEstimator):
     ``"auto"``: seen for the ``crf`` learner (CRFsuite's objective: its default
     ``feature.possible_states=0``, sklearn-crfsuite's ``all_possible_states=False``) and
     where all would exceed :data:`SEEN_FROM_WEIGHTS` weights, else all);
+    ``all_possible_states`` (sklearn-crfsuite's name; None: ``weights`` decides): True is
+    ``weights="all"``, False ``weights="seen"``;
     the others are those of :class:`StructuredEstimator`,
     except that ``C=None`` on feature dicts means :data:`~demidcd.options.C_DICTS` (0.3: such
     dicts have few features per token; see its docstring).
@@ -120,11 +123,12 @@ class SequenceTagger(StructuredEstimator):
 
     task_name = "sequence"
     score_name = "accuracy"
+    _capabilities = ("marginals",)  # forward-backward: the crf learner trains it
     _template = "base"  # feature template of demidcd.tasks.chain.features
     _default_min_count = DEFAULT_MIN_COUNT  # what min_count=None means (built-in template)
 
     __init__ = estimator_init(param("min_count", int | None), param("hashing", int | None),
-                              _TEMPLATE_PARAM, _WEIGHTS_PARAM)
+                              _TEMPLATE_PARAM, _WEIGHTS_PARAM, _STATES_PARAM)
 
     # -- encoding ---------------------------------------------------------------------------
     def _new_featurizer(self, kind: str):
@@ -205,12 +209,30 @@ class SequenceTagger(StructuredEstimator):
     def _fit_pairs(self, enc, y: np.ndarray | None) -> None:
         """``seen_pairs_`` of the training data (None unless ``weights`` asks for them)."""
         F, K = self.featurizer_.n_features, len(self.classes_)
-        if self.weights not in ("auto", "all", "seen", None):
-            raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
-        auto = self.weights in ("auto", None)
-        seen = self.weights == "seen" or (auto and (F * K > SEEN_FROM_WEIGHTS
-                                                    or self._algorithm() == "crf"))
+        weights = self._weights()
+        auto = weights == "auto"
+        seen = weights == "seen" or (auto and (F * K > SEEN_FROM_WEIGHTS
+                                               or self._algorithm() == "crf"))
         self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
+
+    def _weights(self) -> str:
+        """``weights`` resolved with sklearn-crfsuite's ``all_possible_states`` (True: a weight
+        for every (feature, label), ``"all"``; False: only the pairs seen in training,
+        ``"seen"``; None: ``weights`` decides); the two disagreeing is an OptionError."""
+        weights = "auto" if self.weights is None else self.weights
+        if weights not in ("auto", "all", "seen"):
+            raise OptionError(f"--weights must be auto, all or seen, got {self.weights!r}")
+        states = self.all_possible_states
+        if states is None:
+            return weights
+        if not isinstance(states, bool | np.bool_):
+            raise OptionError(f"all_possible_states must be True, False or None, got "
+                              f"{states!r}")
+        implied = "all" if states else "seen"
+        if weights not in ("auto", implied):
+            raise OptionError(f"all_possible_states={bool(states)} is weights={implied!r}, "
+                              f"not weights={weights!r}: give one of them")
+        return implied
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
@@ -279,6 +301,7 @@ class SequenceTagger(StructuredEstimator):
         kind = token_kind(X)
         feature_kind = "dict" if kind == "dict" else None
         self._begin_fit(feature_kind)  # bad options fail before any work
+        self._weights()
         featurizer = self._new_featurizer(kind)
         for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
@@ -713,7 +736,7 @@ class ChunkTagger(SequenceTagger):
     __init__ = estimator_init(param("label_scheme", str | None),
                               param("min_count", int | None), param("hashing", int | None),
                               _TEMPLATE_PARAM, param("constraints", bool | None),
-                              _WEIGHTS_PARAM)
+                              _WEIGHTS_PARAM, _STATES_PARAM)
 
     def _check_labels(self, Y: list[list[str]]) -> None:
         """The label scheme must read the training tags (fails before any work); it sets

@@ -394,7 +394,14 @@ def save_model(path: str | os.PathLike[str], w: np.ndarray, arrays: dict[str, np
                meta: dict[str, Any]) -> None:
     """Write weights, task arrays (names without the ``feat.`` prefix) and metadata atomically.
 
-    Non-finite floats in ``meta`` are written as ``null``."""
+    Non-finite floats in ``meta`` are written as ``null``; non-finite weights are refused
+    (:class:`~demidcd.errors.DemidcdError`, nothing written): :func:`load_model` would refuse
+    the file, and such weights score every structure NaN."""
+    bad = int(np.count_nonzero(~np.isfinite(w)))
+    if bad:
+        raise DemidcdError(f"{path}: not written: {bad:,} of the model's {np.size(w):,} weights "
+                           "are not finite (NaN or infinite: training diverged, e.g. on "
+                           "feature values too large)")
     full = _json_safe({"format": FORMAT, "format_version": FORMAT_VERSION,
                        "demidcd_version": __version__, **meta})
     payload = {"w": np.ascontiguousarray(w, dtype=np.float64),

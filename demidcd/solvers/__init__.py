@@ -62,6 +62,7 @@ class Learner:
     warm: str | None = None
     objective: str = "L2-loss SSVM"
     resumable: bool = False
+    needs: tuple[str, ...] = ()
 
     def function(self, what: str | None = None) -> Callable[..., Any]:
         """The function ``what`` ("module:function" of this package) names, imported: by
@@ -139,7 +140,7 @@ register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (-
                           "num_memories", "warm_epochs", "max_iterations", "epsilon",
                           "period", "stop_delta"),
                  warm="crf:compile_kernels", in_process_threads=True,
-                 config_fields=("time_limit", "eval_every"),
+                 config_fields=("time_limit", "eval_every", "seed"), needs=("marginals",),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))
 
 ALGORITHMS = tuple(LEARNERS)

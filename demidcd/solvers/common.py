@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import OptionError
-from ..options import default, default_C
+from ..options import BY_NAME, default, default_C
 from ..primitives.vectors import dot
 from ..tasks.base import InferenceInterrupted, Task
 
@@ -78,12 +78,18 @@ class SolverConfig:
                 values[name] = v
                 continue
             kind = float if "float" in str(known[name].type) else int
+            flag = BY_NAME[name].flag if name in BY_NAME else f"--{name.replace('_', '-')}"
+            if kind is int and isinstance(v, int | np.integer) and not isinstance(v, bool) \
+                    and not -2**63 < v < 2**63:
+                digits = len(str(abs(int(v))))
+                raise OptionError(f"{flag} must be an integer below 2**63, got a number of "
+                                  f"{digits} digits")
             try:
                 if isinstance(v, bool) or (kind is int and float(v) != int(v)):
                     raise ValueError
                 values[name] = kind(v)
             except (TypeError, ValueError, OverflowError):
-                raise OptionError(f"--{name.replace('_', '-')} must be a number"
+                raise OptionError(f"{flag} must be a number"
                                   f"{' (an integer)' if kind is int else ''}, got {v!r}"
                                   ) from None
         return cls(**values)
@@ -101,6 +107,8 @@ class SolverConfig:
             raise OptionError(f"--max-epochs must be >= 1, got {self.max_epochs}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise OptionError(f"--time-limit must be > 0, got {self.time_limit}")
+        if not 0 <= self.seed < 2**32:
+            raise OptionError(f"--seed must be an integer in [0, 2**32), got {self.seed}")
         if self.inner_passes < 0:
             raise OptionError(f"--inner-passes must be >= 0, got {self.inner_passes}")
         if self.max_active < 1:

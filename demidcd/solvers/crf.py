@@ -677,7 +677,7 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         with OuterLoop(task, clock) as run:
             w0 = np.zeros(task.dim)
             if int(warm_epochs) > 0:
-                eta0, ran = sgd_epochs(obj, w0, int(warm_epochs),
+                eta0, ran = sgd_epochs(obj, w0, int(warm_epochs), seed=config.seed,
                                        should_stop=lambda: rec.poll(lambda: w0))
                 if log is not None:
                     log(f"crf: warm start: {ran} SGD epochs (eta {eta0:g}) in "

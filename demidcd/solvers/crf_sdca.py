@@ -227,6 +227,28 @@ class SdcaRun:
             self.pool.shutdown()
 
 
+def check_dual_memory(task: Task, dual_dtype: type = np.float32) -> None:
+    """Refuse, in one line and before allocating anything, dual marginals that would not fit
+    in the available memory: a unary marginal (K values) per token and a pairwise one (K²)
+    per token after a sentence's first, (n_tok·K + n_pairs·K²)·itemsize bytes (5,000 labels:
+    about 100 MB per token)."""
+    import psutil
+
+    from ..errors import DemidcdError
+
+    n_tok = int(task.sent_ptr[-1])
+    n_pairs = n_tok - int(task.sent_ptr.shape[0] - 1)
+    K = int(task.K)
+    need = (n_tok * K + max(n_pairs, 0) * K * K) * np.dtype(dual_dtype).itemsize
+    avail = psutil.virtual_memory().available
+    if need > avail:
+        raise DemidcdError(f"--crf-method sdca needs {need / 2**30:,.1f} GiB for its dual "
+                           f"marginals ({K:,} labels: (K + K²)·{np.dtype(dual_dtype).itemsize} "
+                           f"bytes per token, {n_tok:,} tokens) but {avail / 2**30:,.1f} GiB "
+                           "is available; use --crf-method lbfgs (memory linear in the "
+                           "weights)")
+
+
 def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
                    callback: Callback | None = None, cpu_log: str | None = None,
                    log: Callable[[str], None] | None = None, tick: Tick | None = None,
@@ -243,6 +265,7 @@ def train_crf_sdca(task: Task, config: SolverConfig, threads: int = 1,
     if c2 <= 0.0:
         raise OptionError("--crf-method sdca needs --c2 > 0 (its dual is that of the L2 term); "
                           "use --crf-method lbfgs for c2 = 0")
+    check_dual_memory(task, dual_dtype)
     dual = ChainDual(task, c1, c2, dual_dtype, init, batch)
     if frozen is not None and frozen.size:
         dual.freeze(frozen)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import OptionError
-from ..options import BY_NAME
+from ..options import BOUNDS, BY_NAME, LBFGS_ONLY, default
 from ..primitives.monitor import usable_cores
 from .common import SolverConfig
 
@@ -137,14 +137,107 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     return k, figures
 
 
+MAX_THREADS = 4096
+"""The most processes (or threads) a run may ask for: every one holds a copy of w̄ and a
+ring; a larger count (``--threads 10**400``) is a typo, refused in one line."""
+
+
 def check_threads_value(threads: Any) -> int:
-    """``threads`` as an int, refusing a non-integer or a value below 1."""
+    """``threads`` as an int, refusing a non-integer or a value outside 1..:data:`MAX_THREADS`."""
     if isinstance(threads, bool) or not isinstance(threads, int | np.integer):
         raise OptionError(f"--threads must be an integer, got {threads!r}")
     threads = int(threads)
     if threads < 1:
         raise OptionError(f"--threads must be >= 1, got {threads}")
+    if threads > MAX_THREADS:
+        raise OptionError(f"--threads must be at most {MAX_THREADS}, got " + (
+            f"{threads:,}" if threads < 10**12 else f"a number of {len(str(threads))} digits"))
     return threads
+
+
+ALIASES: dict[str, tuple[str | None, dict[str, Any], str]] = {
+    "lbfgs": ("crf", {"crf_method": "lbfgs"}, ""),
+    "ap": ("perceptron", {}, ""),
+    "pa": ("mira", {}, ""),
+    "l2sgd": (None, {}, "CRFsuite's SGD on the L2-regularised log-likelihood: use --algorithm "
+                        "crf (the same objective with --c1 0; L-BFGS started by --warm-epochs "
+                        "epochs of SGD) or --algorithm crf --crf-method sdca (stochastic dual "
+                        "coordinate ascent)"),
+    "arow": (None, {}, "CRFsuite's AROW has no equivalent here: the closest online learner is "
+                       "--algorithm mira (1-best MIRA, passive-aggressive steps), a "
+                       "probabilistic model --algorithm crf"),
+}
+"""sklearn-crfsuite's (CRFsuite's) names of its training algorithms: (the learner that trains
+the same model, the options that name implies, or, for a name without an equivalent, None and
+the hint the refusal gives). ``lbfgs`` is ``crf`` with ``crf_method="lbfgs"``; ``ap`` the
+averaged perceptron; ``pa`` (passive aggressive) 1-best MIRA, whose step is PA-I's with the
+loss-augmented tagging; for ``ap`` and ``pa`` CRFsuite's ``max_iterations`` counts epochs, so it
+is taken as ``max_epochs``."""
+ALIAS_EPOCHS = ("ap", "pa")  # aliases whose max_iterations is this learner's max_epochs
+
+
+def learner_name(algorithm: str) -> str:
+    """The registered learner ``algorithm`` names: itself, or the learner of a
+    sklearn-crfsuite name (:data:`ALIASES`); a name without an equivalent is refused with its
+    hint (an unknown one by :func:`~demidcd.solvers.get_learner`)."""
+    if algorithm in ALIASES:
+        name, _, hint = ALIASES[algorithm]
+        if name is None:
+            raise OptionError(f"--algorithm {algorithm} (sklearn-crfsuite's name) is not "
+                              f"implemented: {hint}")
+        return name
+    return algorithm
+
+
+def _given(name: str, value: Any) -> bool:
+    """Whether option ``name`` holds a value of its own: not None, not the table's default
+    (the library cannot tell a default passed explicitly from one left alone)."""
+    if value is None:
+        return False
+    try:
+        return bool(value != default(name))
+    except Exception:  # noqa: BLE001 - an array or an odd object: a value of its own
+        return True
+
+
+def check_value(name: str, value: Any) -> Any:
+    """An engine option's value checked against its table row (type, choices) and
+    :data:`~demidcd.options.BOUNDS`, as the schedule will take it; one OptionError line
+    naming the flag otherwise (a huge integer, a string for a number, a NaN included)."""
+    import math
+
+    o = BY_NAME[name]
+    if value is None or o.type not in (int, float, bool) and not o.choices:
+        return value
+    if o.choices:
+        if not isinstance(value, str) or value.lower() not in o.choices:
+            raise OptionError(f"{o.flag} must be one of {', '.join(o.choices)}, got {value!r}")
+        return value.lower()
+    if o.type is bool:
+        if not isinstance(value, bool | np.bool_):
+            raise OptionError(f"{o.flag} must be True or False, got {value!r}")
+        return bool(value)
+    low, strict = BOUNDS.get(name, (-math.inf, False))
+    cmp = "> " if strict else ">= "
+    if o.type is int:
+        ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+        if not ok or not (low < value if strict else low <= value) or value >= 2**31:
+            shown = repr(value) if not ok or abs(value) < 10**12 else \
+                f"a number of {len(str(abs(int(value))))} digits"
+            raise OptionError(f"{o.flag} must be an integer {cmp}{low:g} and < 2**31, "
+                              f"got {shown}")
+        return int(value)
+    ok = isinstance(value, int | float | np.integer | np.floating) and \
+        not isinstance(value, bool)
+    try:
+        v = float(value) if ok else math.nan
+    except OverflowError:  # an int past float's range
+        v = math.inf
+    if not (math.isfinite(v) and (low < v if strict else low <= v)):
+        raise OptionError(f"{o.flag} must be a finite number {cmp}{low:g}, got {value!r}"
+                          if ok and not abs(v) >= 1e300 else
+                          f"{o.flag} must be a finite number {cmp}{low:g}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -236,19 +329,29 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
               threads: Any = 1, *, loss: str | None = None, default_loss: str = "l2",
               start: tuple[str, ...] = (),
               learners: str | int | None = None, backend: Any = None,
-              ray_address: str | None = None, **engine: Any) -> TrainingPlan:
+              ray_address: str | None = None, default_C: float | None = None,
+              capabilities: tuple[str, ...] | None = None, **engine: Any) -> TrainingPlan:
     """Check every learner option once and resolve its default: the :class:`TrainingPlan`.
 
-    ``algorithm`` None: DEMI-DCD on several ``threads``, else 1-DCD. ``config``: a
-    :class:`~.common.SolverConfig`, or the solver options as given (None: the default; the
-    config is built here, with ``loss`` None meaning ``default_loss``, the task's, for a
-    learner that takes a loss). ``loss``: the loss as given with a config (None: not given),
-    refused for a learner that does not take it. ``start``: the start options given, by name
-    (``resume``, ``init``, ``save_state``). ``learners``: DEMI-DCD's (None: 1, one learner;
-    ``"auto"``: measured by :func:`decide_learners`). ``engine``: the other options of the
-    learners (``rho``, ``mixing``, …); those the learner does not read are left out (the
-    estimators pass every option that is set), a name that is no learner's option is a
-    TypeError."""
+    ``algorithm`` None: DEMI-DCD on several ``threads``, else 1-DCD; a sklearn-crfsuite name
+    (:data:`ALIASES`: ``lbfgs``, ``ap``, ``pa``) is its learner with the options it implies.
+    ``config``: a :class:`~.common.SolverConfig`, or the solver options as given (None: the
+    default; the config is built here, with ``loss`` None meaning ``default_loss``, the task's,
+    for a learner that takes a loss, and ``C`` None meaning ``default_C`` when given); an
+    option given there that the learner does not read (``C`` for ``crf``, whose objective has
+    ``c1`` and ``c2``) is refused, as an engine option is. ``loss``: the loss as given with a
+    config (None: not given), refused for a learner that does not take it. ``start``: the start
+    options given, by name (``resume``, ``init``, ``save_state``). ``learners``: DEMI-DCD's
+    (None: 1, one learner; ``"auto"``: measured by :func:`decide_learners`); ``learners``,
+    ``backend`` and ``ray_address`` set for a learner that has no workers to reach are
+    refused. ``capabilities``: what the task's structures offer (``"marginals"``: the chain
+    tasks); a learner that needs another (:attr:`~demidcd.solvers.Learner.needs`) is refused
+    here, before any data is read (None: not known, e.g. a bare ``solvers.train``).
+    ``engine``: the other options of the learners (``c1``, ``mixing``, …), each checked
+    against its table row (:func:`check_value`); one set to a value of its own that the
+    learner does not read is refused; a name that is no learner's option is a TypeError.
+    ``debug`` (the command line's traceback switch) is passed to the learners that read it
+    and dropped for the others."""
     from . import (
         LEARNERS,
         check_loss,
@@ -257,23 +360,72 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
         get_learner,
     )
 
+    debug = engine.pop("debug", None)
     readable = {o for learner in LEARNERS.values() for o in learner.options}
     unknown = sorted(set(engine) - readable)
     if unknown:
         raise TypeError(f"unknown training option{'s' * (len(unknown) > 1)} "
                         f"{', '.join(map(repr, unknown))}")
     asked = check_threads_value(threads)
-    algorithm = str(algorithm or ("demi-dcd" if asked > 1 else "dcd"))
+    given_name = str(algorithm or ("demi-dcd" if asked > 1 else "dcd"))
+    algorithm = learner_name(given_name)
     learner = get_learner(algorithm)
+    if given_name in ALIASES:
+        for name, value in ALIASES[given_name][1].items():
+            if _given(name, engine.get(name)) and engine[name] != value:
+                raise OptionError(f"--algorithm {given_name} is {algorithm} with "
+                                  f"{BY_NAME[name].flag} {value}, not {engine[name]}")
+            engine[name] = value
+        if given_name in ALIAS_EPOCHS and engine.get("max_iterations") is not None:
+            if not isinstance(config, SolverConfig) and config.get("max_epochs") is None:
+                config = {**config, "max_epochs": engine["max_iterations"]}
+            engine["max_iterations"] = None  # CRFsuite's epochs: this learner's max_epochs
+    missing = [c for c in learner.needs if capabilities is not None and c not in capabilities]
+    if missing:
+        raise OptionError(f"--algorithm {algorithm} needs {missing[0]}, which the structures "
+                          "of this task do not have (it trains the chain tasks: sequence, "
+                          "chunking, ner)")
     for name, value in engine.items():  # set to a value of its own: not dropped in silence
-        if (value is not None and name not in learner.options
-                and value != BY_NAME[name].default):
+        if _given(name, value) and name not in learner.options:
             readers = ", ".join(n for n, x in LEARNERS.items() if name in x.options)
+            hint = " (its limit is --max-epochs)" if name == "max_iterations" else ""
             raise OptionError(f"{BY_NAME[name].flag} is an option of {readers}; --algorithm "
-                              f"{algorithm} does not read it")
+                              f"{algorithm} does not read it{hint}")
+    engine = {k: check_value(k, v) for k, v in engine.items()}
+    method = engine.get("crf_method") or default("crf_method")
+    if learner.name == "crf" and method != "lbfgs":
+        for name in LBFGS_ONLY:
+            if _given(name, engine.get(name)):
+                raise OptionError(f"{BY_NAME[name].flag} is an option of --crf-method lbfgs; "
+                                  f"--crf-method {method} does not read it")
+    for name, value in (("learners", learners), ("backend", backend),
+                        ("ray_address", ray_address)):
+        if _given(name, value) and name not in learner.options and not (
+                name == "backend" and callable(value)) and not (
+                name == "learners" and str(value) == "1"):  # one learner: what every one is
+            readers = ", ".join(n for n, x in LEARNERS.items() if name in x.options)
+            raise OptionError(f"{BY_NAME[name].flag} is an option of {readers} (the learners "
+                              f"with processes to reach); --algorithm {algorithm} does not "
+                              "read it")
     check_threads(learner, asked)  # too few processes: an error, never another learner
     if not isinstance(config, SolverConfig):
         opts = dict(config)
+        if learner.config_fields is not None:  # options of the config this learner ignores
+            for name, value in opts.items():
+                if name not in learner.config_fields and name != "loss" and \
+                        _given(name, value):
+                    readers = [n for n, x in LEARNERS.items()
+                               if x.config_fields is None or name in x.config_fields]
+                    others = [n for n in LEARNERS if n not in readers]
+                    who = f"{', '.join(readers)} read" if len(others) > len(readers) else \
+                        f"every learner but {', '.join(others)} reads"
+                    hint = "; CRFsuite's delta is --stop-delta" if name == "delta" and \
+                        "stop_delta" in learner.options else ""
+                    raise OptionError(f"{BY_NAME[name].flag} is not an option of --algorithm "
+                                      f"{algorithm} (its objective: {learner.objective}); "
+                                      f"{who} it{hint}")
+        if opts.get("C") is None and default_C is not None:
+            opts["C"] = default_C
         loss = opts.get("loss")
         if loss is None and "loss" in learner.options:
             opts["loss"] = default_loss
@@ -301,7 +453,8 @@ def make_plan(algorithm: str | None, config: SolverConfig | Mapping[str, Any],
         from ..parallel.ray import require_ray
 
         require_ray()
-    opts = {k_: v for k_, v in {**engine, "backend": backend, "ray_address": ray_address}.items()
+    opts = {k_: v for k_, v in {**engine, "backend": backend, "ray_address": ray_address,
+                                "debug": debug}.items()
             if v is not None and k_ in learner.options}
     return TrainingPlan(algorithm=algorithm, threads=n, config=config,
                         engine=MappingProxyType(opts), backend=backend,

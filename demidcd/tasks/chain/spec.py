@@ -20,10 +20,18 @@ from ...options import DataOptions, OutputOptions, default
 from .. import TaskSpec
 from .chunks import format_report
 
+MAX_NBEST = 100_000
+"""The most taggings ``--nbest`` prints per sentence (k-best Viterbi keeps k entries per label
+and position: a larger K is a typo, e.g. 10**400 reached the kernel as an integer it cannot
+type)."""
+
 
 def _parse_column(c: str | int | None) -> str | int | None:
-    """``--column``: None, ``upos`` / ``xpos``, or a 1-based column number."""
-    if c is None or isinstance(c, int) or c in ("upos", "xpos"):
+    """``--column``: None, ``upos`` / ``xpos`` (any case: ``XPOS``), or a 1-based column
+    number."""
+    if isinstance(c, str) and c.strip().lower() in ("upos", "xpos"):
+        return c.strip().lower()
+    if c is None or isinstance(c, int):
         return c
     try:
         return int(c)
@@ -41,7 +49,7 @@ def _parse_feature_columns(c: str | list | None) -> tuple[str | int, ...]:
         return tuple(c)
     out = []
     for x in str(c).split(","):
-        x = x.strip()
+        x = x.strip().lower()
         if x in ("upos", "xpos"):
             out.append(x)
         elif x.isdigit():
@@ -303,8 +311,10 @@ class SequenceSpec(TaskSpec):
                               "feature dicts in Python, which a file cannot give; tag with "
                               "its predict() on dicts made the same way")
         nbest = output.nbest
-        if nbest is not None and nbest < 1:
-            raise OptionError(f"--nbest must be >= 1, got {nbest}")
+        if nbest is not None and not 1 <= nbest <= MAX_NBEST:
+            raise OptionError(f"--nbest must be in 1..{MAX_NBEST:,}, got "
+                              + (f"{nbest}" if nbest < 10**12 else
+                                 f"a number of {len(str(nbest))} digits"))
         if nbest is not None and output.scores:
             raise OptionError("--nbest and --scores cannot be combined (the margins are those "
                               "of the best tagging)")

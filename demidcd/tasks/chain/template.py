@@ -38,7 +38,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from ...errors import OptionError
+from ...errors import InputValueError, OptionError
 from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
@@ -49,10 +49,42 @@ TEMPLATE_STATE_VERSION = 1
 # ---------------------------------------------------------------------------------------------
 # feature dicts
 # ---------------------------------------------------------------------------------------------
-def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float]) -> None:
+MAX_FEATURE_VALUE = 1e7
+"""The largest |value| a real-valued feature of a feature dict may have (larger ones, like NaN
+and ±inf, are refused with a ValueError naming the feature). Why: the learners work with the
+squared norms ‖φ(x, y) − φ(x, y')‖² = Σ v² (the DCD step's denominator, the CRF's curvature),
+in float64. With |v| ≤ 1e7 a value's square is at most 1e14, so an indicator's 1 beside it is
+still resolved to 1e14 · 2.2e-16 ≈ 0.02 (float64's rounding at that size), and a sentence of
+10⁵ tokens with a few such values keeps every sum far from float64's 1.8e308; beyond ~1e8 the
+indicators vanish from the sums, and from ~1e154 the squares themselves overflow: a value of
+1e10 already trained to NaN weights that "converged". Scale such values first (e.g. log1p, or
+divide by their range); values well above 1 also slow every learner down (conditioning)."""
+MAX_NESTING = 100
+"""The deepest nesting of dicts (or lists) inside a feature dict's value (python-crfsuite's
+prefixed names ``a:b:c``); deeper is refused (it is no real feature, and it would exhaust
+Python's recursion)."""
+
+
+def _check_value(key: str, f: float) -> None:
+    """Refuse a real value that is not finite or exceeds :data:`MAX_FEATURE_VALUE`."""
+    if not math.isfinite(f):
+        raise ValueError(f"feature {key!r} has the non-finite value {f!r}")
+    if abs(f) > MAX_FEATURE_VALUE:
+        raise ValueError(f"feature {key!r} has the value {f!r}, larger than "
+                         f"{MAX_FEATURE_VALUE:g} in magnitude: scale it (e.g. log1p) first "
+                         "(demidcd.tasks.chain.template.MAX_FEATURE_VALUE says why)")
+
+
+def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float],
+                 depth: int = 0) -> None:
     """Append the (name, value) pairs of python-crfsuite's item rules for ``x`` (a token: a
     feature dict or a list of feature names; see the module docstring), each name prefixed by
-    ``prefix``, to ``names`` and ``vals``."""
+    ``prefix``, to ``names`` and ``vals``. A real value must be finite and at most
+    :data:`MAX_FEATURE_VALUE` in magnitude, the nesting at most :data:`MAX_NESTING` deep
+    (``depth``: this call's); else ValueError."""
+    if depth > MAX_NESTING:
+        raise ValueError(f"feature {prefix.rstrip(':')[:60]!r}...: dicts nested more than "
+                         f"{MAX_NESTING} deep")
     if isinstance(x, dict):
         for k, v in x.items():
             if not isinstance(k, str):
@@ -66,14 +98,16 @@ def flatten_into(x: Any, prefix: str, names: list[str], vals: list[float]) -> No
                     names.append(key)
                     vals.append(1.0)
             elif isinstance(v, numbers.Real):
-                f = float(v)
-                if not math.isfinite(f):
-                    raise ValueError(f"feature {key!r} has the non-finite value {v!r}")
+                try:
+                    f = float(v)
+                except OverflowError:  # an int past float's range
+                    f = math.inf
+                _check_value(key, f)
                 if f != 0.0:
                     names.append(key)
                     vals.append(f)
             elif isinstance(v, dict | list | tuple | set | frozenset):
-                flatten_into(v, key + ":", names, vals)
+                flatten_into(v, key + ":", names, vals, depth + 1)
             else:
                 raise TypeError(f"feature {key!r} has a value of type {type(v).__name__} "
                                 "(expected str, number, bool, list of str or dict)")
@@ -493,10 +527,28 @@ class DictFeaturizer(_SpacesFeaturizer):
     def _expand(self, tokens, lookups):
         sent_ptr = _sent_ptr(tokens)
         names: list[str] = []
-        na = names.append
         num_at: list[int] = []  # positions in names of the values other than 1 …
         num_val: list[float] = []  # … and those values
         ends = [0]
+        try:
+            self._expand_into(tokens, names, num_at, num_val, ends)
+        except (TypeError, ValueError) as e:  # name the token: its sentence and position
+            done = len(ends) - 1  # tokens expanded before the bad one
+            k = int(np.searchsorted(sent_ptr, done, "right")) - 1
+            where = f"X: sentence {k}, token {done - int(sent_ptr[k])}: {e}"
+            if isinstance(e, ValueError):  # a value refused: not finite, too large, too deep
+                raise InputValueError(where) from None
+            raise TypeError(where) from None
+        vals = np.ones(len(names), np.float64)
+        vals[np.array(num_at, np.int64)] = np.array(num_val, np.float64)
+        ids = lookups[0](names)
+        return sent_ptr, [(np.array(ends, np.int64), ids, vals)], True
+
+    def _expand_into(self, tokens, names: list[str], num_at: list[int], num_val: list[float],
+                     ends: list[int]) -> None:
+        """The names (and values other than 1) of every token of ``tokens``, appended, with
+        ``ends`` the end of each token's names (:meth:`_expand`)."""
+        na = names.append
         for s in tokens:
             for tok in s:
                 if tok.__class__ is dict:
@@ -507,7 +559,8 @@ class DictFeaturizer(_SpacesFeaturizer):
                         elif c is bool and k.__class__ is str:
                             if v:
                                 na(k)
-                        elif (c is float or c is int) and k.__class__ is str and math.isfinite(v):
+                        elif (c is float or c is int) and k.__class__ is str and \
+                                -MAX_FEATURE_VALUE <= v <= MAX_FEATURE_VALUE:
                             if v:
                                 if v != 1:
                                     num_at.append(len(names))
@@ -518,10 +571,6 @@ class DictFeaturizer(_SpacesFeaturizer):
                 else:
                     self._slow(tok, names, num_at, num_val)
                 ends.append(len(names))
-        vals = np.ones(len(names), np.float64)
-        vals[np.array(num_at, np.int64)] = np.array(num_val, np.float64)
-        ids = lookups[0](names)
-        return sent_ptr, [(np.array(ends, np.int64), ids, vals)], True
 
     @staticmethod
     def _slow(x, names: list[str], num_at: list[int], num_val: list[float]) -> None:

@@ -237,9 +237,10 @@ class Template:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Template:
-        """Read a template file (UTF-8)."""
+        """Read a template file (UTF-8; a byte-order mark, as some Windows editors write,
+        is dropped)."""
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 text = f.read()
         except OSError as e:
             raise InputError(str(path), None, f"cannot read template ({e.strerror or e})") from None
