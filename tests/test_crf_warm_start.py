@@ -72,11 +72,11 @@ def test_sgd_steps_are_the_gradient_of_the_sentence():
     task, w, _, _ = _chain(4, True, 2, n_sent=10)
     i = np.array([3], np.int64)
     g = np.zeros(task.dim)
-    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g)
+    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g, np.zeros(3, np.int64))
     lam, eta = 0.02, 0.1
     w1 = w.copy()
     crf_sgd.sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, i, eta,
-                     lam, np.zeros(0, np.int64))
+                     lam, np.zeros(0, np.int64), np.zeros(3, np.int64))
     moved = w1 != w
     assert moved.any()
     np.testing.assert_allclose(w1[moved], (w - eta * (g + lam * w))[moved], rtol=1e-12)
@@ -130,13 +130,14 @@ def test_hessian_diagonal_is_exact_on_one_token_sentences(seen):
     assert one.size >= 10
     w = rng.normal(scale=0.5, size=task.dim)
     h = np.zeros(task.dim)
-    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, one, h)
+    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, one, h, np.zeros(3, np.int64))
 
     def grad(v):
         from demidcd.tasks.chain.marginals import nll_gradient_kernel
 
         g = np.zeros(task.dim)
-        nll_gradient_kernel(v, task.u_rows, task.K, task.chain, task.Y, one, g)
+        nll_gradient_kernel(v, task.u_rows, task.K, task.chain, task.Y, one, g,
+                            np.zeros(3, np.int64))
         return g
 
     for j in np.flatnonzero(grad(w) != 0.0):

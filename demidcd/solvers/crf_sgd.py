@@ -43,18 +43,21 @@ SAMPLE = 1000  # sentences the calibration passes over
 
 
 @njit(cache=True, nogil=True)
-def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen):
+def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen, ctl):
     """One SGD step per sentence of ``order`` on w (module docstring), the gradient of each
     built in ``g`` (zero on entry, zero again on return: only the touched entries are written
     and cleared). Returns Σ −log p(y_i | x_i) at the weights each sentence saw (+inf when one
-    is not finite: the steps diverged)."""
+    is not finite: the steps diverged). ``ctl`` as :func:`.nll_gradient_kernel`'s: ctl[0] ≠ 0
+    stops the run before its next sentence, ctl[1] counts the sentences done."""
     _, KK, tbase, bbase = block_offsets(F, K)
     seen = X.u_off.shape[0] > 0
     has_b = X.bfeat_ptr.shape[0] > 0
     loss = 0.0
     for e in range(order.shape[0]):
+        if ctl[0] != 0:
+            break
         i = order[e:e + 1]
-        nll = nll_gradient_kernel(w, F, K, X, gold, i, g)
+        nll = nll_gradient_kernel(w, F, K, X, gold, i, g, ctl)
         if not math.isfinite(nll):
             loss = math.inf
         else:
@@ -106,9 +109,9 @@ def calibrate(obj: Any, rng: np.random.Generator) -> float:
     share = obj.c2 * sample.shape[0] / n_examples
 
     def job(eta: float) -> Callable[[int], float]:
-        def run(_t: int) -> float:
+        def run(t: int) -> float:
             w, g = np.zeros(dim), np.zeros(dim)
-            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen)
+            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen, obj.ctl[t])
             return loss + share * dot(w, w) if math.isfinite(loss) else math.inf
         return run
 
@@ -121,8 +124,10 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
     """``epochs`` Hogwild SGD epochs on w in place (module docstring) for the objective ``obj``
     (its task, c2, frozen weights and threads; thread t builds its gradients in
     ``obj.buffers[t, :len(w)]``, zero on entry and on return), η₀ calibrated first. Returns
-    (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs, and w is put
-    back to 0 when the steps diverged."""
+    (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs or a stop was
+    asked while one ran (``obj.halted``: the kernels stop between sentences; w is left as the
+    steps done made it, or 0 when the calibration was cut short), and w is put back to 0 when
+    the steps diverged."""
     F, K, X, gold, frozen = _kernel_args(obj)
     n_examples = obj.task.n_examples
     rng = np.random.default_rng(seed)
@@ -130,18 +135,20 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
     lam = 2.0 * obj.c2 / n_examples
     done = 0
     for e in range(epochs):
-        if should_stop is not None and should_stop():
+        if obj.halted or (should_stop is not None and should_stop()):
             break
         eta = eta0 / (1.0 + e)
         runs = _split(rng.permutation(n_examples).astype(np.int64), obj.threads)
 
         def job(r: np.ndarray, eta: float) -> Callable[[int], float]:
             return lambda t: sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
-                                      lam, frozen)
+                                      lam, frozen, obj.ctl[t])
 
         losses = obj.run_jobs([job(r, eta) for r in runs])
-        done += 1
         if not (all(math.isfinite(x) for x in losses) and np.isfinite(w).all()):
             w[:] = 0.0  # diverged: L-BFGS starts from 0 as without a warm start
             break
+        if obj.halted:
+            break
+        done += 1
     return eta0, done
