@@ -39,7 +39,7 @@ from ..errors import DemidcdError, OptionError
 from ..options import default
 from ..primitives.vectors import dot
 from ..tasks.base import InferenceInterrupted, Task
-from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
+from .common import Callback, OuterLoop, SolverConfig, StopRequest, StopRule, TrainResult
 from .crf_sdca import train_crf_sdca
 from .recorder import Recorder, Tick
 
@@ -205,21 +205,29 @@ class CrfObjective:
     def on_all(self, fn: Callable[[int], Any]) -> list:
         """fn(t) on every thread t at once, on the pool's threads, while this one asks
         :attr:`should_stop` every :data:`POLL` s and on a stop sets the kernels' stop flag
-        (they leave at their next sentence; a signal's handler runs here, between waits)."""
+        (they leave at their next sentence); a signal's handler, which runs on this thread
+        while it waits, sets it at once (:attr:`StopRequest.listeners`)."""
         if self.threads == 1 and self.should_stop is None:
             return [fn(0)]
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.threads)
         futures = [self.pool.submit(fn, t) for t in range(self.threads)]
+        StopRequest.listeners.append(self.halt)  # a signal's handler: the flag at once
         try:
             while wait(futures, timeout=POLL)[1]:
                 if self.should_stop is not None and not self.halted and self.should_stop():
-                    self.ctl[:, 0] = 1
+                    self.halt()
         except BaseException:  # a second Ctrl-C: the threads stop before it goes on
-            self.ctl[:, 0] = 1
+            self.halt()
             wait(futures)
             raise
+        finally:
+            StopRequest.listeners.remove(self.halt)
         return [f.result() for f in futures]
+
+    def halt(self) -> None:
+        """Ask the kernels to stop before their next sentence."""
+        self.ctl[:, 0] = 1
 
     def check_halted(self) -> None:
         """Raise :class:`~demidcd.tasks.base.InferenceInterrupted` when a stop was asked: what
@@ -647,6 +655,9 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                 return Minimum(w, f, "time-limit", k)
             step = _backtrack(step, f, fn, slope) if math.isfinite(fn) else 0.5 * step
         else:
+            if not math.isfinite(fn):  # nothing finite along the direction, however short
+                raise ObjectiveNotFinite(f"crf: the objective is {fn} at every trial step "
+                                         f"of iteration {k + 1} (objective {f:g} before it)")
             return Minimum(w, f, "line-search", k)
         flat = flat + 1 if not fn < f else 0  # accepted without a decrease (rounding)
         if flat >= period:  # that many in a row: flat at this precision, as a failed search

@@ -193,7 +193,10 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
             logz += trmax
         if not tot > 0.0:
             return _NEG_INF
-        scale *= tot
+        if tot < 1e-50:  # (the product could leave the normal range in one step)
+            logz += np.log(tot)
+        else:
+            scale *= tot
         if not 1e-250 < scale < 1e250:
             logz += np.log(scale)
             scale = 1.0
@@ -492,7 +495,8 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad, ctl):
                                 KK)
     for j in range(K):
         for k in range(K):
-            grad[tbase + j * K1 + k] += gT[j * K + k] + Etr[j * K + k] * O[j * K + k]
+            e = Etr[j * K + k]  # (0 where exp underflowed: O may be huge there, never used)
+            grad[tbase + j * K1 + k] += gT[j * K + k] + (e * O[j * K + k] if e > 0.0 else 0.0)
         grad[tbase + j * K1 + K] += gE[j]
         grad[tbase + K * K1 + j] += gS[j]
     return total
