@@ -46,6 +46,7 @@ from .recorder import Recorder, Tick
 MEMORY = 6  # L-BFGS corrections kept by default in minimize_lbfgs (CRFsuite's num_memories)
 MEMORY_MAX = 20  # num_memories=None: as many as fit MEMORY_BYTES, between MEMORY and this
 MEMORY_BYTES = 1 << 26  # … of the pairs (s, y): 2·m·dim float64
+WINDOW = 5  # train_crf's error window without a time limit (Wapiti's --stopwin)
 MAX_LINESEARCH = 40  # halvings of the step before the line search gives up
 ARMIJO = 1e-4  # sufficient decrease of the backtracking line search (liblbfgs' ftol)
 
@@ -707,7 +708,7 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               all_possible_transitions: bool | None = default("all_possible_transitions"),
               num_memories: int | None = default("num_memories"),
               warm_epochs: int = default("warm_epochs"),
-              stop_window: int = default("stop_window"),
+              stop_window: int | None = default("stop_window"),
               stop_eps: float = default("stop_eps")) -> TrainResult:
     """CRF by ``crf_method``: ``"lbfgs"`` (the default), L-BFGS / OWL-QN (module docstring):
     one iteration record per accepted step (``objective``: L(w); ``gnorm``: ‖g‖ / max(1,
@@ -716,8 +717,9 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     marginals is not the gold one; ``nonzero``: non-zero weights), or ``"sdca"``
     (:func:`.crf_sdca.train_crf_sdca`: one record per epoch). Besides CRFsuite's tests it
     stops as Wapiti's error window does: when ``train_error`` moved by less than ``stop_eps``
-    points over the last ``stop_window`` iterations (0: never; Wapiti decodes the training
-    set by Viterbi, here the marginals' argmax, which the gradient pass gives for free).
+    points over the last ``stop_window`` iterations (0: never; None: :data:`WINDOW`, or never
+    under a time limit, which is then the budget; Wapiti decodes the training set by Viterbi,
+    here the marginals' argmax, which the gradient pass gives for free).
     ``all_possible_transitions`` False: the transitions no gold tagging
     takes have no weight (held at 0), as CRFsuite without ``feature.possible_transitions``;
     None or True: every transition has one. ``num_memories``: the pairs L-BFGS keeps (None:
@@ -732,7 +734,7 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
             raise OptionError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
     if int(period) < 1:
         raise OptionError(f"--period must be >= 1, got {period}")
-    if int(stop_window) < 0:
+    if stop_window is not None and int(stop_window) < 0:
         raise OptionError(f"--stop-window must be >= 0, got {stop_window}")
     if num_memories is not None and int(num_memories) < 1:
         raise OptionError(f"--num-memories must be >= 1, got {num_memories}")
@@ -756,7 +758,9 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     obj = CrfObjective(task, c2, threads, frozen)
     rec = Recorder(task, config, callback, threads, objective_fn=None, tick=tick)
     state = {"w": np.zeros(task.dim), "k": 0}
-    tokens, window, past = max(int(task.sent_ptr[-1]), 1), int(stop_window), []
+    window = int(stop_window) if stop_window is not None else \
+        0 if config.time_limit is not None else WINDOW
+    tokens, past = max(int(task.sent_ptr[-1]), 1), []
     errors: list[float] = []
 
     def on_iteration(it: Iteration) -> bool:

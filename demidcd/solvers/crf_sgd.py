@@ -19,8 +19,10 @@ wherever this ends).
 
 η₀ is calibrated on a sample, as Bottou's SGD and CRFsuite's ``l2sgd`` calibrate theirs:
 each candidate of :data:`CANDIDATES` runs one pass over the same sample of :data:`SAMPLE`
-sentences from w = 0, and the one with the least progressive loss (each sentence's −log p
-before its own step, plus the sample's share of the L2 term at the end; no second pass) wins;
+sentences (at most a quarter of the corpus: on a small one six passes over all of it cost more
+than the epochs that follow) from w = 0, and the one with the least progressive loss (each
+sentence's −log p before its own step, plus the sample's share of the L2 term at the end; no
+second pass) wins;
 the candidates run on the threads at once. (On CoNLL-2002 Spanish it chooses 0.003, whose three
 full epochs end 19 % above those at 0.01, yet L-BFGS from either is within 0.5 % of the other
 by its 50th iteration: benchmarks/README.md, "The CRF's warm start".)
@@ -39,7 +41,9 @@ from ..primitives.vectors import dot
 from ..tasks.chain.marginals import block_offsets, nll_gradient_kernel
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # η₀ tried by the calibration
-SAMPLE = 1000  # sentences the calibration passes over
+SAMPLE = 1000  # sentences the calibration passes over, at most …
+SAMPLE_SHARE = 4  # … and at most 1/this of the corpus (6 candidates: 1.5 epochs' work)
+SAMPLE_MIN = 100  # (but this many, or all)
 
 
 @njit(cache=True, nogil=True)
@@ -104,7 +108,8 @@ def calibrate(obj: Any, rng: np.random.Generator) -> float:
     (module docstring), the candidates on the objective's threads."""
     F, K, X, gold, frozen = _kernel_args(obj)
     dim, n_examples = obj.task.dim, obj.task.n_examples
-    sample = rng.permutation(n_examples)[:SAMPLE].astype(np.int64)
+    size = min(SAMPLE, max(SAMPLE_MIN, n_examples // SAMPLE_SHARE))
+    sample = rng.permutation(n_examples)[:size].astype(np.int64)
     lam = 2.0 * obj.c2 / n_examples
     share = obj.c2 * sample.shape[0] / n_examples
 
