@@ -164,12 +164,12 @@ def test_without_all_possible_transitions_both_methods_hold_them_at_zero():
     sd = train_crf(task, SolverConfig(), threads=2, max_iterations=500, crf_method="sdca",
                    **kw)
     lb = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
-                   stop_delta=0.0, **kw)
+                   stop_delta=0.0, stop_window=0, **kw)
     assert sd.stop_reason == "converged"
     assert not np.any(sd.w[frozen]) and not np.any(lb.w[frozen])
     assert sd.extra["objective"] == pytest.approx(lb.extra["objective"], rel=1e-6)
     full = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
-                     stop_delta=0.0, c1=0.0, c2=0.3, epsilon=1e-8)
+                     stop_delta=0.0, stop_window=0, c1=0.0, c2=0.3, epsilon=1e-8)
     assert np.any(full.w[frozen])
     assert full.extra["objective"] < lb.extra["objective"]
 

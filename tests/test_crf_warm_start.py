@@ -97,7 +97,8 @@ def test_warm_started_lbfgs_reaches_the_cold_optimum_and_keeps_frozen_transition
     Y = np.where(Y == 3, 2, Y).astype(np.int32)
     task = SequenceTask(X, Y, 4, F)
     frozen = unseen_transitions(task)
-    kw = dict(c1=0.2, c2=0.3, epsilon=1e-9, stop_delta=0.0, max_iterations=3000,
+    kw = dict(c1=0.2, c2=0.3, epsilon=1e-9, stop_delta=0.0, stop_window=0,
+              max_iterations=3000,
               all_possible_transitions=False)
     cold = train_crf(task, SolverConfig(), warm_epochs=0, **kw)
     warm = train_crf(task, SolverConfig(), threads=2, warm_epochs=3, num_memories=9, **kw)

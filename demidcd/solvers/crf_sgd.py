@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit
 
 from ..primitives.vectors import dot
-from ..tasks.chain.marginals import block_offsets, nll_gradient_kernel
+from ..tasks.chain.marginals import block_offsets, gradient_workspace, nll_gradient_into
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # η₀ tried by the calibration
 SAMPLE = 1000  # sentences the calibration passes over, at most …
@@ -56,12 +56,13 @@ def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen, ctl):
     _, KK, tbase, bbase = block_offsets(F, K)
     seen = X.u_off.shape[0] > 0
     has_b = X.bfeat_ptr.shape[0] > 0
+    ws = gradient_workspace(F, K, X, order)  # (once: K² arrays per sentence would dominate)
     loss = 0.0
     for e in range(order.shape[0]):
         if ctl[0] != 0:
             break
         i = order[e:e + 1]
-        nll = nll_gradient_kernel(w, F, K, X, gold, i, g, ctl)
+        nll = nll_gradient_into(w, F, K, X, gold, i, g, ctl, ws)
         if not math.isfinite(nll):
             loss = math.inf
         else:

@@ -425,13 +425,45 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad, ctl):
     stop before its next sentence (a stop request: the sum and gradient are then partial);
     ctl[1] counts the sentences done, ctl[2] the tokens whose most probable label (the
     marginals' argmax) is not the gold one."""
+    return nll_gradient_into(w, F, K, X, gold, examples, grad, ctl,
+                             gradient_workspace(F, K, X, examples))
+
+
+@nb.njit(cache=True, nogil=True)
+def gradient_workspace(F, K, X, examples):
+    """The scratch of :func:`nll_gradient_into` for ``examples`` (or any of their subsets):
+    the chain tables (tr, start, end, Etr: K², K, K, K²), the sums (gT, O: K², gS, gE: K) and
+    :func:`fb_workspace`'s arrays, allocated once (per sentence they would cost more than the
+    sentence itself at thousands of labels: K² each)."""
+    KK = K * K
+    return (np.empty(KK), np.empty(K), np.empty(K), np.empty(KK), np.empty(KK), np.empty(KK),
+            np.empty(K), np.empty(K)) + fb_workspace(np.empty(0), K, X, examples)
+
+
+@nb.njit(cache=True, nogil=True)
+def _chain_tables_into(w, F, K, tr, start, end, Etr):
+    """:func:`chain_tables` into the given arrays; returns the shift max T."""
+    base, K1 = F * K, K + 1
+    for a in range(K):
+        for b in range(K):
+            tr[a * K + b] = w[base + a * K1 + b]
+        end[a] = w[base + a * K1 + K]
+        start[a] = w[base + K * K1 + a]
+    return exp_shifted(tr, Etr, K * K)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nll_gradient_into(w, F, K, X, gold, examples, grad, ctl, ws):
+    """:func:`nll_gradient_kernel` in the scratch ``ws`` of :func:`gradient_workspace`."""
     K1, KK, tbase, bbase = block_offsets(F, K)
-    tr, start, end, Etr, trmax = chain_tables(w, F, K)
-    em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
-    gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
-    O = np.zeros(KK)  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
-    gS = np.zeros(K)
-    gE = np.zeros(K)
+    tr, start, end, Etr, gT, O, gS, gE, em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = ws
+    if ctl[0] != 0:
+        return 0.0
+    trmax = _chain_tables_into(w, F, K, tr, start, end, Etr)
+    gT[:] = 0.0  # the pairwise marginals of every inner position, added to T at the end
+    O[:] = 0.0  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
+    gS[:] = 0.0
+    gE[:] = 0.0
     nofix = np.empty(0, np.int32)
     _, has_b, bvalued = feature_kinds(X)
     total = 0.0
