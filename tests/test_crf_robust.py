@@ -148,7 +148,7 @@ def test_sigint_mid_evaluation_stops_train_crf_as_interrupted_within_a_sentence_
     6 candidates × 100 sentences), in its SGD epochs (1000: 3 × 300 more) or in an L-BFGS
     evaluation (2000: past the Hessian's diagonal, 300 more). The handler sets the
     kernels' stop flag at once, so each thread ends the sentence it is in and the run ends
-    "interrupted", with finite weights (counted in sentences, not seconds)."""
+    "interrupted", with finite, non-zero weights (counted in sentences, not seconds)."""
     import os
     import signal
 
@@ -181,6 +181,7 @@ def test_sigint_mid_evaluation_stops_train_crf_as_interrupted_within_a_sentence_
     finally:
         signal.signal(signal.SIGINT, old)
     assert res.stop_reason == "interrupted" and np.isfinite(res.w).all()
+    assert np.any(res.w)  # (cut in the calibration: its best candidate's SGD iterate)
     assert made[0].work - at["work"] <= 3 * made[0].threads, (made[0].work, at)
     assert (made[0].evaluations > 0) == (where > 1800)
     assert not StopRequest.listeners

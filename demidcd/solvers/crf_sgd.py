@@ -31,6 +31,7 @@ by its 50th iteration: benchmarks/README.md, "The CRF's warm start".)
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -104,25 +105,36 @@ def _kernel_args(obj: Any) -> tuple:
     return task.u_rows, task.K, task.chain, task.Y, obj.frozen
 
 
-def calibrate(obj: Any, rng: np.random.Generator) -> float:
-    """η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
-    (module docstring), the candidates on the objective's threads."""
+def calibrate(obj: Any, rng: np.random.Generator) -> tuple[float, np.ndarray | None]:
+    """(η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
+    (module docstring), the candidates on the objective's threads; the weights of the
+    candidate with the least progressive loss per sentence done, or None when none did one).
+    The weights matter when a stop cut the pass short (``obj.halted``): they are an SGD
+    iterate all the same, the best the run has."""
     F, K, X, gold, frozen = _kernel_args(obj)
     dim, n_examples = obj.task.dim, obj.task.n_examples
     size = min(SAMPLE, max(SAMPLE_MIN, n_examples // SAMPLE_SHARE))
     sample = rng.permutation(n_examples)[:size].astype(np.int64)
     lam = 2.0 * obj.c2 / n_examples
     share = obj.c2 * sample.shape[0] / n_examples
+    best: dict[str, Any] = {"mean": math.inf, "w": None}
+    lock = threading.Lock()
 
     def job(eta: float) -> Callable[[int], float]:
         def run(t: int) -> float:
             w, g = np.zeros(dim), np.zeros(dim)
+            before = int(obj.ctl[t, 1])
             loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen, obj.ctl[t])
+            done = int(obj.ctl[t, 1]) - before
+            if math.isfinite(loss) and done > 0 and np.isfinite(w).all():
+                with lock:
+                    if loss / done < best["mean"]:
+                        best.update(mean=loss / done, w=w)
             return loss + share * dot(w, w) if math.isfinite(loss) else math.inf
         return run
 
     losses = obj.run_jobs([job(eta) for eta in CANDIDATES])
-    return CANDIDATES[int(np.argmin(losses))]
+    return CANDIDATES[int(np.argmin(losses))], best["w"]
 
 
 def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
@@ -132,12 +144,16 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
     ``obj.buffers[t, :len(w)]``, zero on entry and on return), η₀ calibrated first. Returns
     (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs or a stop was
     asked while one ran (``obj.halted``: the kernels stop between sentences; w is left as the
-    steps done made it, or 0 when the calibration was cut short), and w is put back to 0 when
-    the steps diverged."""
+    steps done made it, or as the best candidate of a calibration cut short left its own), and
+    w is put back to 0 when the steps diverged."""
     F, K, X, gold, frozen = _kernel_args(obj)
     n_examples = obj.task.n_examples
     rng = np.random.default_rng(seed)
-    eta0 = calibrate(obj, rng)
+    eta0, partial = calibrate(obj, rng)
+    if obj.halted:  # a stop during the calibration: its best candidate's weights, if any
+        if partial is not None:
+            w[:] = partial
+        return eta0, 0
     lam = 2.0 * obj.c2 / n_examples
     done = 0
     for e in range(epochs):
