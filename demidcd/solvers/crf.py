@@ -7,7 +7,13 @@
 tasks' features (:mod:`demidcd.tasks.chain.marginals`: forward-backward over the scores Viterbi
 reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / max(1, ‖w‖) ≤
 ``epsilon`` (g the pseudo-gradient with L1), or an improvement (f_{k−period} − f_k) / f_k below
-``stop_delta`` over the last ``period`` iterations, or ``max_iterations``.
+``stop_delta`` over the last ``period`` iterations, or ``max_iterations``; and, without a time
+limit, as Wapiti's error window: the training token error (the marginals' argmax against the
+gold tags, counted by the gradient pass) within ``stop_eps`` points over the last
+``stop_window`` iterations (on Wapiti's own examples it then stops with Wapiti's F1 or better in
+a fraction of its time: benchmarks/crf_default_stop.py). A non-finite objective is refused
+(:class:`ObjectiveNotFinite`), never reported as converged. A stop request or the time limit
+reaches the kernels between sentences (:attr:`CrfObjective.ctl`), whatever an evaluation costs.
 
 ``crf_method="lbfgs"`` is the default; ``"sdca"`` trains the same objective by stochastic
 dual coordinate ascent (:mod:`.crf_sdca`), without a barrier but slower to a given F1 at
