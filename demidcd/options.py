@@ -291,6 +291,12 @@ OPTIONS: tuple[Option, ...] = (
     _o("stop_delta", "--stop-delta", float, 1e-5, "crf: stop when the objective improved by "
        "less than this share over the last --period iterations (CRFsuite's delta)",
        owners=CRF),
+    _o("stop_window", "--stop-window", int, None, "crf lbfgs: stop when, over the last this "
+       "many iterations, the training token error moved by less than --stop-eps points "
+       "(Wapiti's --stopwin; 0: off)", owners=CRF,
+       rule="5 (Wapiti's); off under --time-limit, the budget then"),
+    _o("stop_eps", "--stop-eps", float, 0.02, "crf lbfgs: the --stop-window test's width, in "
+       "percentage points of training tokens (Wapiti's --stopeps)", owners=CRF),
     _o("resume", "--resume", str, None, "continue the run that wrote MODEL with --save-state "
        "(its dual state MODEL.state.npz; same data and options) to the optimum of one "
        "uninterrupted run", owners=DCD, metavar="MODEL", rule="none: a new run"),

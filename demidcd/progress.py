@@ -39,8 +39,22 @@ _MEASURES = (("active", "active", ">8,"), ("shrunk", "shrunk", ">7,"),
 """(record key, label, format) of the optional measures of an iteration line."""
 
 
+_CRF_MEASURES = (("objective", "objective", ".7g"), ("gnorm", "|g|/max(1,|w|)", ".3g"),
+                 ("improvement", "improvement", ".3g"), ("train_error", "train error", ".2f"),
+                 ("nonzero", "nonzero", ","), ("evaluations", "evaluations", ","))
+"""(record key, label, format) of an L-BFGS CRF iteration's line: its objective, relative
+gradient norm, relative improvement over --period iterations, training error (%), non-zero
+weights and objective evaluations so far."""
+
+
 def format_iteration(rec: dict) -> str:
-    """One iteration's log record as a line (``iter   3  1.23s  updates …``)."""
+    """One iteration's log record as a line (``iter   3  1.23s  updates …``; an L-BFGS CRF's,
+    which has ``gnorm``: ``iter   3  1.23s  objective …``)."""
+    if "gnorm" in rec:
+        parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s"]
+        parts += [f"{label} {rec[k]:{fmt}}" + ("%" if k == "train_error" else "")
+                  for k, label, fmt in _CRF_MEASURES if k in rec]
+        return "  ".join(parts + ([format_dev(rec)] if "dev" in rec else []))
     parts = [f"iter {rec['epoch']:3d}", f"{rec['seconds']:8.2f}s",
              f"updates {rec.get('total_updates', rec.get('updates', 0)):>10,}"]
     # only what the learner measured: a learner without active sets or shrinking (the CRF,
@@ -92,7 +106,9 @@ class Cadence:
         return [] if rec is None else [format_iteration(rec)]
 
 
-_HINTS = {"max-epochs": "raise {max_epochs} or {tol}", "time-limit": "raise {time_limit} or {tol}",
+_HINTS = {"max-epochs": "raise {max_epochs} or {tol}",
+          "max-iterations": "raise {max_epochs} or {tol}",
+          "time-limit": "raise {time_limit} or {tol}",
           "interrupted": "interrupted by a signal", "worker-failed": "a worker failed"}
 
 

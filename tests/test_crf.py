@@ -80,7 +80,7 @@ def test_gradient_is_expected_minus_gold_features(valued, G):
     task, w, tokens, Y = _chain(3 + G, valued, G)
     grad = np.zeros(task.dim)
     nll = nll_gradient_kernel(w, task.F, task.K, task.chain, task.Y, np.arange(task.n_examples),
-                              grad)
+                              grad, np.zeros(3, np.int64))
     want_nll, want = 0.0, np.zeros(task.dim)
     for i in range(task.n_examples):
         a, b = int(task.sent_ptr[i]), int(task.sent_ptr[i + 1])

@@ -58,8 +58,10 @@ def test_marginals_and_gradient_equal_the_dense_model_restricted(valued, G):
     np.testing.assert_allclose(z_s, z_d, rtol=1e-12)
     np.testing.assert_allclose(m_s, m_d, atol=1e-12)
     g_s, g_d = np.zeros(seen.dim), np.zeros(dense.dim)
-    f_s = nll_gradient_kernel(w, seen.u_rows, seen.K, seen.chain, seen.Y, ex, g_s)
-    f_d = nll_gradient_kernel(wd, dense.F, dense.K, dense.chain, dense.Y, ex, g_d)
+    f_s = nll_gradient_kernel(w, seen.u_rows, seen.K, seen.chain, seen.Y, ex, g_s,
+                              np.zeros(3, np.int64))
+    f_d = nll_gradient_kernel(wd, dense.F, dense.K, dense.chain, dense.Y, ex, g_d,
+                              np.zeros(3, np.int64))
     assert f_s == pytest.approx(f_d, rel=1e-12)
     keep = to_dense >= 0
     np.testing.assert_allclose(g_s[keep], g_d[to_dense[keep]], atol=1e-10)
@@ -162,12 +164,12 @@ def test_without_all_possible_transitions_both_methods_hold_them_at_zero():
     sd = train_crf(task, SolverConfig(), threads=2, max_iterations=500, crf_method="sdca",
                    **kw)
     lb = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
-                   stop_delta=0.0, **kw)
+                   stop_delta=0.0, stop_window=0, **kw)
     assert sd.stop_reason == "converged"
     assert not np.any(sd.w[frozen]) and not np.any(lb.w[frozen])
     assert sd.extra["objective"] == pytest.approx(lb.extra["objective"], rel=1e-6)
     full = train_crf(task, SolverConfig(), crf_method="lbfgs", max_iterations=3000,
-                     stop_delta=0.0, c1=0.0, c2=0.3, epsilon=1e-8)
+                     stop_delta=0.0, stop_window=0, c1=0.0, c2=0.3, epsilon=1e-8)
     assert np.any(full.w[frozen])
     assert full.extra["objective"] < lb.extra["objective"]
 

@@ -72,11 +72,11 @@ def test_sgd_steps_are_the_gradient_of_the_sentence():
     task, w, _, _ = _chain(4, True, 2, n_sent=10)
     i = np.array([3], np.int64)
     g = np.zeros(task.dim)
-    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g)
+    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g, np.zeros(3, np.int64))
     lam, eta = 0.02, 0.1
     w1 = w.copy()
     crf_sgd.sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, i, eta,
-                     lam, np.zeros(0, np.int64))
+                     lam, np.zeros(0, np.int64), np.zeros(3, np.int64))
     moved = w1 != w
     assert moved.any()
     np.testing.assert_allclose(w1[moved], (w - eta * (g + lam * w))[moved], rtol=1e-12)
@@ -97,7 +97,8 @@ def test_warm_started_lbfgs_reaches_the_cold_optimum_and_keeps_frozen_transition
     Y = np.where(Y == 3, 2, Y).astype(np.int32)
     task = SequenceTask(X, Y, 4, F)
     frozen = unseen_transitions(task)
-    kw = dict(c1=0.2, c2=0.3, epsilon=1e-9, stop_delta=0.0, max_iterations=3000,
+    kw = dict(c1=0.2, c2=0.3, epsilon=1e-9, stop_delta=0.0, stop_window=0,
+              max_iterations=3000,
               all_possible_transitions=False)
     cold = train_crf(task, SolverConfig(), warm_epochs=0, **kw)
     warm = train_crf(task, SolverConfig(), threads=2, warm_epochs=3, num_memories=9, **kw)
@@ -130,13 +131,14 @@ def test_hessian_diagonal_is_exact_on_one_token_sentences(seen):
     assert one.size >= 10
     w = rng.normal(scale=0.5, size=task.dim)
     h = np.zeros(task.dim)
-    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, one, h)
+    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, one, h, np.zeros(3, np.int64))
 
     def grad(v):
         from demidcd.tasks.chain.marginals import nll_gradient_kernel
 
         g = np.zeros(task.dim)
-        nll_gradient_kernel(v, task.u_rows, task.K, task.chain, task.Y, one, g)
+        nll_gradient_kernel(v, task.u_rows, task.K, task.chain, task.Y, one, g,
+                            np.zeros(3, np.int64))
         return g
 
     for j in np.flatnonzero(grad(w) != 0.0):

@@ -319,7 +319,8 @@ def _train(args) -> int:
             KEPT[:] = [f"the model was written to {args.model}"
                         + ("" if res.finished else " (finished: false)")]
             ended = {"time-limit": " (the model reached within --time-limit)",
-                     "max-epochs": " (the model after --max-epochs)"}
+                     "max-epochs": " (the model after --max-epochs)",
+                     "max-iterations": " (the model after --max-iterations)"}
             log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
                 res.stop_reason, f" (partial: {res.stop_reason})")))
         if args.save_state and getattr(est, "state_", None) is not None:

@@ -72,8 +72,9 @@ class Log:
             dev = f" {format_dev(rec)}" if "dev" in rec else ""
             shown = "".join(f" {k} {rec[k]:,}" if k == "active" else f" {k} {rec[k]:.3g}"
                             for k in ("active", "max_pg") if k in rec)
-            self.bar.set_postfix_str(f"updates {rec.get('total_updates', 0):,}{shown}{dev}",
-                                     refresh=False)
+            head = f"objective {rec['objective']:.7g}" if "gnorm" in rec else \
+                f"updates {rec.get('total_updates', 0):,}"  # (an L-BFGS CRF's: no updates)
+            self.bar.set_postfix_str(f"{head}{shown}{dev}", refresh=False)
         else:
             for line in self.cadence.lines(rec):
                 self.info(line)

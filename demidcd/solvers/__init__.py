@@ -138,7 +138,7 @@ register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (-
                  "(--crf-method lbfgs; gradients on --threads threads) (chain tasks only)",
                  options=("crf_method", "c1", "c2", "all_possible_transitions",
                           "num_memories", "warm_epochs", "max_iterations", "epsilon",
-                          "period", "stop_delta"),
+                          "period", "stop_delta", "stop_window", "stop_eps"),
                  warm="crf:compile_kernels", in_process_threads=True,
                  config_fields=("time_limit", "eval_every", "seed"), needs=("marginals",),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))

@@ -190,6 +190,7 @@ class StopRequest:
     active = False  # a learner loop is running and polls the flag (set by Clock)
     first = 0.0  # time.monotonic() of the first signal while active
     held = -1  # signals counted while holding (-1: not holding)
+    listeners: list[Callable[[], None]] = []  # told at once of a request (a kernel's stop flag)
 
     @classmethod
     def handler(cls, signum: int, frame: object) -> None:
@@ -203,6 +204,8 @@ class StopRequest:
             cls.requested = True
             cls.held += 1
             return
+        for tell in list(cls.listeners):  # (threads in compiled kernels see it at once)
+            tell()
         if cls.requested or not cls.active:
             cls.requested = True
             raise KeyboardInterrupt

@@ -7,7 +7,13 @@
 tasks' features (:mod:`demidcd.tasks.chain.marginals`: forward-backward over the scores Viterbi
 reads, B features and real values included). Stopping as CRFsuite's: ‖g‖ / max(1, ‖w‖) ≤
 ``epsilon`` (g the pseudo-gradient with L1), or an improvement (f_{k−period} − f_k) / f_k below
-``stop_delta`` over the last ``period`` iterations, or ``max_iterations``.
+``stop_delta`` over the last ``period`` iterations, or ``max_iterations``; and, without a time
+limit, as Wapiti's error window: the training token error (the marginals' argmax against the
+gold tags, counted by the gradient pass) within ``stop_eps`` points over the last
+``stop_window`` iterations (on Wapiti's own examples it then stops with Wapiti's F1 or better in
+a fraction of its time: benchmarks/crf_default_stop.py). A non-finite objective is refused
+(:class:`ObjectiveNotFinite`), never reported as converged. A stop request or the time limit
+reaches the kernels between sentences (:attr:`CrfObjective.ctl`), whatever an evaluation costs.
 
 ``crf_method="lbfgs"`` is the default; ``"sdca"`` trains the same objective by stochastic
 dual coordinate ascent (:mod:`.crf_sdca`), without a barrier but slower to a given F1 at
@@ -28,24 +34,25 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numba import njit
 
-from ..errors import OptionError
+from ..errors import DemidcdError, OptionError
 from ..options import default
 from ..primitives.vectors import dot
-from ..tasks.base import Task
-from .common import Callback, OuterLoop, SolverConfig, StopRule, TrainResult
+from ..tasks.base import InferenceInterrupted, Task
+from .common import Callback, OuterLoop, SolverConfig, StopRequest, StopRule, TrainResult
 from .crf_sdca import train_crf_sdca
 from .recorder import Recorder, Tick
 
 MEMORY = 6  # L-BFGS corrections kept by default in minimize_lbfgs (CRFsuite's num_memories)
 MEMORY_MAX = 20  # num_memories=None: as many as fit MEMORY_BYTES, between MEMORY and this
 MEMORY_BYTES = 1 << 26  # … of the pairs (s, y): 2·m·dim float64
+WINDOW = 5  # train_crf's error window without a time limit (Wapiti's --stopwin)
 MAX_LINESEARCH = 40  # halvings of the step before the line search gives up
 ARMIJO = 1e-4  # sufficient decrease of the backtracking line search (liblbfgs' ftol)
 
@@ -73,16 +80,18 @@ def compile_kernels(task: Task) -> None:
     check_marginals(task)
     w = np.zeros(task.dim)
     ex = np.zeros(min(1, task.n_examples), np.int64)
-    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim))
+    ctl = np.zeros(3, np.int64)
+    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim), ctl)
     marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
-    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim))
+    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim), ctl)
     sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
-             np.zeros(0, np.int64))
+             np.zeros(0, np.int64), ctl)
     a = np.array([1.0, 3.0])  # L-BFGS's kernels: a few OWL-QN steps on a small quadratic
     minimize_lbfgs(lambda x: (float(a @ (x - 1.0) ** 2), 2.0 * a * (x - 1.0)), np.zeros(2),
                    c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
 
 
+POLL = 0.05  # seconds between the checks of a stop request while the threads work
 SMALLEST_RUN = 1 / 32  # the last runs of an evaluation: this share of one thread's tokens
 DENSE_VIEW_MAX = 1 << 21  # F·K at most (16 MiB of float64 per thread) for the dense view …
 DENSE_VIEW_FILL = 0.5  # … and its labels seen per feature occurrence at least this share of K
@@ -165,8 +174,24 @@ class CrfObjective:
         width = task.dim if self.dense_at is None else self.w_dense.shape[0]
         self.buffers = np.zeros((self.threads, width))
         self.cuts = np.linspace(0, width, self.threads + 1).astype(np.int64)
-        self.pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
-        self.evaluations, self._dirty = 0, False
+        self.pool: ThreadPoolExecutor | None = None
+        # the kernels' control rows, one per thread: [stop asked, sentences done, tokens whose
+        # most probable label is not the gold one]; should_stop() (the clock, a signal) is
+        # asked while the threads work and sets the stop column
+        self.ctl = np.zeros((self.threads, 3), np.int64)
+        self.should_stop: Callable[[], bool] | None = None
+        self.evaluations, self.errors, self._dirty = 0, -1, False
+
+    @property
+    def halted(self) -> bool:
+        """Whether a stop was asked (:attr:`should_stop`) while the threads worked: the
+        kernels then left their sentences undone, and every later call ends at once."""
+        return bool(self.ctl[0, 0])
+
+    @property
+    def work(self) -> int:
+        """Sentences the kernels have done (forward-backward passes) so far."""
+        return int(self.ctl[:, 1].sum())
 
     def _gradients(self, t: int) -> float:
         """Thread t's share: runs taken in turn (``next`` on the shared counter is atomic)."""
@@ -174,10 +199,10 @@ class CrfObjective:
 
         task, w, buf, nll = self.task, self._kernel_w, self.buffers[t], 0.0
         for i in self._next:
-            if i >= len(self.chunks):
+            if i >= len(self.chunks) or self.ctl[t, 0]:
                 break
             nll += nll_gradient_kernel(w, self.rows, task.K, self.chain, task.Y,
-                                       self.chunks[i], buf)
+                                       self.chunks[i], buf, self.ctl[t])
         return nll
 
     def _sum(self, t: int) -> None:
@@ -185,11 +210,37 @@ class CrfObjective:
                   self._grad if self.dense_at is None else self.total)
 
     def on_all(self, fn: Callable[[int], Any]) -> list:
-        """fn(t) on every thread t at once (t = 0 on this one)."""
-        if self.pool is None:
+        """fn(t) on every thread t at once, on the pool's threads, while this one asks
+        :attr:`should_stop` every :data:`POLL` s and on a stop sets the kernels' stop flag
+        (they leave at their next sentence); a signal's handler, which runs on this thread
+        while it waits, sets it at once (:attr:`StopRequest.listeners`)."""
+        if self.threads == 1 and self.should_stop is None:
             return [fn(0)]
-        futures = [self.pool.submit(fn, t) for t in range(1, self.threads)]
-        return [fn(0), *(f.result() for f in futures)]
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads)
+        futures = [self.pool.submit(fn, t) for t in range(self.threads)]
+        StopRequest.listeners.append(self.halt)  # a signal's handler: the flag at once
+        try:
+            while wait(futures, timeout=POLL)[1]:
+                if self.should_stop is not None and not self.halted and self.should_stop():
+                    self.halt()
+        except BaseException:  # a second Ctrl-C: the threads stop before it goes on
+            self.halt()
+            wait(futures)
+            raise
+        finally:
+            StopRequest.listeners.remove(self.halt)
+        return [f.result() for f in futures]
+
+    def halt(self) -> None:
+        """Ask the kernels to stop before their next sentence."""
+        self.ctl[:, 0] = 1
+
+    def check_halted(self) -> None:
+        """Raise :class:`~demidcd.tasks.base.InferenceInterrupted` when a stop was asked: what
+        the kernels left undone makes the call's result unusable."""
+        if self.halted:
+            raise InferenceInterrupted("stop requested")
 
     def run_jobs(self, jobs: list[Callable[[int], float]]) -> list[float]:
         """The jobs on the threads, each taken in turn by the next free thread and given that
@@ -216,11 +267,12 @@ class CrfObjective:
 
         def job(run: np.ndarray) -> Callable[[int], float]:
             return lambda t: hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, run,
-                                                     self.buffers[t, :n])
+                                                     self.buffers[t, :n], self.ctl[t])
 
         self.run_jobs([job(r) for r in self.chunks])
         h = self.buffers[:, :n].sum(axis=0)
         self.buffers[:, :n] = 0.0
+        self.check_halted()
         return h
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
@@ -233,7 +285,10 @@ class CrfObjective:
         if self.dense_at is not None:
             self.w_dense[self.dense_at] = w[self.seen_at]
             self._kernel_w = self.w_dense
+        self.ctl[:, 2] = 0
         nll = sum(self.on_all(self._gradients))
+        self.check_halted()  # (the buffers stay dirty: the next call clears them)
+        self.errors = int(self.ctl[:, 2].sum())
         self._grad = grad = np.empty(self.task.dim)
         self.on_all(self._sum)
         if self.dense_at is not None:
@@ -266,8 +321,24 @@ class Iteration:
 class Minimum:
     w: np.ndarray
     f: float
-    reason: str  # "converged" | "max-epochs" | "line-search" | "time-limit" | "interrupted"
+    reason: str  # "converged" | "max-iterations" | "line-search" | "time-limit"
     iterations: int
+    rule: str = ""  # with "converged": the test that passed (:data:`RULES`)
+
+
+RULES = {"epsilon": "the gradient norm ‖g‖ / max(1, ‖w‖) fell to --epsilon",
+         "delta": "the objective improved by less than --stop-delta of itself over the last "
+                  "--period iterations",
+         "window": "the training error changed by less than --stop-eps points over the last "
+                   "--stop-window iterations"}
+"""The convergence tests of :func:`minimize_lbfgs` and of :func:`train_crf`'s window."""
+
+
+class ObjectiveNotFinite(DemidcdError):
+    """The CRF objective (or its gradient) is not a finite number at the weights L-BFGS holds:
+    no model is made from them."""
+
+    exit_code = 1
 
 
 @njit(cache=True, nogil=True)
@@ -521,15 +592,19 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
                    c1: float = 0.0, epsilon: float = 1e-5, period: int = 10,
                    delta: float = 1e-5, max_iterations: int | None = None,
                    memory: int = MEMORY,
-                   on_iteration: Callable[[Iteration], None] | None = None,
+                   on_iteration: Callable[[Iteration], bool | None] | None = None,
                    should_stop: Callable[[np.ndarray], bool] | None = None,
                    h0: np.ndarray | None = None, threads: int = 1,
                    on_threads: Callable[[Callable[[int], Any]], list] | None = None) -> Minimum:
     """Minimise fun(w) + c1‖w‖₁ (fun returns (value, gradient) of a smooth convex function):
     two-loop L-BFGS with a backtracking Armijo line search, OWL-QN (pseudo-gradient, the
     direction restricted to its orthant, steps projected onto it) when c1 > 0. Stops as
-    CRFsuite does (module docstring); ``should_stop(w)`` (the clock) is asked after every
-    evaluation, and the last accepted w is returned. Each accepted iterate is a fresh array
+    CRFsuite does (module docstring), or when ``on_iteration`` returns True (a test of the
+    caller's: reason "converged", rule "window"); ``should_stop(w)`` (the clock) is asked after
+    every evaluation, and the last accepted w is returned. A trial step whose objective is not
+    finite is refused as one without sufficient decrease; a non-finite objective at w0, or a
+    non-finite gradient norm at an accepted step, raises :class:`ObjectiveNotFinite` (never
+    "converged"). Each accepted iterate is a fresh array
     (callers may keep the ones they were given). ``h0`` (positive, len(w0)): the diagonal of
     the initial inverse Hessian H₀ = γ_k·diag(h0), γ_k = s·y / y·diag(h0) y (Nocedal and Wright,
     Eq. 7.20, with a diagonal in place of I), and the first direction −diag(h0)·pg; None: the
@@ -549,6 +624,8 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
 
     fs, g = fun(w)
     f = fs + c1 * float(np.abs(w).sum())
+    if not math.isfinite(f):
+        raise ObjectiveNotFinite(f"crf: the objective is {f} at the starting weights")
     pg, d, wn = np.empty(n), np.empty(n), np.empty(n)
     h0 = np.ones(n) if h0 is None else np.ascontiguousarray(h0, np.float64)
     pairs = PairMemory(n, memory, h0, cuts, on_threads)
@@ -564,8 +641,10 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
     past = [f]
     step = steepest()
     k = flat = 0
+    if not math.isfinite(pnorm):
+        raise ObjectiveNotFinite(f"crf: the gradient norm is {pnorm} at the starting weights")
     if pnorm / max(1.0, wnorm) <= epsilon:
-        return Minimum(w, f, "converged", 0)
+        return Minimum(w, f, "converged", 0, "epsilon")
     while max_iterations is None or k < max_iterations:
         dg = sliced(_slope, d, pg, owlqn)
         if not dg < 0.0:  # not a descent direction: restart from the steepest descent
@@ -577,12 +656,15 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
             fsn, gn = fun(wn)
             fn = fsn + c1 * l1
             slope = decrease if owlqn else step * dg  # the model's decrease at this step
-            if fn <= f + ARMIJO * slope:
+            if math.isfinite(fn) and fn <= f + ARMIJO * slope:
                 break
             if should_stop is not None and should_stop(w):
                 return Minimum(w, f, "time-limit", k)
-            step = _backtrack(step, f, fn, slope)
+            step = _backtrack(step, f, fn, slope) if math.isfinite(fn) else 0.5 * step
         else:
+            if not math.isfinite(fn):  # nothing finite along the direction, however short
+                raise ObjectiveNotFinite(f"crf: the objective is {fn} at every trial step "
+                                         f"of iteration {k + 1} (objective {f:g} before it)")
             return Minimum(w, f, "line-search", k)
         flat = flat + 1 if not fn < f else 0  # accepted without a decrease (rounding)
         if flat >= period:  # that many in a row: flat at this precision, as a failed search
@@ -593,13 +675,17 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         wn = np.empty(n)  # a fresh array per iterate: callers may keep the ones they were given
         pnorm, wnorm = pseudo_gradient()
         gnorm = pnorm / max(1.0, wnorm)
-        if on_iteration is not None:
-            on_iteration(Iteration(k, f, gnorm, step, 0, w))
+        if not math.isfinite(gnorm):
+            raise ObjectiveNotFinite(f"crf: the gradient norm is {gnorm} at iteration {k} "
+                                     f"(objective {f:g})")
+        window = on_iteration is not None and on_iteration(Iteration(k, f, gnorm, step, 0, w))
         past.append(f)
         if gnorm <= epsilon:
-            return Minimum(w, f, "converged", k)
+            return Minimum(w, f, "converged", k, "epsilon")
         if len(past) > period and (past[-period - 1] - f) / max(abs(f), 1e-300) < delta:
-            return Minimum(w, f, "converged", k)
+            return Minimum(w, f, "converged", k, "delta")
+        if window:
+            return Minimum(w, f, "converged", k, "window")
         if should_stop is not None and should_stop(w):
             return Minimum(w, f, "time-limit", k)
         if pairs:
@@ -607,7 +693,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], w0: np
         else:
             steepest()
         step = 1.0
-    return Minimum(w, f, "max-epochs", k)
+    return Minimum(w, f, "max-iterations", k)
 
 
 def lbfgs_memory(dim: int) -> int:
@@ -627,21 +713,35 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
               crf_method: str = default("crf_method"),
               all_possible_transitions: bool | None = default("all_possible_transitions"),
               num_memories: int | None = default("num_memories"),
-              warm_epochs: int = default("warm_epochs")) -> TrainResult:
+              warm_epochs: int = default("warm_epochs"),
+              stop_window: int | None = default("stop_window"),
+              stop_eps: float = default("stop_eps")) -> TrainResult:
     """CRF by ``crf_method``: ``"lbfgs"`` (the default), L-BFGS / OWL-QN (module docstring):
-    one iteration record per accepted step (``objective``: L(w); ``max_pg``: ‖g‖ / max(1,
-    ‖w‖); ``active``: non-zero weights), or ``"sdca"`` (:func:`.crf_sdca.train_crf_sdca`: one
-    record per epoch). ``all_possible_transitions`` False: the transitions no gold tagging
+    one iteration record per accepted step (``objective``: L(w); ``gnorm``: ‖g‖ / max(1,
+    ‖w‖); ``improvement``: (f_{k−period} − f_k) / f_k once there are that many;
+    ``train_error``: the share of training tokens, in %, whose most probable label under the
+    marginals is not the gold one; ``nonzero``: non-zero weights), or ``"sdca"``
+    (:func:`.crf_sdca.train_crf_sdca`: one record per epoch). Besides CRFsuite's tests it
+    stops as Wapiti's error window does: when ``train_error`` moved by less than ``stop_eps``
+    points over the last ``stop_window`` iterations (0: never; None: :data:`WINDOW`, or never
+    under a time limit, which is then the budget; Wapiti decodes the training set by Viterbi,
+    here the marginals' argmax, which the gradient pass gives for free).
+    ``all_possible_transitions`` False: the transitions no gold tagging
     takes have no weight (held at 0), as CRFsuite without ``feature.possible_transitions``;
     None or True: every transition has one. ``num_memories``: the pairs L-BFGS keeps (None:
     :func:`lbfgs_memory`); ``warm_epochs``: epochs of Hogwild SGD (:mod:`.crf_sgd`) that give
-    L-BFGS its start (0: w = 0, as CRFsuite); their time counts in the time limit."""
+    L-BFGS its start (0: w = 0, as CRFsuite); their time counts in the time limit. A stop
+    request or the time limit ends the kernels between sentences (the warm start, the
+    Hessian's diagonal and every evaluation): the run keeps the last accepted iterate."""
     check_marginals(task)
-    for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta)):
+    for name, v in (("c1", c1), ("c2", c2), ("epsilon", epsilon), ("stop_delta", stop_delta),
+                    ("stop_eps", stop_eps)):
         if not 0.0 <= float(v) < math.inf:
             raise OptionError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
     if int(period) < 1:
         raise OptionError(f"--period must be >= 1, got {period}")
+    if stop_window is not None and int(stop_window) < 0:
+        raise OptionError(f"--stop-window must be >= 0, got {stop_window}")
     if num_memories is not None and int(num_memories) < 1:
         raise OptionError(f"--num-memories must be >= 1, got {num_memories}")
     if int(warm_epochs) < 0:
@@ -664,24 +764,38 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
     obj = CrfObjective(task, c2, threads, frozen)
     rec = Recorder(task, config, callback, threads, objective_fn=None, tick=tick)
     state = {"w": np.zeros(task.dim), "k": 0}
+    window = int(stop_window) if stop_window is not None else \
+        0 if config.time_limit is not None else WINDOW
+    tokens, past = max(int(task.sent_ptr[-1]), 1), []
+    errors: list[float] = []
 
-    def on_iteration(it: Iteration) -> None:
+    def on_iteration(it: Iteration) -> bool:
         state["w"], state["k"] = it.w, it.k
-        rec.epoch({"epoch": it.k, "updates": it.k, "objective": it.f, "max_pg": it.gnorm,
-                   "active": int(np.count_nonzero(it.w)), "evaluations": obj.evaluations,
-                   "step": it.step}, it.w)
+        past.append(it.f)
+        errors.append(100.0 * obj.errors / tokens)
+        r = {"epoch": it.k, "objective": it.f, "gnorm": it.gnorm}
+        if len(past) > period:
+            r["improvement"] = (past[-period - 1] - it.f) / max(abs(it.f), 1e-300)
+        r.update(train_error=errors[-1], nonzero=int(np.count_nonzero(it.w)),
+                 evaluations=obj.evaluations, step=it.step)
+        rec.epoch(r, it.w)
+        last = errors[-window:]
+        return window > 0 and len(last) == window and max(last) - min(last) < float(stop_eps)
 
     clock = rec.start()
+    obj.should_stop = clock.expired  # asked while the threads work: a signal, the time limit
     res = None
     try:
         with OuterLoop(task, clock) as run:
-            w0 = np.zeros(task.dim)
+            w0 = state["w"]
             if int(warm_epochs) > 0:
                 eta0, ran = sgd_epochs(obj, w0, int(warm_epochs), seed=config.seed,
                                        should_stop=lambda: rec.poll(lambda: w0))
                 if log is not None:
                     log(f"crf: warm start: {ran} SGD epochs (eta {eta0:g}) in "
                         f"{clock.elapsed():.1f} s")
+                if obj.halted or clock.expired():
+                    raise InferenceInterrupted("stop requested during the warm start")
             memory = lbfgs_memory(task.dim) if num_memories is None else int(num_memories)
             h0 = 1.0 / (obj.hessian_diagonal(w0) + 2.0 * float(c2) + 1e-12)
             res = minimize_lbfgs(obj, w0, float(c1), float(epsilon), int(period),
@@ -697,13 +811,15 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
         w, reason, k = state["w"], run.reason, state["k"]
     else:
         w, k = res.w, res.iterations
-        reason = res.reason if res.reason in ("converged", "max-epochs", "line-search") \
+        reason = res.reason if res.reason in ("converged", "max-iterations", "line-search") \
             else run.reason if run.reason != "max-epochs" else "time-limit"
-    if reason == "line-search" and log is not None:
+    if log is not None and reason == "line-search":
         log("crf: the line search found no decrease (the objective is flat at this precision)")
+    elif log is not None and reason == "converged" and res is not None and res.rule:
+        log(f"crf: converged: {RULES[res.rule]}")
     if reason == "line-search":
         reason = "converged"
-    last = rec.history[-1]["max_pg"] if rec.history else None
+    last = rec.history[-1]["gnorm"] if rec.history else None
     return rec.finish(w, reason, k, cpu_log=cpu_log, evaluations=obj.evaluations,
                       objective=None if res is None else res.f,
                       stop_rule=StopRule("‖g‖ / max(1, ‖w‖)", last, "epsilon",

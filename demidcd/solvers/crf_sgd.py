@@ -19,8 +19,10 @@ wherever this ends).
 
 η₀ is calibrated on a sample, as Bottou's SGD and CRFsuite's ``l2sgd`` calibrate theirs:
 each candidate of :data:`CANDIDATES` runs one pass over the same sample of :data:`SAMPLE`
-sentences from w = 0, and the one with the least progressive loss (each sentence's −log p
-before its own step, plus the sample's share of the L2 term at the end; no second pass) wins;
+sentences (at most a quarter of the corpus: on a small one six passes over all of it cost more
+than the epochs that follow) from w = 0, and the one with the least progressive loss (each
+sentence's −log p before its own step, plus the sample's share of the L2 term at the end; no
+second pass) wins;
 the candidates run on the threads at once. (On CoNLL-2002 Spanish it chooses 0.003, whose three
 full epochs end 19 % above those at 0.01, yet L-BFGS from either is within 0.5 % of the other
 by its 50th iteration: benchmarks/README.md, "The CRF's warm start".)
@@ -29,6 +31,7 @@ by its 50th iteration: benchmarks/README.md, "The CRF's warm start".)
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,25 +39,31 @@ import numpy as np
 from numba import njit
 
 from ..primitives.vectors import dot
-from ..tasks.chain.marginals import block_offsets, nll_gradient_kernel
+from ..tasks.chain.marginals import block_offsets, gradient_workspace, nll_gradient_into
 
 CANDIDATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # η₀ tried by the calibration
-SAMPLE = 1000  # sentences the calibration passes over
+SAMPLE = 1000  # sentences the calibration passes over, at most …
+SAMPLE_SHARE = 4  # … and at most 1/this of the corpus (6 candidates: 1.5 epochs' work)
+SAMPLE_MIN = 100  # (but this many, or all)
 
 
 @njit(cache=True, nogil=True)
-def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen):
+def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen, ctl):
     """One SGD step per sentence of ``order`` on w (module docstring), the gradient of each
     built in ``g`` (zero on entry, zero again on return: only the touched entries are written
     and cleared). Returns Σ −log p(y_i | x_i) at the weights each sentence saw (+inf when one
-    is not finite: the steps diverged)."""
+    is not finite: the steps diverged). ``ctl`` as :func:`.nll_gradient_kernel`'s: ctl[0] ≠ 0
+    stops the run before its next sentence, ctl[1] counts the sentences done."""
     _, KK, tbase, bbase = block_offsets(F, K)
     seen = X.u_off.shape[0] > 0
     has_b = X.bfeat_ptr.shape[0] > 0
+    ws = gradient_workspace(F, K, X, order)  # (once: K² arrays per sentence would dominate)
     loss = 0.0
     for e in range(order.shape[0]):
+        if ctl[0] != 0:
+            break
         i = order[e:e + 1]
-        nll = nll_gradient_kernel(w, F, K, X, gold, i, g)
+        nll = nll_gradient_into(w, F, K, X, gold, i, g, ctl, ws)
         if not math.isfinite(nll):
             loss = math.inf
         else:
@@ -96,24 +105,36 @@ def _kernel_args(obj: Any) -> tuple:
     return task.u_rows, task.K, task.chain, task.Y, obj.frozen
 
 
-def calibrate(obj: Any, rng: np.random.Generator) -> float:
-    """η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
-    (module docstring), the candidates on the objective's threads."""
+def calibrate(obj: Any, rng: np.random.Generator) -> tuple[float, np.ndarray | None]:
+    """(η₀ of :data:`CANDIDATES` with the least progressive loss over one pass of a sample
+    (module docstring), the candidates on the objective's threads; the weights of the
+    candidate with the least progressive loss per sentence done, or None when none did one).
+    The weights matter when a stop cut the pass short (``obj.halted``): they are an SGD
+    iterate all the same, the best the run has."""
     F, K, X, gold, frozen = _kernel_args(obj)
     dim, n_examples = obj.task.dim, obj.task.n_examples
-    sample = rng.permutation(n_examples)[:SAMPLE].astype(np.int64)
+    size = min(SAMPLE, max(SAMPLE_MIN, n_examples // SAMPLE_SHARE))
+    sample = rng.permutation(n_examples)[:size].astype(np.int64)
     lam = 2.0 * obj.c2 / n_examples
     share = obj.c2 * sample.shape[0] / n_examples
+    best: dict[str, Any] = {"mean": math.inf, "w": None}
+    lock = threading.Lock()
 
     def job(eta: float) -> Callable[[int], float]:
-        def run(_t: int) -> float:
+        def run(t: int) -> float:
             w, g = np.zeros(dim), np.zeros(dim)
-            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen)
+            before = int(obj.ctl[t, 1])
+            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen, obj.ctl[t])
+            done = int(obj.ctl[t, 1]) - before
+            if math.isfinite(loss) and done > 0 and np.isfinite(w).all():
+                with lock:
+                    if loss / done < best["mean"]:
+                        best.update(mean=loss / done, w=w)
             return loss + share * dot(w, w) if math.isfinite(loss) else math.inf
         return run
 
     losses = obj.run_jobs([job(eta) for eta in CANDIDATES])
-    return CANDIDATES[int(np.argmin(losses))]
+    return CANDIDATES[int(np.argmin(losses))], best["w"]
 
 
 def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
@@ -121,27 +142,35 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
     """``epochs`` Hogwild SGD epochs on w in place (module docstring) for the objective ``obj``
     (its task, c2, frozen weights and threads; thread t builds its gradients in
     ``obj.buffers[t, :len(w)]``, zero on entry and on return), η₀ calibrated first. Returns
-    (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs, and w is put
-    back to 0 when the steps diverged."""
+    (η₀, the epochs run): fewer when ``should_stop()`` says so between epochs or a stop was
+    asked while one ran (``obj.halted``: the kernels stop between sentences; w is left as the
+    steps done made it, or as the best candidate of a calibration cut short left its own), and
+    w is put back to 0 when the steps diverged."""
     F, K, X, gold, frozen = _kernel_args(obj)
     n_examples = obj.task.n_examples
     rng = np.random.default_rng(seed)
-    eta0 = calibrate(obj, rng)
+    eta0, partial = calibrate(obj, rng)
+    if obj.halted:  # a stop during the calibration: its best candidate's weights, if any
+        if partial is not None:
+            w[:] = partial
+        return eta0, 0
     lam = 2.0 * obj.c2 / n_examples
     done = 0
     for e in range(epochs):
-        if should_stop is not None and should_stop():
+        if obj.halted or (should_stop is not None and should_stop()):
             break
         eta = eta0 / (1.0 + e)
         runs = _split(rng.permutation(n_examples).astype(np.int64), obj.threads)
 
         def job(r: np.ndarray, eta: float) -> Callable[[int], float]:
             return lambda t: sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
-                                      lam, frozen)
+                                      lam, frozen, obj.ctl[t])
 
         losses = obj.run_jobs([job(r, eta) for r in runs])
-        done += 1
         if not (all(math.isfinite(x) for x in losses) and np.isfinite(w).all()):
             w[:] = 0.0  # diverged: L-BFGS starts from 0 as without a warm start
             break
+        if obj.halted:
+            break
+        done += 1
     return eta0, done

@@ -17,7 +17,12 @@ The recursions are scaled (Rabiner 1989, :func:`scaled_forward_backward`): the e
 exp(s_t − max s_t), K exps per token, and the K² inner products run on E = exp(M − max M),
 computed once per call for the shared T and once per position for the B matrices; the forward
 vector is renormalised to sum 1 at every position and log Z collects the logarithms of those
-sums and the shifts: one logarithm per position, no overflow whatever the scale of w. Forced
+sums and the shifts: one logarithm per position, no overflow whatever the scale of w. Where
+the scaled recursion underflows all the same (a position whose every admissible transition lies
+more than ~745 below the largest entry of its matrix: weights in the hundreds, or a sentence so
+long that the shifts drift), the sentence is done again in log space
+(:func:`log_forward_backward`, K² exps per position), so log Z and the marginals stay those of
+the exact recursion; −inf only when no tagging is admissible. Forced
 labels (``fixed``, one tag id or −1 per token) set the other tags' emissions to −inf (their
 exp 0): the marginals and log Z are then those of the taggings that keep them (constrained
 marginals).
@@ -188,7 +193,10 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
             logz += trmax
         if not tot > 0.0:
             return _NEG_INF
-        scale *= tot
+        if tot < 1e-50:  # (the product could leave the normal range in one step)
+            logz += np.log(tot)
+        else:
+            scale *= tot
         if not 1e-250 < scale < 1e250:
             logz += np.log(scale)
             scale = 1.0
@@ -217,6 +225,126 @@ def scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, h
             else:
                 _backward_step(A, B, P, c, v, Etr, 0, t, K, none)
     return logz
+
+
+@nb.njit(cache=True, nogil=True)
+def _matrix_entry(t, slots, has_b, tr, trb, KK):
+    """Offset and array of M_t (the B matrix of t when B features fire there, else T)."""
+    if has_b:
+        s = slots[t]
+        if s >= 0:
+            return trb, s * KK
+    return tr, 0
+
+
+@nb.njit(cache=True, nogil=True)
+def log_forward_backward(em, n, K, start, end, tr, trb, slots, has_b, A, B, u):
+    """Forward-backward in log space (the fallback of :func:`forward_backward`): A[t·K + k] =
+    log α_t(k) = s_t(k) + logsumexp_j (log α_{t−1}(j) + M_t[j, k]) (α_0 = START + s_0),
+    B[t·K + k] = log β_t(k) (β_{n−1} = END, log β_{t−1}(j) = logsumexp_k (M_t[j, k] + s_t(k) +
+    log β_t(k))), so that p(y_t = k) = exp(A + B − log Z) and p(y_{t−1} = j, y_t = k) =
+    exp(A[t−1, j] + M_t[j, k] + s_t(k) + B[t, k] − log Z). Returns log Z = logsumexp_k
+    (log α_{n−1}(k) + END(k)) (−inf when no tagging is admissible). K² exps per position."""
+    KK = K * K
+    for k in range(K):
+        A[k] = start[k] + em[k]
+    for t in range(1, n):
+        M, m0 = _matrix_entry(t, slots, has_b, tr, trb, KK)
+        pa, o = (t - 1) * K, t * K
+        for k in range(K):
+            mx = _NEG_INF
+            for j in range(K):
+                x = A[pa + j] + M[m0 + j * K + k]
+                if x > mx:
+                    mx = x
+            if mx == _NEG_INF:
+                A[o + k] = _NEG_INF
+                continue
+            acc = 0.0
+            for j in range(K):
+                acc += np.exp(A[pa + j] + M[m0 + j * K + k] - mx)
+            A[o + k] = em[o + k] + mx + np.log(acc)
+    o = (n - 1) * K
+    mx = _NEG_INF
+    for k in range(K):
+        B[o + k] = end[k]
+        x = A[o + k] + end[k]
+        if x > mx:
+            mx = x
+    if mx == _NEG_INF or mx != mx:
+        return _NEG_INF
+    acc = 0.0
+    for k in range(K):
+        acc += np.exp(A[o + k] + end[k] - mx)
+    logz = mx + np.log(acc)
+    for t in range(n - 1, 0, -1):
+        M, m0 = _matrix_entry(t, slots, has_b, tr, trb, KK)
+        o, pa = t * K, (t - 1) * K
+        for k in range(K):
+            u[k] = em[o + k] + B[o + k]
+        for j in range(K):
+            r = m0 + j * K
+            mx = _NEG_INF
+            for k in range(K):
+                x = M[r + k] + u[k]
+                if x > mx:
+                    mx = x
+            if mx == _NEG_INF:
+                B[pa + j] = _NEG_INF
+                continue
+            acc = 0.0
+            for k in range(K):
+                acc += np.exp(M[r + k] + u[k] - mx)
+            B[pa + j] = mx + np.log(acc)
+    return logz
+
+
+@nb.njit(cache=True, nogil=True)
+def forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax, slots, has_b, A, B,
+                     P, c, u, v, O):
+    """(log Z, in_log_space): :func:`scaled_forward_backward`, and where it underflows (it
+    returns −inf though a tagging may be admissible) :func:`log_forward_backward`, whose
+    tables are then in log space (read them through :func:`token_marginals` and
+    :func:`pair_marginals`, which take the flag). ``O`` is added to only by the scaled pass."""
+    logz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
+                                   A, B, P, c, u, v, O)
+    if logz != _NEG_INF:
+        return logz, False
+    logz = log_forward_backward(em, n, K, start, end, tr, trb, slots, has_b, A, B, u)
+    return logz, True
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def token_marginals(A, B, t, K, logz, logspace, out):
+    """out[k] = p(y_t = k | x) from :func:`forward_backward`'s tables."""
+    o = t * K
+    if logspace:
+        for k in range(K):
+            out[k] = np.exp(A[o + k] + B[o + k] - logz)
+    else:
+        for k in range(K):
+            out[k] = A[o + k] * B[o + k]
+
+
+@nb.njit(cache=True, nogil=True)
+def pair_marginals(t, K, slots, has_b, tr, trb, Etr, Eb, bmax, em, A, B, P, c, v, logz,
+                   logspace, out):
+    """out[j·K + k] = p(y_{t−1} = j, y_t = k | x), t ≥ 1, from :func:`forward_backward`'s
+    tables (:func:`pairwise_marginals` on the scaled ones)."""
+    KK = K * K
+    if not logspace:
+        E, _ = position_matrix(t, slots, has_b, Etr, 0.0, Eb, bmax, KK)
+        pairwise_marginals(t, K, E, A, B, P, c, v, out)
+        return
+    M, m0 = _matrix_entry(t, slots, has_b, tr, trb, KK)
+    o, pa = t * K, (t - 1) * K
+    for k in range(K):
+        v[k] = em[o + k] + B[o + k] - logz
+    for j in range(K):
+        aj = A[pa + j]
+        for k in range(K):
+            out[j * K + k] = np.exp(aj + M[m0 + j * K + k] + v[k])
+
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
@@ -290,28 +418,66 @@ def _add_scaled(dst, src, v, m):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
+def nll_gradient_kernel(w, F, K, X, gold, examples, grad, ctl):
     """Σ_i −log p(y*_i | x_i) over ``examples`` (gold tags ``gold``, one per token), with its
     gradient Σ_i E_p[Φ(x_i, y)] − Φ(x_i, y*_i) added to ``grad`` (float64, len(w)); the
-    marginals by :func:`scaled_forward_backward`."""
+    marginals by :func:`forward_backward`. ``ctl`` (int64, 3): ctl[0] ≠ 0 asks the kernel to
+    stop before its next sentence (a stop request: the sum and gradient are then partial);
+    ctl[1] counts the sentences done, ctl[2] the tokens whose most probable label (the
+    marginals' argmax) is not the gold one."""
+    return nll_gradient_into(w, F, K, X, gold, examples, grad, ctl,
+                             gradient_workspace(F, K, X, examples))
+
+
+@nb.njit(cache=True, nogil=True)
+def gradient_workspace(F, K, X, examples):
+    """The scratch of :func:`nll_gradient_into` for ``examples`` (or any of their subsets):
+    the chain tables (tr, start, end, Etr: K², K, K, K²), the sums (gT, O: K², gS, gE: K) and
+    :func:`fb_workspace`'s arrays, allocated once (per sentence they would cost more than the
+    sentence itself at thousands of labels: K² each)."""
+    KK = K * K
+    return (np.empty(KK), np.empty(K), np.empty(K), np.empty(KK), np.empty(KK), np.empty(KK),
+            np.empty(K), np.empty(K)) + fb_workspace(np.empty(0), K, X, examples)
+
+
+@nb.njit(cache=True, nogil=True)
+def _chain_tables_into(w, F, K, tr, start, end, Etr):
+    """:func:`chain_tables` into the given arrays; returns the shift max T."""
+    base, K1 = F * K, K + 1
+    for a in range(K):
+        for b in range(K):
+            tr[a * K + b] = w[base + a * K1 + b]
+        end[a] = w[base + a * K1 + K]
+        start[a] = w[base + K * K1 + a]
+    return exp_shifted(tr, Etr, K * K)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nll_gradient_into(w, F, K, X, gold, examples, grad, ctl, ws):
+    """:func:`nll_gradient_kernel` in the scratch ``ws`` of :func:`gradient_workspace`."""
     K1, KK, tbase, bbase = block_offsets(F, K)
-    tr, start, end, Etr, trmax = chain_tables(w, F, K)
-    em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
-    gT = np.zeros(KK)  # the pairwise marginals of every inner position, added to T at the end
-    O = np.zeros(KK)  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
-    gS = np.zeros(K)
-    gE = np.zeros(K)
+    tr, start, end, Etr, gT, O, gS, gE, em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = ws
+    if ctl[0] != 0:
+        return 0.0
+    trmax = _chain_tables_into(w, F, K, tr, start, end, Etr)
+    gT[:] = 0.0  # the pairwise marginals of every inner position, added to T at the end
+    O[:] = 0.0  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
+    gS[:] = 0.0
+    gE[:] = 0.0
     nofix = np.empty(0, np.int32)
     _, has_b, bvalued = feature_kinds(X)
     total = 0.0
     for e in range(examples.shape[0]):
+        if ctl[0] != 0:
+            break
         i = examples[e]
         a, n = sentence_span(X, i)
         if n == 0:
+            ctl[1] += 1
             continue
         sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
-        logz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots,
-                                       has_b, A, B, P, c, u, v, O)
+        logz, logspace = forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax,
+                                          slots, has_b, A, B, P, c, u, v, O)
         # the gold score, from the same tables
         y0 = gold[a]
         gscore = start[y0] + em[y0] + end[gold[a + n - 1]]
@@ -324,8 +490,13 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
         total += logz - gscore
         # unigram block: Σ_t u_{t,f} (p_t(k) − [k = y*_t])
         for t in range(n):
-            for k in range(K):
-                u[k] = A[t * K + k] * B[t * K + k]
+            token_marginals(A, B, t, K, logz, logspace, u)
+            best = 0
+            for k in range(1, K):
+                if u[k] > u[best]:
+                    best = k
+            if best != gold[a + t]:
+                ctl[2] += 1
             if t == 0:
                 for k in range(K):
                     gS[k] += u[k]
@@ -336,15 +507,16 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
             token_scatter(K, X, a + t, u, 1.0, grad)
         gS[y0] -= 1.0
         gE[gold[a + n - 1]] -= 1.0
+        ctl[1] += 1
         # transitions and B features: the pairwise marginals minus the gold pair (without B
-        # features their sum E ∘ O is added once, at the end)
-        if not has_b:
+        # features and in the scaled tables their sum E ∘ O is added once, at the end)
+        if not has_b and not logspace:
             for t in range(1, n):
                 gT[gold[a + t - 1] * K + gold[a + t]] -= 1.0
             continue
         for t in range(1, n):
-            E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-            pairwise_marginals(t, K, E, A, B, P, c, v, pair)
+            pair_marginals(t, K, slots, has_b, tr, trb, Etr, Eb, bmax, em, A, B, P, c, v, logz,
+                           logspace, pair)
             pair[gold[a + t - 1] * K + gold[a + t]] -= 1.0
             for j in range(KK):
                 gT[j] += pair[j]
@@ -355,20 +527,21 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad):
                                 KK)
     for j in range(K):
         for k in range(K):
-            grad[tbase + j * K1 + k] += gT[j * K + k] + Etr[j * K + k] * O[j * K + k]
+            e = Etr[j * K + k]  # (0 where exp underflowed: O may be huge there, never used)
+            grad[tbase + j * K1 + k] += gT[j * K + k] + (e * O[j * K + k] if e > 0.0 else 0.0)
         grad[tbase + j * K1 + K] += gE[j]
         grad[tbase + K * K1 + j] += gS[j]
     return total
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def hessian_diagonal_kernel(w, F, K, X, examples, h):
+def hessian_diagonal_kernel(w, F, K, X, examples, h, ctl):
     """Adds to ``h`` (float64, len(w)) the diagonal of the Hessian of Σ_i −log p(y_i | x_i)
     over ``examples`` without the covariances between positions: Σ_t u_{t,f}² p_t(k)(1 − p_t(k))
     for the unigram weight (f, k), Σ_t p_t(j, k)(1 − p_t(j, k)) for the transition j → k (START
     and END from p_0, p_{n−1}), Σ_t b_{t,g}² p_t(j, k)(1 − p_t(j, k)) for the B weight (g, j, k)
     (exact for one-token sentences; the diagonal preconditioner of L-BFGS in
-    :mod:`demidcd.solvers.crf`)."""
+    :mod:`demidcd.solvers.crf`). ``ctl`` as :func:`nll_gradient_kernel`'s (its ctl[2] unused)."""
     K1, KK, tbase, bbase = block_offsets(F, K)
     tr, start, end, Etr, trmax = chain_tables(w, F, K)
     em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = fb_workspace(w, K, X, examples)
@@ -376,17 +549,21 @@ def hessian_diagonal_kernel(w, F, K, X, examples, h):
     no_sum = np.empty(0)
     _, has_b, bvalued = feature_kinds(X)
     for e in range(examples.shape[0]):
+        if ctl[0] != 0:
+            break
+        ctl[1] += 1
         a, n = sentence_span(X, examples[e])
         if n == 0:
             continue
         sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
-        if scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
-                                   A, B, P, c, u, v, no_sum) == _NEG_INF:
+        logz, logspace = forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax,
+                                          slots, has_b, A, B, P, c, u, v, no_sum)
+        if logz == _NEG_INF:
             continue
         for t in range(n):
+            token_marginals(A, B, t, K, logz, logspace, u)
             for k in range(K):
-                m = A[t * K + k] * B[t * K + k]
-                u[k] = m * (1.0 - m)
+                u[k] = u[k] * (1.0 - u[k])
             if t == 0:
                 for k in range(K):
                     h[tbase + K * K1 + k] += u[k]
@@ -395,8 +572,8 @@ def hessian_diagonal_kernel(w, F, K, X, examples, h):
                     h[tbase + k * K1 + K] += u[k]
             token_scatter(K, X, a + t, u, 1.0, h, True)
         for t in range(1, n):
-            E, _ = position_matrix(t, slots, has_b, Etr, trmax, Eb, bmax, KK)
-            pairwise_marginals(t, K, E, A, B, P, c, v, pair)
+            pair_marginals(t, K, slots, has_b, tr, trb, Etr, Eb, bmax, em, A, B, P, c, v, logz,
+                           logspace, pair)
             for j in range(KK):
                 pair[j] *= 1.0 - pair[j]
             for j in range(K):
@@ -432,15 +609,16 @@ def marginals_kernel(w, F, K, X, examples, fixed):
             logz[e] = w[F * K + K * (K + 1) + K]
             continue
         has_b = sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, fixed, ptr[e])
-        lz = scaled_forward_backward(em, n, K, start, end, Etr, trmax, Eb, bmax, slots, has_b,
-                                     A, B, P, c, u, v, no_sum)
+        lz, logspace = forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax,
+                                        slots, has_b, A, B, P, c, u, v, no_sum)
         logz[e] = lz
         if lz == _NEG_INF:
             continue
         for t in range(n):
             o = (ptr[e] + t) * K
+            token_marginals(A, B, t, K, lz, logspace, u)
             for k in range(K):
-                marg[o + k] = A[t * K + k] * B[t * K + k]
+                marg[o + k] = u[k]
     return marg, ptr, logz
 
 
