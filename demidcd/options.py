@@ -339,13 +339,15 @@ BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 
 BOUNDS: dict[str, tuple[float, bool]] = {
     "c1": (0, False), "c2": (0, False), "epsilon": (0, False), "stop_delta": (0, False),
+    "stop_window": (0, False), "stop_eps": (0, False),
     "period": (1, False), "num_memories": (1, False), "warm_epochs": (0, False),
     "max_iterations": (1, False), "perceptron_epochs_per_round": (1, False),
     "batch_size": (1, False), "lam": (0, True), "eta": (0, True)}
 """The learners' own options' lower bounds, (bound, strict), checked with their types when the
 plan is made (``solvers.plan.check_value``), before any data is read; every integer is also
 below 2**31 and every number finite."""
-LBFGS_ONLY = ("num_memories", "warm_epochs", "period", "stop_delta")
+LBFGS_ONLY = ("num_memories", "warm_epochs", "period", "stop_delta", "stop_window",
+              "stop_eps")
 """crf options that only ``--crf-method lbfgs`` reads (``sdca`` refuses them when set)."""
 
 
