@@ -113,13 +113,14 @@ def run_sampled(cmd: list[str], log: Path, timeout: float, stop_when=None, cap: 
                 ) -> dict[str, Any]:
     """Run ``cmd`` (stdout and stderr to ``log``), polling every 0.2 s the summed PSS of its
     process tree and the root's VmHWM. ``stop_when(text)``: once true and ``cap`` seconds
-    have passed, the command is stopped (``capped``)."""
+    have passed, the command is stopped (``capped``: "capped"); after ``timeout`` seconds
+    it is stopped whatever it printed ("timeout")."""
     import psutil
 
     t0 = time.perf_counter()
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=str(ROOT))
-    peak, hwm, capped = 0, 0, False
+    peak, hwm, capped = 0, 0, ""
     root = psutil.Process(p.pid)
     done = threading.Event()
 
@@ -140,7 +141,7 @@ def run_sampled(cmd: list[str], log: Path, timeout: float, stop_when=None, cap: 
         el = time.perf_counter() - t0
         if el > timeout or (cap > 0 and el > cap and stop_when is not None
                             and stop_when(log.read_text())):
-            capped = el <= timeout
+            capped = "capped" if el <= timeout else "timeout"
             hwm = max(hwm, _hwm(p.pid))
             p.kill()
             break
@@ -226,7 +227,9 @@ def table(rows: list[dict[str, Any]], weights: list[str]) -> str:
                      f"{100 * acc:.2f}%" if acc is not None else "-"]
         p = r.get("peer")
         line.append("-" if not p else f"{p['peak_mib']:,} MiB"
-                    + (f" (capped after iteration {p['iterations_done']})" if p["capped"] else ""))
+                    + ({"capped": f" (stopped after iteration {p['iterations_done']})",
+                        "timeout": f" (stopped at {p['wall_seconds']:.0f} s, iteration "
+                                   f"{p['iterations_done']})"}.get(p["capped"], "")))
         body.append(line)
     return markdown_table(head, body)
 
