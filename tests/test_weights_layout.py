@@ -48,6 +48,53 @@ def test_a_million_tokens_with_tens_of_labels_take_the_seen_pairs(F, K, S):
     (116_947, 49, 277_977, 204_585, 90.0),  # EWT XPOS: seen pairs cost 0.26 points there
     (140_000, 22, 287_000, 211_727, 90.0),  # CoNLL-2000 chunks
 ])
+def _shaped_like_the_benchmark(F: int = 400_000, K: int = 83, tokens: int = TOKENS,
+                               per_token: int = 15, seed: int = 0):
+    """Encoded sentences shaped like the benchmark's at K tags, built from arrays (no
+    dictionary, no training): a Zipfian word per token firing its own feature and
+    ``per_token − 1`` features shared by words (affix-like, from disjoint ranges), its tag
+    a function of the word 90% of the time; F features in all, F·K just under 2^25."""
+    from demidcd.tasks.chain.features import EncodedSequences
+
+    rng = np.random.default_rng(seed)
+    n_words, n_shared = F - (per_token - 1) * 1000, 1000
+    word = np.minimum(rng.zipf(1.3, tokens) - 1, n_words - 1).astype(np.int64)
+    cols = [word]
+    for j in range(per_token - 1):
+        cols.append(n_words + j * n_shared + (word * (2 * j + 3)) % n_shared)
+    idx = np.stack(cols, axis=1).astype(np.int32).reshape(-1)
+    tag = (word * 7919) % K
+    noise = rng.random(tokens) < 0.1
+    tag[noise] = rng.integers(0, K, int(noise.sum()))
+    lengths = np.full(tokens // 18, 18)
+    lengths[-1] += tokens - lengths.sum()
+    enc = EncodedSequences(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                           np.arange(0, per_token * tokens + 1, per_token, dtype=np.int64), idx)
+    return enc, tag.astype(np.int32)
+
+
+def test_the_estimator_takes_the_seen_pairs_at_83_labels_under_the_old_threshold():
+    """``weights="auto"`` through the estimator on a corpus shaped like the benchmark's with
+    83 tags and 400k features (F·K = 33.2 M, under the old 2^25): the seen pairs (the old rule
+    kept every pair, the issue's 1,009 MiB run)."""
+    from types import SimpleNamespace
+
+    from demidcd.estimators.sequence import SequenceTagger
+
+    F, K = 400_000, 83
+    enc, y = _shaped_like_the_benchmark(F, K)
+    assert old_rule(F, K) == "all"
+    lines: list[str] = []
+    est = SequenceTagger(threads=2, log=lines.append)
+    est.__dict__["_featurizer"] = SimpleNamespace(n_features=F)
+    est.__dict__["_classes"] = [f"T{k}" for k in range(K)]
+    est._fit_pairs(enc, y)
+    assert est.seen_pairs_ is not None, lines
+    n_seen = est.seen_pairs_[1].shape[0]
+    assert n_seen < F * K / 10
+    assert any(ln.startswith("weights: seen pairs") for ln in lines), lines
+
+
 def test_cheap_dense_weights_are_kept(F, K, S, tokens, per_token):
     """Where every pair adds little (few labels, or a small corpus) auto keeps them all, as
     the seen pairs cost accuracy there."""
@@ -56,14 +103,18 @@ def test_cheap_dense_weights_are_kept(F, K, S, tokens, per_token):
 
 
 def test_the_choice_does_not_depend_on_the_thread_count():
-    """The layout is the problem solved: p = 1 and p = 16 runs of the same data solve the
-    same one (the model is evaluated at its reference process count)."""
-    import inspect
+    """The layout is the problem solved: p = 1, 2 and 8 runs of the same data solve the same
+    one (the model is evaluated at its reference process count, whatever ``threads``)."""
+    from demidcd.estimators.sequence import SequenceTagger
 
-    from demidcd.estimators import sequence
-
-    assert "threads" not in inspect.getsource(sequence.SequenceTagger._fit_pairs)
-    assert layout.REFERENCE_PROCESSES == 2
+    X, Y = _corpus(150, 3)
+    said = []
+    for threads in (1, 2, 8):
+        lines: list[str] = []
+        SequenceTagger(threads=threads, min_count=1, log=lines.append).prepare_fit(X, Y)
+        said.append([ln for ln in lines if ln.startswith("weights:")])
+    assert said[0] and said[0] == said[1] == said[2], said
+    assert f"at {layout.REFERENCE_PROCESSES} processes" in said[0][0]
 
 
 def test_the_model_counts_copies_processes_and_data():
