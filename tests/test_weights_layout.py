@@ -43,11 +43,6 @@ def test_a_million_tokens_with_tens_of_labels_take_the_seen_pairs(F, K, S):
     assert "seen pairs" in choice.reason() and "modelled peak" in choice.reason()
 
 
-@pytest.mark.parametrize("F,K,S,tokens,per_token", [
-    (248_225, 12, 473_038, TOKENS, 69.5),  # the benchmark's 12 tags (measured counts)
-    (116_947, 49, 277_977, 204_585, 90.0),  # EWT XPOS: seen pairs cost 0.26 points there
-    (140_000, 22, 287_000, 211_727, 90.0),  # CoNLL-2000 chunks
-])
 def _shaped_like_the_benchmark(F: int = 400_000, K: int = 83, tokens: int = TOKENS,
                                per_token: int = 15, seed: int = 0):
     """Encoded sentences shaped like the benchmark's at K tags, built from arrays (no
@@ -95,6 +90,11 @@ def test_the_estimator_takes_the_seen_pairs_at_83_labels_under_the_old_threshold
     assert any(ln.startswith("weights: seen pairs") for ln in lines), lines
 
 
+@pytest.mark.parametrize("F,K,S,tokens,per_token", [
+    (248_225, 12, 473_038, TOKENS, 69.5),  # the benchmark's 12 tags (measured counts)
+    (116_947, 49, 277_977, 204_585, 90.0),  # EWT XPOS: seen pairs cost 0.26 points there
+    (140_000, 22, 287_000, 211_727, 90.0),  # CoNLL-2000 chunks
+])
 def test_cheap_dense_weights_are_kept(F, K, S, tokens, per_token):
     """Where every pair adds little (few labels, or a small corpus) auto keeps them all, as
     the seen pairs cost accuracy there."""

@@ -31,19 +31,23 @@ a p = 2 run of the same data are compared on one objective): the model is evalua
 :data:`REFERENCE_PROCESSES` processes whatever the run's count. The fixed rule this replaces
 (seen pairs once F·K > 2^25, 256 MiB of float64) counted one copy of w and nothing else, so
 that 83 tags on a corpus just under it peaked at 1 GiB where python-crfsuite's L-BFGS needs
-0.7 (issue 56). Measured: ``benchmarks/memory_labels.py``.
+0.7 (issue 56).
+
+Calibration (``benchmarks/memory_labels.py``, a million synthetic tokens, p = 2, 60 s, the
+log's peak; modelled in brackets): 12 tags, every pair 414 MiB (392), seen 321 (340); 45 tags
+668 (756), seen 359 (368); 83 tags 1,179 (1,218), 361 (385).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-RUNTIME_BYTES = 96 * 2**20
+RUNTIME_BYTES = 80 * 2**20
 """One training process's fixed memory (PSS): interpreter, numpy, numba, the kernels."""
 DATA_FACTOR = 2.5
 """What training holds per byte of encoded training sentences (the sentences themselves, the
 φ pool and active sets over a run of a minute or so)."""
-BYTES_PER_WEIGHT = 24
+BYTES_PER_WEIGHT = 20
 """Bytes per weight at one process: float64 w + 2 float32 w̄ buffers + the result's float64."""
 BYTES_PER_WEIGHT_WORKER = 4
 """Bytes per weight each further process adds (its float32 copy of w̄)."""
