@@ -37,3 +37,15 @@ def test_table_of_fixed_rows():
     line = md.splitlines()[-1]
     assert "| 83 | 987,624 | seen | 358 MiB | 553 MiB | 78.55% | 584 MiB (stopped after " \
            "iteration 1) |" == line
+
+
+def test_the_generator_takes_brown_sized_tag_sets():
+    """The series' 453 labels (Brown's tag count): the generator took at most 200."""
+    import pytest
+
+    from demidcd.synthetic import generator_model, sample
+
+    c = sample(generator_model(n_tags=453, vocab_size=4000, seed=1), 400, seed=1)
+    assert len({t for s in c.tags for t in s}) > 200
+    with pytest.raises(ValueError, match="n_tags"):
+        generator_model(n_tags=1001, vocab_size=5000)
