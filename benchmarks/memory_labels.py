@@ -19,7 +19,9 @@ job at a time:
   lines), then ``demidcd evaluate`` of the model on the held-out sample (test accuracy);
 * python-crfsuite ``lbfgs`` (c1 = c2 = 0.1, 2 iterations, ``feature.possible_transitions``) on
   the acceptance's peer features (``../shared/acceptance/lib/peerlib.py`` ``sent_features``),
-  its peak RSS (``VmHWM``, what ``ru_maxrss`` reads). ``--peer-cap S`` stops the peer after S
+  its peak RSS (``VmHWM``: what the acceptance's ``ru_maxrss`` reads for a peer started from a
+  shell; its own ``ru_maxrss`` here would also count this process's pages, as Linux keeps the
+  forked child's pre-exec high-water mark). ``--peer-cap S`` stops the peer after S
   seconds once its first iteration finished (the features, the model and L-BFGS's vectors are
   all allocated by then; its later iterations allocate nothing more): the result then says
   ``capped``. With hundreds of labels two iterations take hours on 2 cores.
@@ -203,8 +205,10 @@ def peer_run(train: Path, args, d: Path) -> dict[str, Any]:
     return {**r, "maxrss_mib": int(m.group(1)) if m else None,
             "after_append_mib": int(a.group(1)) if a else None,
             "iterations_done": int(it[-1]) if it else 0,
-            # the acceptance's figure (ru_maxrss at the end), or VmHWM when stopped early
-            "peak_mib": int(m.group(1)) if m else r["vmhwm_mib"]}
+            # VmHWM: what the acceptance's ru_maxrss reads for a peer started from a shell. Not
+            # its own ru_maxrss here: Linux keeps the pre-exec high-water mark of the forked
+            # child, which counts this (large) process's pages (APPENDED / MAXRSS overstate)
+            "peak_mib": r["vmhwm_mib"]}
 
 
 # --------------------------------------------------------------------------- main
