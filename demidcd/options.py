@@ -154,8 +154,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("weights", "--weights", str, "auto", "which emission weights exist: all (every feature "
        "x label), seen (only the (feature, label) pairs seen in training, as CRFsuite: memory "
        "grows with what is learnt, not with features x labels) or auto (seen for crf, whose "
-       "objective is then CRFsuite's, and where all would take more than 256 MiB, e.g. "
-       "hundreds of labels; else all)",
+       "objective is then CRFsuite's, and where every pair would add much to the run's "
+       "modelled peak memory, e.g. tens or hundreds of labels on a million tokens; else all)",
        ADVANCED, DATA, SEQUENCE_TASKS, choices=("auto", "all", "seen"),
        rule="evaluate / predict: the model's"),
     _o("decoder", "--decoder", str, "eisner", "dependency decoder: eisner (projective trees) or "

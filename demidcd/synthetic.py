@@ -110,8 +110,8 @@ def generator_model(
     suffix_prob: float = 0.75,
 ) -> SyntheticModel:
     """Draw the HMM parameters and vocabulary used by :func:`generate` (see module docstring)."""
-    if not 2 <= n_tags <= 200:
-        raise ValueError(f"n_tags must be in 2..200, got {n_tags}")
+    if not 2 <= n_tags <= 1000:
+        raise ValueError(f"n_tags must be in 2..1000, got {n_tags}")
     if vocab_size < 4 * n_tags:
         raise ValueError(f"vocab_size must be >= 4 * n_tags = {4 * n_tags}, got {vocab_size}")
     if not 0.0 <= ambiguity <= 1.0:

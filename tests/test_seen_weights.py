@@ -197,19 +197,22 @@ def test_memory_per_token_of_a_many_label_run():
     assert seen.score(X, Y) > 0.95
 
 
-def test_auto_weights_choose_seen_pairs_only_past_the_size_rule(monkeypatch):
-    """weights="auto" (the default) keeps every (feature, label) while F·K stays under
-    SEEN_FROM_WEIGHTS and takes the seen pairs past it; the crf learner takes them whatever
-    the size (CRFsuite's objective), and all of them with weights="all"."""
+def test_auto_weights_choose_seen_pairs_by_the_memory_model(monkeypatch):
+    """weights="auto" (the default) keeps every (feature, label) while the modelled memory it
+    adds stays within the budget of :mod:`demidcd.estimators.layout` and takes the seen pairs
+    past it; the crf learner takes them whatever the size (CRFsuite's objective), and all of
+    them with weights="all"."""
+    from demidcd.estimators import layout
     from demidcd.estimators import sequence as seq
 
     X, Y = _many_labels()
     kw = dict(min_count=1, max_epochs=1, C=0.1)
     assert seq.SequenceTagger(**kw).fit(X, Y).seen_pairs_ is None
-    monkeypatch.setattr(seq, "SEEN_FROM_WEIGHTS", 1000)
+    monkeypatch.setattr(layout, "ALL_PAIRS_ALLOWANCE", 0)  # any memory the dense w adds
+    monkeypatch.setattr(layout, "RUNTIME_BYTES", 0)  # is then a large share of the run's
     assert seq.SequenceTagger(**kw).fit(X, Y).seen_pairs_ is not None
     assert seq.SequenceTagger(weights="all", **kw).fit(X, Y).seen_pairs_ is None
-    monkeypatch.setattr(seq, "SEEN_FROM_WEIGHTS", 2**25)
+    monkeypatch.undo()
     crf = seq.SequenceTagger(algorithm="crf", min_count=1, max_iterations=2).fit(X, Y)
     assert crf.seen_pairs_ is not None
     crf = seq.SequenceTagger(algorithm="crf", weights="all", min_count=1,

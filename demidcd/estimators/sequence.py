@@ -30,6 +30,7 @@ from .base import (
     top_text,
     top_weights,
 )
+from .layout import choose_layout, encoded_bytes
 
 
 def _escape(name: str) -> str:
@@ -54,9 +55,6 @@ and Wapiti keep them all."""
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
 _WEIGHTS_PARAM = param("weights", str)
 _STATES_PARAM = param("all_possible_states", bool | None, None)
-SEEN_FROM_WEIGHTS = 2**25  # weights="auto": seen pairs once F·K dense would pass 256 MiB
-# (float64): Brown's 453 tags (161 M) get them, its 12 (4.3 M) and EWT XPOS (1.5 M) do not, where
-# the seen pairs cost accuracy (benchmarks/README.md, "seen pairs")
 
 
 CONSTRAINTS_DEFAULT = False
@@ -108,8 +106,9 @@ class SequenceTagger(StructuredEstimator):
     (feature, label); ``"seen"``: only for the pairs seen together in training, as CRFsuite
     keeps them, ``seen_pairs_``; memory then grows with them, not with features x labels;
     ``"auto"``: seen for the ``crf`` learner (CRFsuite's objective: its default
-    ``feature.possible_states=0``, sklearn-crfsuite's ``all_possible_states=False``) and
-    where all would exceed :data:`SEEN_FROM_WEIGHTS` weights, else all);
+    ``feature.possible_states=0``, sklearn-crfsuite's ``all_possible_states=False``), and
+    for the others by a model of the run's peak memory,
+    :func:`~demidcd.estimators.layout.choose_layout`: all while every pair adds little to it);
     ``all_possible_states`` (sklearn-crfsuite's name; None: ``weights`` decides): True is
     ``weights="all"``, False ``weights="seen"``;
     the others are those of :class:`StructuredEstimator`,
@@ -210,10 +209,17 @@ class SequenceTagger(StructuredEstimator):
         """``seen_pairs_`` of the training data (None unless ``weights`` asks for them)."""
         F, K = self.featurizer_.n_features, len(self.classes_)
         weights = self._weights()
-        auto = weights == "auto"
-        seen = weights == "seen" or (auto and (F * K > SEEN_FROM_WEIGHTS
-                                               or self._algorithm() == "crf"))
-        self.seen_pairs_ = seen_pairs(enc, y, F, K) if seen else None
+        if weights == "all":
+            self.seen_pairs_ = None
+            return
+        pairs = seen_pairs(enc, y, F, K)
+        if weights == "auto" and self._algorithm() != "crf":  # (crf: CRFsuite's seen pairs)
+            choice = choose_layout(F, K, self._n_bfeatures, int(pairs[1].shape[0]),
+                                   encoded_bytes(enc))
+            self._say()(choice.reason())
+            if choice.layout == "all":
+                pairs = None
+        self.seen_pairs_ = pairs
 
     def _weights(self) -> str:
         """``weights`` resolved with sklearn-crfsuite's ``all_possible_states`` (True: a weight
