@@ -317,6 +317,15 @@ class SequenceTagger(StructuredEstimator):
         tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
         return tags, ptr
 
+    def _warm_decode(self, task: SequenceTask) -> None:
+        """:meth:`_decode_ids` of example 0 at w = 0 (its kernels, before the clock)."""
+        w, ex = np.zeros(task.dim), np.zeros(1, np.int64)
+        constraints = self._constraints()
+        if constraints is None:
+            task.decode_flat(w, ex)
+        else:
+            task.decode_constrained(w, ex, None, constraints)
+
     def decode_encoded(self, enc) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` of sentences already encoded by ``featurizer_`` (an
         :class:`~demidcd.tasks.chain.features.EncodedSequences`), as tag ids: (flat int32 ids into
