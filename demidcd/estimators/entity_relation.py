@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
+from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.entity_relation.inference import DEFAULT_ILP_TIME_LIMIT
 from .base import StructuredEstimator, estimator_init, param
 
@@ -135,8 +136,12 @@ class EntityRelationExtractor(StructuredEstimator):
             raise OptionError(f"--min-count must be an integer >= 1, got {min_count!r}")
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
-        task = self._task(X, True)
+        n_pairs = sum(s.n_entities * (s.n_entities - 1) for s in X)
+        with timed_step(self._say(), f"building features of {len(X):,} sentences "
+                        f"({n_pairs:,} entity pairs)", every=PROGRESS_EVERY):
+            self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
+        with timed_step(self._say(), f"encoding {len(X):,} sentences", every=PROGRESS_EVERY):
+            task = self._task(X, True)
         dev_eval = None
         if X_dev:
             dtask = self._task(self._with_labels(self._check(X_dev, "X_dev"), Y_dev, "Y_dev"),

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
-from ..primitives.monitor import timed_step
+from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
@@ -165,7 +165,8 @@ class SequenceTagger(StructuredEstimator):
                 return f.transform(X)
             if isinstance(f, SequenceFeaturizer):
                 return f.fit(X).transform(X)
-            with timed_step(self._say(), f"building features of {len(X):,} sentences"):
+            with timed_step(self._say(), f"building features of {len(X):,} sentences",
+                            every=PROGRESS_EVERY):
                 return f.fit_transform(X)
         except DemidcdError:
             raise
