@@ -180,3 +180,54 @@ def test_cold_jobs_compile_in_parallel_processes_into_the_cache(tmp_path):
     assert cold["hits"] >= 3 - cold["here"]  # ... and loaded the child's from the cache
     warm = run()
     assert warm["cold"] == [] and warm["here"] == 0 and warm["hits"] == 3
+
+
+def test_a_long_set_up_step_says_it_is_still_running():
+    """A 1,000-line template or a 600-entity sentence built features for minutes with no line
+    until the step ended; a step with ``every`` says it is still running as it goes."""
+    from demidcd.primitives.monitor import timed_step
+
+    lines: list[str] = []
+    with timed_step(lines.append, "building features of 3 sentences", after=0.0, every=0.05):
+        time.sleep(0.3)
+    running = [ln for ln in lines if "still running after" in ln]
+    assert len(running) >= 2 and running[0].startswith("building features of 3 sentences")
+    assert lines[-1].startswith("building features of 3 sentences ... (")
+    lines.clear()
+    with timed_step(lines.append, "spawning 2 workers"):  # no thread around forks
+        time.sleep(0.1)
+    assert lines == []
+
+
+def test_entity_pairs_set_up_is_estimated_before_it_starts(monkeypatch):
+    """One sentence of 600 entities made ~220 M pair feature strings and minutes of silent
+    set-up before --time-limit 10; their number is now counted exactly before any is built,
+    and said with a rough duration when large."""
+    from demidcd.api import EntityRelationExtractor
+    from demidcd.estimators import entity_relation as er_mod
+    from demidcd.io.conll04 import ERSentence
+    from demidcd.tasks.entity_relation.features import (
+        pair_feature_count,
+        pair_feature_strings,
+    )
+
+    types = ["Peop", "Loc", "Org", "Other"]
+    sents = []
+    for k, n in enumerate((9, 12)):
+        tags = [types[t % 4] if t % 3 else "O" for t in range(n)]
+        s = ERSentence(str(k), [f"W{t}" for t in range(n)], ["NNP"] * n, tags)
+        s.ent_tok = [t for t, g in enumerate(tags) if g != "O"]
+        s.ent_label = [tags[t] for t in s.ent_tok]
+        sents.append(s)
+    pairs, strings, most = pair_feature_count(sents)
+    built = sum(len(pair_feature_strings(s, a, b)) for s in sents for a in s.ent_tok
+                for b in s.ent_tok if a != b)
+    assert strings == built and most == 8
+    assert pairs == sum(len(s.ent_tok) * (len(s.ent_tok) - 1) for s in sents)
+    monkeypatch.setattr(er_mod, "SETUP_SAY_STRINGS", 1)
+    lines: list[str] = []
+    EntityRelationExtractor(threads=1, max_epochs=1, time_limit=9,
+                            log=lines.append).fit(sents)
+    said = [ln for ln in lines if "pair feature strings" in ln]
+    assert len(said) == 1 and "before the time limit of 9 s starts" in said[0], lines
+    assert lines.index(said[0]) == 0  # before anything is built

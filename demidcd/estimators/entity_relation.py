@@ -14,6 +14,8 @@ from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.entity_relation.inference import DEFAULT_ILP_TIME_LIMIT
 from .base import StructuredEstimator, estimator_init, param
 
+SETUP_SAY_STRINGS = 10_000_000  # pair feature strings from which the set-up's length is said
+
 
 class EntityRelationExtractor(StructuredEstimator):
     """Joint entity and relation labelling (CoNLL04 style) with 0-1 ILP inference.
@@ -123,7 +125,11 @@ class EntityRelationExtractor(StructuredEstimator):
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
         """Learn w from sentences X with gold labels Y (None: those inside X); an optional
         dev set X_dev, Y_dev is scored in the log."""
-        from ..tasks.entity_relation.features import EntityRelationFeaturizer
+        from ..tasks.entity_relation.features import (
+            PAIR_STRINGS_PER_SECOND,
+            EntityRelationFeaturizer,
+            pair_feature_count,
+        )
 
         X = self._with_labels(self._check(X), Y)
         if not X:
@@ -136,7 +142,15 @@ class EntityRelationExtractor(StructuredEstimator):
             raise OptionError(f"--min-count must be an integer >= 1, got {min_count!r}")
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        n_pairs = sum(s.n_entities * (s.n_entities - 1) for s in X)
+        n_pairs, n_strings, most = pair_feature_count(X)
+        if n_strings >= SETUP_SAY_STRINGS:  # minutes of set-up: said before it starts
+            self._say()(f"{n_pairs:,} entity pairs (up to {most:,} entities in a sentence) "
+                        f"make about {n_strings / 1e6:,.0f} M pair feature strings: building "
+                        f"and encoding them takes roughly "
+                        f"{n_strings / PAIR_STRINGS_PER_SECOND:,.0f} s"
+                        + (f", before the time limit of {self.time_limit:g} s starts"
+                           if self.time_limit else "")
+                        + " (a lower --max-sentence-length drops such sentences)")
         with timed_step(self._say(), f"building features of {len(X):,} sentences "
                         f"({n_pairs:,} entity pairs)", every=PROGRESS_EVERY):
             self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
