@@ -16,8 +16,9 @@ from there (``PYTHONPATH`` = the clone), each run with an empty ``NUMBA_CACHE_DI
     python benchmarks/cold_start.py --name 2core          # results/cold_start_2core.json
     python benchmarks/cold_start.py --runs 2 --skip-fit
 
-The load average is recorded with each run: on a shared machine other processes' compiles
-weigh on these figures (compare runs made under the same load).
+The load average is recorded with each run, and the CPU time of the command with its children
+(the set-up child, the compiling children, the learners): on a shared machine other processes
+weigh on the wall figures (compare runs made under the same load).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -66,9 +68,13 @@ def run(cmd: list[str], cwd: Path, src: Path, cache: Path, timeout: float) -> di
     env = {**os.environ, "PYTHONPATH": str(src), "NUMBA_CACHE_DIR": str(cache)}
     load = load_average()
     t0 = time.perf_counter()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)  # with its reaped children
     return {"rc": p.returncode, "wall_s": round(time.perf_counter() - t0, 1),
-            "load_before": load, "load_after": load_average(), "out": p.stdout + p.stderr}
+            "cpu_s": round(cpu, 1), "load_before": load, "load_after": load_average(),
+            "out": p.stdout + p.stderr}
 
 
 def train_run(src: Path, work: Path, cache: Path) -> dict:

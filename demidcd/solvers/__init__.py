@@ -279,8 +279,14 @@ def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
     ex = np.zeros(1, np.int64)
     dim = task.dim
     jobs: list[tuple] = []
+    parts = getattr(task, "inference_parts", None)  # its large callees, compiled apart
     if learner.inference:  # (every learner but the CRF, which never searches a max)
-        jobs.append(("inference", lambda: task.loss_augmented(np.zeros(dim), ex), 35.0))
+        if parts is None:
+            jobs.append(("inference", lambda: task.loss_augmented(np.zeros(dim), ex), 35.0))
+        else:  # the callees first (in parallel), then the kernel, which loads them
+            jobs += [(f"{name} (float64)", fn, sec)
+                     for name, fn, sec in parts(np.zeros(dim))]
+            jobs.append(("inference", lambda: task.loss_augmented(np.zeros(dim), ex), 10.0, 1))
     if "argmax" in learner.inference:
         jobs.append(("argmax", lambda: task.argmax_records(np.zeros(dim), ex), 20.0))
     if "scaled" in learner.inference:
@@ -293,8 +299,12 @@ def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
     workers = threads > 1 and not several
     if ("workers" in learner.inference and workers and several is not None
             and task.inference_dtype != np.float64):
-        jobs.append(("workers' inference", lambda: task.loss_augmented(
-            np.zeros(dim, task.inference_dtype), ex), 25.0))  # the workers' w̄
+        w32 = np.zeros(dim, task.inference_dtype)  # the workers' w̄
+        if parts is None:
+            jobs.append(("workers' inference", lambda: task.loss_augmented(w32, ex), 25.0))
+        else:
+            jobs += [(f"{name} (workers')", fn, sec) for name, fn, sec in parts(w32)]
+            jobs.append(("workers' inference", lambda: task.loss_augmented(w32, ex), 8.0, 1))
     if learner.active_sets:
         from .activeset import ActiveSets
 
@@ -392,7 +402,7 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
         if plan.learners == "auto":
             plan = decide_learners(plan, task, log)
         warm_up(task, plan.algorithm, threads, config.loss, several=plan.several_learners,
-                state=bool(start), extra=[("decoding", warm, 4.0)] if warm else ())
+                state=bool(start), extra=[("decoding", warm, 4.0, 1)] if warm else ())
     setup = _say_setup(log, config.time_limit, t_warm if since is None else since,
                        watch.compiled > 0)
     opts = plan.schedule_options()

@@ -37,7 +37,7 @@ from typing import Any
 
 from numba.core import event as nb_event
 
-Job = tuple[str, Callable[[], Any], float]  # (name, the calls, rough compile seconds)
+Job = tuple  # (name, the calls, rough compile seconds[, wave]): see compile_jobs
 
 NOTICE = "compiling kernels, once per install (numba caches them; later runs start at once)"
 
@@ -141,20 +141,37 @@ class CompileReport:
 def compile_jobs(jobs: list[Job], processes: int | None = None,
                  on_cold: Callable[[CompileReport], None] | None = None) -> CompileReport:
     """Run every job (see the module docstring), compiling the cold ones on up to
-    ``processes`` processes (None: the cores this process may use). ``on_cold(report)`` is
-    called once before any compiling starts, when some job needs it."""
+    ``processes`` processes (None: the cores this process may use). A job's optional fourth
+    element is its wave (default 0): the jobs of a wave run after every job of the waves
+    before (a kernel whose callees an earlier wave compiled into the cache). ``on_cold(report)``
+    is called once before any compiling starts, when some job needs it."""
+    report = CompileReport()
+    for wave in sorted({_wave(j) for j in jobs}):
+        _compile_wave([j for j in jobs if _wave(j) == wave], processes, report, on_cold)
+        if report.cold:
+            on_cold = None
+    return report
+
+
+def _wave(job: tuple) -> int:
+    return int(job[3]) if len(job) > 3 else 0
+
+
+def _compile_wave(jobs: list[Job], processes: int | None, report: CompileReport,
+                  on_cold: Callable[[CompileReport], None] | None) -> None:
+    """:func:`compile_jobs` of one wave, adding to ``report``."""
     from ..primitives.monitor import usable_cores
 
     cold = [job for job in jobs if not _probe(job[1])]
-    report = CompileReport([j[0] for j in cold])
     if not cold:
-        return report
+        return
+    report.cold += [j[0] for j in cold]
     p = max(1, min(processes or usable_cores(), len(cold)))
     if p > 1 and not cache_writable():
         p = 1
     groups = _split(cold, p)
-    report.processes = len(groups)
-    report.estimate = max(sum(j[2] for j in g) for g in groups)
+    report.processes = max(report.processes, len(groups))
+    report.estimate += max(sum(j[2] for j in g) for g in groups)
     if on_cold is not None:
         on_cold(report)
     children: list[int] = []
@@ -178,7 +195,6 @@ def compile_jobs(jobs: list[Job], processes: int | None = None,
     for g in groups[1:]:
         for job in g:
             job[1]()
-    return report
 
 
 def _fork_compiler(group: list[Job]) -> int:
