@@ -55,9 +55,10 @@ def _figure(pattern: str, text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def clone(dest: Path) -> Path:
-    """A fresh clone of this tree's HEAD (what a new user gets)."""
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(dest)], check=True)
+def clone(dest: Path, source: Path = ROOT) -> Path:
+    """A fresh clone of ``source``'s HEAD (what a new user gets)."""
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(source), str(dest)],
+                   check=True)
     return dest
 
 
@@ -113,11 +114,13 @@ def main() -> None:
                     help="the CoNLL-2000 training file of the fit")
     ap.add_argument("--time-limit", type=float, default=10.0, help="the fit's time_limit")
     ap.add_argument("--skip-fit", action="store_true", help="only the train command")
+    ap.add_argument("--source", type=Path, default=ROOT,
+                    help="the git tree to clone (default: this one; e.g. a baseline checkout)")
     args = ap.parse_args()
     runs: dict[str, list] = {"train": [], "fit": [], "warm": []}
     with tempfile.TemporaryDirectory(prefix="demidcd-cold-") as tmp:
         tmp_p = Path(tmp)
-        src = clone(tmp_p / "clone")
+        src = clone(tmp_p / "clone", args.source)
         head = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True).stdout.strip()
         for k in range(args.runs):
@@ -138,7 +141,8 @@ def main() -> None:
                     f"{f['setup_s']} s), told compiling: {f['told_compiling']}")
                 runs["fit"].append(f)
     path = write_json(RESULTS / f"cold_start_{args.name}.json",
-                      {"machine": machine_info(), "commit": head, "runs": runs,
+                      {"machine": machine_info(), "source": str(args.source), "commit": head,
+                       "runs": runs,
                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
     say(f"wrote {path}")
 
