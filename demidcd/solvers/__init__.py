@@ -253,7 +253,8 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2",
     ``state``: also the kernels that save and load a dual state; ``extra``: more jobs (name,
     function, rough seconds), e.g. the decoding a callback's dev evaluation calls.
     """
-    compile_jobs([*warm_up_jobs(task, algorithm, threads, loss, several, state), *extra],
+    compile_jobs([*warm_up_jobs(task, algorithm, threads, loss, several, state,
+                                decoding=bool(extra)), *extra],
                  processes=max(int(threads), 1))
 
 
@@ -268,13 +269,15 @@ def _one_record() -> Any:
 
 
 def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
-                 several: bool | None = False, state: bool = False) -> list[tuple]:
+                 several: bool | None = False, state: bool = False,
+                 decoding: bool = False) -> list[tuple]:
     """The independent warm-up calls of a run, as (name, function, rough compile seconds on one
     core of a 2-core machine) jobs: only the kernels this learner calls on this task and
     layout. The workers' float32 inference and the transport (rings, seqlocks) only for
     DEMI-DCD with one learner process and its workers (``several`` False) or undecided (None:
     the transport, cheap, but not the second inference); the shared-w kernels only for
-    several learner processes (or undecided)."""
+    several learner processes (or undecided). ``decoding``: a dev evaluation decodes (its
+    Viterbi is compiled apart for a learner without inference, the CRF)."""
     learner = get_learner(algorithm)
     ex = np.zeros(1, np.int64)
     dim = task.dim
@@ -312,8 +315,14 @@ def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
             1, dim, 1.0, track_changes=threads > 1, w=np.zeros(dim),
             loss=loss).compile_kernels(_one_record()), 15.0))
     if learner.warm:
+        module = learner.warm.split(":")[0]
+        split = getattr(importlib.import_module(f"{__name__}.{module}"), "warm_up_jobs", None)
         fn = learner.function(learner.warm)
-        jobs.append((f"{learner.name} kernels", lambda: fn(task), 25.0))
+        if split is not None:  # its kernels as independent jobs, then the whole warm-up
+            jobs += split(task)  # (loading them; compiling any the jobs leave out)
+            jobs.append((f"{learner.name} kernels", lambda: fn(task), 2.0, 1))
+        else:
+            jobs.append((f"{learner.name} kernels", lambda: fn(task), 25.0))
     if learner.name == "demi-dcd" and threads > 1 and several is not False:
         from .multi_dcd import warm_up_shared
 
@@ -322,6 +331,8 @@ def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
         jobs.append(("transport", lambda: _warm_transport(task), 8.0))
     if state:
         jobs.append(("dual state", lambda: _warm_state_kernels(dim), 2.0))
+    if decoding and parts is not None and not learner.inference:  # (decoding's Viterbi)
+        jobs += [(name, fn, sec) for name, fn, sec in parts(np.zeros(dim)) if name == "viterbi"]
     return jobs
 
 

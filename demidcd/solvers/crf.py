@@ -83,6 +83,38 @@ def compile_kernels(task: Task) -> None:
                    c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
 
 
+def warm_up_jobs(task: Task) -> list[tuple]:
+    """:func:`compile_kernels` as independent warm-up jobs (name, function, rough compile
+    seconds), which :func:`demidcd.solvers.warm_up` compiles on several processes at once."""
+    from ..tasks.chain.marginals import (
+        hessian_diagonal_kernel,
+        marginals_kernel,
+        nll_gradient_kernel,
+    )
+    from .crf_sgd import sgd_run
+
+    check_marginals(task)
+    ex = np.zeros(min(1, task.n_examples), np.int64)
+    args = (task.u_rows, task.K, task.chain)
+
+    def lbfgs() -> None:
+        a = np.array([1.0, 3.0])
+        minimize_lbfgs(lambda x: (float(a @ (x - 1.0) ** 2), 2.0 * a * (x - 1.0)), np.zeros(2),
+                       c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
+
+    return [
+        ("CRF gradient", lambda: nll_gradient_kernel(np.zeros(task.dim), *args, task.Y, ex,
+                                                     np.zeros(task.dim)), 8.0),
+        ("CRF marginals", lambda: marginals_kernel(np.zeros(task.dim), *args, ex,
+                                                   np.zeros(0, np.int32)), 6.0),
+        ("CRF Hessian", lambda: hessian_diagonal_kernel(np.zeros(task.dim), *args, ex,
+                                                        np.zeros(task.dim)), 5.0),
+        ("CRF SGD", lambda: sgd_run(np.zeros(task.dim), np.zeros(task.dim), *args, task.Y, ex,
+                                    0.0, 0.0, np.zeros(0, np.int64)), 6.0),
+        ("L-BFGS", lbfgs, 3.0),
+    ]
+
+
 SMALLEST_RUN = 1 / 32  # the last runs of an evaluation: this share of one thread's tokens
 DENSE_VIEW_MAX = 1 << 21  # F·K at most (16 MiB of float64 per thread) for the dense view …
 DENSE_VIEW_FILL = 0.5  # … and its labels seen per feature occurrence at least this share of K
