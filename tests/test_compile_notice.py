@@ -232,3 +232,52 @@ def test_entity_pairs_set_up_is_estimated_before_it_starts(monkeypatch):
     said = [ln for ln in lines if "pair feature strings" in ln]
     assert len(said) == 1 and "before the time limit of 9 s starts" in said[0], lines
     assert lines.index(said[0]) == 0  # before anything is built
+
+
+ORPHAN_PROBE = """
+import os, sys, time, numba
+sys.path.insert(0, {root!r})
+from demidcd.solvers.compiling import compile_jobs
+pidfile = {pidfile!r}
+
+def child_job():
+    numba.njit(lambda x: x + 1)(1)  # cold: a real compile, so the job is forked out
+    with open(pidfile, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)
+
+def parent_job():
+    numba.njit(lambda x: x - 1)(1)
+    for _ in range(400):
+        if os.path.exists(pidfile) and open(pidfile).read():
+            break
+        time.sleep(0.05)
+    os._exit(3)  # as the CLI's Ctrl-C leaves while kernels compile
+
+compile_jobs([("parent", parent_job, 2.0), ("child", child_job, 1.0)], processes=2)
+"""
+
+
+def test_a_compiling_child_dies_with_its_parent(tmp_path):
+    """The CLI leaves at once (os._exit) on Ctrl-C while kernels compile: a forked compiler
+    must not go on compiling, orphaned; it dies with its parent."""
+    pidfile = tmp_path / "child.pid"
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as f:  # (no pipe: an orphan holding it would keep run() waiting)
+        out = subprocess.run([sys.executable, "-c", ORPHAN_PROBE.format(
+            root=str(ROOT), pidfile=str(pidfile))], stdout=subprocess.DEVNULL, stderr=f,
+            timeout=120)
+    assert out.returncode == 3, err.read_text()
+    pid = int(pidfile.read_text())
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            break  # gone
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError(f"the compiling child {pid} outlived its parent")

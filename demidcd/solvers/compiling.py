@@ -14,7 +14,8 @@ warm_up`). Three things here:
   compile holds the GIL: parallel compiling needs processes); each child compiles its share into
   the cache and exits, then this process runs every job again, loading what the children
   cached. A child that fails, or a cache that cannot be written, only costs time: whatever is
-  missing is compiled here. Ctrl-C (or any exception) kills and reaps the children.
+  missing is compiled here. Ctrl-C (or any exception) kills and reaps the children, and a
+  child dies with this process however it ends (``PR_SET_PDEATHSIG``).
 * :class:`CompileWatch` counts the real compiles of a block (the same event).
 * :func:`compile_notice` says ``compiling kernels …`` when, and only when, something compiles
   (not after a delay: a slow warm-up that compiles nothing says nothing), and ``kernels ready
@@ -201,8 +202,11 @@ def _fork_compiler(group: list[Job]) -> int:
     """Fork a child that runs ``group`` (compiling into numba's cache) and exits at once (no
     exit handlers of this process run there); its pid, or 0 when the fork failed (the jobs
     then compile here)."""
+    from ..parallel.supervisor import die_with_parent
+
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:
@@ -211,6 +215,7 @@ def _fork_compiler(group: list[Job]) -> int:
         return pid
     code = 0
     try:
+        die_with_parent(parent)  # however the parent ends (the CLI's Ctrl-C: os._exit)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it with the parent
         _PROBING[0] = True  # the parent's notice is the parent's to give
         with warnings.catch_warnings():
