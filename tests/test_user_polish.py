@@ -9,7 +9,6 @@ import os
 import re
 import stat
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
