@@ -47,6 +47,12 @@ class ConvergenceWarning(UserWarning):
     does not show it: its ``stopped:`` line says the same."""
 
 
+class CompileWarning(UserWarning):
+    """``fit`` compiles numba kernels (a fresh install, or a learner used for the first time):
+    set-up of tens of seconds before training starts, outside its ``time_limit``. Given only
+    where ``fit`` logs nowhere else (no ``log``, ``verbose`` 0), once per compiling fit."""
+
+
 class ModelFileError(DemidcdError):
     """A model file that is truncated, corrupt, of another format version or another task."""
 

@@ -272,6 +272,9 @@ def _train(args) -> int:
         log.info(f"model: task {spec.name}, {lines[0]}")
         for line in lines[1:]:  # the learner's own options that are set
             log.info(line)
+        if config.time_limit:
+            log.info(f"--time-limit {config.time_limit:g} counts training only: building the "
+                     "features, encoding and compiling kernels come first, each step logged")
         X, Y = spec.xy(train)
         Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
         del train

@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import os
+import time
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
@@ -569,6 +570,7 @@ class StructuredEstimator:
         any work), which :meth:`_train` runs."""
         plan = self.plan(feature_kind)
         self.__dict__["_fit_plan"] = plan
+        self.__dict__["_fit_t0"] = time.perf_counter()  # set-up before the clock, from here
         return plan
 
     def _algorithm(self) -> str:
@@ -631,7 +633,9 @@ class StructuredEstimator:
             plan = decide_learners(plan, task, say)  # learners="auto", measured on the task
             self.plan_ = plan  # what the model records (hyper_parameters)
             result = train(task, plan, callback=cb, cpu_log=self.cpu_log, log=say,
-                           tick=snap.maybe if snap else None, start=start)
+                           tick=snap.maybe if snap else None, start=start,
+                           warm=None if dev_eval is None else lambda: self._warm_decode(task),
+                           since=self.__dict__.pop("_fit_t0", None))
         except StateMismatch as e:
             from ..io.model import state_path
 
@@ -661,6 +665,11 @@ class StructuredEstimator:
                 if result.state is not None:  # the model this state belongs to (a resume checks)
                     result.state.meta["model_weights"] = weights_digest(result.w)
         return result
+
+    def _warm_decode(self, task: Any) -> None:
+        """Decode example 0 of ``task`` at w = 0, as the dev evaluation decodes: its kernels
+        compile (or load) with the learner's, before the clock starts."""
+        task.decode(np.zeros(task.dim), np.zeros(1, np.int64))
 
     def _verbosity(self) -> int:
         """``verbose`` checked (None: 0)."""

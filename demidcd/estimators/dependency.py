@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ModelFileError, OptionError
 from ..io.model import load_model, save_model
+from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.dependency.encoding import encode_trees
 from ..tasks.dependency.features import LABELLED_TEMPLATE_VERSION, TEMPLATE_VERSION
 from ..tasks.dependency.spec import (
@@ -163,7 +164,9 @@ class DependencyParser(StructuredEstimator):
         heads, rels = split_trees(Y)
         if rels is not None:
             self.labels_, self.label_arcs_ = label_set(heads, rels)
-        task = self._task(X, Y)
+        with timed_step(self._say(), f"building features of {len(X):,} sentences",
+                        every=PROGRESS_EVERY):
+            task = self._task(X, Y)
         self.second_pos_ = task.enc.cpos.shape[0] > 0
         if self.second_pos_:
             self.second_by_pos_, self.pos_by_second_ = pos_maps(*split_sentences(X))

@@ -10,8 +10,11 @@ import numpy as np
 
 from ..errors import InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
+from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.entity_relation.inference import DEFAULT_ILP_TIME_LIMIT
 from .base import StructuredEstimator, estimator_init, param
+
+SETUP_SAY_STRINGS = 10_000_000  # pair feature strings from which the set-up's length is said
 
 
 class EntityRelationExtractor(StructuredEstimator):
@@ -122,7 +125,11 @@ class EntityRelationExtractor(StructuredEstimator):
     def fit(self, X, Y: Any = None, X_dev=None, Y_dev: Any = None) -> EntityRelationExtractor:
         """Learn w from sentences X with gold labels Y (None: those inside X); an optional
         dev set X_dev, Y_dev is scored in the log."""
-        from ..tasks.entity_relation.features import EntityRelationFeaturizer
+        from ..tasks.entity_relation.features import (
+            PAIR_STRINGS_PER_SECOND,
+            EntityRelationFeaturizer,
+            pair_feature_count,
+        )
 
         X = self._with_labels(self._check(X), Y)
         if not X:
@@ -135,8 +142,20 @@ class EntityRelationExtractor(StructuredEstimator):
             raise OptionError(f"--min-count must be an integer >= 1, got {min_count!r}")
         for attr in ("coef_", "result_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
-        task = self._task(X, True)
+        n_pairs, n_strings, most = pair_feature_count(X)
+        if n_strings >= SETUP_SAY_STRINGS:  # minutes of set-up: said before it starts
+            self._say()(f"{n_pairs:,} entity pairs (up to {most:,} entities in a sentence) "
+                        f"make about {n_strings / 1e6:,.0f} M pair feature strings: building "
+                        f"and encoding them takes roughly "
+                        f"{n_strings / PAIR_STRINGS_PER_SECOND:,.0f} s"
+                        + (f", before the time limit of {self.time_limit:g} s starts"
+                           if self.time_limit else "")
+                        + " (a lower --max-sentence-length drops such sentences)")
+        with timed_step(self._say(), f"building features of {len(X):,} sentences "
+                        f"({n_pairs:,} entity pairs)", every=PROGRESS_EVERY):
+            self.featurizer_ = EntityRelationFeaturizer(int(min_count)).fit(X)
+        with timed_step(self._say(), f"encoding {len(X):,} sentences", every=PROGRESS_EVERY):
+            task = self._task(X, True)
         dev_eval = None
         if X_dev:
             dtask = self._task(self._with_labels(self._check(X_dev, "X_dev"), Y_dev, "Y_dev"),

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
-from ..primitives.monitor import timed_step
+from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
@@ -168,7 +168,8 @@ class SequenceTagger(StructuredEstimator):
                 return f.transform(X)
             if isinstance(f, SequenceFeaturizer):
                 return f.fit(X).transform(X)
-            with timed_step(self._say(), f"building features of {len(X):,} sentences"):
+            with timed_step(self._say(), f"building features of {len(X):,} sentences",
+                            every=PROGRESS_EVERY):
                 return f.fit_transform(X)
         except DemidcdError:
             raise
@@ -345,6 +346,15 @@ class SequenceTagger(StructuredEstimator):
             return task.decode_flat(w, examples)
         tags, ptr, _ = task.decode_constrained(w, examples, None, constraints)
         return tags, ptr
+
+    def _warm_decode(self, task: SequenceTask) -> None:
+        """:meth:`_decode_ids` of example 0 at w = 0 (its kernels, before the clock)."""
+        w, ex = np.zeros(task.dim), np.zeros(1, np.int64)
+        constraints = self._constraints()
+        if constraints is None:
+            task.decode_flat(w, ex)
+        else:
+            task.decode_constrained(w, ex, None, constraints)
 
     def decode_encoded(self, enc) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` of sentences already encoded by ``featurizer_`` (an

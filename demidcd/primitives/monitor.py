@@ -60,14 +60,35 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+PROGRESS_EVERY = 30.0  # seconds between the progress lines of a long set-up step
+
+
 @contextmanager
 def timed_step(log: Callable[[str], None] | None, what: str,
-               after: float = STEP_LOG_AFTER) -> Iterator[None]:
+               after: float = STEP_LOG_AFTER, every: float | None = None) -> Iterator[None]:
     """Log ``"<what> ... (12.3 s)"`` when the block took ``after`` seconds or more (a
     preparation step: building features, clustering, encoding, spawning workers); a quicker
-    step, or one without ``log``, says nothing."""
+    step, or one without ``log``, says nothing. ``every`` (seconds; :data:`PROGRESS_EVERY` for
+    the set-up steps whose length grows with the data, never around a fork): while the block
+    runs, ``"<what> ... still running after N s"`` every so many seconds, from a thread, so
+    that a long set-up (a 600-entity sentence's pairs, a 1,000-line template) is not silence.
+    """
     t0 = time.perf_counter()
-    yield
+    stop = threading.Event()
+    beat = None
+    if log is not None and every:
+        def progress() -> None:
+            while not stop.wait(every):
+                log(f"{what} ... still running after {time.perf_counter() - t0:.0f} s")
+
+        beat = threading.Thread(target=progress, name="demidcd-progress", daemon=True)
+        beat.start()
+    try:
+        yield
+    finally:
+        if beat is not None:
+            stop.set()
+            beat.join()
     dt = time.perf_counter() - t0
     if log is not None and dt >= after:
         log(f"{what} ... ({dt:.1f} s)")

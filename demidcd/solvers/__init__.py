@@ -8,10 +8,8 @@ Every learner takes a :class:`~demidcd.tasks.base.Task` and a
 from __future__ import annotations
 
 import importlib
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +19,7 @@ from ..errors import OptionError
 from ..primitives.ring import RING_WORDS
 from ..tasks.base import Task
 from .common import Callback, SolverConfig, TrainResult
+from .compiling import compile_jobs, compile_notice
 from .plan import TrainingPlan, decide_learners, fit_to_examples, make_plan
 from .state import Start, check_start, fingerprint
 
@@ -44,7 +43,9 @@ class Learner:
     :func:`check_loss` refuses ``--loss`` for the others).
     ``inference``: the inference calls warm-up compiles: ``"augmented"`` (Eq. 5),
     ``"argmax"`` (plain), ``"scaled"`` (loss-scaled, for w = s·v and the ramp loss),
-    ``"workers"`` (the workers' w̄ dtype). ``active_sets``: compile the DCD kernels.
+    ``"workers"`` (the workers' w̄ dtype); empty: none (the CRF: marginals, no max; the
+    loss-augmented inference is compiled for every other learner). ``active_sets``: compile
+    the DCD kernels.
     ``resumable``: it takes a :class:`~.state.Start` (a prior w₀, a saved dual state to
     resume from, keeping the final state; the DCD family).
     """
@@ -139,7 +140,7 @@ register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (-
                  options=("crf_method", "c1", "c2", "all_possible_transitions",
                           "num_memories", "warm_epochs", "max_iterations", "epsilon",
                           "period", "stop_delta", "stop_window", "stop_eps"),
-                 warm="crf:compile_kernels", in_process_threads=True,
+                 inference=(), warm="crf:compile_kernels", in_process_threads=True,
                  config_fields=("time_limit", "eval_every", "seed"), needs=("marginals",),
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))
 
@@ -238,51 +239,122 @@ def check_memory(task: Task, threads: int, ring_words: int) -> None:
                            "available; use --hashing, a larger --min-count or fewer --threads")
 
 
-def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2") -> None:
+def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2",
+            several: bool | None = False, state: bool = False, extra: Any = ()) -> None:
     """Compile (or load from numba's cache) every kernel the run will call, on example 0, before
-    the solver's clock starts and before any worker forks (workers inherit the compiled code).
+    the solver's clock starts and before any worker forks (workers inherit the compiled code):
+    the jobs of :func:`warm_up_jobs`, the cold ones compiled on up to ``threads`` processes at
+    once (:func:`.compiling.compile_jobs`).
 
     On a cold cache (a fresh install) compilation takes seconds: without this it lands on the
     clock of whichever learner runs first, and a DEMI-DCD learner sits on empty active sets
     while its worker compiles the inference kernels.
-    ``loss``: the DCD learners' loss, whose update kernels are compiled.
+    ``loss``: the DCD learners' loss, whose update kernels are compiled. ``several``: whether
+    DEMI-DCD runs several learner processes (None: not decided yet, ``learners="auto"``);
+    ``state``: also the kernels that save and load a dual state; ``extra``: more jobs (name,
+    function, rough seconds), e.g. the decoding a callback's dev evaluation calls.
     """
+    compile_jobs([*warm_up_jobs(task, algorithm, threads, loss, several, state,
+                                decoding=bool(extra)), *extra],
+                 processes=max(int(threads), 1))
+
+
+def _one_record() -> Any:
+    """A batch of one record with the dtypes every task's records have (a kernel's argument
+    types, hence what numba compiles, depend on them only)."""
+    from ..primitives.records import INDEX_DTYPE, VALUE_DTYPE, RecordBatch
+
+    return RecordBatch(np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1), np.zeros(1),
+                       np.array([0, 1], np.int64), np.zeros(1, INDEX_DTYPE),
+                       np.ones(1, VALUE_DTYPE))
+
+
+def warm_up_jobs(task: Task, algorithm: str, threads: int, loss: str = "l2",
+                 several: bool | None = False, state: bool = False,
+                 decoding: bool = False) -> list[tuple]:
+    """The independent warm-up calls of a run, as (name, function, rough compile seconds on one
+    core of a 2-core machine) jobs: only the kernels this learner calls on this task and
+    layout. The workers' float32 inference and the transport (rings, seqlocks) only for
+    DEMI-DCD with one learner process and its workers (``several`` False) or undecided (None:
+    the transport, cheap, but not the second inference); the shared-w kernels only for
+    several learner processes (or undecided). ``decoding``: a dev evaluation decodes (its
+    Viterbi is compiled apart for a learner without inference, the CRF)."""
     learner = get_learner(algorithm)
     ex = np.zeros(1, np.int64)
-    w = np.zeros(task.dim)
-    batch = task.loss_augmented(w, ex)
+    dim = task.dim
+    jobs: list[tuple] = []
+    parts = getattr(task, "inference_parts", None)  # its large callees, compiled apart
+    if learner.inference:  # (every learner but the CRF, which never searches a max)
+        if parts is None:
+            jobs.append(("inference", lambda: task.loss_augmented(np.zeros(dim), ex), 35.0))
+        else:  # the callees first (in parallel), then the kernel, which loads them
+            jobs += [(f"{name} (float64)", fn, sec)
+                     for name, fn, sec in parts(np.zeros(dim))]
+            jobs.append(("inference", lambda: task.loss_augmented(np.zeros(dim), ex), 10.0, 1))
     if "argmax" in learner.inference:
-        task.argmax_records(w, ex)
+        jobs.append(("argmax", lambda: task.argmax_records(np.zeros(dim), ex), 20.0))
     if "scaled" in learner.inference:
-        try:
-            task.loss_scaled(w, ex, -1.0)
-        except NotImplementedError:  # Pegasos falls back, sdm-ramp refuses the task
-            pass
-    if "workers" in learner.inference and threads > 1 and task.inference_dtype != np.float64:
-        task.loss_augmented(w.astype(task.inference_dtype), ex)  # the workers' w̄
+        def scaled() -> None:
+            try:
+                task.loss_scaled(np.zeros(dim), ex, -1.0)
+            except NotImplementedError:  # Pegasos falls back, sdm-ramp refuses the task
+                pass
+        jobs.append(("scaled inference", scaled, 20.0))
+    workers = threads > 1 and not several
+    if ("workers" in learner.inference and workers and several is not None
+            and task.inference_dtype != np.float64):
+        w32 = np.zeros(dim, task.inference_dtype)  # the workers' w̄
+        if parts is None:
+            jobs.append(("workers' inference", lambda: task.loss_augmented(w32, ex), 25.0))
+        else:
+            jobs += [(f"{name} (workers')", fn, sec) for name, fn, sec in parts(w32)]
+            jobs.append(("workers' inference", lambda: task.loss_augmented(w32, ex), 8.0, 1))
     if learner.active_sets:
         from .activeset import ActiveSets
 
-        ActiveSets(1, task.dim, 1.0, track_changes=threads > 1, w=w,
-                   loss=loss).compile_kernels(batch)
+        jobs.append(("active sets", lambda: ActiveSets(
+            1, dim, 1.0, track_changes=threads > 1, w=np.zeros(dim),
+            loss=loss).compile_kernels(_one_record()), 15.0))
     if learner.warm:
-        learner.function(learner.warm)(task)
-    if threads > 1:
-        from ..parallel.worker import rounding_slack
-        from ..primitives.ring import warmup as ring_warmup
-        from ..primitives.seqlock import warmup as seqlock_warmup
+        module = learner.warm.split(":")[0]
+        split = getattr(importlib.import_module(f"{__name__}.{module}"), "warm_up_jobs", None)
+        fn = learner.function(learner.warm)
+        if split is not None:  # its kernels as independent jobs, then the whole warm-up
+            jobs += split(task)  # (loading them; compiling any the jobs leave out)
+            jobs.append((f"{learner.name} kernels", lambda: fn(task), 2.0, 1))
+        else:
+            jobs.append((f"{learner.name} kernels", lambda: fn(task), 25.0))
+    if learner.name == "demi-dcd" and threads > 1 and several is not False:
+        from .multi_dcd import warm_up_shared
 
-        ring_warmup()
-        seqlock_warmup()
-        for dt in {np.float64, task.inference_dtype}:
-            wa = np.zeros(task.dim + 1, dt)
-            rounding_slack(wa, task.dim, np.zeros(1, np.int64), np.zeros(2, np.int64),
-                           np.zeros(0, np.int32), np.zeros(0), 1.0)
+        jobs.append(("shared w", lambda: warm_up_shared(dim, loss, _one_record()), 5.0))
+    if threads > 1 and (workers or learner.name != "demi-dcd"):
+        jobs.append(("transport", lambda: _warm_transport(task), 8.0))
+    if state:
+        jobs.append(("dual state", lambda: _warm_state_kernels(dim), 2.0))
+    if decoding and parts is not None and not learner.inference:  # (decoding's Viterbi)
+        jobs += [(name, fn, sec) for name, fn, sec in parts(np.zeros(dim)) if name == "viterbi"]
+    return jobs
+
+
+def _warm_transport(task: Task) -> None:
+    """The kernels of the workers' transport: rings, seqlocks and the rounding of w̄."""
+    from ..parallel.worker import rounding_slack
+    from ..primitives.ring import warmup as ring_warmup
+    from ..primitives.seqlock import warmup as seqlock_warmup
+
+    ring_warmup()
+    seqlock_warmup()
+    for dt in {np.float64, task.inference_dtype}:
+        wa = np.zeros(task.dim + 1, dt)
+        rounding_slack(wa, task.dim, np.zeros(1, np.int64), np.zeros(2, np.int64),
+                       np.zeros(0, np.int32), np.zeros(0), 1.0)
 
 
 def train(task: Task, plan: TrainingPlan | str, config: SolverConfig | None = None,
           threads: Any = 1, callback: Callback | None = None, cpu_log: str | None = None,
           log: Any = None, tick: Any = None, start: Start | None = None,
+          warm: Callable[[], Any] | None = None, since: float | None = None,
           **engine: Any) -> TrainResult:
     """Train ``task`` as ``plan`` says (:class:`~.plan.TrainingPlan`, which the estimators
     build once with every option checked), or with the registered learner named ``plan``,
@@ -290,13 +362,17 @@ def train(task: Task, plan: TrainingPlan | str, config: SolverConfig | None = No
     the ``engine`` options of the learners, ``learners``, ``backend``, ``ray_address``, …; an
     option no learner reads is a TypeError).
 
+    ``warm()``: a call to compile with the learner's kernels, before the clock (the decoding
+    of a dev evaluation in ``callback``).
     ``start`` (the DCD learners, :mod:`.state`): a prior w₀ (warm start), a saved
     :class:`~.state.DualState` to resume from (refused with :class:`~.state.StateMismatch`
     when it is of another problem: data, C, loss, feature space), and whether to return the
     final state in ``result.state`` (with this problem's fingerprint and the solver time of
     every run so far). ``tick(seconds, w)`` is called by the learner between blocks of work
     (snapshots). ``learners="auto"`` is decided on ``task`` before training starts
-    (:func:`~.plan.decide_learners`)."""
+    (:func:`~.plan.decide_learners`). ``since``: the ``time.perf_counter()`` of the user's
+    call (a fit's start): the set-up before the clock, from then, is logged when it is a good
+    part of ``time_limit`` and kept in ``result.extra["setup_seconds"]``."""
     if not isinstance(plan, TrainingPlan):
         if config is None:
             raise TypeError("train() needs a SolverConfig with an algorithm name")
@@ -310,12 +386,14 @@ def train(task: Task, plan: TrainingPlan | str, config: SolverConfig | None = No
     elif config is not None or engine or threads != 1:
         raise TypeError("train() takes a TrainingPlan alone: its config, threads and options "
                         "are the plan's")
-    return run_plan(task, plan, callback, cpu_log=cpu_log, log=log, tick=tick, start=start)
+    return run_plan(task, plan, callback, cpu_log=cpu_log, log=log, tick=tick, start=start,
+                    warm=warm, since=since)
 
 
 def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
              cpu_log: str | None = None, log: Any = None, tick: Any = None,
-             start: Start | None = None) -> TrainResult:
+             start: Start | None = None, warm: Callable[[], Any] | None = None,
+             since: float | None = None) -> TrainResult:
     """Run a checked :class:`~.plan.TrainingPlan` on ``task`` (see :func:`train`). Nothing of
     the plan is checked again; only what depends on the data is: the memory the weights
     need, a start point's dimension and problem, the processes (no more than the examples
@@ -333,12 +411,14 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
         if start.state is not None:
             start.state.check(fp)
             start.state.validate(task.n_examples, task.dim)
-    if plan.learners == "auto":
-        plan = decide_learners(plan, task, log)
-    with compile_notice(log):
-        warm_up(task, plan.algorithm, threads, config.loss)
-        if start:
-            _warm_state_kernels(task.dim)
+    t_warm = time.perf_counter()
+    with compile_notice(log, config.time_limit) as watch:
+        if plan.learners == "auto":
+            plan = decide_learners(plan, task, log)
+        warm_up(task, plan.algorithm, threads, config.loss, several=plan.several_learners,
+                state=bool(start), extra=[("decoding", warm, 4.0, 1)] if warm else ())
+    setup = _say_setup(log, config.time_limit, t_warm if since is None else since,
+                       watch.compiled > 0)
     opts = plan.schedule_options()
     schedule = learner.function()
     if plan.several_learners:
@@ -350,6 +430,7 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
     if threads == 1:
         res = schedule(task, config, threads, callback, cpu_log=cpu_log, log=log, tick=tick,
                        **opts)
+        res.extra.update(setup)
         return _with_state(res, start, fp, plan.algorithm)
     from ..errors import WorkerError
 
@@ -357,10 +438,27 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
     try:
         res = schedule(task, config, threads, seen, cpu_log=cpu_log, log=log, tick=tick,
                        **opts)
+        res.extra.update(setup)
         return _with_state(res, start, fp, plan.algorithm)
     except WorkerError as e:  # the schedule's result is lost: rebuild it from the last iterate
         e.partial = seen.result("worker-failed")
         raise
+
+
+SETUP_NOTICE_SHARE = 0.1  # set-up before the clock this share of the time limit is logged
+
+
+def _say_setup(log: Any, time_limit: float | None, since: float, compiled: bool) -> dict:
+    """The set-up before the solver's clock, from ``since`` (the user's call, or the warm-up's
+    start): logged as ``set-up before training: N s … outside the time limit`` when it is at
+    least :data:`SETUP_NOTICE_SHARE` of ``time_limit`` (and a second); returned as the
+    result's ``setup_seconds`` and whether kernels compiled (``compiled_kernels``)."""
+    seconds = time.perf_counter() - since
+    if log is not None and time_limit and seconds >= max(1.0, SETUP_NOTICE_SHARE * time_limit):
+        what = "features, encoding and compiling kernels" if compiled else "features, encoding"
+        log(f"set-up before training: {seconds:.1f}s ({what}), outside the time limit of "
+            f"{time_limit:g}s, which starts now")
+    return {"setup_seconds": seconds, "compiled_kernels": compiled}
 
 
 def _with_state(res: TrainResult, start: Start | None, fp: dict | None,
@@ -427,35 +525,3 @@ class _LastIterate:
         last = self.copied or {}
         return TrainResult(self.w.astype(np.float64), False, reason, int(last.get("epoch", 0)),
                            float(last.get("seconds", 0.0)), self.history)
-
-
-COMPILE_NOTICE_AFTER = 1.0  # seconds of warm-up after which compiling is announced
-
-
-@contextmanager
-def compile_notice(log: Any, after: float | None = None) -> Iterator[None]:
-    """Log ``compiling kernels, once per install …`` when the warm-up inside this block takes
-    longer than ``after`` seconds (:data:`COMPILE_NOTICE_AFTER`): on a fresh install (or a
-    moved one) numba compiles every kernel, tens of seconds before the first iteration; later
-    runs load them from its cache in well under a second and print nothing."""
-    if log is None:
-        yield
-        return
-    t0 = time.perf_counter()
-    said = threading.Event()
-
-    def notice() -> None:
-        said.set()
-        log("compiling kernels, once per install (numba caches them; later runs start at "
-            "once) ...")
-
-    timer = threading.Timer(COMPILE_NOTICE_AFTER if after is None else after, notice)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        timer.join()
-    if said.is_set():
-        log(f"kernels ready after {time.perf_counter() - t0:.1f}s")

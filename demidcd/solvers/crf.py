@@ -69,7 +69,15 @@ def check_marginals(task: Task) -> None:
 
 def compile_kernels(task: Task) -> None:
     """Compile (or load from numba's cache) the kernels training and marginals call, on
-    example 0 (before the clock starts: a cold cache costs seconds)."""
+    example 0 (before the clock starts: a cold cache costs seconds): every job of
+    :func:`warm_up_jobs`, in this process."""
+    for _, job, _ in warm_up_jobs(task):
+        job()
+
+
+def warm_up_jobs(task: Task) -> list[tuple]:
+    """:func:`compile_kernels` as independent warm-up jobs (name, function, rough compile
+    seconds), which :func:`demidcd.solvers.warm_up` compiles on several processes at once."""
     from ..tasks.chain.marginals import (
         hessian_diagonal_kernel,
         marginals_kernel,
@@ -78,17 +86,26 @@ def compile_kernels(task: Task) -> None:
     from .crf_sgd import sgd_run
 
     check_marginals(task)
-    w = np.zeros(task.dim)
     ex = np.zeros(min(1, task.n_examples), np.int64)
+    args = (task.u_rows, task.K, task.chain)
     ctl = np.zeros(3, np.int64)
-    nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, ex, np.zeros(task.dim), ctl)
-    marginals_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(0, np.int32))
-    hessian_diagonal_kernel(w, task.u_rows, task.K, task.chain, ex, np.zeros(task.dim), ctl)
-    sgd_run(w, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, ex, 0.0, 0.0,
-             np.zeros(0, np.int64), ctl)
-    a = np.array([1.0, 3.0])  # L-BFGS's kernels: a few OWL-QN steps on a small quadratic
-    minimize_lbfgs(lambda x: (float(a @ (x - 1.0) ** 2), 2.0 * a * (x - 1.0)), np.zeros(2),
-                   c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
+
+    def lbfgs() -> None:
+        a = np.array([1.0, 3.0])
+        minimize_lbfgs(lambda x: (float(a @ (x - 1.0) ** 2), 2.0 * a * (x - 1.0)), np.zeros(2),
+                       c1=0.1, memory=2, max_iterations=4, h0=1.0 / a)
+
+    return [
+        ("CRF gradient", lambda: nll_gradient_kernel(np.zeros(task.dim), *args, task.Y, ex,
+                                                     np.zeros(task.dim), ctl), 8.0),
+        ("CRF marginals", lambda: marginals_kernel(np.zeros(task.dim), *args, ex,
+                                                   np.zeros(0, np.int32)), 6.0),
+        ("CRF Hessian", lambda: hessian_diagonal_kernel(np.zeros(task.dim), *args, ex,
+                                                        np.zeros(task.dim), ctl), 5.0),
+        ("CRF SGD", lambda: sgd_run(np.zeros(task.dim), np.zeros(task.dim), *args, task.Y, ex,
+                                    0.0, 0.0, np.zeros(0, np.int64), ctl), 6.0),
+        ("L-BFGS", lbfgs, 3.0),
+    ]
 
 
 POLL = 0.05  # seconds between the checks of a stop request while the threads work

@@ -79,6 +79,7 @@ from ..parallel.coordinator import (
     warm_up_kernels,
 )
 from ..parallel.experimental import EXPERIMENTAL
+from ..primitives.records import RecordBatch
 from ..primitives.seqlock import load_word, store_word
 from ..primitives.vectors import dot
 from ..tasks.base import InferenceInterrupted, Task
@@ -278,10 +279,14 @@ def collect_state(co: Coordinator, state_dir: str, start: Start | None, n: int,
 def warm_up(task: Task, loss: str = "l2") -> None:
     """Compile (or load from numba's cache) the kernels only this schedule calls, before the
     learners fork (each would otherwise compile them on its own clock)."""
-    dim = task.dim
+    warm_up_shared(task.dim, loss, task.loss_augmented(np.zeros(task.dim), np.zeros(1, np.int64)))
+
+
+def warm_up_shared(dim: int, loss: str, b: RecordBatch) -> None:
+    """:func:`warm_up` on a batch ``b`` of records (any with the tasks' dtypes: no inference
+    needed, so that it compiles apart from the inference kernels)."""
     w = np.zeros(dim)
     act = ActiveSets(1, dim, 1.0, w=w, hot=True, loss=loss)
-    b = task.loss_augmented(w, np.zeros(1, np.int64))
     act.violation(b)
     act.insert(b, 0.0)
     act.update(np.zeros(1, np.int64))

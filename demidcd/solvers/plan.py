@@ -541,8 +541,10 @@ def decide_learners(plan: TrainingPlan, task: Task,
     if plan.learners == "auto":
         from . import compile_notice, warm_up
 
-        with compile_notice(log):  # the kernels the measurement times, compiled untimed
-            warm_up(task, plan.algorithm, plan.threads, plan.config.loss)
+        # the kernels the measurement times, compiled untimed (and those either choice needs
+        # but the workers' float32 inference); the notice stays open for the run's warm-up
+        with compile_notice(log, plan.config.time_limit, hold=True):
+            warm_up(task, plan.algorithm, plan.threads, plan.config.loss, several=None)
         k, fig = choose_learners(task, plan.config, plan.threads)
         ratio = fig["sweep_over_pass"]
         why = (f"learners auto measured inference {fig['infer_ms']:.3f} ms/example and an "

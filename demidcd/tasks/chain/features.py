@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from ...primitives.monitor import timed_step
+from ...primitives.monitor import PROGRESS_EVERY, timed_step
 from .feature_counts import count_base_features, frequency_order
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
@@ -591,7 +591,8 @@ class SequenceFeaturizer:
         if self.hashing:
             self.n_attributes = n_attr
             return self
-        with timed_step(self.log, f"building features of {len(words):,} sentences"):
+        with timed_step(self.log, f"building features of {len(words):,} sentences",
+                        every=PROGRESS_EVERY):
             self._fit_dictionary(tokens, words, attrs, n_attr)
         return self
 
@@ -652,7 +653,7 @@ class SequenceFeaturizer:
         """Encode sentences; features unknown to the dictionary are dropped."""
         if not self.fitted:
             raise RuntimeError("SequenceFeaturizer is not fitted")
-        with timed_step(self.log, f"encoding {len(tokens):,} sentences"):
+        with timed_step(self.log, f"encoding {len(tokens):,} sentences", every=PROGRESS_EVERY):
             return self._encode(tokens, self._index)
 
     def fit_transform(self, tokens: list[list[str]]) -> EncodedSequences:

@@ -221,6 +221,46 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
             out_val[:pos].copy())
 
 
+def inference_parts(w, F, K, G, X, gold) -> list:
+    """The two large callees of :func:`loss_augmented_kernel` (Viterbi; φ's keys, merge and
+    hash) as warm-up jobs (name, function, rough compile seconds): each calls them once, from
+    Python, with the argument types the kernel passes them, so that another process can
+    compile them into numba's cache while this one compiles something else; the kernel's own
+    compile then loads them from the cache (:func:`demidcd.solvers.warm_up_jobs`). A type
+    that differed would only cost the time: the kernel compiles what it does not find."""
+    ex = np.zeros(1, np.int64)
+
+    def viterbi() -> None:
+        _, em, scratch, y, trb, slots = _workspace(w, K, X, ex)
+        tr, trT, start, end = transitions(w, F, K)
+        tmax, order = pruning(tr, K, PRUNE_FROM_LABELS_AUGMENTED)
+        a, n = X.sent_ptr[0], X.sent_ptr[1] - X.sent_ptr[0]
+        chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
+                      1.0, tmax, order)
+
+    def phi() -> None:
+        max_keys, _, _, y, _, _ = _workspace(w, K, X, ex)
+        y[:] = 0
+        a, n = X.sent_ptr[0], X.sent_ptr[1] - X.sent_ptr[0]
+        keys = np.empty(max(max_keys, 1), np.int64)
+        tmp = np.empty(max(max_keys, 1), np.int64)
+        vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
+        vtmp = np.empty(vals.shape[0], np.float64)
+        counts = np.empty(256, np.int64)
+        nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
+        cap = max(1024, 2 * max_keys)
+        out_idx = np.empty(cap, np.int32)
+        out_val = np.empty(cap, np.float64)
+        m, _ = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
+        zero = nb.types.literal(0)  # the kernel's first position, typed as the literal 0
+        grow.compile((*map(nb.typeof, (out_idx, out_val)), zero, nb.int64, nb.int64))
+        phi_merge.compile((*map(nb.typeof, (keys, vals, tmp, vtmp, counts, m, nbits, w,
+                                            out_idx, out_val)), zero))
+        hash_tags(y, n)
+
+    return [("viterbi", viterbi, 15.0), ("records", phi, 10.0)]
+
+
 @nb.njit(cache=True, nogil=True)
 def token_ptr(sent_ptr, examples):
     """ptr[e]..ptr[e+1]: where example ``examples[e]``'s tokens lie in a flat per-token array

@@ -17,6 +17,7 @@ from .records import (
     chain_scores_kernel,
     check_pairs,
     decode_kernel,
+    inference_parts,
     loss_augmented_kernel,
     phi_kernel,
 )
@@ -218,6 +219,12 @@ class SequenceTask(Task):
     def loss_augmented(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """argmax_y w·Φ(x_i, y) + Δ(y_i, y) per example; one record per example with Δ > 0."""
         return self._records(w, examples, 1.0)
+
+    def inference_parts(self, w: np.ndarray) -> list:
+        """Warm-up jobs compiling the large callees of :meth:`loss_augmented` apart (with w,
+        of either dtype): :func:`.records.inference_parts`."""
+        return inference_parts(self._w(w, float32_ok=True), self.u_rows, self.K, self.G,
+                               self.chain, self._gold_array())
 
     def argmax_records(self, w: np.ndarray, examples: np.ndarray) -> RecordBatch:
         """Records of the plain Viterbi argmax for the examples it gets wrong."""
