@@ -134,3 +134,22 @@ def optimum():
         return (task, *cache[name, loss])
 
     return get
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One Ray instance for the tests below (start-up takes seconds); its workers import this
+    checkout's demidcd (here, where tests/test_ray.py and tests/test_convergence.py both find
+    it)."""
+    ray = pytest.importorskip("ray")
+    old = os.environ.get("PYTHONPATH")
+    root = str(Path(__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = root + (os.pathsep + old if old else "")
+    ray.init(num_cpus=3, include_dashboard=False, configure_logging=False,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old

@@ -167,22 +167,6 @@ def test_sigkill_of_the_driver_leaves_no_ray_process(tmp_path):
     assert not left, left
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One Ray instance for the tests below (start-up takes seconds); its workers import this
-    checkout's demidcd."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = ROOT + (os.pathsep + old if old else "")
-    ray.init(num_cpus=3, include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
-    yield ray
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
-
-
 def fit(small, **kw):
     return small_fit.fit(small, **{"threads": 3, **kw})
 
