@@ -18,7 +18,7 @@ job at a time:
   included), which layout ``auto`` chose and why (the log's ``features:`` and ``weights:``
   lines), then ``demidcd evaluate`` of the model on the held-out sample (test accuracy);
 * python-crfsuite ``lbfgs`` (c1 = c2 = 0.1, 2 iterations, ``feature.possible_transitions``) on
-  the acceptance's peer features (``../shared/acceptance/lib/peerlib.py`` ``sent_features``),
+  the peers' observation features (``predict_speed.sent_features``, the peer code's own copy),
   its peak RSS (``VmHWM``: what the acceptance's ``ru_maxrss`` reads for a peer started from a
   shell; its own ``ru_maxrss`` here would also count this process's pages, as Linux keeps the
   forked child's pre-exec high-water mark). ``--peer-cap S`` stops the peer after S
@@ -55,7 +55,7 @@ from common import (  # noqa: E402
     write_json,
 )
 
-PEERLIB = ROOT.parent / "shared" / "acceptance" / "lib"
+PEERLIB = Path(__file__).resolve().parent  # predict_speed.py: the peers' sent_features
 MODEL = {"vocab_size": 200_000, "mean_length": 18, "max_length": 80}
 _PEAK = re.compile(r"peak memory: ([\d,]+) MiB")
 _WEIGHTS = re.compile(r"^(features: .*|weights: .*)$", re.M)
@@ -64,7 +64,7 @@ PEER = r'''
 import os, resource, sys, tempfile
 sys.path.insert(0, sys.argv[2])
 import pycrfsuite
-from peerlib import sent_features
+from predict_speed import sent_features
 
 class T(pycrfsuite.Trainer):
     def message(self, s):

@@ -120,8 +120,9 @@ def test_a_stop_request_ends_an_evaluation_within_a_sentence_per_thread(threads)
     """Many labels (each sentence costs K² per position): the kernels check the stop flag
     between sentences, so after the request each thread finishes at most the sentence it is
     in (counted in sentences, not seconds), and the call raises instead of returning a
-    partial objective."""
-    task = _many_labels()
+    partial objective. (20,000 sentences: an evaluation then outlasts the main thread's first
+    look at the request, :data:`~demidcd.solvers.crf.POLL`, on any machine.)"""
+    task = _many_labels(n_sent=20_000)
     obj = CrfObjective(task, c2=0.1, threads=threads)
     asked = {}
 
