@@ -556,3 +556,8 @@ def test_million_tokens_synthetic_end_to_end(tmp_path):
     assert b["growth_bytes_per_token"] == (b["peak_bytes"] - a["peak_bytes"]) / (
         b["tokens"] - a["tokens"])
     assert res["generator"]["n_tags"] == 45 and res["generator"]["vocab_size"] == 2000
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow

@@ -46,7 +46,8 @@ def _cells():
                 for task in ("sequence", "entity-relation"):
                     marks = []
                     if backend == "ray":
-                        marks.append(pytest.mark.skipif(not HAVE_RAY, reason="ray not installed"))
+                        marks += [pytest.mark.skipif(not HAVE_RAY, reason="ray not installed"),
+                                  pytest.mark.slow]  # a Ray instance: seconds a cell
                     yield pytest.param(task, loss, alg, threads, kw, backend, marks=marks,
                                        id=f"{task}-{loss}-{lid}-{backend}")
 

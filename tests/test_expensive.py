@@ -122,3 +122,8 @@ def test_oversubscribed_threads_keep_the_time_limit(shm_guard):
     assert res.seconds - 5.0 <= between + 1.0, (res.seconds, between)
     assert wall <= res.seconds + 30.0, wall  # ended: start-up and shut-down, not hung
     assert res.extra["updates"] > 0
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow

@@ -412,3 +412,8 @@ def test_a_signal_during_a_long_parse_ends_it_at_once(tmp_path, dep_model, comma
     # signal left waiting for the kernel (tens of seconds)
     assert latency < 8.0, latency
     assert sorted(x.name for x in tmp_path.iterdir()) == ["long.conllu"]
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow

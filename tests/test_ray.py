@@ -213,3 +213,8 @@ def test_killed_actor_is_survived(local_ray, small, shm_primal, algorithm):
     assert any(f"(pid {killed[0]}) died" in s and "restarting" in s for s in lines), lines
     assert est.result_.stop_reason == "converged"
     assert p2 <= p1 * (1 + 1e-3)
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow

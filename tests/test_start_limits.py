@@ -251,3 +251,8 @@ def test_resume_refuses_a_state_that_is_not_the_models(cli, corpus: Path, tmp_pa
     code, out, err = cli(*train, "--max-epochs", "6", "--resume", model)
     assert code == 2, (code, err)
     assert err.count("\n") == 1 and "is not the state of this model" in err, err
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow

@@ -626,3 +626,8 @@ def test_ctrl_c_during_the_final_dev_scoring_stops_at_once(corpus, tmp_path, mon
         release.set()
     assert code == 130 and calls == ["dev "]  # before: 0, after scoring dev and test
     assert model.exists()
+
+
+# end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
+# (python -m pytest -q -m slow)
+pytestmark = pytest.mark.slow
