@@ -143,14 +143,16 @@ def test_a_stop_request_ends_an_evaluation_within_a_sentence_per_thread(threads)
 
 
 @pytest.mark.parametrize("where", [0, 1000, 2000])
-def test_sigint_mid_evaluation_stops_train_crf_as_interrupted_within_a_sentence_per_thread(
+def test_sigint_mid_evaluation_stops_train_crf_as_interrupted_within_an_evaluation(
         monkeypatch, where):
     """SIGINT to this process, through the command line's handler (StopRequest.handler), once
     the kernels have done ``where`` sentences: in the warm start's step-size calibration (0:
     6 candidates × 100 sentences), in its SGD epochs (1000: 3 × 300 more) or in an L-BFGS
     evaluation (2000: past the Hessian's diagonal, 300 more). The handler sets the
-    kernels' stop flag at once, so each thread ends the sentence it is in and the run ends
-    "interrupted", with finite, non-zero weights (counted in sentences, not seconds)."""
+    kernels' stop flag as soon as the main thread runs it, so each thread ends the sentence it
+    is in and the run ends "interrupted", well inside the evaluation, with finite, non-zero
+    weights (counted in sentences, not seconds; the per-sentence bound of a stop request is
+    test_a_stop_request_ends_an_evaluation_within_a_sentence_per_thread's)."""
     import os
     import signal
 
@@ -184,7 +186,10 @@ def test_sigint_mid_evaluation_stops_train_crf_as_interrupted_within_a_sentence_
         signal.signal(signal.SIGINT, old)
     assert res.stop_reason == "interrupted" and np.isfinite(res.w).all()
     assert np.any(res.w)  # (cut in the calibration: its best candidate's SGD iterate)
-    assert made[0].work - at["work"] <= 3 * made[0].threads, (made[0].work, at)
+    # the handler runs when the main thread next gets the GIL: a few sentences per thread on a
+    # quiet machine, tens under contention (30 seen alone once); an ignored signal runs the rest
+    # of the evaluation's 300 sentences and the epochs after it
+    assert made[0].work - at["work"] <= 100, (made[0].work, at)
     assert (made[0].evaluations > 0) == (where > 1800)
     assert not StopRequest.listeners
 
