@@ -58,6 +58,7 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard, ex
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
 
 
+@pytest.mark.slow  # processes and a clock: CI's second step
 @pytest.mark.parametrize("mode", ["plain"])
 def test_time_limit_turns_to_atomic_adds_before_the_final_rebuild(task, mode, shm_guard,
                                                                   monkeypatch, experimental):
@@ -242,6 +243,7 @@ def test_the_log_shows_the_learners_largest_projected_gradient(task, shm_guard, 
     assert any(np.isfinite(pg) for pg in pgs), pgs  # once every learner finished a pass
 
 
+@pytest.mark.slow  # processes and a clock: CI's second step
 def test_the_log_is_true_while_costly_inference_passes_go_on(shm_guard, experimental):
     """With costly inference a learner's first inference pass over its part lasts longer than
     many rebuilds (Brown, 453 tags: minutes); every record taken once structures were admitted
@@ -326,6 +328,7 @@ def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard, experi
     assert max(mapped) < task.dim * 8 / 8, [m >> 20 for m in mapped]
 
 
+@pytest.mark.slow  # processes and a clock: CI's second step
 def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch, experimental):
     """A rebuild pauses every learner; where one is costly (Brown, 453 tags: 0.7 s) the
     periodic ones came every ``EXPERIMENTAL.rebuild_every`` s all the same (18 in this 3 s run,
@@ -429,6 +432,7 @@ def test_a_learner_lost_at_the_stop_keeps_the_w_with_its_updates(shm_guard):
         co.close()
 
 
+@pytest.mark.slow  # processes and a clock: CI's second step
 def test_a_learner_without_cpu_for_a_second_at_the_stop_is_not_lost(shm_guard):
     """Issue 56, defect 10: under CPU contention a learner that got no CPU time for 0.5 s at
     the stop was killed and its α lost; it now gets a grace (STOP_GRACE) and the final rebuild
@@ -450,6 +454,7 @@ def test_a_learner_without_cpu_for_a_second_at_the_stop_is_not_lost(shm_guard):
         co.close()
 
 
+@pytest.mark.slow  # processes and a clock: CI's second step
 def test_train_keeps_the_w_of_every_learner_when_one_freezes_at_the_stop(task, shm_guard,
                                                                           monkeypatch,
                                                                           experimental):
