@@ -55,10 +55,9 @@ import threading
 from typing import Any
 
 import numpy as np
-import psutil
 
 from ..errors import DemidcdError
-from ..io.stale import sweep_cbc_dirs
+from ..io.stale import owner_alive, sweep_cbc_dirs
 
 __all__ = ["SharedArena", "sweep_stale", "sweep_once", "list_segments", "SHM_DIR",
            "SharedMemoryFull", "segment_bytes", "require_space", "free_bytes"]
@@ -390,17 +389,6 @@ def list_segments(prefix: str = "demidcd", pid: int | None = None) -> list[str]:
     return sorted(out)
 
 
-def _owner_alive(pid: int, seg_mtime: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        # pid reuse: a process started after the segment was created cannot own it
-        return proc.create_time() <= seg_mtime + 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-        return False
-
-
 def sweep_stale(prefix: str = "demidcd") -> list[str]:
     """Unlink ``/dev/shm`` segments named ``<prefix>-<pid>-…`` whose creating process is dead.
 
@@ -415,7 +403,7 @@ def sweep_stale(prefix: str = "demidcd") -> list[str]:
             mtime = os.stat(os.path.join(SHM_DIR, e)).st_mtime
         except FileNotFoundError:
             continue
-        if not _owner_alive(pid, mtime) and _unlink("/" + e):
+        if not owner_alive(pid, mtime) and _unlink("/" + e):
             removed.append(e)
     return removed
 
