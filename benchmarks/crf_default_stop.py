@@ -38,6 +38,7 @@ from common import (  # noqa: E402
     machine_info,
     machine_line,
     markdown_table,
+    run_cli,
     say,
     write_json,
 )
@@ -76,6 +77,7 @@ def columns_f1(path: Path) -> float:
 
 
 def timed(cmd: list[str], log: Path) -> float:
+    """Wall seconds of the peer's ``cmd`` (its output to ``log``; demidcd runs by run_cli)."""
     t0 = time.perf_counter()
     with open(log, "w") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
@@ -91,13 +93,12 @@ def race(wapiti: Path, dat: Path, pattern: str, work: Path) -> dict:
         subprocess.run([str(wapiti), "label", "-m", str(work / "w.mod"), str(te)], stdout=f,
                        stderr=subprocess.DEVNULL, check=True)
     w_iters = len(re.findall(r"^\s+\[\s*\d+\]", (work / "w.log").read_text(), re.M))
-    td = timed([*demidcd_cmd(), "train", "--algorithm", "crf", "--task", "chunking",
-                "--template", str(p), "--train", str(tr), "--format", "columns", "--threads",
-                "2", "--model", str(work / "c.npz")], work / "c.log")
+    log, td = run_cli(["train", "--algorithm", "crf", "--task", "chunking", "--template", p,
+                       "--train", tr, "--format", "columns", "--threads", "2", "--model",
+                       work / "c.npz"], work / "c.log")
     ev = subprocess.run([*demidcd_cmd(), "evaluate", "--model", str(work / "c.npz"), "--data",
                          str(te), "--format", "columns"], capture_output=True, text=True)
     fd = re.search(r"chunk F1: ([0-9.]+)", ev.stdout)
-    log = (work / "c.log").read_text()
     stop = re.search(r"stopped: (\S+) after (\d+) iterations", log)
     return {"pattern": pattern, "wapiti_s": tw, "wapiti_f1": columns_f1(out),
             "wapiti_iterations": w_iters, "demidcd_s": td,
@@ -111,10 +112,10 @@ def latency(labels: int, work: Path) -> dict:
     data = work / f"k{labels}.txt"
     data.write_text("".join("".join(f"w{r.randrange(20000)} L{r.randrange(labels)}\n"
                                     for _ in range(3)) + "\n" for _ in range(3000)))
-    timed([*demidcd_cmd(), "train", "--train", str(data), "--format", "columns",
-           "--algorithm", "crf", "--threads", "2", "--time-limit", "10", "--model",
-           str(work / "k.npz")], work / "k.log")
-    m = re.search(r"stopped: (\S+) after \d+ iterations, ([0-9.]+)s", (work / "k.log").read_text())
+    log, _ = run_cli(["train", "--train", data, "--format", "columns", "--algorithm", "crf",
+                      "--threads", "2", "--time-limit", "10", "--model", work / "k.npz"],
+                     work / "k.log")
+    m = re.search(r"stopped: (\S+) after \d+ iterations, ([0-9.]+)s", log)
     return {"labels": labels, "stop": m.group(1) if m else None,
             "seconds": float(m.group(2)) if m else None,
             "past_limit_s": float(m.group(2)) - 10.0 if m else None}
