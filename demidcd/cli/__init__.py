@@ -284,14 +284,26 @@ def _train(args) -> int:
 
     # the set-up's Python objects (tokens, feature strings) stay out of the processes that
     # train: a child process prepares the arrays and exits (demidcd.cli.setup)
-    child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
-    done, out = run_in_child(lambda: set_up(True)) if child else (False, None)
-    source, dev, test, data = out if done else set_up(False)
-    del out
+    cluster = plan.backend == "ray" and bool(plan.ray_address)
+    if cluster:  # each node of the cluster reads its own part: the driver reads no examples
+        source, data, done = options.train, None, False
+        dev = _read(spec, options.dev, options) if options.dev else None
+        test = _read(spec, options.test, options) if options.test else None
+        log.info(f"data: {source}: read by the nodes of the Ray cluster at "
+                 f"{plan.ray_address}, each its own part")
+    else:
+        child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
+        done, out = run_in_child(lambda: set_up(True)) if child else (False, None)
+        source, dev, test, data = out if done else set_up(False)
+        del out
 
     def fit() -> None:
         nonlocal data
-        if done:
+        if cluster:
+            from ..estimators.cluster import fit_on_cluster
+
+            fit_on_cluster(est, plan, options, spec, log.info, plan.ray_address, args.debug)
+        elif done:
             prepared, data = data, None
             est.fit_prepared(prepared)
         else:

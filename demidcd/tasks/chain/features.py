@@ -643,6 +643,30 @@ class SequenceFeaturizer:
         keep = np.flatnonzero(counts >= self.min_count)
         self._adopt(frequency_order([names[j] for j in keep.tolist()], counts[keep]))
 
+    def count(self, tokens: list[list]) -> tuple[list[str], np.ndarray, int]:
+        """(names, counts, attribute columns) of every feature of the ``base`` template firing
+        on these tokens (count ≥ 1): one part's share of a partitioned :meth:`fit`. Counts
+        add over a partition of the sentences (each counts the tokens it fires on), so
+        :func:`~.feature_counts.merge_counts` of the parts' counts, cut at ``min_count`` by
+        :meth:`adopt_counts`, is the dictionary :meth:`fit` builds on all of them."""
+        if self.hashing or self.template != "base":
+            raise ValueError("a partitioned count is for the base template's dictionary")
+        words, attrs, n_attr = split_attributes(tokens)
+        names, counts, _ = count_base_features(*_types(words), attrs, n_attr,
+                                               self._word_features, 1)
+        return names, np.asarray(counts, np.int64), n_attr
+
+    def adopt_counts(self, names: list[str], counts: np.ndarray, n_attr: int
+                     ) -> SequenceFeaturizer:
+        """The dictionary of merged counts (:meth:`count`): the features counted on at least
+        ``min_count`` tokens, ids by decreasing count, ties in string order (as :meth:`fit`)."""
+        keep = np.flatnonzero(np.asarray(counts) >= self.min_count)
+        self.n_attributes = n_attr
+        self.clusters = {}
+        self._adopt(frequency_order([names[j] for j in keep.tolist()],
+                                    np.asarray(counts)[keep]))
+        return self
+
     def _adopt(self, features: list[str]) -> None:
         """Take ``features`` (in id order) as the dictionary."""
         self.features = features

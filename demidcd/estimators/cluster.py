@@ -1,0 +1,477 @@
+"""Training past one machine (``--backend ray --ray-address ADDR``): every node of the Ray
+cluster a local engine on its own part of the data; the driver holds no examples.
+
+**Parts.** The training file is cut into one byte range per node at sentence boundaries
+(:func:`~demidcd.io.byte_ranges.sentence_ranges`; a comma-separated list or glob of files is
+dealt out by size instead). Each node reads and encodes only its part
+(:class:`~.cluster_node.ClusterNode`).
+
+**One feature space.** Each node counts its part's features (every count ≥ 1); the driver
+merges the counts (:func:`~demidcd.tasks.chain.feature_counts.merge_counts`), cuts them at
+``min_count`` and orders them as the serial dictionary is ordered, and broadcasts it once
+through the object store; the seen (feature, label) pairs are the union of the parts'. With
+``--hashing`` there is no dictionary to merge. The result is the serial set-up's feature
+space, id for id.
+
+**Merges.** Each node solves CoCoA+'s local subproblem on its part
+(:mod:`demidcd.solvers.cocoa`) with σ′ = K (the number of parts; CoCoA+'s safe choice for
+*adding* the K changes, γ = 1) and commits its change Δw_k every
+:data:`~.cluster_node.COMMIT_SECONDS` or epoch end. The driver keeps one pull in flight per
+node, adds each change to w as it comes (no barrier) and forwards it to the other nodes
+through one object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every
+change has arrived: at the end, and after every resynchronisation.
+
+**Objective and stop.** Every ``--eval-every`` s (default :data:`EVAL_SECONDS`) the driver
+sends a copy of w to the nodes, which add their loss terms at it between slices: the primal
+½‖w‖² + Σ_k C Σ_{i∈P_k} ξ_i²; the dual Σ_k (Σ Δ·α − Σ A_i²/(4C)) − ½‖w‖² from the nodes'
+latest terms (approximate during the run: changes in flight). The final gap is certified: the
+nodes stop, their last changes are merged, and the primal and dual are taken at that one w.
+The run stops at ``--time-limit``, on Ctrl-C, or when every node has finished an epoch with no
+violator above tol and max |PG| < tol twice in a row, the second epoch begun after every node
+was so (the one-machine rule, per part).
+
+**Faults.** A node whose pull fails (its process or machine gone) is lost: its part restarts
+on a remaining node (a second actor there) from the part's last α checkpoint (taken every
+:data:`CHECKPOINT_SECONDS`, kept by the driver on disk), every node pauses at its next slice
+boundary and reports Σ α φ of its part, and w is rebuilt as their sum (w = Σ α φ: nothing lost
+or counted twice); the nodes resume from it. Changes of the older generation still in flight
+are dropped. The log says so (``node K (...) lost ...; its part restarts on node J``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import DemidcdError, OptionError, WorkerError
+from ..io.byte_ranges import file_parts, sentence_ranges
+from ..solvers.common import StopRequest, TrainResult
+from ..tasks.chain.feature_counts import merge_counts
+from .cluster_node import ClusterNode, versions
+from .layout import choose_layout
+
+EVAL_SECONDS = 10.0  # primal/dual in the log this often (--eval-every overrides)
+CHECKPOINT_SECONDS = 10.0  # each part's α saved this often
+PULL_WAIT = 0.2  # a node's pull returns after this long without news
+
+
+def _connect(ray: Any, address: str, debug: bool) -> None:
+    from ..parallel.ray import probe_address
+
+    probe_address(address)
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        ray.init(address=address, configure_logging=False, log_to_driver=debug,
+                 runtime_env={"env_vars": {"PYTHONPATH": pkg}})
+    except Exception as e:  # noqa: BLE001 - one line
+        text = str(e).strip()
+        raise DemidcdError(f"cannot join the Ray cluster at {address}: "
+                           f"{text.splitlines()[0] if text else type(e).__name__}") from None
+
+
+def _parts(train: str, k: int) -> list[tuple[Any, int, int]]:
+    """(path or list of files, lo, hi) per node."""
+    if "," in train or (any(c in train for c in "*?[") and not os.path.exists(train)):
+        return [(files, 0, 0) for files in file_parts(train, k)]
+    return [(train, lo, hi) for lo, hi in sentence_ranges(train, k)]
+
+
+def _pairs(codes: list[np.ndarray | None], F: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the parts' seen pairs (codes f·K + y) as (off int64[F+1], lab int32)."""
+    u = np.unique(np.concatenate([c for c in codes if c is not None] or
+                                 [np.zeros(0, np.int64)]))
+    off = np.zeros(F + 1, np.int64)
+    np.add.at(off, (u // K) + 1, 1)
+    return np.cumsum(off), (u % K).astype(np.int32)
+
+
+class ClusterRun:
+    """The driver of one cluster run (module docstring)."""
+
+    def __init__(self, est: Any, plan: Any, options: Any, spec: Any, log: Any,
+                 address: str, debug: bool = False):
+        self.est, self.plan, self.options, self.spec = est, plan, options, spec
+        self.config = plan.config
+        self.say = log
+        self.address, self.debug = address, debug
+        self.ray: Any = None
+        self.actors: list[Any] = []
+        self.where: list[str] = []  # node k's address
+        self.node_ids: list[str] = []
+        self.ckpt_dir = tempfile.mkdtemp(prefix="demidcd-cluster-")
+        self.ckpt_at: list[float | None] = []
+        self.bytes = 0
+        self.lost: list[str] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _check_options(self) -> None:
+        est, plan = self.est, self.plan
+        if self.spec.name not in ("sequence", "chunk", "ner") or est.template is not None:
+            raise OptionError("--ray-address trains the built-in sequence features (no "
+                              "--template, no other task) on the cluster's nodes")
+        if plan.algorithm not in ("demi-dcd", "dcd", "dcd-light", "multi-dcd"):
+            raise OptionError(f"--ray-address runs DCD on every node: --algorithm "
+                              f"{plan.algorithm} is for one machine")
+        if getattr(est, "resume", None) or getattr(est, "init", None):
+            raise OptionError("--resume/--init are not taken with --ray-address")
+        if not self.options.train:
+            raise OptionError("--ray-address: each node reads its part of --train FILE "
+                              "(a file every node can read, or a list or glob of files)")
+
+    def start(self) -> None:
+        from ..parallel.ray import require_ray
+
+        ray = self.ray = require_ray()
+        self._check_options()
+        os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+        _connect(ray, self.address, self.debug)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if not nodes:
+            raise DemidcdError(f"the Ray cluster at {self.address} has no live node")
+        self.nodes = nodes
+        self.K = len(nodes)
+        mine = versions()
+        cls = ray.remote(max_restarts=0, max_concurrency=8)(ClusterNode)
+        self.cls = cls
+        for k, n in enumerate(nodes):
+            self.actors.append(self._actor(k, n, int(n.get("Resources", {}).get("CPU", 1))))
+            self.where.append(n.get("NodeManagerAddress", "?"))
+            self.node_ids.append(n["NodeID"])
+        infos = ray.get([a.info.remote() for a in self.actors])
+        for k, info in enumerate(infos):
+            for what in ("demidcd", "python"):
+                if info[what] != mine[what]:
+                    raise DemidcdError(
+                        f"node {k + 1} ({self.where[k]}) runs {what} {info[what]}, this driver "
+                        f"{mine[what]}: every node needs the same demidcd and Python")
+        self.infos = infos
+        self.ckpt_at = [None] * self.K
+
+    def _actor(self, k: int, node: dict, cpus: float) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return self.cls.options(
+            num_cpus=cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)).remote(k)
+
+    def _read_args(self) -> tuple:
+        opts = self.options
+        fmt, column, features, _ = self.spec.read_plan(
+            opts.train.split(",")[0] if "," in opts.train else opts.train, opts, True)
+        return fmt, column, tuple(features), opts.encoding, opts.max_sentence_length
+
+    def set_up(self) -> None:
+        """Read, count, merge, encode and bind on every node (module docstring)."""
+        ray, est = self.ray, self.est
+        t0 = time.perf_counter()
+        self.parts = _parts(self.options.train, self.K)
+        self.read_args = self._read_args()
+        reads = ray.get([a.read.remote(p, lo, hi, *self.read_args)
+                         for a, (p, lo, hi) in zip(self.actors, self.parts, strict=True)])
+        for k, r in enumerate(reads):
+            cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1))
+            self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores, {r['examples']:,} "
+                     f"examples, {r['tokens']:,} tokens (pid {self.infos[k]['pid']})")
+        if not any(r["examples"] for r in reads):
+            raise OptionError(f"--train {self.options.train}: no sentences found")
+        classes = sorted({t for r in reads for t in r["labels"]})
+        n_attr = max(r["n_attr"] for r in reads)
+        est._begin_fit(None)
+        for attr in ("coef_", "result_", "seen_pairs_"):
+            est.__dict__.pop(attr, None)
+        featurizer = est._new_featurizer("word")
+        if featurizer.template != "base":
+            raise OptionError("--ray-address trains the built-in base features")
+        if featurizer.hashing:
+            featurizer.n_attributes = n_attr
+        else:
+            counted = ray.get([a.count.remote(featurizer.min_count) for a in self.actors])
+            names, counts = merge_counts([(c[0], c[1]) for c in counted])
+            featurizer.adopt_counts(names, counts, n_attr)
+            del names, counts, counted
+        est.classes_ = classes
+        est.__dict__["_featurizer"] = featurizer
+        est.n_features_, est.n_bfeatures_ = featurizer.n_features, 0
+        F, K = featurizer.n_features, len(classes)
+        weights = est._weights()
+        self.state_ref = ray.put(featurizer.state())
+        self.classes = classes
+        enc = ray.get([a.encode.remote(self.state_ref, classes, weights != "all")
+                       for a in self.actors])
+        pairs = None
+        if weights != "all":
+            pairs = _pairs([c for c, _ in enc], F, K)
+            if weights == "auto":
+                choice = choose_layout(F, K, 0, int(pairs[1].shape[0]),
+                                       sum(b for _, b in enc))
+                self.say(choice.reason())
+                if choice.layout == "all":
+                    pairs = None
+        est.seen_pairs_ = pairs
+        self.pairs_ref = ray.put(pairs)
+        self.sigma = float(self.K)
+        dims = ray.get([a.bind.remote(self.pairs_ref, self.config, self.sigma,
+                                      self.config.seed) for a in self.actors])
+        self.dim = dims[0]
+        self.say(f"cluster: {self.K} nodes, features counted on each and merged ({F:,} "
+                 f"features, {K} labels, |w| {self.dim:,}); σ′ = {self.K:g} (CoCoA+'s safe "
+                 f"choice for adding the nodes' changes); set-up {time.perf_counter() - t0:.1f}s")
+
+    # ------------------------------------------------------------------ training
+    def train(self) -> TrainResult:
+        ray, cfg = self.ray, self.config
+        w = np.zeros(self.dim)
+        self.gen = 0
+        zero = ray.put(w)
+        ray.get([a.resume.remote(0, zero) for a in self.actors])
+        del zero
+        t0 = time.perf_counter()
+        limit = cfg.time_limit
+        every = cfg.eval_every or EVAL_SECONDS
+        pulls = {a.pull.remote(PULL_WAIT): k for k, a in enumerate(self.actors)}
+        terms = [(0.0, 0.0)] * self.K
+        last_epoch = [0] * self.K
+        quiet = [False] * self.K
+        marks: list[int] | None = None
+        updates = 0
+        history: list[dict] = []
+        evals: dict[int, list] = {}
+        eid, next_eval, next_ckpt = 0, every, CHECKPOINT_SECONDS
+        ckpts: dict[Any, int] = {}
+        snap = None
+        if self.est.snapshot_dir is not None:
+            from ..io.snapshots import Snapshotter
+
+            snap = Snapshotter(self.est.snapshot_dir, self.est.snapshot_every or 5.0)
+        reason = "time-limit"
+        try:
+            while True:
+                now = time.perf_counter() - t0
+                if StopRequest.requested:
+                    reason = "interrupted"
+                    break
+                if limit and now >= limit:
+                    reason = "time-limit"
+                    break
+                if marks is not None and all(quiet) and \
+                        all(last_epoch[k] > marks[k] for k in range(self.K)):
+                    reason = "converged"
+                    break
+                done, _ = ray.wait(list(pulls), num_returns=1, timeout=0.05)
+                for ref in done:
+                    k = pulls.pop(ref)
+                    try:
+                        gen, idx, val, tm, eps, evs, err = ray.get(ref)
+                    except Exception as e:  # noqa: BLE001 - the node is gone
+                        w = self._lost(k, e, w, now, pulls)
+                        quiet, marks = [False] * self.K, None
+                        continue
+                    if err is not None:
+                        raise WorkerError(f"node {k + 1}: {err.strip().splitlines()[-1]}",
+                                          err)
+                    if gen == self.gen and len(idx):
+                        np.add.at(w, idx, val)
+                        msg = ray.put((idx, val))  # one object, K - 1 readers
+                        for j, a in enumerate(self.actors):
+                            if j != k:
+                                a.offer.remote(gen, msg)
+                        self.bytes += (idx.nbytes + val.nbytes) * self.K
+                    terms[k] = tm
+                    for ep in eps:
+                        last_epoch[k], quiet[k] = ep["epoch"], ep["quiet"]
+                        updates += ep["updates"]
+                    for e_id, loss, nv in evs:
+                        if e_id in evals:
+                            evals[e_id][1].append(loss)
+                    pulls[self.actors[k].pull.remote(PULL_WAIT)] = k
+                if all(quiet):
+                    if marks is None:
+                        marks = list(last_epoch)
+                else:
+                    marks = None
+                for e_id in [e for e, v in evals.items() if len(v[1]) == self.K]:
+                    ws, losses, at, tm = evals.pop(e_id)
+                    rec = self._record(len(history) + 1, at, updates, ws, sum(losses), tm)
+                    history.append(rec)
+                    if self.est.callback is not None:
+                        self.est.callback(rec, ws)
+                if now >= next_eval and not evals:
+                    eid += 1
+                    ws = w.copy()
+                    ref = ray.put(ws)
+                    for a in self.actors:
+                        a.evaluate.remote(eid, ref)
+                    evals[eid] = [ws, [], round(now, 3), list(terms)]
+                    next_eval = now + every
+                if now >= next_ckpt and not ckpts:
+                    for k in range(self.K):
+                        ckpts[self.actors[k].checkpoint.remote()] = k
+                    next_ckpt = now + CHECKPOINT_SECONDS
+                if ckpts:
+                    got, _ = ray.wait(list(ckpts), num_returns=len(ckpts), timeout=0)
+                    for ref in got:
+                        k = ckpts.pop(ref)
+                        try:
+                            st = ray.get(ref)
+                        except Exception:  # noqa: BLE001 - a lost node: its pull tells
+                            continue
+                        if st is not None:
+                            np.savez(os.path.join(self.ckpt_dir, f"part-{k}.npz"), **st)
+                            self.ckpt_at[k] = now
+                if snap is not None:
+                    snap.maybe(now, w)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        seconds = time.perf_counter() - t0
+        # the end: every node stops, its last change is merged: w = Σ α φ exactly
+        finals = self._gather([a.stop.remote() for a in self.actors])
+        for k, f in enumerate(finals):
+            if f is None:
+                continue
+            gen, idx, val, tm, eps, _, _ = f
+            if gen == self.gen and len(idx):
+                np.add.at(w, idx, val)
+            terms[k] = tm
+            for ep in eps:
+                updates += ep["updates"]
+        ref = ray.put(w)
+        losses = self._gather([a.final_loss.remote(ref) for a in self.actors])
+        rec = self._record(len(history) + 1, round(seconds, 3), updates, w,
+                           sum(x[0] for x in losses if x is not None), terms)
+        history.append(rec)
+        if self.est.callback is not None:
+            self.est.callback(rec, w)
+        if snap is not None:
+            snap.maybe(seconds, w, force=True)
+            snap.close()
+        peaks = self._gather([a.peak.remote() for a in self.actors])
+        lines, nodes = [], []
+        for k, p in enumerate(peaks):
+            if p is None:
+                continue
+            lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB")
+            nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"]})
+        for line in lines:
+            self.say(line)
+        top = max((n["peak_mib"] for n in nodes), default=0.0)
+        self.say(f"merge traffic: {self.bytes / max(seconds, 1e-9) / 2**20:.2f} MiB/s "
+                 f"({self.bytes / 2**20:,.1f} MiB in {seconds:.1f}s)")
+        res = TrainResult(w, reason == "converged", reason, max(last_epoch), seconds, history,
+                          rec["dual"])
+        res.extra.update(nodes=nodes, memory_line=f"peak memory: {top:,.0f} MiB (PSS, the "
+                         f"largest node; per node above)", merge_bytes=self.bytes,
+                         sigma=self.sigma, lost=list(self.lost))
+        return res
+
+    def _record(self, epoch: int, at: float, updates: int, w: np.ndarray, loss: float,
+                terms: list) -> dict:
+        half = 0.5 * float(w @ w)
+        primal = half + loss
+        lin = sum(t[0] for t in terms)
+        sq = sum(t[1] for t in terms)
+        dual = lin - half - (sq / (4.0 * self.config.C) if self.config.loss == "l2" else 0.0)
+        return {"epoch": epoch, "seconds": at, "total_updates": int(updates),
+                "primal": primal, "dual": dual,
+                "gap": (primal - dual) / max(abs(primal), 1e-300)}
+
+    def _gather(self, refs: list, timeout: float = 60.0) -> list:
+        """ray.get of each ref, None for those that fail (a node lost at the end)."""
+        out = []
+        for r in refs:
+            try:
+                out.append(self.ray.get(r, timeout=timeout))
+            except Exception:  # noqa: BLE001
+                out.append(None)
+        return out
+
+    def _lost(self, k: int, e: Exception, w: np.ndarray, now: float, pulls: dict
+              ) -> np.ndarray:
+        """Node k is gone: its part restarts on a remaining node from its α checkpoint and w
+        is rebuilt as Σ α φ of every part (module docstring)."""
+        ray = self.ray
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        others = [j for j in range(self.K) if j != k and self.node_ids[j] in alive
+                  and self.actors[j] is not None]
+        why = type(e).__name__
+        if not others:
+            raise WorkerError(f"node {k + 1} ({self.where[k]}) lost ({why}) and no node is "
+                              "left", str(e))
+        j = others[0]
+        at = self.ckpt_at[k]
+        self.say(f"node {k + 1} ({self.where[k]}) lost ({why}) at {now:.1f}s: its part "
+                 f"restarts on node {j + 1} ({self.where[j]}) from "
+                 + (f"its α checkpoint of {at:.1f}s" if at is not None else "α = 0 (no "
+                    "checkpoint yet)"))
+        self.lost.append(f"node {k + 1} at {now:.1f}s")
+        for ref, kk in list(pulls.items()):
+            if kk == k:
+                del pulls[ref]
+        try:
+            ray.kill(self.actors[k], no_restart=True)
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        a = self.cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            self.node_ids[j], soft=True)).remote(k)
+        p, lo, hi = self.parts[k]
+        ray.get(a.read.remote(p, lo, hi, *self.read_args))
+        ray.get(a.encode.remote(self.state_ref, self.classes, False))
+        ck = None
+        path = os.path.join(self.ckpt_dir, f"part-{k}.npz")
+        if at is not None and os.path.exists(path):
+            with np.load(path, allow_pickle=False) as z:
+                ck = {name: z[name] for name in z.files}
+        ray.get(a.bind.remote(self.pairs_ref, self.config, self.sigma,
+                              self.config.seed + 1000 * (len(self.lost)), ck))
+        self.actors[k] = a
+        self.node_ids[k] = self.node_ids[j]
+        self.where[k] = f"{self.where[j]} (moved)"
+        # resynchronise: every part's Σ α φ, summed (a barrier on the fault path only)
+        self.gen += 1
+        refs = [x.pause.remote(self.gen) for x in self.actors]
+        w = np.zeros(self.dim)
+        for r in refs:
+            w += ray.get(r)
+        ref = ray.put(w)
+        ray.get([x.resume.remote(self.gen, ref) for x in self.actors])
+        pulls[a.pull.remote(PULL_WAIT)] = k
+        self.say(f"node {k + 1}: part restarted ({'checkpoint' if ck else 'from α = 0'}); w "
+                 f"rebuilt as Σ α φ over {self.K} parts; training goes on")
+        return w
+
+    def close(self) -> None:
+        """Kill the actors (a node's processes end with them), disconnect, drop checkpoints."""
+        ray = self.ray
+        try:
+            if ray is not None and ray.is_initialized():
+                for a in self.actors:
+                    if a is not None:
+                        try:
+                            ray.kill(a, no_restart=True)
+                        except Exception:  # noqa: BLE001
+                            pass
+                ray.shutdown()
+        finally:
+            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+
+
+def fit_on_cluster(est: Any, plan: Any, options: Any, spec: Any, log: Any, address: str,
+                   debug: bool = False) -> TrainResult:
+    """Train ``est`` on the Ray cluster at ``address`` (module docstring); sets ``coef_``,
+    ``result_`` and ``plan_`` as a one-machine fit does."""
+    run = ClusterRun(est, plan, options, spec, log, address, debug)
+    try:
+        run.start()
+        run.set_up()
+        res = run.train()
+    finally:
+        run.close()
+    est.plan_ = plan
+    est.coef_, est.result_ = res.w, res
+    return res

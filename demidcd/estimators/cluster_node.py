@@ -1,0 +1,312 @@
+"""One node of a Ray cluster run (:mod:`.cluster`): a Ray actor that reads, encodes and trains
+on its own part of the training data only.
+
+Set-up, each step called by the driver: :meth:`ClusterNode.read` parses the node's byte range
+(or files), :meth:`~ClusterNode.count` returns its features' counts (the driver merges them
+into the one dictionary), :meth:`~ClusterNode.encode` encodes the part with the broadcast
+dictionary (and returns its seen (feature, label) pairs as codes f·K + y), :meth:`~ClusterNode.
+bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart` (restoring an α checkpoint
+for a part that moves here from a lost node).
+
+Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
+commit of Δw_k every :data:`COMMIT_SECONDS` or epoch end into the outbox, the others' merged
+changes applied from the inbox between slices. The driver keeps one :meth:`~ClusterNode.pull`
+in flight (it returns once a commit is there) and never waits for a node; nothing here waits
+for another node either. Changes carry a generation: a resynchronisation after a lost node
+(:meth:`~ClusterNode.pause` → :meth:`~ClusterNode.resume`) discards the older ones, whose
+effect the resynchronised w already holds (w = Σ α φ, rebuilt from every part's α).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from ..io.byte_ranges import read_range
+from ..io.tagged import label_index, parse_text, read_tagged
+from ..primitives.monitor import CpuMonitor
+from ..solvers.cocoa import LocalPart
+from ..tasks.chain.features import SequenceFeaturizer, split_attributes
+from ..tasks.chain.records import seen_pairs
+from ..tasks.chain.task import SequenceTask
+from .layout import encoded_bytes
+
+SLICE_SECONDS = 0.05  # local work between looks at the inbox
+COMMIT_SECONDS = 0.25  # a node's change goes to the merge at least this often
+
+
+def versions() -> dict[str, str]:
+    """What must agree between the driver and every node."""
+    import numba
+
+    from .. import __version__
+
+    return {"demidcd": __version__, "python": "%d.%d.%d" % sys.version_info[:3],
+            "numpy": np.__version__, "numba": numba.__version__}
+
+
+class ClusterNode:
+    """A node's part of the training data and its local engine (module docstring)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.monitor = CpuMonitor({"node": os.getpid()}, interval=0.5).start()
+        self.X: Any = None
+        self.Y: Any = None
+        self.part: LocalPart | None = None
+        self.cv = threading.Condition()
+        self.inbox: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.outbox: list[tuple[np.ndarray, np.ndarray]] = []
+        self.epochs: list[dict] = []
+        self.evals: list[tuple[int, float, int]] = []
+        self.eval_req: list[tuple[int, np.ndarray]] = []
+        self.ckpt_req = False
+        self.ckpt: dict | None = None
+        self.gen = 0
+        self.pause_req: int | None = None
+        self.paused = True
+        self.own: np.ndarray | None = None
+        self.stopping = False
+        self.error: str | None = None
+        self.thread: threading.Thread | None = None
+        self.terms = (0.0, 0.0)
+
+    # ------------------------------------------------------------------ set-up
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ctx.get_node_id(),
+                **versions()}
+
+    def read(self, path: str | list[str], lo: int, hi: int, fmt: str, column: Any,
+             features: tuple, encoding: str, max_len: int) -> dict[str, Any]:
+        """Parse this node's part: bytes [lo, hi) of ``path``, or every file of a list."""
+        from ..tasks import get_task
+
+        li = label_index(fmt, column)
+        if isinstance(path, list):
+            corpora = [read_tagged(p, fmt=fmt, column=column, encoding=encoding,
+                                   max_sentence_length=max_len, keep_raw=bool(features),
+                                   feature_columns=features) for p in path]
+            tokens = [s for c in corpora for s in c.tokens]
+            corpus = corpora[0] if corpora else None
+            if corpus is not None:
+                corpus.tokens = tokens
+                corpus.tags = [s for c in corpora for s in c.tags]
+                if features:
+                    corpus.attributes = [s for c in corpora for s in c.attributes]
+        else:
+            text, line0 = read_range(path, lo, hi, encoding)
+            corpus = parse_text(text, path, fmt, li, max_len, True, keep_raw=bool(features),
+                                feature_columns=features, line0=line0)
+            del text
+        if corpus is None or not corpus.tokens:
+            self.X, self.Y = [], []
+            return {"examples": 0, "tokens": 0, "labels": [], "n_attr": 0}
+        self.X, self.Y = get_task("sequence").xy(corpus)
+        del corpus
+        labels = sorted({t for s in self.Y for t in s})
+        n_attr = split_attributes(self.X[:1])[2]
+        return {"examples": len(self.X), "tokens": sum(map(len, self.X)), "labels": labels,
+                "n_attr": n_attr}
+
+    def count(self, min_count: int) -> tuple[list[str], np.ndarray, int]:
+        """(names, counts, attribute columns) of this part's features (count ≥ 1)."""
+        f = SequenceFeaturizer(min_count=min_count)
+        return f.count(self.X)
+
+    def encode(self, state: tuple[dict, dict], classes: list[str], pairs: bool
+               ) -> tuple[np.ndarray | None, int]:
+        """Encode the part with the broadcast dictionary; drop its Python objects. Returns
+        (its seen pairs as codes f·K + y when ``pairs``, the encoded arrays' bytes)."""
+        arrays, meta = state
+        f = SequenceFeaturizer.from_state({k: np.array(v) for k, v in arrays.items()}, meta)
+        self.enc = f.transform(self.X)
+        index = {t: j for j, t in enumerate(classes)}
+        self.y = np.fromiter((index[t] for s in self.Y for t in s), np.int32,
+                             count=self.enc.n_tokens)
+        self.F, self.K = f.n_features, len(classes)
+        self.X = self.Y = None
+        del f
+        gc.collect()
+        codes = None
+        if pairs and self.enc.n_sentences:
+            off, lab = seen_pairs(self.enc, self.y, self.F, self.K)
+            codes = np.repeat(np.arange(self.F, dtype=np.int64), np.diff(off)) * self.K + lab
+        return codes, encoded_bytes(self.enc)
+
+    def bind(self, pairs: tuple | None, config: Any, sigma: float, seed: int,
+             ckpt: dict | None = None) -> int:
+        """The part's task and local engine (paused until :meth:`resume`); ``ckpt``: the α
+        checkpoint of a part that moves here. Returns the dimension of w."""
+        if pairs is not None:
+            pairs = (np.array(pairs[0]), np.array(pairs[1]))
+        task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
+        self.part = LocalPart(task, config, sigma, [seed, self.k])
+        if ckpt is not None:
+            self.part.restore({k: np.array(v) for k, v in ckpt.items()})
+        self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)
+        self.thread.start()
+        return task.dim
+
+    # ------------------------------------------------------------------ the driver's calls
+    def offer(self, gen: int, change: tuple[np.ndarray, np.ndarray]) -> None:
+        """Another part's merged change (indices, values) of generation ``gen``."""
+        with self.cv:
+            if gen == self.gen:
+                self.inbox.append((gen, change[0], change[1]))
+
+    def pull(self, wait: float) -> tuple:
+        """(generation, Δw indices, values, dual terms, finished epochs, evaluations, error):
+        once a commit, an epoch, an evaluation or an error is there, or after ``wait`` s."""
+        t_end = time.perf_counter() + wait
+        with self.cv:
+            while not (self.outbox or self.evals or self.error or self.stopping) and \
+                    time.perf_counter() < t_end:
+                self.cv.wait(max(0.0, t_end - time.perf_counter()))
+            return self._take()
+
+    def _take(self) -> tuple:
+        out, self.outbox = self.outbox, []
+        epochs, self.epochs = self.epochs, []
+        evals, self.evals = self.evals, []
+        if out:
+            idx = np.concatenate([o[0] for o in out])
+            val = np.concatenate([o[1] for o in out])
+        else:
+            idx, val = np.zeros(0, np.int64), np.zeros(0)
+        return self.gen, idx, val, self.terms, epochs, evals, self.error
+
+    def evaluate(self, eid: int, w: np.ndarray) -> None:
+        """Queue a primal evaluation of this part at ``w`` (answered through :meth:`pull`)."""
+        with self.cv:
+            self.eval_req.append((eid, w))
+            self.cv.notify_all()
+
+    def checkpoint(self, timeout: float = 60.0) -> dict | None:
+        """The part's α (a state in α's units), taken between two slices."""
+        with self.cv:
+            self.ckpt, self.ckpt_req = None, True
+            self.cv.notify_all()
+            t_end = time.perf_counter() + timeout
+            while self.ckpt is None and not self.error and self.thread is not None and \
+                    self.thread.is_alive() and time.perf_counter() < t_end:
+                self.cv.wait(0.05)
+            ck, self.ckpt = self.ckpt, None
+            return ck
+
+    def pause(self, gen: int, timeout: float = 120.0) -> np.ndarray:
+        """Stop between two slices, discard the unmerged changes of older generations (the
+        resynchronised w holds them) and return Σ α φ of this part."""
+        with self.cv:
+            self.own, self.pause_req = None, gen
+            self.cv.notify_all()
+            t_end = time.perf_counter() + timeout
+            while self.own is None and not self.error and time.perf_counter() < t_end:
+                self.cv.wait(0.05)
+            own, self.own = self.own, None
+        if own is None:
+            raise RuntimeError(f"node {self.k + 1} did not pause: {self.error or 'timeout'}")
+        return own
+
+    def resume(self, gen: int, w: np.ndarray) -> None:
+        """Go on from the global ``w`` (v = base = w), in generation ``gen``."""
+        with self.cv:
+            self.part.reset(np.asarray(w, np.float64))
+            self.gen = gen
+            self.inbox = [m for m in self.inbox if m[0] == gen]
+            self.outbox = []
+            self.paused = False
+            self.cv.notify_all()
+
+    def stop(self, timeout: float = 30.0) -> tuple:
+        """End the training thread after its current slice; its last change is committed and
+        returned with everything not yet pulled (as :meth:`pull`)."""
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        with self.cv:
+            return self._take()
+
+    def final_loss(self, w: np.ndarray) -> tuple[float, int]:
+        """This part's loss term of the primal at ``w`` (after :meth:`stop`)."""
+        return self.part.loss_part(np.array(w, np.float64))
+
+    def peak(self) -> dict[str, float]:
+        """Peak memory (PSS of this node's process, MiB) and CPU seconds."""
+        self.monitor.stop()
+        return {"peak_mib": self.monitor.peak_pss / 2**20, "pid": os.getpid()}
+
+    # ------------------------------------------------------------------ the training thread
+    def _main(self) -> None:
+        part = self.part
+        last = time.perf_counter()
+        try:
+            while True:
+                with self.cv:
+                    if self.pause_req is not None:
+                        part.commit()  # in α (own_w) already: not sent
+                        self.gen, self.pause_req = self.pause_req, None
+                        self.inbox, self.outbox = [], []
+                        self.paused = True
+                        self.own = part.own_w()
+                        self.cv.notify_all()
+                    while (self.paused and not self.stopping and not self.ckpt_req
+                           and self.pause_req is None):
+                        self.cv.wait(0.05)
+                    if self.pause_req is not None:
+                        continue
+                    if self.stopping:
+                        break
+                    inbox, self.inbox = self.inbox, []
+                    evals, self.eval_req = self.eval_req, []
+                    want_ckpt, self.ckpt_req = self.ckpt_req, False
+                for gen, idx, val in inbox:
+                    if gen == self.gen:
+                        part.apply(idx, val)
+                for eid, w in evals:
+                    loss, nv = part.loss_part(np.array(w, np.float64))
+                    with self.cv:
+                        self.evals.append((eid, loss, nv))
+                        self.cv.notify_all()
+                if want_ckpt:
+                    ck = part.state()
+                    with self.cv:
+                        self.ckpt = ck
+                        self.cv.notify_all()
+                if self.paused:
+                    continue
+                info = part.work(SLICE_SECONDS)
+                now = time.perf_counter()
+                if info is not None or now - last >= COMMIT_SECONDS:
+                    self._commit(info)
+                    last = now
+        except BaseException:  # noqa: BLE001 - reported to the driver by pull
+            with self.cv:
+                self.error = traceback.format_exc()
+                self.cv.notify_all()
+        finally:
+            if self.error is None and not self.paused:
+                self._commit(None)
+
+    def _commit(self, info: dict | None) -> None:
+        idx, val = self.part.commit()
+        terms = self.part.dual_terms()
+        with self.cv:
+            if len(idx):
+                self.outbox.append((idx, val))
+            self.terms = terms
+            if info is not None:
+                self.epochs.append(info)
+            self.cv.notify_all()

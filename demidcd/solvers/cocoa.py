@@ -1,0 +1,191 @@
+"""A part's local subproblem (CoCoA+, Ma et al. 2015; Hybrid-DCA, Pal et al. 2020): the DCD
+of Chang & Yih (2013) on the examples of one part, with their α, active sets and φ pool,
+against the global w as this part last heard of it plus σ′ times its own unmerged change.
+
+With K parts P_k and w = Σ_k Σ_{i∈P_k} α_i φ_i, part k maximises over its Δα (the others
+fixed), for the L2 loss,
+
+    Σ_{i∈P_k} [Δ·(α_i+Δα_i) − (A_i+ΔA_i)²/(4C)] − w·(Φ_k Δα) − (σ′/2) ‖Φ_k Δα‖²
+
+and its change Δw_k = Φ_k Δα is *added* to the global w (γ = 1). The adding is safe
+(the sum of the K subproblems' values lower-bounds the dual's increase) for σ′ ≥ γK: this
+module's callers use σ′ = K, CoCoA+'s safe choice (Ma et al. 2015, Lemma 4, with γ = 1).
+The merge is asynchronous (Hybrid-DCA): a part's w may lack the changes of others still
+in flight; the certified gap at the end does not depend on that (w = Σ α φ holds exactly
+once every change is merged, :meth:`LocalPart.commit`).
+
+**The kernels run unchanged.** Coordinate ascent on the subproblem, with v = w + σ′ Δw_k,
+takes the step δ = G / (σ′‖φ‖² + 1/(2C)) with G = Δ − v·φ − A_i/(2C), and moves v by σ′δφ.
+In β = σ′α that is δ_β = G / (‖φ‖² + 1/(2σ′C)) and v += δ_β φ, with A_i/(2C) = B_i/(2σ′C):
+the plain DCD update (:func:`~.kernels.update_examples`) on β with C′ = σ′C and w = v. The
+L1 loss's SMO scales the same way (Σ_y λ ≤ C becomes Σ_y β ≤ σ′C). So the part's
+:class:`~.activeset.ActiveSets` hold β with C′ = σ′C, its ``w`` is v, and α = β/σ′; the
+admission test Δ − v·φ − B_i/(2C′) is the subproblem's violation, and its projected gradient
+is the subproblem's.
+
+A :meth:`commit` moves the part's change to the merge: Δw_k = (v − base)/σ′ (``base`` the
+global w as heard of), after which v = base = base + Δw_k (a new subproblem starts at the
+merged point); :meth:`apply` adds the others' merged changes to both.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from ..tasks.base import InferenceInterrupted, Task
+from .activeset import ActiveSets, SweepPlan
+from .common import SolverConfig
+from .kernels import dual_terms
+
+
+@njit(cache=True, nogil=True)
+def _commit(v: np.ndarray, base: np.ndarray, inv_sigma: float, out_idx: np.ndarray,
+            out_val: np.ndarray) -> int:
+    """Δ = (v − base)/σ′ on every entry where v ≠ base, into out_idx/out_val (sized dim);
+    then v = base = base + Δ there. Returns the number of entries."""
+    n = 0
+    for j in range(v.shape[0]):
+        if v[j] != base[j]:
+            d = (v[j] - base[j]) * inv_sigma
+            out_idx[n] = j
+            out_val[n] = d
+            n += 1
+            base[j] += d
+            v[j] = base[j]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _apply(v: np.ndarray, base: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:
+    """v += Δ and base += Δ on the entries of one merged change of other parts."""
+    for q in range(idx.shape[0]):
+        v[idx[q]] += val[q]
+        base[idx[q]] += val[q]
+
+
+class LocalPart:
+    """The local subproblem of one part (module docstring): ``task`` holds that part's
+    examples only; ``sigma`` is σ′ (K for K parts)."""
+
+    def __init__(self, task: Task, config: SolverConfig, sigma: float, seed: int | list[int]):
+        if sigma < 1:
+            raise ValueError("sigma' must be >= 1")
+        self.task, self.config, self.sigma = task, config, float(sigma)
+        n, dim = task.n_examples, task.dim
+        self.act = ActiveSets(n, dim, config.C * self.sigma, config.delta, config.max_active,
+                              sweeps=config.sweeps, loss=config.loss, tol=config.tol)
+        self.base = np.zeros(dim)
+        self.plan = SweepPlan(self.act, config.skip)
+        self.rng = np.random.default_rng(seed)
+        self._idx = np.zeros(dim, np.int64)
+        self._val = np.zeros(dim)
+        self.epoch = 0
+        self._order: np.ndarray | None = None  # the inference pass under way
+        self._at = 0
+        self._ep: dict = {}
+        self.updates = self.inferences = 0
+
+    # ------------------------------------------------------------------ the merge
+    def reset(self, w: np.ndarray) -> None:
+        """v = base = w (the start, or a resynchronisation after a part was lost)."""
+        self.act.w[:] = w
+        self.base[:] = w
+
+    def apply(self, idx: np.ndarray, val: np.ndarray) -> None:
+        """Add other parts' merged change (idx, val) to v and base."""
+        _apply(self.act.w, self.base, np.asarray(idx, np.int64), np.asarray(val, np.float64))
+
+    def commit(self) -> tuple[np.ndarray, np.ndarray]:
+        """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
+        base: (indices, values), copies."""
+        n = _commit(self.act.w, self.base, 1.0 / self.sigma, self._idx, self._val)
+        return self._idx[:n].copy(), self._val[:n].copy()
+
+    # ------------------------------------------------------------------ the work
+    def work(self, seconds: float) -> dict | None:
+        """DCD-SSVM on this part for about ``seconds``: at an epoch's start r passes over the
+        active sets, then chunks of the shuffled inference pass. Returns the epoch's record
+        when its inference pass ended within this call, else None."""
+        cfg, act, task = self.config, self.act, self.task
+        n = task.n_examples
+        t_end = time.perf_counter() + seconds
+        if n == 0:
+            time.sleep(min(seconds, 0.05))
+            return None
+        if self._order is None:
+            self.epoch += 1
+            ep = {"max_pg": 0.0, "updates": 0, "certified": False, "violators": 0,
+                  "admitted": 0, "pass_pg": 0.0}
+            for _ in range(cfg.inner_passes):
+                st = act.update(self.rng.permutation(n).astype(np.int64),
+                                skip_below=self.plan.threshold())
+                ep["max_pg"], ep["updates"] = st.max_pg, ep["updates"] + st.updates
+                ep["certified"] = self.plan.certifies(st.max_pg, cfg.tol)
+            self._ep, self._at = ep, 0
+            self._order = self.rng.permutation(n).astype(np.int64)
+        ep, order, b = self._ep, self._order, max(1, cfg.batch)
+        while self._at < n:
+            chunk = order[self._at:self._at + b]
+            try:
+                batch = task.loss_augmented(act.w, chunk)
+            except InferenceInterrupted:
+                break
+            ep["violators"] += int((act.violation(batch) > cfg.tol).sum())
+            ep["admitted"] += act.insert(batch, cfg.admit).admitted
+            st = act.update(chunk)
+            ep["pass_pg"] = max(ep["pass_pg"], st.max_pg)
+            ep["updates"] += st.updates
+            self.updates += st.updates
+            self.inferences += len(chunk)
+            self._at += len(chunk)
+            if time.perf_counter() >= t_end:
+                break
+        if self._at < n:
+            return None
+        self._order = None
+        if cfg.inner_passes == 0 or (not ep["certified"] and ep["pass_pg"] < cfg.tol):
+            ep["max_pg"], ep["certified"] = ep["pass_pg"], ep["pass_pg"] < cfg.tol
+        return {"epoch": self.epoch, "violators": ep["violators"], "admitted": ep["admitted"],
+                "max_pg": max(ep["max_pg"], ep["pass_pg"]), "updates": ep["updates"],
+                "quiet": ep["violators"] == 0 and bool(ep["certified"]),
+                "active": act.size}
+
+    # ------------------------------------------------------------------ objective, state
+    def dual_terms(self) -> tuple[float, float]:
+        """(Σ Δ·α, Σ A_i²) of this part in α's units (the dual is the sum over parts of
+        Σ Δα − Σ A²/(4C), minus ½‖w‖²; for the L1 loss the A² term is not used)."""
+        sq, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
+        return lin / self.sigma, sq / self.sigma ** 2
+
+    def loss_part(self, w: np.ndarray, chunk: int = 512) -> tuple[float, int]:
+        """(C Σ_i ξ_i² (L2; C Σ ξ_i for L1), #ξ_i > 0) over this part's examples at ``w``:
+        the primal is ½‖w‖² plus the sum of the parts'."""
+        task, total, nv = self.task, 0.0, 0
+        for s in range(0, task.n_examples, chunk):
+            b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
+            xi = np.maximum(b.delta - b.margin, 0.0)
+            total += float(xi @ xi) if self.config.loss == "l2" else float(xi.sum())
+            nv += int((xi > 0).sum())
+        return self.config.C * total, nv
+
+    def own_w(self) -> np.ndarray:
+        """Σ_{i∈part} α_i φ_i, rebuilt from the stored structures."""
+        return self.act.rebuilt_w() / self.sigma
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The part's dual state in α's units (:meth:`ActiveSets.state` arrays)."""
+        s = self.act.state()
+        s["alpha"] = s["alpha"] / self.sigma
+        s["alpha_sum"] = s["alpha_sum"] / self.sigma
+        return s
+
+    def restore(self, arrays: dict[str, np.ndarray]) -> int:
+        """Load a :meth:`state` (of this part's examples, maybe taken under another σ′);
+        w is left to the caller (:meth:`reset` with the resynchronised w)."""
+        a = dict(arrays)
+        a["alpha"] = np.asarray(a["alpha"], np.float64) * self.sigma
+        a["alpha_sum"] = np.asarray(a["alpha_sum"], np.float64) * self.sigma
+        return self.act.restore(a, add=False)
