@@ -9,7 +9,7 @@ import pytest
 
 from demidcd.io.byte_ranges import file_parts, read_range, sentence_ranges
 from demidcd.io.tagged import parse_text, read_tagged
-from demidcd.solvers.cocoa import LocalPart
+from demidcd.solvers.cocoa import LocalPart, coordinate_sigma
 from demidcd.solvers.common import SolverConfig
 from demidcd.solvers.dcd import train_dcd
 from demidcd.synthetic import generator_model, sample
@@ -85,7 +85,9 @@ def _problem(n=80, seed=4):
     def task(lo, hi):
         enc = f.transform(c.tokens[lo:hi])
         y = np.array([index[t] for s in c.tags[lo:hi] for t in s], np.int32)
-        return SequenceTask(enc, y, len(tags), f.n_features)
+        t = SequenceTask(enc, y, len(tags), f.n_features)
+        t.fired = np.bincount(enc.feat_idx, minlength=f.n_features) > 0
+        return t
 
     return task, n
 
@@ -94,9 +96,14 @@ class _Cluster:
     """K local parts merged as the driver merges them, each part's change reaching the others
     one round late (asynchronous: no part waits for the others)."""
 
-    def __init__(self, tasks, cfg):
+    def __init__(self, tasks, cfg, per_coordinate=True):
         self.cfg = cfg
-        self.parts = [LocalPart(t, cfg, len(tasks), [0, k]) for k, t in enumerate(tasks)]
+        sigma = len(tasks)
+        if per_coordinate:  # σ′_j: the parts that fire coordinate j's feature
+            nf = sum(t.fired.astype(np.int64) for t in tasks)
+            sigma = coordinate_sigma(nf, tasks[0].K, tasks[0].dim, len(tasks))
+            assert 1 <= sigma.min() and sigma.max() == len(tasks) and (sigma == 1).any()
+        self.parts = [LocalPart(t, cfg, sigma, [0, k]) for k, t in enumerate(tasks)]
         self.w = np.zeros(tasks[0].dim)
         for p in self.parts:
             p.reset(self.w)
@@ -142,17 +149,18 @@ def test_merged_changes_keep_w_the_sum_of_alpha_phi_over_all_parts():
         assert np.allclose(cl.w, rebuilt, atol=1e-9), r
     cl.flush()
     for p in cl.parts:  # every part's view is the global w once the changes have arrived
-        assert np.allclose(p.act.w, cl.w, atol=1e-9)
+        assert np.allclose(p.view(), cl.w, atol=1e-9)
     assert np.abs(cl.w).sum() > 0
 
 
-def test_two_parts_reach_the_one_dcd_optimum():
+@pytest.mark.parametrize("per_coordinate", [True, False])
+def test_two_parts_reach_the_one_dcd_optimum(per_coordinate):
     task, n = _problem()
     cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=500)
     one = train_dcd(task(0, n), cfg)
     p_one = one.history[-1].get("primal") or (0.5 * one.w @ one.w + LocalPart(
         task(0, n), cfg, 1, 0).loss_part(one.w)[0])
-    cl = _Cluster([task(0, 40), task(40, n)], cfg)
+    cl = _Cluster([task(0, 40), task(40, n)], cfg, per_coordinate)
     for _ in range(3000):
         cl.round()
     cl.flush()

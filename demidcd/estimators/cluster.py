@@ -203,24 +203,31 @@ class ClusterRun:
         self.classes = classes
         enc = ray.get([a.encode.remote(self.state_ref, classes, weights != "all")
                        for a in self.actors])
+        nf = np.zeros(F, np.int64)  # parts that fire each feature: σ′ of its weights
+        for _, _, fired in enc:
+            nf += np.unpackbits(fired, count=F)
+        self.parts_of_feature = nf.astype(np.uint8)
         pairs = None
         if weights != "all":
-            pairs = _pairs([c for c, _ in enc], F, K)
+            pairs = _pairs([c for c, _, _ in enc], F, K)
             if weights == "auto":
                 choice = choose_layout(F, K, 0, int(pairs[1].shape[0]),
-                                       sum(b for _, b in enc))
+                                       sum(b for _, b, _ in enc))
                 self.say(choice.reason())
                 if choice.layout == "all":
                     pairs = None
         est.seen_pairs_ = pairs
         self.pairs_ref = ray.put(pairs)
-        self.sigma = float(self.K)
-        dims = ray.get([a.bind.remote(self.pairs_ref, self.config, self.sigma,
+        self.nf_ref = ray.put(self.parts_of_feature)
+        dims = ray.get([a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
                                       self.config.seed) for a in self.actors])
         self.dim = dims[0]
+        one = float((nf == 1).mean()) if F else 0.0
         self.say(f"cluster: {self.K} nodes, features counted on each and merged ({F:,} "
-                 f"features, {K} labels, |w| {self.dim:,}); σ′ = {self.K:g} (CoCoA+'s safe "
-                 f"choice for adding the nodes' changes); set-up {time.perf_counter() - t0:.1f}s")
+                 f"features, {K} labels, |w| {self.dim:,}); changes added with σ′_j = the "
+                 f"number of nodes whose part fires coordinate j's feature (CoCoA+'s safe "
+                 f"σ′ = K, per coordinate; {one:.0%} of the features on one node: σ′ 1), "
+                 f"transitions σ′ {self.K}; set-up {time.perf_counter() - t0:.1f}s")
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainResult:
@@ -365,7 +372,7 @@ class ClusterRun:
                           rec["dual"])
         res.extra.update(nodes=nodes, memory_line=f"peak memory: {top:,.0f} MiB (PSS, the "
                          f"largest node; per node above)", merge_bytes=self.bytes,
-                         sigma=self.sigma, lost=list(self.lost))
+                         lost=list(self.lost))
         return res
 
     def _record(self, epoch: int, at: float, updates: int, w: np.ndarray, loss: float,
@@ -427,7 +434,7 @@ class ClusterRun:
         if at is not None and os.path.exists(path):
             with np.load(path, allow_pickle=False) as z:
                 ck = {name: z[name] for name in z.files}
-        ray.get(a.bind.remote(self.pairs_ref, self.config, self.sigma,
+        ray.get(a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
                               self.config.seed + 1000 * (len(self.lost)), ck))
         self.actors[k] = a
         self.node_ids[k] = self.node_ids[j]

@@ -33,7 +33,7 @@ import numpy as np
 from ..io.byte_ranges import read_range
 from ..io.tagged import label_index, parse_text, read_tagged
 from ..primitives.monitor import CpuMonitor
-from ..solvers.cocoa import LocalPart
+from ..solvers.cocoa import LocalPart, coordinate_sigma
 from ..tasks.chain.features import SequenceFeaturizer, split_attributes
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
@@ -125,9 +125,10 @@ class ClusterNode:
         return f.count(self.X)
 
     def encode(self, state: tuple[dict, dict], classes: list[str], pairs: bool
-               ) -> tuple[np.ndarray | None, int]:
+               ) -> tuple[np.ndarray | None, int, np.ndarray]:
         """Encode the part with the broadcast dictionary; drop its Python objects. Returns
-        (its seen pairs as codes f·K + y when ``pairs``, the encoded arrays' bytes)."""
+        (its seen pairs as codes f·K + y when ``pairs``, the encoded arrays' bytes, the
+        features it fires as packed bits)."""
         arrays, meta = state
         f = SequenceFeaturizer.from_state({k: np.array(v) for k, v in arrays.items()}, meta)
         self.enc = f.transform(self.X)
@@ -142,16 +143,19 @@ class ClusterNode:
         if pairs and self.enc.n_sentences:
             off, lab = seen_pairs(self.enc, self.y, self.F, self.K)
             codes = np.repeat(np.arange(self.F, dtype=np.int64), np.diff(off)) * self.K + lab
-        return codes, encoded_bytes(self.enc)
+        fired = np.packbits(np.bincount(self.enc.feat_idx, minlength=self.F) > 0)
+        return codes, encoded_bytes(self.enc), fired
 
-    def bind(self, pairs: tuple | None, config: Any, sigma: float, seed: int,
-             ckpt: dict | None = None) -> int:
-        """The part's task and local engine (paused until :meth:`resume`); ``ckpt``: the α
-        checkpoint of a part that moves here. Returns the dimension of w."""
+    def bind(self, pairs: tuple | None, config: Any, parts: int, parts_of_feature: np.ndarray,
+             seed: int, ckpt: dict | None = None) -> int:
+        """The part's task and local engine (paused until :meth:`resume`), with σ′_j the
+        number of parts that fire coordinate j's feature (:func:`coordinate_sigma`);
+        ``ckpt``: the α checkpoint of a part that moves here. Returns the dimension of w."""
         if pairs is not None:
             pairs = (np.array(pairs[0]), np.array(pairs[1]))
         task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
-        self.part = LocalPart(task, config, sigma, [seed, self.k])
+        sig = coordinate_sigma(parts_of_feature, self.K, task.dim, parts, pairs)
+        self.part = LocalPart(task, config, sig, [seed, self.k])
         if ckpt is not None:
             self.part.restore({k: np.array(v) for k, v in ckpt.items()})
         self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)

@@ -42,42 +42,88 @@ from .kernels import dual_terms
 
 
 @njit(cache=True, nogil=True)
-def _commit(v: np.ndarray, base: np.ndarray, inv_sigma: float, out_idx: np.ndarray,
-            out_val: np.ndarray) -> int:
-    """Δ = (v − base)/σ′ on every entry where v ≠ base, into out_idx/out_val (sized dim);
-    then v = base = base + Δ there. Returns the number of entries."""
+def _commit(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
+            out_idx: np.ndarray, out_val: np.ndarray) -> int:
+    """Δw_j = (u_j − base_j)/s_j on every entry where u ≠ base (s_j = √σ_j = root[sig[j]]),
+    into out_idx/out_val (sized dim); then u_j = base_j = base_j + (u_j − base_j)/σ_j (that
+    is v = base_v + Δw). Returns the number of entries."""
     n = 0
-    for j in range(v.shape[0]):
-        if v[j] != base[j]:
-            d = (v[j] - base[j]) * inv_sigma
+    for j in range(u.shape[0]):
+        if u[j] != base[j]:
+            d = u[j] - base[j]
+            r = root[sig[j]]
             out_idx[n] = j
-            out_val[n] = d
+            out_val[n] = d / r
             n += 1
-            base[j] += d
-            v[j] = base[j]
+            base[j] += d / (r * r)
+            u[j] = base[j]
     return n
 
 
 @njit(cache=True, nogil=True)
-def _apply(v: np.ndarray, base: np.ndarray, idx: np.ndarray, val: np.ndarray) -> None:
-    """v += Δ and base += Δ on the entries of one merged change of other parts."""
+def _apply(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
+           idx: np.ndarray, val: np.ndarray) -> None:
+    """v += Δ and base_v += Δ (in u's units: Δ/s) on the entries of a merged change."""
     for q in range(idx.shape[0]):
-        v[idx[q]] += val[q]
-        base[idx[q]] += val[q]
+        j = idx[q]
+        d = val[q] / root[sig[j]]
+        u[j] += d
+        base[j] += d
+
+
+@njit(cache=True, nogil=True)
+def _to_v(u: np.ndarray, sig: np.ndarray, root: np.ndarray, v: np.ndarray) -> None:
+    """v = s ⊙ u."""
+    for j in range(u.shape[0]):
+        v[j] = u[j] * root[sig[j]]
+
+
+@njit(cache=True, nogil=True)
+def _to_u(w: np.ndarray, sig: np.ndarray, root: np.ndarray, u: np.ndarray,
+          base: np.ndarray) -> None:
+    """u = base = w / s."""
+    for j in range(w.shape[0]):
+        u[j] = w[j] / root[sig[j]]
+        base[j] = u[j]
+
+
+def coordinate_sigma(n_parts_of_feature: np.ndarray, K: int, dim: int, parts: int,
+                     pairs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """σ′_j of every coordinate of a chain's w (uint8): for an emission weight (f, y) the
+    number of parts whose examples fire feature f (at least 1), for the transitions (and
+    any padding) the number of parts. ``pairs``: the seen-pairs layout (off, lab)."""
+    nf = np.maximum(np.asarray(n_parts_of_feature, np.int64), 1)
+    sig = np.full(dim, parts, np.uint8)
+    if pairs is None:
+        sig[:nf.shape[0] * K] = np.repeat(nf, K)
+    else:
+        off = np.asarray(pairs[0], np.int64)
+        sig[:int(off[-1])] = np.repeat(nf, np.diff(off))
+    return sig
 
 
 class LocalPart:
     """The local subproblem of one part (module docstring): ``task`` holds that part's
-    examples only; ``sigma`` is σ′ (K for K parts)."""
+    examples only; ``sigma`` is σ′, one number for every coordinate (K for K parts) or a
+    uint8 array of σ′_j (:func:`coordinate_sigma`)."""
 
-    def __init__(self, task: Task, config: SolverConfig, sigma: float, seed: int | list[int]):
-        if sigma < 1:
-            raise ValueError("sigma' must be >= 1")
-        self.task, self.config, self.sigma = task, config, float(sigma)
+    def __init__(self, task: Task, config: SolverConfig, sigma: float | np.ndarray,
+                 seed: int | list[int]):
         n, dim = task.n_examples, task.dim
-        self.act = ActiveSets(n, dim, config.C * self.sigma, config.delta, config.max_active,
+        if np.ndim(sigma) == 0:
+            if not 1 <= float(sigma) <= 255 or float(sigma) != int(sigma):
+                raise ValueError("sigma' must be an integer in [1, 255]")
+            sig = np.full(dim, int(sigma), np.uint8)
+        else:
+            sig = np.asarray(sigma, np.uint8)
+            if sig.shape != (dim,) or (sig < 1).any():
+                raise ValueError("sigma' must be >= 1 for each of the dim coordinates")
+        self.task, self.config, self.sig = task, config, sig
+        self.root = np.sqrt(np.arange(256, dtype=np.float64))
+        self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               sweeps=config.sweeps, loss=config.loss, tol=config.tol)
-        self.base = np.zeros(dim)
+        self.base = np.zeros(dim)  # u's units
+        self.v = np.zeros(dim)  # s ⊙ u, what inference reads (refreshed every slice)
         self.plan = SweepPlan(self.act, config.skip)
         self.rng = np.random.default_rng(seed)
         self._idx = np.zeros(dim, np.int64)
@@ -88,27 +134,36 @@ class LocalPart:
         self._ep: dict = {}
         self.updates = self.inferences = 0
 
+    def _s(self, idx: np.ndarray) -> np.ndarray:
+        return self.root[self.sig[idx]]
+
     # ------------------------------------------------------------------ the merge
     def reset(self, w: np.ndarray) -> None:
         """v = base = w (the start, or a resynchronisation after a part was lost)."""
-        self.act.w[:] = w
-        self.base[:] = w
+        _to_u(np.asarray(w, np.float64), self.sig, self.root, self.act.w, self.base)
 
     def apply(self, idx: np.ndarray, val: np.ndarray) -> None:
         """Add other parts' merged change (idx, val) to v and base."""
-        _apply(self.act.w, self.base, np.asarray(idx, np.int64), np.asarray(val, np.float64))
+        _apply(self.act.w, self.base, self.sig, self.root, np.asarray(idx, np.int64),
+               np.asarray(val, np.float64))
 
     def commit(self) -> tuple[np.ndarray, np.ndarray]:
         """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
         base: (indices, values), copies."""
-        n = _commit(self.act.w, self.base, 1.0 / self.sigma, self._idx, self._val)
+        n = _commit(self.act.w, self.base, self.sig, self.root, self._idx, self._val)
         return self._idx[:n].copy(), self._val[:n].copy()
+
+    def view(self) -> np.ndarray:
+        """v = base + σ′ ⊙ Δw_k, the w this part's inference reads (fresh)."""
+        _to_v(self.act.w, self.sig, self.root, self.v)
+        return self.v
 
     # ------------------------------------------------------------------ the work
     def work(self, seconds: float) -> dict | None:
         """DCD-SSVM on this part for about ``seconds``: at an epoch's start r passes over the
-        active sets, then chunks of the shuffled inference pass. Returns the epoch's record
-        when its inference pass ended within this call, else None."""
+        active sets, then chunks of the shuffled inference pass (reading v as it was at
+        this call's start: a slice's own steps reach inference at the next slice). Returns
+        the epoch's record when its inference pass ended within this call, else None."""
         cfg, act, task = self.config, self.act, self.task
         n = task.n_examples
         t_end = time.perf_counter() + seconds
@@ -127,13 +182,16 @@ class LocalPart:
             self._ep, self._at = ep, 0
             self._order = self.rng.permutation(n).astype(np.int64)
         ep, order, b = self._ep, self._order, max(1, cfg.batch)
+        v = self.view()
         while self._at < n:
             chunk = order[self._at:self._at + b]
             try:
-                batch = task.loss_augmented(act.w, chunk)
+                batch = task.loss_augmented(v, chunk)
             except InferenceInterrupted:
                 break
-            ep["violators"] += int((act.violation(batch) > cfg.tol).sum())
+            ep["violators"] += int((batch.delta - batch.margin > cfg.tol).sum()) \
+                if cfg.loss == "l1" else int((act.violation(batch) > cfg.tol).sum())
+            batch.val = batch.val * self._s(batch.idx)  # φ' = s ⊙ φ: u·φ' = v·φ
             ep["admitted"] += act.insert(batch, cfg.admit).admitted
             st = act.update(chunk)
             ep["pass_pg"] = max(ep["pass_pg"], st.max_pg)
@@ -155,10 +213,10 @@ class LocalPart:
 
     # ------------------------------------------------------------------ objective, state
     def dual_terms(self) -> tuple[float, float]:
-        """(Σ Δ·α, Σ A_i²) of this part in α's units (the dual is the sum over parts of
-        Σ Δα − Σ A²/(4C), minus ½‖w‖²; for the L1 loss the A² term is not used)."""
+        """(Σ Δ·α, Σ A_i²) of this part (the dual is the sum over parts of Σ Δα − Σ A²/(4C),
+        minus ½‖w‖²; for the L1 loss the A² term is not used)."""
         sq, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
-        return lin / self.sigma, sq / self.sigma ** 2
+        return lin, sq
 
     def loss_part(self, w: np.ndarray, chunk: int = 512) -> tuple[float, int]:
         """(C Σ_i ξ_i² (L2; C Σ ξ_i for L1), #ξ_i > 0) over this part's examples at ``w``:
@@ -172,20 +230,21 @@ class LocalPart:
         return self.config.C * total, nv
 
     def own_w(self) -> np.ndarray:
-        """Σ_{i∈part} α_i φ_i, rebuilt from the stored structures."""
-        return self.act.rebuilt_w() / self.sigma
+        """Σ_{i∈part} α_i φ_i, rebuilt from the stored structures (φ' / s)."""
+        w = self.act.rebuilt_w()
+        w /= self.root[self.sig]
+        return w
 
     def state(self) -> dict[str, np.ndarray]:
-        """The part's dual state in α's units (:meth:`ActiveSets.state` arrays)."""
+        """The part's dual state (:meth:`ActiveSets.state` arrays, φ unscaled)."""
         s = self.act.state()
-        s["alpha"] = s["alpha"] / self.sigma
-        s["alpha_sum"] = s["alpha_sum"] / self.sigma
+        s["phi_val"] = s["phi_val"] / self._s(s["phi_idx"].astype(np.int64))
         return s
 
     def restore(self, arrays: dict[str, np.ndarray]) -> int:
-        """Load a :meth:`state` (of this part's examples, maybe taken under another σ′);
-        w is left to the caller (:meth:`reset` with the resynchronised w)."""
+        """Load a :meth:`state` of this part's examples; w is left to the caller
+        (:meth:`reset` with the resynchronised w)."""
         a = dict(arrays)
-        a["alpha"] = np.asarray(a["alpha"], np.float64) * self.sigma
-        a["alpha_sum"] = np.asarray(a["alpha_sum"], np.float64) * self.sigma
+        a["phi_val"] = np.asarray(a["phi_val"], np.float64) * self._s(
+            np.asarray(a["phi_idx"], np.int64))
         return self.act.restore(a, add=False)
