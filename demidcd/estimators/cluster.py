@@ -292,7 +292,7 @@ class ClusterRun:
                     for ep in eps:
                         last_epoch[k], quiet[k] = ep["epoch"], ep["quiet"]
                         updates += ep["updates"]
-                    for e_id, loss, nv in evs:
+                    for e_id, loss, _nv in evs:
                         if e_id in evals:
                             evals[e_id][1].append(loss)
                     pulls[self.actors[k].pull.remote(PULL_WAIT)] = k

@@ -33,7 +33,7 @@ import numpy as np
 from ..io.byte_ranges import read_range
 from ..io.tagged import label_index, parse_text, read_tagged
 from ..primitives.monitor import CpuMonitor
-from ..solvers.cocoa import LocalPart, coordinate_sigma
+from ..solvers.cocoa import LocalPart, coordinate_sigma, warm_kernels
 from ..tasks.chain.features import SequenceFeaturizer, split_attributes
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
@@ -49,7 +49,7 @@ def versions() -> dict[str, str]:
 
     from .. import __version__
 
-    return {"demidcd": __version__, "python": "%d.%d.%d" % sys.version_info[:3],
+    return {"demidcd": __version__, "python": ".".join(map(str, sys.version_info[:3])),
             "numpy": np.__version__, "numba": numba.__version__}
 
 
@@ -156,6 +156,7 @@ class ClusterNode:
         task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
         sig = coordinate_sigma(parts_of_feature, self.K, task.dim, parts, pairs)
         self.part = LocalPart(task, config, sig, [seed, self.k])
+        warm_kernels()
         if ckpt is not None:
             self.part.restore({k: np.array(v) for k, v in ckpt.items()})
         self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)

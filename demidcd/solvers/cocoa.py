@@ -87,6 +87,48 @@ def _to_u(w: np.ndarray, sig: np.ndarray, root: np.ndarray, u: np.ndarray,
         base[j] = u[j]
 
 
+@njit(cache=True, nogil=True)
+def _refresh_rows(u: np.ndarray, v: np.ndarray, sig: np.ndarray, root: np.ndarray,
+                  sent_ptr: np.ndarray, feat_ptr: np.ndarray, feat_idx: np.ndarray,
+                  chunk: np.ndarray, K: int, off: np.ndarray, t0: int, stamp: np.ndarray,
+                  tick: int) -> None:
+    """v = s ⊙ u on the coordinates that inference on the sentences ``chunk`` of a chain
+    reads: the emission weights of every feature their tokens fire (f·K … f·K + K − 1, or
+    the seen pairs off[f] … off[f+1] − 1 when ``off`` is not empty; each feature once:
+    ``stamp[f]`` = ``tick`` once done) and the transitions from ``t0`` on. A feature's
+    weights share one σ′ (:func:`coordinate_sigma`)."""
+    pairs = off.shape[0] > 0
+    for q in range(chunk.shape[0]):
+        s = chunk[q]
+        for t in range(sent_ptr[s], sent_ptr[s + 1]):
+            for e in range(feat_ptr[t], feat_ptr[t + 1]):
+                f = feat_idx[e]
+                if stamp[f] == tick:
+                    continue
+                stamp[f] = tick
+                lo, hi = (off[f], off[f + 1]) if pairs else (f * K, f * K + K)
+                if lo < hi:
+                    r = root[sig[lo]]
+                    for j in range(lo, hi):
+                        v[j] = u[j] * r
+    for j in range(t0, u.shape[0]):
+        v[j] = u[j] * root[sig[j]]
+
+
+def warm_kernels() -> None:
+    """Compile (or load from numba's cache) this module's kernels, before a clock starts."""
+    u, base, v = np.zeros(4), np.zeros(4), np.zeros(4)
+    sig, root = np.ones(4, np.uint8), np.sqrt(np.arange(256, dtype=np.float64))
+    idx, val = np.zeros(4, np.int64), np.zeros(4)
+    _commit(u, base, sig, root, idx, val)
+    _apply(u, base, sig, root, idx[:1], val[:1])
+    _to_v(u, sig, root, v)
+    _to_u(u, sig, root, u, base)
+    ptr = np.array([0, 1], np.int64)
+    _refresh_rows(u, v, sig, root, ptr, ptr, np.zeros(1, np.int32), np.zeros(1, np.int64), 2,
+                  np.zeros(0, np.int64), 2, np.zeros(1, np.int64), 1)
+
+
 def coordinate_sigma(n_parts_of_feature: np.ndarray, K: int, dim: int, parts: int,
                      pairs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """σ′_j of every coordinate of a chain's w (uint8): for an emission weight (f, y) the
@@ -133,6 +175,19 @@ class LocalPart:
         self._at = 0
         self._ep: dict = {}
         self.updates = self.inferences = 0
+        self._stamp = np.zeros(getattr(task, "F", 0), np.int64)
+        self._tick = 0
+
+    def _fresh(self, chunk: np.ndarray) -> None:
+        """v fresh where inference on ``chunk`` reads it (a chain task; any other: all)."""
+        t = self.task
+        if not hasattr(t, "feat_idx"):
+            self.view()
+            return
+        off = t.pairs[0] if t.pairs is not None else np.zeros(0, np.int64)
+        self._tick += 1
+        _refresh_rows(self.act.w, self.v, self.sig, self.root, t.sent_ptr, t.feat_ptr,
+                      t.feat_idx, chunk, t.K, off, t.u_rows * t.K, self._stamp, self._tick)
 
     def _s(self, idx: np.ndarray) -> np.ndarray:
         return self.root[self.sig[idx]]
@@ -161,9 +216,9 @@ class LocalPart:
     # ------------------------------------------------------------------ the work
     def work(self, seconds: float) -> dict | None:
         """DCD-SSVM on this part for about ``seconds``: at an epoch's start r passes over the
-        active sets, then chunks of the shuffled inference pass (reading v as it was at
-        this call's start: a slice's own steps reach inference at the next slice). Returns
-        the epoch's record when its inference pass ended within this call, else None."""
+        active sets, then chunks of the shuffled inference pass (v made fresh where each
+        chunk's inference reads it, :func:`_refresh_rows`). Returns the epoch's record when
+        its inference pass ended within this call, else None."""
         cfg, act, task = self.config, self.act, self.task
         n = task.n_examples
         t_end = time.perf_counter() + seconds
@@ -182,9 +237,10 @@ class LocalPart:
             self._ep, self._at = ep, 0
             self._order = self.rng.permutation(n).astype(np.int64)
         ep, order, b = self._ep, self._order, max(1, cfg.batch)
-        v = self.view()
+        v = self.v
         while self._at < n:
             chunk = order[self._at:self._at + b]
+            self._fresh(chunk)
             try:
                 batch = task.loss_augmented(v, chunk)
             except InferenceInterrupted:
