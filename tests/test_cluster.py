@@ -199,3 +199,16 @@ def test_a_lost_part_resumes_from_its_checkpoint_with_no_example_lost_or_twice()
         ref.round()
     ref.flush()
     assert abs(cl.primal() - ref.primal()) / ref.primal() < 2e-3
+
+
+def test_a_node_with_another_version_is_refused():
+    from demidcd.errors import DemidcdError
+    from demidcd.estimators.cluster import check_versions
+    from demidcd.estimators.cluster_node import versions
+
+    mine = versions()
+    check_versions([mine, dict(mine)], mine, ["a", "b"])  # the same: taken
+    for what in ("demidcd", "python"):
+        other = {**mine, what: "0.0.0"}
+        with pytest.raises(DemidcdError, match=f"node 2 \\(b\\) runs {what} 0.0.0.*refused"):
+            check_versions([mine, other], mine, ["a", "b"])

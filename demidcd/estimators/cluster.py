@@ -90,6 +90,17 @@ def _pairs(codes: list[np.ndarray | None], F: int, K: int) -> tuple[np.ndarray, 
     return np.cumsum(off), (u % K).astype(np.int32)
 
 
+def check_versions(infos: list[dict], mine: dict, where: list[str]) -> None:
+    """A one-line :class:`DemidcdError` naming the first node whose demidcd or Python version
+    differs from the driver's (``infos``: each node's :func:`~.cluster_node.versions`)."""
+    for k, info in enumerate(infos):
+        for what in ("demidcd", "python"):
+            if info.get(what) != mine[what]:
+                raise DemidcdError(
+                    f"node {k + 1} ({where[k]}) runs {what} {info.get(what)}, this driver "
+                    f"{mine[what]}: refused (every node needs the same demidcd and Python)")
+
+
 class ClusterRun:
     """The driver of one cluster run (module docstring)."""
 
@@ -143,12 +154,7 @@ class ClusterRun:
             self.where.append(n.get("NodeManagerAddress", "?"))
             self.node_ids.append(n["NodeID"])
         infos = ray.get([a.info.remote() for a in self.actors])
-        for k, info in enumerate(infos):
-            for what in ("demidcd", "python"):
-                if info[what] != mine[what]:
-                    raise DemidcdError(
-                        f"node {k + 1} ({self.where[k]}) runs {what} {info[what]}, this driver "
-                        f"{mine[what]}: every node needs the same demidcd and Python")
+        check_versions(infos, mine, self.where)
         self.infos = infos
         self.ckpt_at = [None] * self.K
 

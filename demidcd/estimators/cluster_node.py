@@ -246,7 +246,7 @@ class ClusterNode:
 
     def final_loss(self, w: np.ndarray) -> tuple[float, int]:
         """This part's loss term of the primal at ``w`` (after :meth:`stop`)."""
-        return self.part.loss_part(np.array(w, np.float64))
+        return self.part.loss_part(w)
 
     def peak(self) -> dict[str, float]:
         """Peak memory (PSS of this node's process, MiB) and CPU seconds."""
@@ -281,7 +281,7 @@ class ClusterNode:
                     if gen == self.gen:
                         part.apply(idx, val)
                 for eid, w in evals:
-                    loss, nv = part.loss_part(np.array(w, np.float64))
+                    loss, nv = part.loss_part(w)
                     with self.cv:
                         self.evals.append((eid, loss, nv))
                         self.cv.notify_all()

@@ -42,11 +42,21 @@ from .kernels import dual_terms
 
 
 @njit(cache=True, nogil=True)
+def _changed(u: np.ndarray, base: np.ndarray) -> int:
+    """The number of entries where u ≠ base."""
+    n = 0
+    for j in range(u.shape[0]):
+        if u[j] != base[j]:
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
 def _commit(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
             out_idx: np.ndarray, out_val: np.ndarray) -> int:
     """Δw_j = (u_j − base_j)/s_j on every entry where u ≠ base (s_j = √σ_j = root[sig[j]]),
-    into out_idx/out_val (sized dim); then u_j = base_j = base_j + (u_j − base_j)/σ_j (that
-    is v = base_v + Δw). Returns the number of entries."""
+    into out_idx/out_val (sized by :func:`_changed`); then u_j = base_j = base_j +
+    (u_j − base_j)/σ_j (that is v = base_v + Δw). Returns the number of entries."""
     n = 0
     for j in range(u.shape[0]):
         if u[j] != base[j]:
@@ -120,6 +130,7 @@ def warm_kernels() -> None:
     u, base, v = np.zeros(4), np.zeros(4), np.zeros(4)
     sig, root = np.ones(4, np.uint8), np.sqrt(np.arange(256, dtype=np.float64))
     idx, val = np.zeros(4, np.int64), np.zeros(4)
+    _changed(u, base)
     _commit(u, base, sig, root, idx, val)
     _apply(u, base, sig, root, idx[:1], val[:1])
     _to_v(u, sig, root, v)
@@ -168,8 +179,6 @@ class LocalPart:
         self.v = np.zeros(dim)  # s ⊙ u, what inference reads (refreshed every slice)
         self.plan = SweepPlan(self.act, config.skip)
         self.rng = np.random.default_rng(seed)
-        self._idx = np.zeros(dim, np.int64)
-        self._val = np.zeros(dim)
         self.epoch = 0
         self._order: np.ndarray | None = None  # the inference pass under way
         self._at = 0
@@ -205,8 +214,10 @@ class LocalPart:
     def commit(self) -> tuple[np.ndarray, np.ndarray]:
         """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
         base: (indices, values), copies."""
-        n = _commit(self.act.w, self.base, self.sig, self.root, self._idx, self._val)
-        return self._idx[:n].copy(), self._val[:n].copy()
+        m = _changed(self.act.w, self.base)
+        idx, val = np.empty(m, np.int64), np.empty(m)
+        _commit(self.act.w, self.base, self.sig, self.root, idx, val)
+        return idx, val
 
     def view(self) -> np.ndarray:
         """v = base + σ′ ⊙ Δw_k, the w this part's inference reads (fresh)."""
@@ -278,6 +289,8 @@ class LocalPart:
         """(C Σ_i ξ_i² (L2; C Σ ξ_i for L1), #ξ_i > 0) over this part's examples at ``w``:
         the primal is ½‖w‖² plus the sum of the parts'."""
         task, total, nv = self.task, 0.0, 0
+        self.v[:] = w  # (v is made fresh again where each chunk reads it: no copy of w)
+        w = self.v
         for s in range(0, task.n_examples, chunk):
             b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
             xi = np.maximum(b.delta - b.margin, 0.0)

@@ -1,0 +1,204 @@
+"""Past one machine (issue 54): 1-, 2- and 3-node local Ray clusters against one machine.
+
+    python benchmarks/cluster.py [--data ewt,synthetic] [--nodes 1,2,3] [--limit 150]
+                                 [--tokens 4000000] [--cpus-per-node 1] [--out-dir DIR]
+
+Each cluster is a local ``ray.cluster_utils.Cluster`` of N nodes with ``--cpus-per-node`` CPUs
+each (all on this machine), trained with ``--backend ray --ray-address``; one machine is the
+shared-memory engine at ``--threads 2``. Per run: time to 1% relative gap (the gap the log
+reports: the cluster's is exact only at the end, see demidcd/estimators/cluster.py), the
+final primal, dual and gap, each node's peak memory (PSS) from ``node K peak memory``, merge
+traffic (bytes of Δw pulled and forwarded per second) and the test accuracy (EWT only).
+
+The table ends with a **projection** to 8 nodes x 16 cores on 10 Gb/s — a model, not a
+measurement: the time per epoch shrinks with the cores (the 1-node rate times 8·16 / cores,
+an ideal speed-up), the epochs to 1% gap grow with σ′ as measured from 1 to 3 nodes
+(extrapolated linearly in the node count) and the merge traffic grows as measured per node
+pair; the network time per second of training is traffic / 10 Gb/s. Writes
+``cluster.json`` (and the logs) to ``--out-dir`` and prints a markdown table. On a loaded
+machine every time is under load: say so when quoting it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import (  # noqa: E402
+    EWT,
+    RESULTS,
+    machine_info,
+    machine_line,
+    markdown_table,
+    run_cli,
+    say,
+    write_json,
+)
+
+CLUSTER = """
+import signal, sys, time
+from ray.cluster_utils import Cluster
+n, cpus, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "include_dashboard": False})
+for _ in range(n - 1):
+    c.add_node(num_cpus=cpus)
+c.wait_for_nodes()
+open(out, "w").write(c.address)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while not stop:
+    time.sleep(0.2)
+c.shutdown()
+"""
+
+
+def start_cluster(n: int, cpus: int, tmp: Path) -> tuple[subprocess.Popen, str]:
+    addr = tmp / f"addr-{n}"
+    p = subprocess.Popen([sys.executable, "-c", CLUSTER, str(n), str(cpus), str(addr)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(240):
+        if addr.exists() and addr.read_text():
+            return p, addr.read_text()
+        time.sleep(0.5)
+    p.terminate()
+    raise RuntimeError(f"a local cluster of {n} nodes did not start")
+
+
+def stop_cluster(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
+ITER = re.compile(r"iter\s+\d+\s+([\d.]+)s.*primal ([\d.e+-]+) dual ([\d.e+-]+) gap ([\d.e+-]+)")
+
+
+def parse(text: str) -> dict:
+    pts = [(float(a), float(p), float(d), float(g)) for a, p, d, g in ITER.findall(text)]
+    t1 = next((t for t, _, _, g in pts if g <= 0.01), None)
+    peaks = [float(x.replace(",", "")) for x in
+             re.findall(r"node \d+ peak memory: ([\d,]+) MiB", text)]
+    one = re.search(r"^peak memory: ([\d,]+) MiB", text, re.M)
+    traffic = re.search(r"merge traffic: ([\d.]+) MiB/s", text)
+    return {"curve": pts, "time_to_1pct_gap": t1, "final": pts[-1] if pts else None,
+            "node_peaks_mib": peaks,
+            "peak_mib": float(one.group(1).replace(",", "")) if one else None,
+            "merge_mib_per_s": float(traffic.group(1)) if traffic else None,
+            "lost": re.findall(r"node \d+ .*lost.*", text)}
+
+
+def accuracy(model: Path, log: Path) -> float | None:
+    text, _ = run_cli(["evaluate", "--model", model, "--data", EWT / "en_ewt-ud-test.conllu",
+                       "--format", "conllu", "--column", "xpos"], log)
+    m = re.search(r"accuracy: ([\d.]+)%", text)
+    return float(m.group(1)) if m else None
+
+
+def synthetic(path: Path, tokens: int) -> None:
+    from demidcd.synthetic import generator_model, sample
+
+    m = generator_model(n_tags=45, vocab_size=200_000, mean_length=18, max_length=80, seed=7)
+    c = sample(m, max(1, tokens // 18), seed=tokens)
+    with open(path, "w") as f:
+        for toks, tags in zip(c.tokens, c.tags, strict=True):
+            f.write("".join(f"{w}\t{t}\n" for w, t in zip(toks, tags, strict=True)) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="ewt,synthetic")
+    ap.add_argument("--nodes", default="1,2,3")
+    ap.add_argument("--limit", type=float, default=150.0)
+    ap.add_argument("--tokens", type=int, default=4_000_000)
+    ap.add_argument("--cpus-per-node", type=int, default=1)
+    ap.add_argument("--out-dir", default=str(RESULTS))
+    a = ap.parse_args(argv)
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine_info()
+    say(machine_line(info))
+    tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    results: dict = {"machine": info, "limit": a.limit, "cpus_per_node": a.cpus_per_node,
+                     "runs": {}}
+    for data in a.data.split(","):
+        if data == "ewt":
+            train = ["--train", EWT / "en_ewt-ud-train.conllu", "--format", "conllu",
+                     "--column", "xpos"]
+        else:
+            path = tmp / "synthetic.txt"
+            if not path.exists():
+                synthetic(path, a.tokens)
+            train = ["--train", path, "--format", "columns"]
+        common = [*train, "--time-limit", a.limit, "--eval-every", 5]
+        runs = {}
+        log = out / f"cluster-{data}-one.log"
+        text, wall = run_cli(["train", *common, "--threads", 2, "--model", tmp / "one.npz"],
+                             log)
+        runs["one machine, p=2"] = {**parse(text), "wall": wall}
+        if data == "ewt":
+            runs["one machine, p=2"]["accuracy"] = accuracy(tmp / "one.npz", tmp / "ev.log")
+        for n in (int(x) for x in a.nodes.split(",")):
+            p, addr = start_cluster(n, a.cpus_per_node, tmp)
+            try:
+                log = out / f"cluster-{data}-{n}.log"
+                text, wall = run_cli(["train", *common, "--backend", "ray", "--ray-address",
+                                      addr, "--model", tmp / f"r{n}.npz"], log)
+            finally:
+                stop_cluster(p)
+            r = {**parse(text), "wall": wall, "nodes": n}
+            if data == "ewt":
+                r["accuracy"] = accuracy(tmp / f"r{n}.npz", tmp / "ev.log")
+            runs[f"{n} node{'s' if n > 1 else ''} x {a.cpus_per_node} CPU"] = r
+        results["runs"][data] = runs
+        rows = []
+        for name, r in runs.items():
+            f = r["final"] or (None, None, None, None)
+            rows.append([name, r["time_to_1pct_gap"] if r["time_to_1pct_gap"] is not None
+                         else f"> {a.limit:g}", f"{f[3]:.4f}" if f[3] is not None else "-",
+                         f"{f[1]:.6g}" if f[1] is not None else "-",
+                         ", ".join(f"{x:.0f}" for x in r["node_peaks_mib"]) or
+                         (f"{r['peak_mib']:.0f}" if r["peak_mib"] else "-"),
+                         r["merge_mib_per_s"] if r["merge_mib_per_s"] is not None else "-",
+                         r.get("accuracy", "-")])
+        say(f"\n### {data} ({a.limit:g} s per run; times under whatever load the machine had)")
+        say(markdown_table(["run", "s to 1% gap", "final gap", "final primal",
+                            "peak MiB (per node)", "merge MiB/s", "test acc"], rows))
+        results["projection"] = projection(runs, a.limit)
+        say("\nPROJECTION (a model, not a measurement): " + results["projection"]["text"])
+    write_json(out / "cluster.json", results)
+    return 0
+
+
+def projection(runs: dict, limit: float) -> dict:
+    """8 nodes x 16 cores on 10 Gb/s from the 1..3-node runs (module docstring)."""
+    cl = {r["nodes"]: r for r in runs.values() if "nodes" in r}
+    if 1 not in cl:
+        return {"text": "needs a 1-node run"}
+    t1 = cl[1]["time_to_1pct_gap"] or limit
+    ks = sorted(cl)
+    infl = [(cl[k]["time_to_1pct_gap"] or limit) * k / t1 for k in ks]  # work per node-second
+    slope = (infl[-1] - infl[0]) / max(1, ks[-1] - ks[0]) if len(ks) > 1 else 0.0
+    infl8 = max(1.0, infl[0] + slope * (8 - ks[0]))
+    t8 = t1 * infl8 / (8 * 16)
+    per = [(cl[k]["merge_mib_per_s"] or 0.0) / max(1, k * (k - 1) or 1) for k in ks]
+    traffic8 = max(per) * 8 * 7 * 16  # per node pair, 16 cores' worth of changes
+    net = traffic8 * 8 * 2**20 / 10e9
+    text = (f"1% gap in about {t8:.1f} s on 8 x 16 cores (1 node x 1 CPU: {t1:.0f} s; work "
+            f"inflation at 8 nodes {infl8:.2f}x, extrapolated from {ks}); merge traffic about "
+            f"{traffic8:.0f} MiB/s, {net:.0%} of a 10 Gb/s link")
+    return {"seconds_to_1pct": t8, "inflation_8": infl8, "traffic_mib_s": traffic8,
+            "link_share": net, "text": text}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

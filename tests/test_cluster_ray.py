@@ -1,0 +1,129 @@
+"""Issue 54 end to end on a local Ray cluster (``ray.cluster_utils.Cluster``, nodes of 1 CPU on
+this machine): a 2-node run reaches the one-machine optimum, a node removed mid-run has its
+part resumed from its checkpoint, Ctrl-C keeps the model. Slow (CI's second step)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+ROOT = str(Path(__file__).resolve().parents[1])
+pytestmark = pytest.mark.slow
+
+
+def _data(path: Path, n: int = 200) -> None:
+    from demidcd.synthetic import generator_model, sample
+
+    m = generator_model(n_tags=5, vocab_size=400, mean_length=10, max_length=25, seed=11)
+    c = sample(m, n, seed=12)
+    with open(path, "w") as f:
+        for toks, tags in zip(c.tokens, c.tags, strict=True):
+            f.write("".join(f"{w}\t{t}\n" for w, t in zip(toks, tags, strict=True)) + "\n")
+
+
+def _train(log: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.Popen([sys.executable, "-m", "demidcd", "train", *args],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                            start_new_session=True)
+
+
+def _last_primal(text: str) -> float:
+    return float(re.findall(r"primal ([\d.e+-]+)", text)[-1])
+
+
+@pytest.fixture
+def cluster():
+    made = []
+
+    def make(n: int) -> Cluster:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                          "include_dashboard": False})
+        for _ in range(n - 1):
+            c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.shutdown()
+
+
+def _one_machine(tmp_path: Path, train: Path) -> float:
+    log = tmp_path / "one.log"
+    p = _train(log, "--train", str(train), "--format", "columns", "--threads", "1",
+               "--algorithm", "dcd", "--tol", "0.001", "--eval-every", "0")
+    assert p.wait(300) == 0, log.read_text()[-2000:]
+    return _last_primal(log.read_text())
+
+
+def test_a_two_node_run_reaches_the_one_machine_optimum(tmp_path, cluster):
+    train = tmp_path / "t.txt"
+    _data(train)
+    c = cluster(2)
+    log = tmp_path / "r.log"
+    p = _train(log, "--train", str(train), "--format", "columns", "--backend", "ray",
+               "--ray-address", c.address, "--tol", "0.001", "--time-limit", "120",
+               "--model", str(tmp_path / "r.npz"))
+    assert p.wait(400) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert len(re.findall(r"^node \d+: ", text, re.M)) == 2, text
+    assert len(re.findall(r"^node \d+ peak memory: [\d,]+ MiB", text, re.M)) == 2, text
+    f_one = _one_machine(tmp_path, train)
+    assert abs(_last_primal(text) - f_one) / f_one < 1e-3, (text[-1500:], f_one)
+
+
+def test_a_removed_nodes_part_resumes_from_its_checkpoint(tmp_path, cluster):
+    train = tmp_path / "t.txt"
+    _data(train, 400)
+    c = cluster(3)
+    last = list(c.worker_nodes)[-1]
+    log = tmp_path / "f.log"
+    p = _train(log, "--train", str(train), "--format", "columns", "--backend", "ray",
+               "--ray-address", c.address, "--time-limit", "60", "--tol", "0.001",
+               "--model", str(tmp_path / "f.npz"))
+    t0 = time.time()
+    while "cluster: 3 nodes" not in log.read_text() and time.time() - t0 < 200:
+        time.sleep(0.5)
+    time.sleep(15)  # past the first α checkpoint (every 10 s)
+    c.remove_node(last, allow_graceful=False)
+    assert p.wait(400) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert re.search(r"node \d+ .*lost.*restarts on node \d+ .*from its α checkpoint", text), \
+        text[-3000:]
+    assert "part restarted (checkpoint)" in text
+    f_one = _one_machine(tmp_path, train)
+    assert abs(_last_primal(text) - f_one) / f_one < 5e-3, (text[-1500:], f_one)
+
+
+def test_ctrl_c_keeps_the_model_and_leaves_no_node_process(tmp_path, cluster):
+    import psutil
+
+    train = tmp_path / "t.txt"
+    _data(train, 400)
+    c = cluster(2)
+    log, model = tmp_path / "i.log", tmp_path / "i.npz"
+    p = _train(log, "--train", str(train), "--format", "columns", "--backend", "ray",
+               "--ray-address", c.address, "--time-limit", "120", "--tol", "1e-9",
+               "--model", str(model))
+    t0 = time.time()
+    while "iter" not in log.read_text() and time.time() - t0 < 200:
+        time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(120) == 130, log.read_text()[-3000:]
+    assert model.exists()
+    time.sleep(2)
+    left = [q for q in psutil.process_iter(["cmdline"])
+            if "ClusterNode" in " ".join(q.info["cmdline"] or [])]
+    assert not left, left
