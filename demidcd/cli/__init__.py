@@ -284,7 +284,9 @@ def _train(args) -> int:
 
     # the set-up's Python objects (tokens, feature strings) stay out of the processes that
     # train: a child process prepares the arrays and exits (demidcd.cli.setup)
-    cluster = plan.backend == "ray" and bool(plan.ray_address)
+    from ..estimators.cluster import runs_on_cluster
+
+    cluster = runs_on_cluster(est, plan)
     if cluster:  # each node of the cluster reads its own part: the driver reads no examples
         source, data, done = options.train, None, False
         dev = _read(spec, options.dev, options) if options.dev else None

@@ -16,7 +16,7 @@ space, id for id.
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
 (:mod:`demidcd.solvers.cocoa`) with σ′ = K (the number of parts; CoCoA+'s safe choice for
 *adding* the K changes, γ = 1) and commits its change Δw_k every
-:data:`~.cluster_node.COMMIT_SECONDS` or epoch end. The driver keeps one pull in flight per
+:data:`~.cluster_node.COMMIT_SECONDS`. The driver keeps one pull in flight per
 node, adds each change to w as it comes (no barrier) and forwards it to the other nodes
 through one object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every
 change has arrived: at the end, and after every resynchronisation.
@@ -61,9 +61,6 @@ PULL_WAIT = 0.2  # a node's pull returns after this long without news
 
 
 def _connect(ray: Any, address: str, debug: bool) -> None:
-    from ..parallel.ray import probe_address
-
-    probe_address(address)
     pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         ray.init(address=address, configure_logging=False, log_to_driver=debug,
@@ -88,6 +85,20 @@ def _pairs(codes: list[np.ndarray | None], F: int, K: int) -> tuple[np.ndarray, 
     off = np.zeros(F + 1, np.int64)
     np.add.at(off, (u // K) + 1, 1)
     return np.cumsum(off), (u % K).astype(np.int32)
+
+
+CLUSTER_ALGORITHMS = ("demi-dcd", "dcd", "dcd-light", "multi-dcd")
+
+
+def runs_on_cluster(est: Any, plan: Any) -> bool:
+    """Whether ``--backend ray --ray-address`` trains with a local engine on every node (this
+    module): the sequence tagger's built-in features (no template, no feature dicts) with a
+    DCD learner. Other tasks and learners keep the inference actors of
+    :mod:`demidcd.parallel.ray` (the learner on the driver)."""
+    from .sequence import SequenceTagger
+
+    return (plan.backend == "ray" and bool(plan.ray_address) and type(est) is SequenceTagger
+            and est.template is None and plan.algorithm in CLUSTER_ALGORITHMS)
 
 
 def check_versions(infos: list[dict], mine: dict, where: list[str]) -> None:
@@ -122,12 +133,9 @@ class ClusterRun:
     # ------------------------------------------------------------------ set-up
     def _check_options(self) -> None:
         est, plan = self.est, self.plan
-        if self.spec.name not in ("sequence", "chunk", "ner") or est.template is not None:
-            raise OptionError("--ray-address trains the built-in sequence features (no "
-                              "--template, no other task) on the cluster's nodes")
-        if plan.algorithm not in ("demi-dcd", "dcd", "dcd-light", "multi-dcd"):
-            raise OptionError(f"--ray-address runs DCD on every node: --algorithm "
-                              f"{plan.algorithm} is for one machine")
+        if not runs_on_cluster(est, plan):
+            raise OptionError("a local engine on every node trains the sequence task's "
+                              "built-in features with a DCD learner")
         if getattr(est, "resume", None) or getattr(est, "init", None):
             raise OptionError("--resume/--init are not taken with --ray-address")
         if not self.options.train:
@@ -135,9 +143,10 @@ class ClusterRun:
                               "(a file every node can read, or a list or glob of files)")
 
     def start(self) -> None:
-        from ..parallel.ray import require_ray
+        from ..parallel.ray import probe_address, require_ray
 
         ray = self.ray = require_ray()
+        probe_address(self.address)  # an address nothing answers at: one line, at once
         self._check_options()
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         _connect(ray, self.address, self.debug)

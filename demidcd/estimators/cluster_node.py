@@ -9,7 +9,8 @@ bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart` (restoring an 
 for a part that moves here from a lost node).
 
 Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
-commit of Δw_k every :data:`COMMIT_SECONDS` or epoch end into the outbox, the others' merged
+commit of Δw_k every :data:`COMMIT_SECONDS` into the outbox (a node whose
+last epoch was quiet waits for the others' news instead of spinning), the others' merged
 changes applied from the inbox between slices. The driver keeps one :meth:`~ClusterNode.pull`
 in flight (it returns once a commit is there) and never waits for a node; nothing here waits
 for another node either. Changes carry a generation: a resynchronisation after a lost node
@@ -40,7 +41,7 @@ from ..tasks.chain.task import SequenceTask
 from .layout import encoded_bytes
 
 SLICE_SECONDS = 0.05  # local work between looks at the inbox
-COMMIT_SECONDS = 0.25  # a node's change goes to the merge at least this often
+COMMIT_SECONDS = 0.25  # a node's change goes to the merge this often
 
 
 def versions() -> dict[str, str]:
@@ -257,6 +258,7 @@ class ClusterNode:
     def _main(self) -> None:
         part = self.part
         last = time.perf_counter()
+        quiet = False  # the last epoch had no violator and max |PG| < tol
         try:
             while True:
                 with self.cv:
@@ -292,10 +294,20 @@ class ClusterNode:
                         self.cv.notify_all()
                 if self.paused:
                     continue
+                if quiet and not inbox and not evals:  # converged here: wait for news
+                    with self.cv:
+                        if not self.inbox:
+                            self.cv.wait(SLICE_SECONDS)
+                    quiet = False
+                    continue
                 info = part.work(SLICE_SECONDS)
+                if info is not None:
+                    quiet = info["quiet"]
+                    with self.cv:
+                        self.epochs.append(info)
                 now = time.perf_counter()
-                if info is not None or now - last >= COMMIT_SECONDS:
-                    self._commit(info)
+                if now - last >= COMMIT_SECONDS:
+                    self._commit()
                     last = now
         except BaseException:  # noqa: BLE001 - reported to the driver by pull
             with self.cv:
@@ -303,15 +315,13 @@ class ClusterNode:
                 self.cv.notify_all()
         finally:
             if self.error is None and not self.paused:
-                self._commit(None)
+                self._commit()
 
-    def _commit(self, info: dict | None) -> None:
+    def _commit(self) -> None:
         idx, val = self.part.commit()
         terms = self.part.dual_terms()
         with self.cv:
             if len(idx):
                 self.outbox.append((idx, val))
             self.terms = terms
-            if info is not None:
-                self.epochs.append(info)
             self.cv.notify_all()
