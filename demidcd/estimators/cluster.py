@@ -14,12 +14,14 @@ through the object store; the seen (feature, label) pairs are the union of the p
 space, id for id.
 
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
-(:mod:`demidcd.solvers.cocoa`) with σ′ = K (the number of parts; CoCoA+'s safe choice for
-*adding* the K changes, γ = 1) and commits its change Δw_k every
-:data:`~.cluster_node.COMMIT_SECONDS`. The driver keeps one pull in flight per
-node, adds each change to w as it comes (no barrier) and forwards it to the other nodes
-through one object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every
-change has arrived: at the end, and after every resynchronisation.
+(:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with σ′ safe per
+coordinate: σ′_j = the number of parts whose examples fire coordinate j's feature (K on the
+transitions and on features of every part, CoCoA+'s safe σ′ = K; 1 where one part alone
+has the feature). A node commits its change every :data:`~.cluster_node.COMMIT_SECONDS`
+(longer when a scan of w costs more). The driver keeps one pull in flight per node, adds
+each change to w as it comes (no barrier) and forwards it to the other nodes through one
+object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every change has
+arrived: at the end, and after every resynchronisation.
 
 **Objective and stop.** Every ``--eval-every`` s (default :data:`EVAL_SECONDS`) the driver
 sends a copy of w to the nodes, which add their loss terms at it between slices: the primal

@@ -9,9 +9,9 @@ bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart` (restoring an 
 for a part that moves here from a lost node).
 
 Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
-commit of Δw_k every :data:`COMMIT_SECONDS` into the outbox (a node whose
-last epoch was quiet waits for the others' news instead of spinning), the others' merged
-changes applied from the inbox between slices. The driver keeps one :meth:`~ClusterNode.pull`
+commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,
+the others' merged changes applied from the inbox between slices; a node whose last epoch was
+quiet waits for news instead of spinning. The driver keeps one :meth:`~ClusterNode.pull`
 in flight (it returns once a commit is there) and never waits for a node; nothing here waits
 for another node either. Changes carry a generation: a resynchronisation after a lost node
 (:meth:`~ClusterNode.pause` → :meth:`~ClusterNode.resume`) discards the older ones, whose
@@ -41,7 +41,9 @@ from ..tasks.chain.task import SequenceTask
 from .layout import encoded_bytes
 
 SLICE_SECONDS = 0.05  # local work between looks at the inbox
-COMMIT_SECONDS = 0.25  # a node's change goes to the merge this often
+COMMIT_SECONDS = 0.05  # a node's change goes to the merge this often at most (a round of
+COMMIT_COST_RATIO = 4.0  # CoCoA+: rounds, not local epochs, set the pace), and no more often
+# than this many times the last commit's cost (a scan of w): under 20% of the node's time
 
 
 def versions() -> dict[str, str]:
@@ -259,6 +261,7 @@ class ClusterNode:
         part = self.part
         last = time.perf_counter()
         quiet = False  # the last epoch had no violator and max |PG| < tol
+        cost = 0.0  # seconds the last commit took (a scan of w)
         try:
             while True:
                 with self.cv:
@@ -306,9 +309,10 @@ class ClusterNode:
                     with self.cv:
                         self.epochs.append(info)
                 now = time.perf_counter()
-                if now - last >= COMMIT_SECONDS:
+                if now - last >= max(COMMIT_SECONDS, COMMIT_COST_RATIO * cost):
                     self._commit()
-                    last = now
+                    last = time.perf_counter()
+                    cost = last - now
         except BaseException:  # noqa: BLE001 - reported to the driver by pull
             with self.cv:
                 self.error = traceback.format_exc()

@@ -1,31 +1,35 @@
 """A part's local subproblem (CoCoA+, Ma et al. 2015; Hybrid-DCA, Pal et al. 2020): the DCD
 of Chang & Yih (2013) on the examples of one part, with their α, active sets and φ pool,
-against the global w as this part last heard of it plus σ′ times its own unmerged change.
+against the global w as this part last heard of it plus σ′ ⊙ its own unmerged change.
 
 With K parts P_k and w = Σ_k Σ_{i∈P_k} α_i φ_i, part k maximises over its Δα (the others
 fixed), for the L2 loss,
 
-    Σ_{i∈P_k} [Δ·(α_i+Δα_i) − (A_i+ΔA_i)²/(4C)] − w·(Φ_k Δα) − (σ′/2) ‖Φ_k Δα‖²
+    Σ_{i∈P_k} [Δ·(α_i+Δα_i) − (A_i+ΔA_i)²/(4C)] − w·(Φ_k Δα) − ½ Σ_j σ′_j (Φ_k Δα)_j²
 
-and its change Δw_k = Φ_k Δα is *added* to the global w (γ = 1). The adding is safe
-(the sum of the K subproblems' values lower-bounds the dual's increase) for σ′ ≥ γK: this
-module's callers use σ′ = K, CoCoA+'s safe choice (Ma et al. 2015, Lemma 4, with γ = 1).
-The merge is asynchronous (Hybrid-DCA): a part's w may lack the changes of others still
-in flight; the certified gap at the end does not depend on that (w = Σ α φ holds exactly
-once every change is merged, :meth:`LocalPart.commit`).
+and its change Δw_k = Φ_k Δα is *added* to the global w (γ = 1). The adding is safe (the
+sum of the K subproblems' values lower-bounds the dual's increase) when
+‖Σ_k x_k‖² ≤ Σ_j σ′_j Σ_k x_{kj}² for every change x_k = Φ_k Δα_k; by Cauchy–Schwarz per
+coordinate this holds for σ′_j = the number of parts whose φ can be non-zero at j
+(:func:`coordinate_sigma`: the parts that fire j's feature; K for the transitions). With one
+σ′ = K for every coordinate it is CoCoA+'s safe choice (Ma et al. 2015, with γ = 1); per
+coordinate it is never larger and is 1 where one part alone has the feature. The merge is
+asynchronous (Hybrid-DCA): a part's w may lack changes of others still in flight; the
+certified gap at the end does not depend on that (w = Σ α φ holds exactly once every change
+is merged, :meth:`LocalPart.commit`).
 
-**The kernels run unchanged.** Coordinate ascent on the subproblem, with v = w + σ′ Δw_k,
-takes the step δ = G / (σ′‖φ‖² + 1/(2C)) with G = Δ − v·φ − A_i/(2C), and moves v by σ′δφ.
-In β = σ′α that is δ_β = G / (‖φ‖² + 1/(2σ′C)) and v += δ_β φ, with A_i/(2C) = B_i/(2σ′C):
-the plain DCD update (:func:`~.kernels.update_examples`) on β with C′ = σ′C and w = v. The
-L1 loss's SMO scales the same way (Σ_y λ ≤ C becomes Σ_y β ≤ σ′C). So the part's
-:class:`~.activeset.ActiveSets` hold β with C′ = σ′C, its ``w`` is v, and α = β/σ′; the
-admission test Δ − v·φ − B_i/(2C′) is the subproblem's violation, and its projected gradient
-is the subproblem's.
+**The kernels run unchanged.** Coordinate ascent on the subproblem, with v = w + σ′ ⊙ Δw_k
+(S = diag σ′), takes the step δ = G / (φᵀSφ + 1/(2C)) with G = Δ − v·φ − A_i/(2C) and moves
+v by δ Sφ. In u = S^{-1/2} v with φ' = S^{1/2} φ that is G = Δ − u·φ' − A_i/(2C),
+δ = G / (‖φ'‖² + 1/(2C)) and u += δ φ': the plain DCD update
+(:func:`~.kernels.update_examples`; the L1 loss's SMO the same way) with w = u on records
+whose φ is scaled by s = √σ′ (:meth:`LocalPart.work` scales each batch as it comes from
+inference). α is the real α; inference reads v = s ⊙ u, made fresh for each chunk on the
+coordinates it reads (:func:`_refresh_rows`).
 
-A :meth:`commit` moves the part's change to the merge: Δw_k = (v − base)/σ′ (``base`` the
-global w as heard of), after which v = base = base + Δw_k (a new subproblem starts at the
-merged point); :meth:`apply` adds the others' merged changes to both.
+A :meth:`LocalPart.commit` moves the part's change to the merge: Δw_k = (v − base_v)/σ′,
+after which v = base_v = base_v + Δw_k (a new subproblem starts at the merged point);
+:meth:`LocalPart.apply` adds the others' merged changes to both.
 """
 
 from __future__ import annotations
