@@ -135,7 +135,8 @@ class _Cluster:
         return lin - sq / (4 * self.cfg.C) - 0.5 * self.w @ self.w
 
     def primal(self):
-        return 0.5 * self.w @ self.w + sum(p.loss_part(self.w)[0] for p in self.parts)
+        return 0.5 * self.w @ self.w + sum(p.loss_part(self.w, final=True)[0]
+                                           for p in self.parts)
 
 
 def test_merged_changes_keep_w_the_sum_of_alpha_phi_over_all_parts():
@@ -159,7 +160,7 @@ def test_two_parts_reach_the_one_dcd_optimum(per_coordinate):
     cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=500)
     one = train_dcd(task(0, n), cfg)
     p_one = one.history[-1].get("primal") or (0.5 * one.w @ one.w + LocalPart(
-        task(0, n), cfg, 1, 0).loss_part(one.w)[0])
+        task(0, n), cfg, 1, 0).loss_part(one.w, final=True)[0])
     cl = _Cluster([task(0, 40), task(40, n)], cfg, per_coordinate)
     for _ in range(3000):
         cl.round()

@@ -249,7 +249,7 @@ class ClusterNode:
 
     def final_loss(self, w: np.ndarray) -> tuple[float, int]:
         """This part's loss term of the primal at ``w`` (after :meth:`stop`)."""
-        return self.part.loss_part(w)
+        return self.part.loss_part(w, final=True)
 
     def peak(self) -> dict[str, float]:
         """Peak memory (PSS of this node's process, MiB) and CPU seconds."""

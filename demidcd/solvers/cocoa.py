@@ -131,7 +131,7 @@ def _refresh_rows(u: np.ndarray, v: np.ndarray, sig: np.ndarray, root: np.ndarra
 
 def warm_kernels() -> None:
     """Compile (or load from numba's cache) this module's kernels, before a clock starts."""
-    u, base, v = np.zeros(4), np.zeros(4), np.zeros(4)
+    u, base, v = np.zeros(4), np.zeros(4), np.zeros(4, np.float32)
     sig, root = np.ones(4, np.uint8), np.sqrt(np.arange(256, dtype=np.float64))
     idx, val = np.zeros(4, np.int64), np.zeros(4)
     _changed(u, base)
@@ -180,7 +180,9 @@ class LocalPart:
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               sweeps=config.sweeps, loss=config.loss, tol=config.tol)
         self.base = np.zeros(dim)  # u's units
-        self.v = np.zeros(dim)  # s ⊙ u, what inference reads (refreshed every slice)
+        # s ⊙ u, what inference reads, in float32 as DEMI-DCD's workers read w̄ (the steps
+        # and the admission test use u in float64), fresh where each chunk reads it
+        self.v = np.zeros(dim, np.float32)
         self.plan = SweepPlan(self.act, config.skip)
         self.rng = np.random.default_rng(seed)
         self.epoch = 0
@@ -224,9 +226,10 @@ class LocalPart:
         return idx, val
 
     def view(self) -> np.ndarray:
-        """v = base + σ′ ⊙ Δw_k, the w this part's inference reads (fresh)."""
-        _to_v(self.act.w, self.sig, self.root, self.v)
-        return self.v
+        """v = base + σ′ ⊙ Δw_k (float64, a new array): the w this part's inference reads."""
+        v = np.empty(self.act.w.shape[0])
+        _to_v(self.act.w, self.sig, self.root, v)
+        return v
 
     # ------------------------------------------------------------------ the work
     def work(self, seconds: float) -> dict | None:
@@ -289,12 +292,16 @@ class LocalPart:
         sq, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
         return lin, sq
 
-    def loss_part(self, w: np.ndarray, chunk: int = 512) -> tuple[float, int]:
+    def loss_part(self, w: np.ndarray, chunk: int = 512, final: bool = False
+                  ) -> tuple[float, int]:
         """(C Σ_i ξ_i² (L2; C Σ ξ_i for L1), #ξ_i > 0) over this part's examples at ``w``:
-        the primal is ½‖w‖² plus the sum of the parts'."""
+        the primal is ½‖w‖² plus the sum of the parts'. During training w is read in float32
+        (in v's buffer, made fresh again where each chunk reads it); ``final``: in float64, in
+        base's buffer (the part trains no more)."""
         task, total, nv = self.task, 0.0, 0
-        self.v[:] = w  # (v is made fresh again where each chunk reads it: no copy of w)
-        w = self.v
+        buf = self.base if final else self.v
+        buf[:] = w
+        w = buf
         for s in range(0, task.n_examples, chunk):
             b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
             xi = np.maximum(b.delta - b.margin, 0.0)
