@@ -46,6 +46,16 @@ COMMIT_COST_RATIO = 4.0  # CoCoA+: rounds, not local epochs, set the pace), and 
 # than this many times the last commit's cost (a scan of w): under 20% of the node's time
 
 
+def _trim() -> None:
+    """glibc's malloc_trim(0), where there is one."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def versions() -> dict[str, str]:
     """What must agree between the driver and every node."""
     import numba
@@ -142,6 +152,7 @@ class ClusterNode:
         self.X = self.Y = None
         del f
         gc.collect()
+        _trim()  # the set-up's freed heap back to the system (it stays resident otherwise)
         codes = None
         if pairs and self.enc.n_sentences:
             off, lab = seen_pairs(self.enc, self.y, self.F, self.K)
