@@ -294,6 +294,8 @@ class ClusterRun:
                     except Exception as e:  # noqa: BLE001 - the node is gone
                         w = self._lost(k, e, w, now, pulls)
                         quiet, marks = [False] * self.K, None
+                        evals.clear()  # the lost node will not answer; the next one will do
+                        next_eval = time.perf_counter() - t0
                         continue
                     if err is not None:
                         raise WorkerError(f"node {k + 1}: {err.strip().splitlines()[-1]}",
