@@ -154,7 +154,7 @@ def test_merged_changes_keep_w_the_sum_of_alpha_phi_over_all_parts():
     assert np.abs(cl.w).sum() > 0
 
 
-@pytest.mark.parametrize("per_coordinate", [True, False])
+@pytest.mark.parametrize("per_coordinate", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_two_parts_reach_the_one_dcd_optimum(per_coordinate):
     task, n = _problem()
     cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=500)
@@ -191,15 +191,14 @@ def test_a_lost_part_resumes_from_its_checkpoint_with_no_example_lost_or_twice()
     cl.w = w
     for p in cl.parts:
         p.reset(w)
-    for _ in range(3000):
+    for _ in range(2000):
         cl.round()
     cl.flush()
     assert np.allclose(cl.w, sum(p.own_w() for p in cl.parts), atol=1e-8)
-    ref = _Cluster([task(0, 40), task(40, n)], cfg)
-    for _ in range(3000):
-        ref.round()
-    ref.flush()
-    assert abs(cl.primal() - ref.primal()) / ref.primal() < 2e-3
+    best = train_dcd(task(0, n), SolverConfig(C=0.5, tol=1e-4, max_epochs=500))
+    p_best = 0.5 * best.w @ best.w + LocalPart(task(0, n), cfg, 1, 0).loss_part(
+        best.w, final=True)[0]
+    assert abs(cl.primal() - p_best) / p_best < 2e-3  # the optimum, nothing lost or twice
 
 
 def test_a_node_with_another_version_is_refused():
