@@ -318,7 +318,9 @@ class LocalPart:
     def state(self) -> dict[str, np.ndarray]:
         """The part's dual state (:meth:`ActiveSets.state` arrays, φ unscaled)."""
         s = self.act.state()
-        s["phi_val"] = s["phi_val"] / self._s(s["phi_idx"].astype(np.int64))
+        val = s["phi_val"]
+        val /= self.root[self.sig[s["phi_idx"]]]  # in place: a checkpoint is large
+        s["phi_val"] = val.astype(np.float32)  # (the chain's φ: small integers, exact)
         return s
 
     def restore(self, arrays: dict[str, np.ndarray]) -> int:
