@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from demidcd.errors import InputError, OptionError, SentenceTooLong
 
+from .shards import ByteRange, read_range
 from .text_source import STDIN, read_text, source_name, stdin_sample
 
 __all__ = [
@@ -225,6 +226,39 @@ def read_tagged(
     if not corpus.tokens:
         raise InputError(path, None, "no sentences found (empty file?)")
     return corpus
+
+
+def read_tagged_part(path: str, r: ByteRange, fmt: str, column: str | int | None = None,
+                     encoding: str = "utf-8", max_sentence_length: int = 5000,
+                     keep_raw: bool = True, feature_columns: tuple[str | int, ...] = (),
+                     state: dict | None = None) -> TaggedCorpus:
+    """The labelled sentences of bytes ``[r.start, r.end)`` of ``path`` (a range of
+    :func:`~demidcd.io.shards.byte_ranges`), as :func:`read_tagged` reads them in the whole
+    file (messages name the file's lines); ``state``: the columns parser's, as the file's
+    first token line sets it (:func:`first_columns_state`), so that every part checks its
+    lines' width against that line. A part may hold no sentence."""
+    fmt = resolve_format(path, fmt)
+    text = read_range(path, r, encoding)
+    return parse_text(text, source_name(path), fmt, label_index(fmt, column),
+                      max_sentence_length, True, keep_raw, feature_columns, r.line0,
+                      dict(state) if state else None)
+
+
+def first_columns_state(path: str, encoding: str = "utf-8", limit: int = 1 << 16
+                        ) -> dict | None:
+    """The columns parser's state after the first token line of ``path`` (its field count
+    and line number), found in the first ``limit`` bytes; None when none is there."""
+    with open(path, "rb") as f:
+        head = f.read(limit)
+    text = head[:head.rfind(b"\n") + 1].decode(encoding, "replace")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    for i, line in enumerate(text.split("\n"), 1):
+        f = line.split() if line.isascii() else ASCII_WS.split(line.strip(ASCII_WS_CHARS))
+        if not f or not f[0] or f[0].startswith(DOCSTART):
+            continue
+        return {"ncols": len(f), "ncols_line": i}
+    return None
 
 
 def parse_text(text: str, path: str, fmt: str, li: int | None, max_sentence_length: int,

@@ -479,6 +479,7 @@ class SequenceFeaturizer:
         state = self.__dict__.copy()
         state.pop("_type_tables", None)  # caches, rebuilt on first use
         state.pop("_blob", None)
+        state.pop("_part", None)  # (a set-up in parts' tokens, process-local)
         return state
 
     def _word_features(self, word: str) -> list[str]:
@@ -605,15 +606,7 @@ class SequenceFeaturizer:
                 *typed, attrs, n_attr, self._word_features, self.min_count)
             self.n_attributes = n_attr
             self._adopt(frequency_order(names, counts))
-            # the type tables start with the training words, from the features found here
-            from .type_tables import MAX_TYPES
-
-            tables = self.type_tables(n_attr)
-            if len(types) <= MAX_TYPES:
-                ids = np.fromiter(map(self._index.get, own, itertools.repeat(-1)), np.int32,
-                                  count=len(own))
-                with tables.lock:
-                    tables.add_types(types, ids[own_ids], lens)
+            self._seed_tables(types, own, own_ids, lens, n_attr)
             return
         # Every feature that fires on the training data, with a provisional id.
         _, _, types = _types(words)
@@ -642,6 +635,71 @@ class SequenceFeaturizer:
         names = list(seen)
         keep = np.flatnonzero(counts >= self.min_count)
         self._adopt(frequency_order([names[j] for j in keep.tolist()], counts[keep]))
+
+    def _seed_tables(self, types: list[str], own: list[str], own_ids: np.ndarray,
+                     lens: np.ndarray, n_attr: int) -> None:
+        """Start the type tables with the training words ``types``, from their own features
+        (``own``, ``own_ids``, ``lens``: :func:`count_base_features`'s ``own``)."""
+        from .type_tables import MAX_TYPES
+
+        tables = self.type_tables(n_attr)
+        if len(types) <= MAX_TYPES:
+            ids = np.fromiter(map(self._index.get, own, itertools.repeat(-1)), np.int32,
+                              count=len(own))
+            with tables.lock:
+                tables.add_types(types, ids[own_ids], lens)
+
+    # -- set-up in parts (demidcd.estimators.parts): count, merge, encode ----------------------
+    @property
+    def supports_parts(self) -> bool:
+        """Whether :meth:`count_part` applies: the ``base`` template (the ``ner`` template's
+        clusters and document context look at the whole corpus)."""
+        return self.template == "base"
+
+    def count_part(self, tokens: list[list]) -> dict:
+        """Stage 1 of a set-up in parts: this part's feature counts (every feature, no
+        cut-off: the cut-off applies to the merged counts), its tokens kept for
+        :meth:`encode_part`."""
+        words, attrs, n_attr = split_attributes(tokens)
+        self._part = (tokens, None)
+        if self.hashing:
+            return {"n_attr": n_attr, "names": [], "counts": np.zeros(0, np.int64)}
+        _, _, types = typed = _types(words)
+        names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
+        self._part = (tokens, (types, *own))
+        return {"n_attr": n_attr, "names": names, "counts": counts}
+
+    def merge_parts(self, parts: list[dict]) -> list[object]:
+        """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
+        (≥ ``min_count``, by decreasing count then string, as :meth:`fit` builds it); returns
+        what each part's :meth:`encode_part` needs (the dictionary, packed)."""
+        from ...io.shards import merge_counts
+
+        n_attr = {p["n_attr"] for p in parts}
+        if len(n_attr) != 1:
+            raise ValueError(f"tokens carry different numbers of attribute columns: {n_attr}")
+        self.n_attributes = n_attr = n_attr.pop()
+        self.clusters = {}
+        if self.hashing:
+            return [None] + [(None, 0, n_attr)] * (len(parts) - 1)
+        m = merge_counts([(p["names"], p["counts"]) for p in parts])
+        keep = np.flatnonzero(m.counts >= self.min_count)
+        self._adopt(frequency_order([m.names[j] for j in keep.tolist()], m.counts[keep]))
+        blob = np.frombuffer("\n".join(self.features).encode("utf-8"), np.uint8)
+        return [None] + [(blob, len(self.features), n_attr)] * (len(parts) - 1)
+
+    def encode_part(self, payload: tuple | None) -> EncodedSequences:
+        """Stage 2: this part's tokens encoded with the merged dictionary (``payload``:
+        :meth:`merge_parts`'s for this part; None for the featurizer that merged)."""
+        tokens, own = self._part
+        self._part = None
+        if payload is not None:
+            raw, n, self.n_attributes = payload
+            if raw is not None:
+                self._adopt(raw.tobytes().decode("utf-8").split("\n") if n else [])
+        if own is not None:
+            self._seed_tables(*own, self.n_attributes)
+        return self._encode(tokens, self._index)
 
     def _adopt(self, features: list[str]) -> None:
         """Take ``features`` (in id order) as the dictionary."""

@@ -105,6 +105,20 @@ class SequenceSpec(TaskSpec):
             data.columns = token_columns(data, options.derived.get("template_width"))
         return data
 
+    def read_part(self, path: str, options: DataOptions, r: Any, state: dict | None) -> Any:
+        """:meth:`read` of the training sentences in byte range ``r`` of ``path``
+        (:func:`~demidcd.io.tagged.read_tagged_part`; ``state``: its columns state)."""
+        from ...io.tagged import read_tagged_part, token_columns
+
+        fmt, column, features, templated = self.read_plan(path, options, True)
+        data = read_tagged_part(path, r, fmt=fmt, column=column, encoding=options.encoding,
+                                max_sentence_length=options.max_sentence_length,
+                                keep_raw=bool(features) or templated,
+                                feature_columns=features, state=state)
+        if templated:
+            data.columns = token_columns(data, options.derived.get("template_width"))
+        return data
+
     def read_plan(self, path: str, options: DataOptions, labelled: bool = True
                   ) -> tuple[str, str | int | None, tuple[str | int, ...], bool]:
         """How :meth:`read` reads ``path``: (format, label column, feature columns, whether

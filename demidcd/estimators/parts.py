@@ -1,0 +1,185 @@
+"""A sequence tagger's set-up (reading, features, encoding) in ``n`` processes, into the one
+feature space a serial set-up builds.
+
+:func:`prepare_fit_parts` is :meth:`~.sequence.SequenceTagger.prepare_fit` over a training
+set given in parts (``read(k)`` → the sentences and tags of part k, e.g. a byte range of the
+file: :func:`demidcd.io.shards.byte_ranges`), the parts in order making the whole training
+set. In the stages of :func:`demidcd.parallel.forked.fork_stages`:
+
+    1. process k reads part k, checks it, and counts its features (every feature, no cut-off)
+       and labels (the featurizer's ``count_part``);
+    2. here: the counts merged by sum (:func:`demidcd.io.shards.merge_counts`), the cut-off
+       ``min_count`` applied to the sums, the ids given by decreasing count then string,
+       the labels sorted — exactly the dictionary and labels of the serial set-up, since
+       both depend only on the whole corpus' counts;
+    3. process k encodes part k with those ids (``encode_part``) and its tags; the parts'
+       arrays are concatenated here in order.
+
+A token's feature ids depend only on its sentence and the dictionary, so the encoding is the
+serial one array for array (tests/test_setup_parts.py checks ids and, trained with one
+process, the weights bit for bit). Only counts (per distinct feature), the dictionary and the
+encoded arrays travel between processes, never an object per token.
+
+What it does not take (:class:`PartsUnsupported`, the caller then sets up serially): a resume
+or warm start (their vocabulary is the saved model's), the ``ner`` template (clusters and
+document context over the whole text), label checks that need every tag sequence (the
+chunkers' label scheme).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..parallel.forked import fork_stages
+from .base import check_sentences, check_tags, token_kind
+
+__all__ = ["PartsUnsupported", "concat_encoded", "parts_supported", "prepare_fit_parts"]
+
+
+class PartsUnsupported(Exception):
+    """This estimator or data cannot be set up in parts (module docstring)."""
+
+
+def parts_supported(est: Any) -> bool:
+    """Whether ``est`` (a sequence tagger, before fit) can be set up in parts, as far as its
+    parameters tell (the kind of tokens is only known once read)."""
+    from .sequence import SequenceTagger
+
+    if getattr(est, "resume", None) is not None or getattr(est, "init", None) is not None:
+        return False
+    if type(est)._check_labels is not SequenceTagger._check_labels:
+        return False
+    return getattr(est, "_template", "base") == "base" or est.template is not None
+
+
+def concat_encoded(encs: list[Any]) -> Any:
+    """The encodings of consecutive parts as one (same class; pointers offset, values filled
+    with 1 where a part has none and another has some)."""
+    first = encs[0]
+    if len(encs) == 1:
+        return first
+
+    def ptrs(name: str) -> np.ndarray:
+        out, off = [np.zeros(1, np.int64)], 0
+        for e in encs:
+            p = getattr(e, name)
+            out.append(p[1:] + off)
+            off += int(p[-1])
+        return np.concatenate(out)
+
+    def cat(name: str, like: str) -> np.ndarray | None:
+        if all(getattr(e, name) is None for e in encs):
+            return None
+        parts = []
+        for e in encs:
+            v = getattr(e, name)
+            parts.append(v if v is not None else np.ones(getattr(e, like).shape[0], np.float64))
+        return np.concatenate(parts)
+
+    fields = {"sent_ptr": ptrs("sent_ptr"), "feat_ptr": ptrs("feat_ptr"),
+              "feat_idx": np.concatenate([e.feat_idx for e in encs]),
+              "feat_val": cat("feat_val", "feat_idx")}
+    if first.bfeat_ptr is not None:
+        fields.update(bfeat_ptr=ptrs("bfeat_ptr"),
+                      bfeat_idx=np.concatenate([e.bfeat_idx for e in encs]),
+                      bfeat_val=cat("bfeat_val", "bfeat_idx"))
+    return dataclasses.replace(first, **fields)
+
+
+def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int,
+                      X_dev: list[list] | None = None, Y_dev: list[list[str]] | None = None,
+                      on_read: Callable[[list[dict]], None] | None = None) -> Any:
+    """``est.prepare_fit`` of the training set read in ``n`` parts (module docstring);
+    ``on_read(summaries)`` is called here once every part is read (each: ``n_sentences``,
+    ``labels`` (a Counter)). Raises :class:`PartsUnsupported` before any work when ``est``
+    cannot, and after the reading when the tokens cannot (the caller sets up serially)."""
+    from .sequence import PreparedFit
+
+    if not parts_supported(est):
+        raise PartsUnsupported(type(est).__name__)
+    est._begin_fit(None)  # bad options fail before any work
+    est._weights()
+    t0 = est.__dict__["_fit_t0"]
+    local: dict[str, Any] = {}  # what part k keeps from stage 1 to stage 2 (in its process)
+    clock = {"start": time.perf_counter()}
+
+    def first(k: int) -> dict:
+        X, Y = read(k)
+        X = check_sentences(X, dicts=True)
+        Y = check_tags(X, Y)
+        kind = token_kind(X) if any(len(s) for s in X) else None
+        f = est._new_featurizer(kind or "columns")
+        if not getattr(f, "supports_parts", False):
+            raise PartsUnsupported(type(f).__name__)
+        local["Y"], local["f"] = Y, f
+        labels = Counter(itertools.chain.from_iterable(Y))
+        return {"kind": kind, "labels": labels, "n_sentences": len(X),
+                "counts": f.count_part(X)}
+
+    def merge(parts: list[dict]) -> list[Any]:
+        clock["counted"] = time.perf_counter()
+        kinds = {p["kind"] for p in parts} - {None}
+        if len(kinds) > 1:
+            raise PartsUnsupported("tokens of several kinds")
+        if on_read is not None:
+            on_read(parts)
+        kind = kinds.pop() if kinds else "columns"
+        if parts[0]["kind"] != kind:  # (part 0's featurizer is the one that merges)
+            raise PartsUnsupported("an empty first part")
+        labels: Counter = Counter()
+        for p in parts:
+            labels.update(p["labels"])
+        if not labels:
+            from ..errors import OptionError
+
+            raise OptionError("cannot fit on an empty data set")
+        feature_kind = "dict" if kind == "dict" else None
+        est._begin_fit(feature_kind)
+        est.__dict__["_fit_t0"] = t0  # (the set-up started before the reading)
+        for attr in ("coef_", "result_", "seen_pairs_"):
+            est.__dict__.pop(attr, None)
+        classes = sorted(labels)
+        est.classes_ = classes
+        f = local["f"]
+        payloads = f.merge_parts([p["counts"] for p in parts])
+        est.featurizer_ = f
+        local["kind"] = feature_kind
+        clock["merged"] = time.perf_counter()
+        return [(payload, classes) for payload in payloads]
+
+    def second(k: int, got: tuple) -> tuple[Any, np.ndarray]:
+        payload, classes = got
+        enc = local["f"].encode_part(payload)
+        index = {t: j for j, t in enumerate(classes)}
+        y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(local["Y"])),
+                        np.int32, count=enc.n_tokens)
+        local.pop("Y")
+        return enc, y
+
+    out = fork_stages(n, first, merge, second)
+    enc = concat_encoded([e for e, _ in out])
+    y = np.concatenate([y for _, y in out])
+    del out
+    est.n_features_ = est.featurizer_.n_features
+    est.n_bfeatures_ = est._n_bfeatures
+    est._fit_pairs(enc, y)
+    dev = gold = None
+    if X_dev is not None and Y_dev is not None:
+        X_dev = check_sentences(X_dev, "X_dev", dicts=True)
+        Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
+        dev = est._encode(X_dev)
+        gold = [list(s) for s in Y_dev]
+    done = time.perf_counter()
+    est._say()(f"set-up in {n} processes: read and counted in "
+               f"{clock['counted'] - clock['start']:.1f} s, merged in "
+               f"{clock['merged'] - clock['counted']:.1f} s, encoded in "
+               f"{done - clock['merged']:.1f} s")
+    return PreparedFit(est.featurizer_.state(), list(est.classes_), local["kind"], enc, y,
+                       getattr(est, "seen_pairs_", None), dev, gold)

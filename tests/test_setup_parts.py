@@ -1,0 +1,278 @@
+"""Set-up in parts (issue 53, "set-up on every core"): byte ranges at sentence boundaries, the
+count merge, the forked stages, and the model: sharded set-up gives the serial feature ids and,
+trained with one process, the serial weights bit for bit."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from demidcd.api import SequenceTagger
+from demidcd.estimators.parts import PartsUnsupported, concat_encoded, prepare_fit_parts
+from demidcd.io.shards import byte_ranges, merge_counts, read_range
+from demidcd.io.tagged import read_tagged, read_tagged_part
+from demidcd.parallel.forked import fork_stages
+from demidcd.synthetic import generate
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+
+
+def _corpus(n: int = 120, seed: int = 3) -> tuple[list[list[str]], list[list[str]]]:
+    c = generate(n_sentences=n, n_tags=5, vocab_size=300, seed=seed)
+    return c.tokens, c.tags
+
+
+def _write_columns(path, X, Y, attrs=None, docstart: bool = False) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        if docstart:
+            f.write("-DOCSTART- -X- O\n\n")
+        for k, (s, t) in enumerate(zip(X, Y, strict=True)):
+            for j, (w, y) in enumerate(zip(s, t, strict=True)):
+                mid = f" {attrs[k][j]}" if attrs else ""
+                f.write(f"{w}{mid} {y}\n")
+            f.write("\n" if k % 7 else "\n\n")  # some double blank lines
+            if docstart and k % 23 == 22:
+                f.write("-DOCSTART- -X- O\n\n")
+
+
+# -- byte ranges ---------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 5, 16])
+def test_byte_ranges_tile_the_file_and_parse_as_the_whole(tmp_path, n):
+    X, Y = _corpus(90)
+    path = tmp_path / "t.txt"
+    _write_columns(path, X, Y, docstart=True)
+    ranges = byte_ranges(str(path), n, conllu=False)
+    size = path.stat().st_size
+    assert ranges[0].start == 0 and ranges[-1].end == size
+    assert all(a.end == b.start for a, b in zip(ranges, ranges[1:], strict=False))
+    assert 2 <= len(ranges) <= n
+    data = path.read_bytes()
+    for r in ranges[1:]:  # each cut just after a blank line that follows a token line
+        assert data[r.start - 1:r.start] == b"\n" and data[:r.start].endswith(b"\n\n")
+        assert r.line0 == data[:r.start].count(b"\n")
+    whole = read_tagged(str(path), fmt="columns")
+    tokens, tags, lines = [], [], []
+    for r in ranges:
+        part = read_tagged_part(str(path), r, "columns")
+        tokens += part.tokens
+        tags += part.tags
+        lines += part.lines
+    assert tokens == whole.tokens and tags == whole.tags and lines == whole.lines
+
+
+def test_byte_ranges_conllu_keep_comments_with_their_sentence(tmp_path):
+    rows = []
+    for s in range(30):
+        rows.append(f"# sent_id = {s}\n# text = x\n")
+        for t in range(1, 4 + s % 3):
+            rows.append(f"{t}\tw{s}_{t}\t_\tNOUN\tNN\t_\t0\troot\t_\t_\n")
+        rows.append("\n")
+    path = tmp_path / "t.conllu"
+    path.write_text("".join(rows))
+    ranges = byte_ranges(str(path), 4, conllu=True)
+    assert len(ranges) >= 2
+    for r in ranges[1:]:
+        assert read_range(str(path), r).startswith("# sent_id")
+    whole = read_tagged(str(path), fmt="conllu")
+    got = [s for r in ranges for s in read_tagged_part(str(path), r, "conllu").tokens]
+    assert got == whole.tokens
+
+
+def test_byte_ranges_refuse_what_cannot_be_cut(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a X\n\nb Y\n\n")
+    assert byte_ranges(str(path), 1, conllu=False) is None
+    assert byte_ranges("-", 2, conllu=False) is None
+    assert byte_ranges(str(path), 2, conllu=False, encoding="utf-16") is None
+    one = tmp_path / "one.txt"
+    one.write_text("a X\nb Y\n")  # one sentence: nowhere to cut
+    r = byte_ranges(str(one), 4, conllu=False)
+    assert r is not None and len(r) == 1
+
+
+# -- merging counts -------------------------------------------------------------------------
+def test_merge_counts_against_a_counter():
+    rng = random.Random(0)
+    vocab = [f"f{i}" for i in range(50)]
+    parts, total, order = [], Counter(), []
+    for _ in range(4):
+        c = Counter(rng.choice(vocab) for _ in range(rng.randint(0, 80)))
+        names = list(c)
+        rng.shuffle(names)
+        parts.append((names, np.array([c[x] for x in names], np.int64)))
+        total.update(c)
+        order += [x for x in names if x not in order]
+    m = merge_counts(parts)
+    assert m.names == order  # first occurrence over (part, position)
+    assert dict(zip(m.names, m.counts.tolist(), strict=True)) == dict(total)
+    for (names, _), mk in zip(parts, m.maps, strict=True):
+        assert [m.names[i] for i in mk.tolist()] == names
+
+
+# -- forked stages ---------------------------------------------------------------------------
+@needs_fork
+def test_fork_stages_runs_each_part_in_its_own_process():
+    kept = {}
+
+    def first(k):
+        kept["pid"] = os.getpid()
+        return k * 10
+
+    def merge(a):
+        assert a == [0, 10, 20]
+        return [sum(a) + k for k in range(3)]
+
+    def second(k, m):
+        return (k, m, kept["pid"])
+
+    out = fork_stages(3, first, merge, second)
+    assert [(k, m) for k, m, _ in out] == [(0, 30), (1, 31), (2, 32)]
+    pids = [p for _, _, p in out]
+    assert pids[0] == os.getpid() and len(set(pids)) == 3  # stage 2 ran where stage 1 did
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left behind
+
+
+@needs_fork
+@pytest.mark.parametrize("where", ["first", "second"])
+def test_fork_stages_raises_a_part_s_error(where):
+    def first(k):
+        if where == "first" and k == 2:
+            raise ValueError(f"bad part {k}")
+        return k
+
+    def second(k, m):
+        if where == "second" and k == 1:
+            raise KeyError("nope")
+        return m
+
+    with pytest.raises(ValueError if where == "first" else KeyError):
+        fork_stages(3, first, lambda a: list(a), second)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+# -- the model: serial set-up against set-up in parts -------------------------------------
+def _slices(X, Y, n):
+    cuts = np.linspace(0, len(X), n + 1).astype(int).tolist()
+    return lambda k: (X[cuts[k]:cuts[k + 1]], Y[cuts[k]:cuts[k + 1]])
+
+
+def _same_prepared(a, b) -> None:
+    (fa, ma), (fb, mb) = a.featurizer, b.featurizer
+    assert ma == mb and sorted(fa) == sorted(fb)
+    for k in fa:
+        assert np.array_equal(fa[k], fb[k]), k
+    assert a.classes == b.classes and a.feature_kind == b.feature_kind
+    for name in ("sent_ptr", "feat_ptr", "feat_idx", "feat_val", "bfeat_ptr", "bfeat_idx",
+                 "bfeat_val"):
+        x, y = getattr(a.train, name, None), getattr(b.train, name, None)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert np.array_equal(a.y, b.y)
+    assert (a.seen_pairs is None) == (b.seen_pairs is None)
+    if a.seen_pairs is not None:
+        assert all(np.array_equal(x, y) for x, y in zip(a.seen_pairs, b.seen_pairs,
+                                                        strict=True))
+
+
+def _dicts(X):
+    out = []
+    for s in X:
+        sent = []
+        for i, w in enumerate(s):
+            d = {"bias": 1.0, "w": w.lower(), "suf": w[-2:], "len": float(len(w)) / 3,
+                 "up": w[:1].isupper(), "tags": [w[:1], w[-1:]]}
+            if i:
+                d["-1:w"] = s[i - 1].lower()
+            sent.append(d)
+        out.append(sent)
+    return out
+
+
+def _cases():
+    X, Y = _corpus()
+    attrs = [[("A" if len(w) % 2 else "B") + str(len(w) % 3) for w in s] for s in X]
+    Xa = [[(w, a) for w, a in zip(s, at, strict=True)] for s, at in zip(X, attrs, strict=True)]
+    return {
+        "base": (X, Y, {}),
+        "base-min-count-2": (X, Y, {"min_count": 2}),
+        "base-attributes": (Xa, Y, {"min_count": 2}),
+        "base-hashing": (X, Y, {"hashing": 4096}),
+        "template": (Xa, Y, {"template": "chunking"}),
+        "template-min-count-2": (Xa, Y, {"template": "chunking", "min_count": 2}),
+        "dicts": (_dicts(X), Y, {}),
+        "dicts-min-count-2": (_dicts(X), Y, {"min_count": 2}),
+    }
+
+
+@needs_fork
+@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("n", [2, 3])
+def test_parts_give_the_serial_feature_ids_and_encoding(case, n):
+    X, Y, kw = _cases()[case]
+    serial = SequenceTagger(**kw).prepare_fit(X, Y, X[:15], Y[:15])
+    parts = prepare_fit_parts(SequenceTagger(**kw), _slices(X, Y, n), n, X[:15], Y[:15])
+    _same_prepared(serial, parts)
+    for name in ("feat_ptr", "feat_idx"):
+        assert np.array_equal(getattr(serial.dev, name), getattr(parts.dev, name))
+    assert serial.gold == parts.gold
+    if case.startswith("base") and "hashing" not in case:  # the dictionary itself
+        assert serial.featurizer[1]["n_features"] > 100
+
+
+@needs_fork
+@pytest.mark.parametrize("case", ["base", "base-attributes", "template", "dicts"])
+@pytest.mark.parametrize("algorithm", ["dcd", "crf"])
+def test_parts_train_the_serial_weights_bit_for_bit(case, algorithm):
+    X, Y, kw = _cases()[case]
+    kw = {**kw, "algorithm": algorithm, "threads": 1, "seed": 0, "max_epochs": 5,
+          "time_limit": 60, "verbose": 0}
+    if algorithm == "crf":
+        kw = {**kw, "max_epochs": None, "max_iterations": 20}
+        kw.pop("max_epochs")
+    Xd = X[:20]  # (no dev set: a dev score picks the crf's model by the clock)
+    a = SequenceTagger(**kw)
+    a.fit_prepared(a.prepare_fit(X, Y))
+    b = SequenceTagger(**kw)
+    b.fit_prepared(prepare_fit_parts(b, _slices(X, Y, 3), 3))
+    assert a.coef_.dtype == b.coef_.dtype and a.coef_.shape == b.coef_.shape
+    if algorithm == "dcd":
+        assert a.coef_.tobytes() == b.coef_.tobytes()
+    else:  # the crf's gradient sums vary in the last bits from run to run, serial or not
+        np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+    assert np.any(a.coef_ != 0)
+    assert a.predict(Xd) == b.predict(Xd)
+
+
+def test_a_different_dictionary_is_seen():
+    """The comparison above can fail: a part missing from the merge changes the ids."""
+    X, Y, kw = _cases()["base"]
+    serial = SequenceTagger(**kw).prepare_fit(X, Y)
+    half = SequenceTagger(**kw).prepare_fit(X[:60], Y[:60])
+    with pytest.raises(AssertionError):
+        _same_prepared(serial, half)
+
+
+def test_parts_refuse_what_they_cannot_set_up():
+    from demidcd.api import NamedEntityTagger
+
+    X, Y = _corpus(10)
+    with pytest.raises(PartsUnsupported):
+        prepare_fit_parts(NamedEntityTagger(), _slices(X, Y, 2), 2)
+
+
+def test_concat_fills_values_of_parts_without_them():
+    from demidcd.tasks.chain.features import EncodedSequences
+
+    a = EncodedSequences(np.array([0, 1]), np.array([0, 2]), np.array([3, 4], np.int32),
+                         np.array([0.5, 2.0]))
+    b = EncodedSequences(np.array([0, 2]), np.array([0, 1, 2]), np.array([1, 7], np.int32))
+    c = concat_encoded([a, b])
+    assert c.sent_ptr.tolist() == [0, 1, 3] and c.feat_ptr.tolist() == [0, 2, 3, 4]
+    assert c.feat_idx.tolist() == [3, 4, 1, 7] and c.feat_val.tolist() == [0.5, 2.0, 1, 1]
