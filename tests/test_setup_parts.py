@@ -276,3 +276,49 @@ def test_concat_fills_values_of_parts_without_them():
     c = concat_encoded([a, b])
     assert c.sent_ptr.tolist() == [0, 1, 3] and c.feat_ptr.tolist() == [0, 2, 3, 4]
     assert c.feat_idx.tolist() == [3, 4, 1, 7] and c.feat_val.tolist() == [0.5, 2.0, 1, 1]
+
+
+# -- the command line ------------------------------------------------------------------------
+@needs_fork
+def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
+    """``--threads 2 --algorithm dcd``: set-up in 2 processes, training in one; the model's
+    weights and dictionary are the ``--threads 1`` run's, byte for byte."""
+    from cli_run import run
+
+    X, Y = _corpus(200)
+    attrs = [[w[-1:] for w in s] for s in X]
+    path = tmp_path / "train.txt"
+    _write_columns(path, X, Y, attrs)
+    models = {}
+    for t in (1, 2):
+        models[t] = tmp_path / f"m{t}.npz"
+        r = run("train", "--train", str(path), "--feature-columns", "2", "--threads", str(t),
+                "--algorithm", "dcd", "--max-epochs", "3", "--seed", "0",
+                "--model", str(models[t]))
+        assert r.returncode == 0, r.stderr
+        assert ("in 2 parts" in r.stdout + r.stderr) == (t == 2)
+    a, b = np.load(models[1]), np.load(models[2])
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        if k != "meta.json":  # (it names --threads)
+            assert a[k].tobytes() == b[k].tobytes(), k
+
+
+@needs_fork
+def test_cli_parts_name_a_bad_line_as_the_serial_reader(tmp_path):
+    from cli_run import run
+
+    X, Y = _corpus(200)
+    path = tmp_path / "bad.txt"
+    _write_columns(path, X, Y)
+    lines = path.read_text().split("\n")
+    k = max(i for i, x in enumerate(lines) if x) - 3  # a token line in the last part
+    lines[k] = lines[k] + " extra"
+    path.write_text("\n".join(lines))
+    errs = {}
+    for t in (1, 2):
+        r = run("train", "--train", str(path), "--threads", str(t), "--algorithm", "dcd",
+                "--max-epochs", "1")
+        assert r.returncode == 2
+        errs[t] = r.stderr.strip().splitlines()[-1]
+    assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]

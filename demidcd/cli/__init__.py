@@ -257,11 +257,13 @@ def _train(args) -> int:
 
     def set_up_in_parts() -> tuple[str, Any, Any, Any] | None:
         """:func:`set_up` with the training file read, its features counted and encoded in
-        ``--threads`` processes (:mod:`demidcd.estimators.parts`); None where it does not
-        apply (the caller sets up serially)."""
+        ``--threads`` processes (the cores given, also for a one-process learner;
+        :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
+        up serially)."""
         from ..estimators.parts import PartsUnsupported, parts_supported, prepare_fit_parts
 
-        if plan.threads < 2 or not options.train or options.split_test is not None or \
+        cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
+        if cores < 2 or not options.train or options.split_test is not None or \
                 not hasattr(spec, "read_part") or not parts_supported(est):
             return None
         from ..io.shards import byte_ranges
@@ -269,7 +271,7 @@ def _train(args) -> int:
 
         t0 = time.perf_counter()
         fmt = spec.read_plan(options.train, options)[0]
-        ranges = byte_ranges(options.train, plan.threads, fmt == "conllu", options.encoding)
+        ranges = byte_ranges(options.train, cores, fmt == "conllu", options.encoding)
         if ranges is None or len(ranges) < 2:
             return None
         state = first_columns_state(options.train, options.encoding) \

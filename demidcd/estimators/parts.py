@@ -107,7 +107,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
     est._begin_fit(None)  # bad options fail before any work
     est._weights()
     t0 = est.__dict__["_fit_t0"]
-    local: dict[str, Any] = {}  # what part k keeps from stage 1 to stage 2 (in its process)
+    local: dict[int, dict[str, Any]] = {}  # part k's from stage 1 to stage 2 (its process)
     clock = {"start": time.perf_counter()}
 
     def first(k: int) -> dict:
@@ -118,7 +118,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         f = est._new_featurizer(kind or "columns")
         if not getattr(f, "supports_parts", False):
             raise PartsUnsupported(type(f).__name__)
-        local["Y"], local["f"] = Y, f
+        local[k] = {"Y": Y, "f": f}
         labels = Counter(itertools.chain.from_iterable(Y))
         return {"kind": kind, "labels": labels, "n_sentences": len(X),
                 "counts": f.count_part(X)}
@@ -147,20 +147,20 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
             est.__dict__.pop(attr, None)
         classes = sorted(labels)
         est.classes_ = classes
-        f = local["f"]
+        f = local[0]["f"]
         payloads = f.merge_parts([p["counts"] for p in parts])
         est.featurizer_ = f
-        local["kind"] = feature_kind
+        local[0]["kind"] = feature_kind
         clock["merged"] = time.perf_counter()
         return [(payload, classes) for payload in payloads]
 
     def second(k: int, got: tuple) -> tuple[Any, np.ndarray]:
         payload, classes = got
-        enc = local["f"].encode_part(payload)
+        enc = local[k]["f"].encode_part(payload)
         index = {t: j for j, t in enumerate(classes)}
-        y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(local["Y"])),
+        y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(local[k]["Y"])),
                         np.int32, count=enc.n_tokens)
-        local.pop("Y")
+        local[k].pop("Y")
         return enc, y
 
     out = fork_stages(n, first, merge, second)
@@ -181,5 +181,5 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
                f"{clock['counted'] - clock['start']:.1f} s, merged in "
                f"{clock['merged'] - clock['counted']:.1f} s, encoded in "
                f"{done - clock['merged']:.1f} s")
-    return PreparedFit(est.featurizer_.state(), list(est.classes_), local["kind"], enc, y,
+    return PreparedFit(est.featurizer_.state(), list(est.classes_), local[0]["kind"], enc, y,
                        getattr(est, "seen_pairs_", None), dev, gold)

@@ -33,8 +33,8 @@ import numpy as np
 from .stream import transparent
 from .text_source import STDIN, decode_block
 
-__all__ = ["ByteRange", "MergedCounts", "byte_ranges", "merge_counts", "read_range",
-           "splittable"]
+__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "merge_counts",
+           "pack_strings", "read_range", "splittable"]
 
 _DOCSTART = np.frombuffer(b"-DOCSTART-", np.uint8)
 
@@ -46,15 +46,6 @@ class ByteRange:
     start: int
     end: int
     line0: int
-
-
-@dataclass
-class MergedCounts:
-    """The merge of per-part string counts (:func:`merge_counts`)."""
-
-    names: list[str]
-    counts: np.ndarray  # int64[len(names)]
-    maps: list[np.ndarray]  # int64 per part: part index -> merged index
 
 
 @nb.njit(cache=True, nogil=True)
@@ -148,16 +139,160 @@ def read_range(path: str, r: ByteRange, encoding: str = "utf-8") -> str:
     return text
 
 
-def merge_counts(parts: list[tuple[list[str], np.ndarray]]) -> MergedCounts:
+@dataclass
+class PackedStrings:
+    """Strings as one UTF-8 byte array and the end offset of each (what travels between
+    processes and machines instead of a Python object per string)."""
+
+    blob: np.ndarray  # uint8
+    ends: np.ndarray  # int64[n]
+
+    def __len__(self) -> int:
+        return int(self.ends.shape[0])
+
+    def strings(self, which: np.ndarray | None = None) -> list[str]:
+        """The strings (those at the indices ``which``, in that order)."""
+        ends = self.ends if which is None else self.ends[which]
+        starts = np.concatenate(([0], self.ends[:-1]))
+        starts = starts if which is None else starts[which]
+        raw = self.blob.tobytes()
+        if raw.isascii():  # one decode; byte offsets are character offsets
+            text = raw.decode("ascii")
+            return [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
+                                                          strict=True)]
+
+
+def pack_strings(strings: list[str]) -> PackedStrings:
+    """:class:`PackedStrings` of ``strings``."""
+    text = "".join(strings)
+    if text.isascii():
+        lens = np.fromiter(map(len, strings), np.int64, count=len(strings))
+        blob = text.encode("ascii")
+    else:
+        enc = [x.encode("utf-8") for x in strings]
+        lens = np.fromiter(map(len, enc), np.int64, count=len(enc))
+        blob = b"".join(enc)
+    return PackedStrings(np.frombuffer(blob, np.uint8), np.cumsum(lens))
+
+
+@nb.njit(cache=True, nogil=True)
+def _hashes(blob, ends):
+    """FNV-1a (64 bits) of each string."""
+    out = np.empty(ends.shape[0], np.uint64)
+    a = 0
+    for i in range(ends.shape[0]):
+        h = np.uint64(14695981039346656037)
+        for q in range(a, ends[i]):
+            h = (h ^ np.uint64(blob[q])) * np.uint64(1099511628211)
+        out[i] = h
+        a = ends[i]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _groups(order, hashes, blob, starts, ends):
+    """Over the entries in ``order`` (sorted by hash): group id of each sorted position, and
+    whether every group's strings are equal (False: a hash collision)."""
+    n = order.shape[0]
+    gid = np.empty(n, np.int64)
+    g = -1
+    head = 0
+    for r in range(n):
+        i = order[r]
+        if r == 0 or hashes[i] != hashes[order[r - 1]]:
+            g += 1
+            head = i
+        else:
+            la = ends[i] - starts[i]
+            if la != ends[head] - starts[head]:
+                return gid, False
+            for q in range(la):
+                if blob[starts[i] + q] != blob[starts[head] + q]:
+                    return gid, False
+        gid[r] = g
+    return gid, True
+
+
+@dataclass
+class MergedCounts:
+    """The merge of per-part string counts (:func:`merge_counts`): the strings packed (one
+    copy each), the summed counts, per part the map of its indices to merged ones."""
+
+    packed: PackedStrings
+    counts: np.ndarray  # int64[n]
+    maps: list[np.ndarray]  # int64 per part: part index -> merged index
+
+    @property
+    def names(self) -> list[str]:
+        return self.packed.strings()
+
+
+def merge_counts(parts: list[tuple[PackedStrings | list[str], np.ndarray]]) -> MergedCounts:
     """The merged count table of per-part (distinct strings, counts) (module docstring):
-    strings in order of first occurrence over (part, position), counts summed."""
+    strings in order of first occurrence over (part, position), counts summed. Sorting by a
+    64-bit hash of the bytes, every group's bytes compared (a collision falls back to a
+    dictionary): numpy and numba, no Python object per string."""
+    packed = [p if isinstance(p, PackedStrings) else pack_strings(p) for p, _ in parts]
+    sizes = [len(p) for p in packed]
+    off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    byte_off = np.cumsum([0] + [int(p.blob.shape[0]) for p in packed])
+    blob = np.concatenate([p.blob for p in packed]) if packed else np.zeros(0, np.uint8)
+    ends = np.concatenate([p.ends + b for p, b in zip(packed, byte_off, strict=False)]) \
+        if packed else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    counts = np.concatenate([np.asarray(c, np.int64) for _, c in parts]) if parts else \
+        np.zeros(0, np.int64)
+    hashes = _hashes(blob, ends)
+    order = np.argsort(hashes, kind="stable")  # equal hashes: in (part, position) order
+    gid, ok = _groups(order, hashes, blob, starts, ends)
+    if not ok:  # a 64-bit collision: merge by string
+        return _merge_by_dict(packed, parts)
+    n_groups = int(gid[-1]) + 1 if gid.shape[0] else 0
+    first = np.full(n_groups, -1, np.int64)
+    new_group = np.ones(gid.shape[0], bool)
+    new_group[1:] = gid[1:] != gid[:-1]
+    first[gid[new_group]] = order[new_group]  # each group's first occurrence
+    rank = np.empty(n_groups, np.int64)
+    by_first = np.argsort(first, kind="stable")
+    rank[by_first] = np.arange(n_groups)
+    merged_of = np.empty(gid.shape[0], np.int64)
+    merged_of[order] = rank[gid]
+    total = np.bincount(merged_of, counts.astype(np.float64), n_groups).astype(np.int64)
+    keep = first[by_first]
+    out = PackedStrings(blob, ends)
+    kept = PackedStrings(*_take(out, keep))
+    maps = [merged_of[off[k]:off[k + 1]] for k in range(len(parts))]
+    return MergedCounts(kept, total, maps)
+
+
+def _take(p: PackedStrings, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, ends) of the strings of ``p`` at ``which``."""
+    starts = np.concatenate(([0], p.ends[:-1])).astype(np.int64)[which]
+    lens = p.ends[which] - starts
+    new_ends = np.cumsum(lens)
+    return _gather(p.blob, starts, lens, int(new_ends[-1]) if lens.shape[0] else 0), new_ends
+
+
+@nb.njit(cache=True, nogil=True)
+def _gather(blob, starts, lens, total):
+    out = np.empty(total, np.uint8)
+    pos = 0
+    for i in range(starts.shape[0]):
+        out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
+        pos += lens[i]
+    return out
+
+
+def _merge_by_dict(packed: list[PackedStrings], parts) -> MergedCounts:
     index: dict[str, int] = {}
     setdefault = index.setdefault
     maps = []
-    for names, _ in parts:
+    for p in packed:
+        names = p.strings()
         maps.append(np.fromiter((setdefault(s, len(index)) for s in names), np.int64,
                                 count=len(names)))
     total = np.zeros(len(index), np.int64)
     for m, (_, counts) in zip(maps, parts, strict=True):
         total += np.bincount(m, np.asarray(counts, np.float64), len(index)).astype(np.int64)
-    return MergedCounts(list(index), total, maps)
+    return MergedCounts(pack_strings(list(index)), total, maps)

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from ...io.shards import merge_counts, pack_strings
 from ...primitives.monitor import PROGRESS_EVERY, timed_step
 from .feature_counts import count_base_features, frequency_order
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
@@ -663,18 +664,16 @@ class SequenceFeaturizer:
         words, attrs, n_attr = split_attributes(tokens)
         self._part = (tokens, None)
         if self.hashing:
-            return {"n_attr": n_attr, "names": [], "counts": np.zeros(0, np.int64)}
+            return {"n_attr": n_attr, "names": pack_strings([]), "counts": np.zeros(0, np.int64)}
         _, _, types = typed = _types(words)
         names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
         self._part = (tokens, (types, *own))
-        return {"n_attr": n_attr, "names": names, "counts": counts}
+        return {"n_attr": n_attr, "names": pack_strings(names), "counts": counts}
 
     def merge_parts(self, parts: list[dict]) -> list[object]:
         """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
         (≥ ``min_count``, by decreasing count then string, as :meth:`fit` builds it); returns
         what each part's :meth:`encode_part` needs (the dictionary, packed)."""
-        from ...io.shards import merge_counts
-
         n_attr = {p["n_attr"] for p in parts}
         if len(n_attr) != 1:
             raise ValueError(f"tokens carry different numbers of attribute columns: {n_attr}")
@@ -684,7 +683,7 @@ class SequenceFeaturizer:
             return [None] + [(None, 0, n_attr)] * (len(parts) - 1)
         m = merge_counts([(p["names"], p["counts"]) for p in parts])
         keep = np.flatnonzero(m.counts >= self.min_count)
-        self._adopt(frequency_order([m.names[j] for j in keep.tolist()], m.counts[keep]))
+        self._adopt(frequency_order(m.packed.strings(keep), m.counts[keep]))
         blob = np.frombuffer("\n".join(self.features).encode("utf-8"), np.uint8)
         return [None] + [(blob, len(self.features), n_attr)] * (len(parts) - 1)
 

@@ -39,6 +39,7 @@ from typing import Any, Self
 import numpy as np
 
 from ...errors import InputValueError, OptionError
+from ...io.shards import PackedStrings, merge_counts, pack_strings
 from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
@@ -202,11 +203,14 @@ class _FeatureSpace:
         return self.adopt_counts(list(seen), np.bincount(feat_idx, minlength=len(seen)),
                                  min_count)
 
-    def adopt_counts(self, names: list[str], counts: np.ndarray, min_count: int) -> np.ndarray:
-        """:meth:`finalize` from the distinct feature strings ``names`` and the number of
-        tokens each fires on (``counts``); returns the map index in ``names`` → final id."""
+    def adopt_counts(self, names: list[str] | PackedStrings, counts: np.ndarray,
+                     min_count: int) -> np.ndarray:
+        """:meth:`finalize` from the distinct feature strings ``names`` (a list, or packed:
+        only the kept ones are decoded) and the number of tokens each fires on (``counts``);
+        returns the map index in ``names`` → final id."""
         keep = np.flatnonzero(counts >= min_count)
-        kept = list(map(names.__getitem__, keep.tolist()))
+        kept = names.strings(keep) if hasattr(names, "strings") else \
+            list(map(names.__getitem__, keep.tolist()))
         rank = np.empty(len(kept), np.int64)
         rank[sorted(range(len(kept)), key=kept.__getitem__)] = np.arange(len(kept))
         by = np.lexsort((rank, -counts[keep]))
@@ -335,7 +339,7 @@ class _SpacesFeaturizer:
         out: dict = {"meta": self._part_meta(), "names": [], "counts": []}
         for sn, idx in zip(seen or (), (self._part.feat_idx, self._part.bfeat_idx),
                            strict=False):
-            out["names"].append(list(sn))
+            out["names"].append(pack_strings(list(sn)))
             out["counts"].append(np.bincount(idx, minlength=len(sn)))
         return out
 
@@ -349,8 +353,6 @@ class _SpacesFeaturizer:
         """The merge: this featurizer (part 0's) takes the dictionaries of the summed counts
         (as :meth:`fit_transform` builds them); returns, per part, the maps of its
         provisional ids to the final ones (one per space; None when hashing)."""
-        from ...io.shards import merge_counts
-
         self._adopt_part_meta([p["meta"] for p in parts])
         self._fitted = True
         if self.hashing:
@@ -358,7 +360,7 @@ class _SpacesFeaturizer:
         remaps: list[list[np.ndarray]] = [[] for _ in parts]
         for s, sp in enumerate(self.spaces):
             m = merge_counts([(p["names"][s], p["counts"][s]) for p in parts])
-            final = sp.adopt_counts(m.names, m.counts, self.min_count)
+            final = sp.adopt_counts(m.packed, m.counts, self.min_count)
             for k, mk in enumerate(m.maps):
                 remaps[k].append(final[mk])
         return remaps
