@@ -113,6 +113,19 @@ def test_merge_counts_against_a_counter():
         assert [m.names[i] for i in mk.tolist()] == names
 
 
+def test_merge_counts_is_exact_when_every_hash_collides():
+    from demidcd.io.shards import _hashes, _merge_table, pack_strings
+
+    names = ["a", "ab", "b", "a", "é", "ab", "", "é", ""]
+    p = pack_strings(names)
+    starts = np.concatenate(([0], p.ends[:-1]))
+    real = _merge_table(p.blob, starts, p.ends, _hashes(p.blob, p.ends))
+    same = _merge_table(p.blob, starts, p.ends, np.zeros(len(names), np.uint64))
+    for got in (real, same):
+        assert got[0].tolist() == [0, 1, 2, 0, 3, 1, 4, 3, 4]
+        assert got[1].tolist() == [0, 1, 2, 4, 6]
+
+
 # -- forked stages ---------------------------------------------------------------------------
 @needs_fork
 def test_fork_stages_runs_each_part_in_its_own_process():

@@ -191,27 +191,47 @@ def _hashes(blob, ends):
 
 
 @nb.njit(cache=True, nogil=True)
-def _groups(order, hashes, blob, starts, ends):
-    """Over the entries in ``order`` (sorted by hash): group id of each sorted position, and
-    whether every group's strings are equal (False: a hash collision)."""
-    n = order.shape[0]
-    gid = np.empty(n, np.int64)
-    g = -1
-    head = 0
-    for r in range(n):
-        i = order[r]
-        if r == 0 or hashes[i] != hashes[order[r - 1]]:
-            g += 1
-            head = i
-        else:
-            la = ends[i] - starts[i]
-            if la != ends[head] - starts[head]:
-                return gid, False
-            for q in range(la):
-                if blob[starts[i] + q] != blob[starts[head] + q]:
-                    return gid, False
-        gid[r] = g
-    return gid, True
+def _same(blob, starts, ends, i, j):
+    la = ends[i] - starts[i]
+    if la != ends[j] - starts[j]:
+        return False
+    for q in range(la):
+        if blob[starts[i] + q] != blob[starts[j] + q]:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge_table(blob, starts, ends, hashes):
+    """One pass over the strings in order with an open-addressing table keyed by their
+    hashes (equal hashes: the bytes compared, so a collision is only a longer probe):
+    (merged index of each string, the first string of each merged index)."""
+    n = ends.shape[0]
+    size = 1
+    while size < 2 * n + 2:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.full(size, -1, np.int64)  # slot -> merged index
+    merged_of = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        h = hashes[i]
+        slot = h & mask
+        while True:
+            g = table[slot]
+            if g < 0:
+                table[slot] = m
+                first[m] = i
+                merged_of[i] = m
+                m += 1
+                break
+            j = first[g]
+            if hashes[j] == h and _same(blob, starts, ends, i, j):
+                merged_of[i] = g
+                break
+            slot = (slot + np.uint64(1)) & mask
+    return merged_of, first[:m].copy()
 
 
 @dataclass
@@ -230,9 +250,9 @@ class MergedCounts:
 
 def merge_counts(parts: list[tuple[PackedStrings | list[str], np.ndarray]]) -> MergedCounts:
     """The merged count table of per-part (distinct strings, counts) (module docstring):
-    strings in order of first occurrence over (part, position), counts summed. Sorting by a
-    64-bit hash of the bytes, every group's bytes compared (a collision falls back to a
-    dictionary): numpy and numba, no Python object per string."""
+    strings in order of first occurrence over (part, position), counts summed. One pass of a
+    hash table over the bytes (numba; equal hashes compare the bytes, so the merge is exact):
+    no Python object per string."""
     packed = [p if isinstance(p, PackedStrings) else pack_strings(p) for p, _ in parts]
     sizes = [len(p) for p in packed]
     off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
@@ -243,23 +263,8 @@ def merge_counts(parts: list[tuple[PackedStrings | list[str], np.ndarray]]) -> M
     starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
     counts = np.concatenate([np.asarray(c, np.int64) for _, c in parts]) if parts else \
         np.zeros(0, np.int64)
-    hashes = _hashes(blob, ends)
-    order = np.argsort(hashes, kind="stable")  # equal hashes: in (part, position) order
-    gid, ok = _groups(order, hashes, blob, starts, ends)
-    if not ok:  # a 64-bit collision: merge by string
-        return _merge_by_dict(packed, parts)
-    n_groups = int(gid[-1]) + 1 if gid.shape[0] else 0
-    first = np.full(n_groups, -1, np.int64)
-    new_group = np.ones(gid.shape[0], bool)
-    new_group[1:] = gid[1:] != gid[:-1]
-    first[gid[new_group]] = order[new_group]  # each group's first occurrence
-    rank = np.empty(n_groups, np.int64)
-    by_first = np.argsort(first, kind="stable")
-    rank[by_first] = np.arange(n_groups)
-    merged_of = np.empty(gid.shape[0], np.int64)
-    merged_of[order] = rank[gid]
-    total = np.bincount(merged_of, counts.astype(np.float64), n_groups).astype(np.int64)
-    keep = first[by_first]
+    merged_of, keep = _merge_table(blob, starts, ends, _hashes(blob, ends))
+    total = np.bincount(merged_of, counts.astype(np.float64), keep.shape[0]).astype(np.int64)
     out = PackedStrings(blob, ends)
     kept = PackedStrings(*_take(out, keep))
     maps = [merged_of[off[k]:off[k + 1]] for k in range(len(parts))]
@@ -282,17 +287,3 @@ def _gather(blob, starts, lens, total):
         out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
         pos += lens[i]
     return out
-
-
-def _merge_by_dict(packed: list[PackedStrings], parts) -> MergedCounts:
-    index: dict[str, int] = {}
-    setdefault = index.setdefault
-    maps = []
-    for p in packed:
-        names = p.strings()
-        maps.append(np.fromiter((setdefault(s, len(index)) for s in names), np.int64,
-                                count=len(names)))
-    total = np.zeros(len(index), np.int64)
-    for m, (_, counts) in zip(maps, parts, strict=True):
-        total += np.bincount(m, np.asarray(counts, np.float64), len(index)).astype(np.int64)
-    return MergedCounts(pack_strings(list(index)), total, maps)
