@@ -335,3 +335,40 @@ def test_cli_parts_name_a_bad_line_as_the_serial_reader(tmp_path):
         assert r.returncode == 2
         errs[t] = r.stderr.strip().splitlines()[-1]
     assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
+
+
+def test_token_slices_balance_tokens_and_leave_none_empty():
+    from demidcd.estimators.parts import token_slices
+
+    X = [["w"] * n for n in [5, 1, 1, 1, 1, 1, 10, 2, 2, 6]]
+    cuts = token_slices(X, 3)
+    assert cuts[0] == 0 and cuts[-1] == len(X) and cuts == sorted(set(cuts))
+    sizes = [sum(map(len, X[a:b])) for a, b in zip(cuts, cuts[1:], strict=False)]
+    assert len(sizes) == 3 and max(sizes) <= 16
+    assert token_slices(X, 3, min_tokens=1000) is None
+    assert token_slices([["a", "b"]], 4) is None
+    assert token_slices(X, 50)[-1] == len(X) and len(token_slices(X, 50)) == len(X) + 1
+
+
+@needs_fork
+def test_library_fit_with_threads_sets_up_in_parts(monkeypatch):
+    """``fit`` with ``threads`` 2 on enough tokens takes the parts (and the serial model)."""
+    import demidcd.estimators.parts as parts
+
+    X, Y, _ = _cases()["dicts"]
+    calls = []
+    real = parts.prepare_fit_parts
+
+    def spy(*a, **k):
+        calls.append(a[2])
+        return real(*a, **k)
+
+    monkeypatch.setattr(parts, "PARTS_MIN_TOKENS", 100)
+    monkeypatch.setattr(parts, "prepare_fit_parts", spy)
+    kw = {"algorithm": "crf", "max_iterations": 5, "verbose": 0, "seed": 0}
+    a = SequenceTagger(threads=2, **kw).fit(X, Y)
+    assert calls == [2]
+    b = SequenceTagger(threads=1, **kw).fit(X, Y)
+    assert calls == [2]  # (one thread: serial)
+    assert a.featurizer_.features == b.featurizer_.features
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)

@@ -40,7 +40,31 @@ import numpy as np
 from ..parallel.forked import fork_stages
 from .base import check_sentences, check_tags, token_kind
 
-__all__ = ["PartsUnsupported", "concat_encoded", "parts_supported", "prepare_fit_parts"]
+__all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "concat_encoded", "parts_supported",
+           "prepare_fit_parts", "token_slices"]
+
+
+PARTS_MIN_TOKENS = 50_000
+"""The fewest training tokens a library ``fit`` sets up in parts (below, the processes' start
+costs more than the parts save)."""
+
+
+def token_slices(X: list[list], n: int, min_tokens: int = 0) -> list[int] | None:
+    """Sentence indices ``[0, c_1, …, len(X)]`` cutting X into at most ``n`` slices of about
+    equal tokens, none empty; None when X holds fewer than ``min_tokens`` tokens or cannot be
+    cut in two."""
+    lens = np.fromiter(map(len, X), np.int64, count=len(X))
+    total = int(lens.sum())
+    if total < max(min_tokens, 1) or len(X) < 2:
+        return None
+    ends = np.cumsum(lens)
+    cuts = [0]
+    for k in range(1, n):
+        c = int(np.searchsorted(ends, total * k / n, "left")) + 1
+        if cuts[-1] < c < len(X):
+            cuts.append(c)
+    cuts.append(len(X))
+    return cuts if len(cuts) > 2 else None
 
 
 class PartsUnsupported(Exception):

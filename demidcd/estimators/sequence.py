@@ -243,10 +243,42 @@ class SequenceTagger(StructuredEstimator):
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
-        """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
-        prepared = self._prepare(X, Y, X_dev, Y_dev)
+        """Learn w from sentences X with gold tags Y (optional dev set for the log); with
+        ``threads`` > 1 on a large X the set-up runs in that many processes
+        (:mod:`.parts`: the same model)."""
+        prepared = self._prepare_in_parts(X, Y, X_dev, Y_dev)
+        if prepared is None:
+            prepared = self._prepare(X, Y, X_dev, Y_dev)
         del X, Y, X_dev, Y_dev  # (the caller's references may be the last ones)
         return self._fit_from(prepared, adopt=False)
+
+    def _prepare_in_parts(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None,
+                          Y_dev: list[list[str]] | None) -> PreparedFit | None:
+        """:func:`~.parts.prepare_fit_parts` over ``threads`` slices of X of about equal
+        tokens, where it applies (``threads`` > 1, :data:`~.parts.PARTS_MIN_TOKENS` tokens or
+        more, fork, :func:`~.parts.parts_supported`); None elsewhere."""
+        from .parts import (
+            PARTS_MIN_TOKENS,
+            PartsUnsupported,
+            parts_supported,
+            prepare_fit_parts,
+            token_slices,
+        )
+
+        n = int(self.threads or 1)
+        if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
+                not isinstance(Y, list | tuple) or len(X) != len(Y) or \
+                not parts_supported(self):
+            return None
+        cuts = token_slices(X, n, PARTS_MIN_TOKENS)
+        if cuts is None:
+            return None
+        try:
+            return prepare_fit_parts(
+                self, lambda k: (X[cuts[k]:cuts[k + 1]], Y[cuts[k]:cuts[k + 1]]),
+                len(cuts) - 1, X_dev, Y_dev)
+        except PartsUnsupported:
+            return None
 
     def prepare_fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
                     Y_dev: list[list[str]] | None = None) -> PreparedFit:
