@@ -225,8 +225,8 @@ def _cases():
 
 
 @needs_fork
-@pytest.mark.parametrize("case", list(_cases()))
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize(("case", "n"), [(c, 3) for c in _cases()] + [("base", 2),
+                                                                      ("dicts", 2)])
 def test_parts_give_the_serial_feature_ids_and_encoding(case, n):
     X, Y, kw = _cases()[case]
     serial = SequenceTagger(**kw).prepare_fit(X, Y, X[:15], Y[:15])
@@ -240,8 +240,9 @@ def test_parts_give_the_serial_feature_ids_and_encoding(case, n):
 
 
 @needs_fork
-@pytest.mark.parametrize("case", ["base", "base-attributes", "template", "dicts"])
-@pytest.mark.parametrize("algorithm", ["dcd", "crf"])
+@pytest.mark.parametrize(("case", "algorithm"), [
+    ("base", "dcd"), ("base-attributes", "dcd"), ("template", "dcd"), ("dicts", "dcd"),
+    ("template", "crf"), ("dicts", "crf")])
 def test_parts_train_the_serial_weights_bit_for_bit(case, algorithm):
     X, Y, kw = _cases()[case]
     kw = {**kw, "algorithm": algorithm, "threads": 1, "seed": 0, "max_epochs": 5,
@@ -293,6 +294,7 @@ def test_concat_fills_values_of_parts_without_them():
 
 # -- the command line ------------------------------------------------------------------------
 @needs_fork
+@pytest.mark.slow
 def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
     """``--threads 2 --algorithm dcd``: set-up in 2 processes, training in one; the model's
     weights and dictionary are the ``--threads 1`` run's, byte for byte."""
@@ -318,6 +320,7 @@ def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
 
 
 @needs_fork
+@pytest.mark.slow
 def test_cli_parts_name_a_bad_line_as_the_serial_reader(tmp_path):
     from cli_run import run
 
