@@ -375,3 +375,32 @@ def test_library_fit_with_threads_sets_up_in_parts(monkeypatch):
     assert calls == [2]  # (one thread: serial)
     assert a.featurizer_.features == b.featurizer_.features
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+
+
+@needs_fork
+@pytest.mark.parametrize("opened_by_i", [0, 40])
+def test_chunker_parts_check_the_label_scheme_as_the_serial_fit(opened_by_i):
+    """The chunkers' scheme (IOB2 unless over 1% of chunks open with I-X) from summed part
+    counts: the same ``constraint_scheme_`` and model as the serial set-up."""
+    from demidcd.api import ChunkTagger
+
+    X, Y = _corpus(150)
+    first = Y[0][0]
+    Yc = []
+    for s in Y:
+        out, prev = [], None
+        for y in s:
+            out.append("O" if y == first else ("I-" if y == prev else "B-") + y)
+            prev = y
+        Yc.append(out)
+    for s in Yc[:opened_by_i]:  # chunks opened by I-X: IOB1-like data
+        for i, t in enumerate(s):
+            if t.startswith("B-"):
+                s[i] = "I-" + t[2:]
+    serial_est = ChunkTagger(template="chunking")
+    serial = serial_est.prepare_fit([[(w, w[-1:]) for w in s] for s in X], Yc)
+    est = ChunkTagger(template="chunking")
+    parts = prepare_fit_parts(est, _slices([[(w, w[-1:]) for w in s] for s in X], Yc, 3), 3)
+    _same_prepared(serial, parts)
+    assert est.constraint_scheme_ == serial_est.constraint_scheme_
+    assert est.constraint_scheme_ == ("iob2" if opened_by_i == 0 else None)

@@ -20,10 +20,10 @@ serial one array for array (tests/test_setup_parts.py checks ids and, trained wi
 process, the weights bit for bit). Only counts (per distinct feature), the dictionary and the
 encoded arrays travel between processes, never an object per token.
 
-What it does not take (:class:`PartsUnsupported`, the caller then sets up serially): a resume
-or warm start (their vocabulary is the saved model's), the ``ner`` template (clusters and
-document context over the whole text), label checks that need every tag sequence (the
-chunkers' label scheme).
+The chunkers' label-scheme check reads per-part counts (``_label_summary``: chunks, and those
+opened by I-X), summed. What it does not take (:class:`PartsUnsupported`, the caller then sets
+up serially): a resume or warm start (their vocabulary is the saved model's), the ``ner``
+built-in template (word clusters and document context over the whole text).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def parts_supported(est: Any) -> bool:
 
     if getattr(est, "resume", None) is not None or getattr(est, "init", None) is not None:
         return False
-    if type(est)._check_labels is not SequenceTagger._check_labels:
+    if not isinstance(est, SequenceTagger):
         return False
     return getattr(est, "_template", "base") == "base" or est.template is not None
 
@@ -145,7 +145,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         local[k] = {"Y": Y, "f": f}
         labels = Counter(itertools.chain.from_iterable(Y))
         return {"kind": kind, "labels": labels, "n_sentences": len(X),
-                "counts": f.count_part(X)}
+                "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
 
     def merge(parts: list[dict]) -> list[Any]:
         clock["counted"] = time.perf_counter()
@@ -164,6 +164,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
             from ..errors import OptionError
 
             raise OptionError("cannot fit on an empty data set")
+        est._check_label_summaries(set(labels), [p["label_summary"] for p in parts])
         feature_kind = "dict" if kind == "dict" else None
         est._begin_fit(feature_kind)
         est.__dict__["_fit_t0"] = t0  # (the set-up started before the reading)

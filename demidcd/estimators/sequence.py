@@ -366,6 +366,14 @@ class SequenceTagger(StructuredEstimator):
         """What ``fit`` requires of the (checked) training tags beyond their shape (the
         chunkers: a label scheme that reads them)."""
 
+    def _label_summary(self, Y: list[list[str]]) -> object:
+        """A part's share of what :meth:`_check_labels` reads beyond the set of labels, for a
+        set-up in parts (:mod:`.parts`); none here."""
+        return None
+
+    def _check_label_summaries(self, labels: set[str], summaries: list) -> None:
+        """:meth:`_check_labels` from the set of labels and the parts' summaries."""
+
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
         return self._names(*self._decode_ids(task, w))
 
@@ -794,6 +802,23 @@ class ChunkTagger(SequenceTagger):
 
         resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")
         self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
+
+    def _label_summary(self, Y: list[list[str]]) -> tuple[int, int]:
+        """A part's share of what :meth:`_check_labels` reads beyond the labels
+        (:func:`~demidcd.tasks.chain.decoding.scheme_counts`; set-up in parts)."""
+        from ..tasks.chain.decoding import scheme_counts
+
+        return scheme_counts(Y)
+
+    def _check_label_summaries(self, labels: set[str], summaries: list) -> None:
+        """:meth:`_check_labels` from the labels and the parts' :meth:`_label_summary`."""
+        from ..tasks.chain.chunks import resolve_scheme
+        from ..tasks.chain.decoding import scheme_of_counts
+
+        scheme = self.label_scheme or "auto"
+        resolve_scheme(labels, scheme)
+        self.constraint_scheme_ = scheme_of_counts(
+            labels, lambda: tuple(map(sum, zip(*summaries, strict=True))), scheme)
 
     # -- label-scheme constraints -------------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
