@@ -19,6 +19,7 @@ so that its Python objects never live in the processes that train.
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import signal
 import sys
@@ -280,6 +281,12 @@ def _train(args) -> int:
             return None
         dev = _read(spec, options.dev, options) if options.dev else None
         test = _read(spec, options.test, options) if options.test else None
+        if codecs.lookup(options.encoding).name != "utf-8":  # the whole file's warning, once
+            from ..io.text_source import check_utf8_read_as_other, source_name
+
+            with open(options.train, "rb") as f:
+                check_utf8_read_as_other(f.read(), "", source_name(options.train),
+                                         options.encoding)
 
         def read(k: int) -> tuple[Any, Any]:
             part = _length_checked(spec, spec.read_part, options.train, options, ranges[k],

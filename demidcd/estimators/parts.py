@@ -135,6 +135,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
     clock = {"start": time.perf_counter()}
 
     def first(k: int) -> dict:
+        c0 = time.process_time()
         X, Y = read(k)
         X = check_sentences(X, dicts=True)
         Y = check_tags(X, Y)
@@ -144,11 +145,15 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
             raise PartsUnsupported(type(f).__name__)
         local[k] = {"Y": Y, "f": f}
         labels = Counter(itertools.chain.from_iterable(Y))
-        return {"kind": kind, "labels": labels, "n_sentences": len(X),
-                "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
+        out = {"kind": kind, "labels": labels, "n_sentences": len(X),
+               "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
+        out["cpu"] = time.process_time() - c0
+        return out
 
     def merge(parts: list[dict]) -> list[Any]:
         clock["counted"] = time.perf_counter()
+        c0 = time.process_time()
+        clock["cpu_read"] = [p["cpu"] for p in parts]
         kinds = {p["kind"] for p in parts} - {None}
         if len(kinds) > 1:
             raise PartsUnsupported("tokens of several kinds")
@@ -177,20 +182,23 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         est.featurizer_ = f
         local[0]["kind"] = feature_kind
         clock["merged"] = time.perf_counter()
+        clock["cpu_merge"] = time.process_time() - c0
         return [(payload, classes) for payload in payloads]
 
-    def second(k: int, got: tuple) -> tuple[Any, np.ndarray]:
+    def second(k: int, got: tuple) -> tuple[Any, np.ndarray, float]:
+        c0 = time.process_time()
         payload, classes = got
         enc = local[k]["f"].encode_part(payload)
         index = {t: j for j, t in enumerate(classes)}
         y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(local[k]["Y"])),
                         np.int32, count=enc.n_tokens)
         local[k].pop("Y")
-        return enc, y
+        return enc, y, time.process_time() - c0
 
     out = fork_stages(n, first, merge, second)
-    enc = concat_encoded([e for e, _ in out])
-    y = np.concatenate([y for _, y in out])
+    enc = concat_encoded([e for e, _, _ in out])
+    y = np.concatenate([y for _, y, _ in out])
+    cpu_encode = [c for _, _, c in out]
     del out
     est.n_features_ = est.featurizer_.n_features
     est.n_bfeatures_ = est._n_bfeatures
@@ -202,9 +210,15 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         dev = est._encode(X_dev)
         gold = [list(s) for s in Y_dev]
     done = time.perf_counter()
+
+    def cpu(xs: list[float]) -> str:
+        return ", ".join(f"{x:.2f}" for x in xs)
+
     est._say()(f"set-up in {n} processes: read and counted in "
-               f"{clock['counted'] - clock['start']:.1f} s, merged in "
-               f"{clock['merged'] - clock['counted']:.1f} s, encoded in "
-               f"{done - clock['merged']:.1f} s")
+               f"{clock['counted'] - clock['start']:.1f} s (CPU s per part: "
+               f"{cpu(clock['cpu_read'])}), merged in "
+               f"{clock['merged'] - clock['counted']:.1f} s (CPU {clock['cpu_merge']:.2f} s), "
+               f"encoded in {done - clock['merged']:.1f} s (CPU s per part: "
+               f"{cpu(cpu_encode)})")
     return PreparedFit(est.featurizer_.state(), list(est.classes_), local[0]["kind"], enc, y,
                        getattr(est, "seen_pairs_", None), dev, gold)
