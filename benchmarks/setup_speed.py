@@ -61,17 +61,18 @@ _PEAK = re.compile(r"peak memory: ([\d,.]+) MiB")
 _TRAINED = re.compile(r"stopped: .*? after [\d,]+ \w+, ([\d.]+)s\b")
 _PARTS = re.compile(r"set-up in (\d+) processes: read and counted in ([\d.]+) s \(CPU s per "
                     r"part: ([\d., ]+)\), merged in ([\d.]+) s \(CPU ([\d.]+) s\), encoded "
-                    r"in ([\d.]+) s \(CPU s per part: ([\d., ]+)\)")
+                    r"in ([\d.]+) s \(CPU s per part: ([\d., ]+); then ([\d.]+) s here\)")
 
 
 def parse_parts(text: str) -> dict[str, float | None]:
     """A run in parts' stages (wall seconds; None for a serial set-up), the CPU seconds of its
     critical path (the slowest part's reading and counting + the merge + the slowest part's
-    encoding: what the set-up would take on idle cores) and its training seconds."""
+    encoding + what follows in the parent: what the set-up would take on idle cores, start-up
+    and exit aside) and its training seconds."""
     m, t = _PARTS.search(text), _TRAINED.search(text)
     if m:
         path = max(map(float, m.group(3).split(","))) + float(m.group(5)) + \
-            max(map(float, m.group(7).split(",")))
+            max(map(float, m.group(7).split(","))) + float(m.group(8))
     return {"parts_read_s": float(m.group(2)) if m else None,
             "parts_merge_s": float(m.group(4)) if m else None,
             "parts_encode_s": float(m.group(6)) if m else None,

@@ -196,6 +196,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         return enc, y, time.process_time() - c0
 
     out = fork_stages(n, first, merge, second)
+    c_end = time.process_time()
     enc = concat_encoded([e for e, _, _ in out])
     y = np.concatenate([y for _, y, _ in out])
     cpu_encode = [c for _, _, c in out]
@@ -219,6 +220,6 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
                f"{cpu(clock['cpu_read'])}), merged in "
                f"{clock['merged'] - clock['counted']:.1f} s (CPU {clock['cpu_merge']:.2f} s), "
                f"encoded in {done - clock['merged']:.1f} s (CPU s per part: "
-               f"{cpu(cpu_encode)})")
+               f"{cpu(cpu_encode)}; then {time.process_time() - c_end:.2f} s here)")
     return PreparedFit(est.featurizer_.state(), list(est.classes_), local[0]["kind"], enc, y,
                        getattr(est, "seen_pairs_", None), dev, gold)
