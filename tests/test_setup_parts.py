@@ -169,6 +169,21 @@ def test_fork_stages_raises_a_part_s_error(where):
         os.waitpid(-1, os.WNOHANG)
 
 
+@needs_fork
+def test_fork_stages_say_when_a_part_dies():
+    from demidcd.parallel.forked import PartFailed
+
+    def first(k):
+        if k == 1:
+            os._exit(3)  # (as if killed)
+        return k
+
+    with pytest.raises(PartFailed, match="died"):
+        fork_stages(2, first, lambda a: list(a), lambda k, m: m)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
 # -- the model: serial set-up against set-up in parts -------------------------------------
 def _slices(X, Y, n):
     cuts = np.linspace(0, len(X), n + 1).astype(int).tolist()

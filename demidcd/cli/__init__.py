@@ -269,6 +269,7 @@ def _train(args) -> int:
             return None
         from ..io.shards import byte_ranges
         from ..io.tagged import first_columns_state
+        from ..parallel.forked import PartFailed
 
         t0 = time.perf_counter()
         fmt = spec.read_plan(options.train, options)[0]
@@ -317,6 +318,10 @@ def _train(args) -> int:
         try:
             prepared = prepare_fit_parts(est, read, len(ranges), Xd, Yd, on_read)
         except PartsUnsupported:
+            return None
+        except PartFailed as e:  # a process died (killed, out of memory): once more, serially
+            print(f"demidcd: warning: {e}; setting up again in one process", file=sys.stderr,
+                  flush=True)
             return None
         return options.train, dev, test, prepared
 
