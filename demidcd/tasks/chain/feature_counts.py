@@ -247,6 +247,10 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
 
 def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:
     """``names`` (distinct) by decreasing count, ties in string order."""
+    return [names[i] for i in frequency_permutation(names, counts).tolist()]
+
+
+def frequency_permutation(names: list[str], counts: np.ndarray) -> np.ndarray:
+    """The indices of ``names`` (distinct) by decreasing count, ties in string order."""
     by_name = np.array(sorted(range(len(names)), key=names.__getitem__), np.int64)
-    order = by_name[np.argsort(-counts[by_name], kind="stable")]
-    return [names[i] for i in order.tolist()]
+    return by_name[np.argsort(-counts[by_name], kind="stable")]

@@ -63,7 +63,7 @@ import numpy as np
 
 from ...io.shards import merge_counts, pack_strings
 from ...primitives.monitor import PROGRESS_EVERY, timed_step
-from .feature_counts import count_base_features, frequency_order
+from .feature_counts import count_base_features, frequency_order, frequency_permutation
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
 # 2 drops the singletons (about half the features, so of w) at no measurable accuracy cost
@@ -566,10 +566,12 @@ class SequenceFeaturizer:
             self._type_tables = t
         return t
 
-    def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int) -> EncodedSequences:
+    def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int,
+                      tables=None) -> EncodedSequences:
         """:meth:`_encode` with the dictionary, from tables kept per word type (the same
-        ids: :mod:`~demidcd.tasks.chain.type_tables`)."""
-        tables = self.type_tables(n_attr)
+        ids: :mod:`~demidcd.tasks.chain.type_tables`; ``tables``: others than the
+        dictionary's)."""
+        tables = self.type_tables(n_attr) if tables is None else tables
         flat = list(itertools.chain.from_iterable(tokens))
         values = None
         if n_attr:
@@ -659,46 +661,67 @@ class SequenceFeaturizer:
 
     def count_part(self, tokens: list[list]) -> dict:
         """Stage 1 of a set-up in parts: this part's feature counts (every feature, no
-        cut-off: the cut-off applies to the merged counts), its tokens kept for
+        cut-off: the cut-off applies to the merged counts), its tokens and features kept for
         :meth:`encode_part`."""
         words, attrs, n_attr = split_attributes(tokens)
-        self._part = (tokens, None)
+        self._part = (tokens, None, None)
         if self.hashing:
             return {"n_attr": n_attr, "names": pack_strings([]), "counts": np.zeros(0, np.int64)}
         _, _, types = typed = _types(words)
         names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
-        self._part = (tokens, (types, *own))
+        self._part = (tokens, (types, *own), names)
         return {"n_attr": n_attr, "names": pack_strings(names), "counts": counts}
 
     def merge_parts(self, parts: list[dict]) -> list[object]:
         """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
         (≥ ``min_count``, by decreasing count then string, as :meth:`fit` builds it); returns
-        what each part's :meth:`encode_part` needs (the dictionary, packed)."""
+        what each part's :meth:`encode_part` needs: the final id of each of its features
+        (−1: dropped)."""
         n_attr = {p["n_attr"] for p in parts}
         if len(n_attr) != 1:
             raise ValueError(f"tokens carry different numbers of attribute columns: {n_attr}")
         self.n_attributes = n_attr = n_attr.pop()
         self.clusters = {}
         if self.hashing:
-            return [None] + [(None, 0, n_attr)] * (len(parts) - 1)
+            return [(None, n_attr)] * len(parts)
         m = merge_counts([(p["names"], p["counts"]) for p in parts])
         keep = np.flatnonzero(m.counts >= self.min_count)
-        self._adopt(frequency_order(m.packed.strings(keep), m.counts[keep]))
-        blob = np.frombuffer("\n".join(self.features).encode("utf-8"), np.uint8)
-        return [None] + [(blob, len(self.features), n_attr)] * (len(parts) - 1)
+        names = m.packed.strings(keep)
+        order = frequency_permutation(names, m.counts[keep])
+        self._adopt([names[i] for i in order.tolist()])
+        final = np.full(m.counts.shape[0], -1, np.int32)
+        final[keep[order]] = np.arange(order.shape[0], dtype=np.int32)
+        return [(final[mk], n_attr) for mk in m.maps]
 
-    def encode_part(self, payload: tuple | None) -> EncodedSequences:
-        """Stage 2: this part's tokens encoded with the merged dictionary (``payload``:
-        :meth:`merge_parts`'s for this part; None for the featurizer that merged)."""
-        tokens, own = self._part
+    def encode_part(self, payload: tuple) -> EncodedSequences:
+        """Stage 2: this part's tokens encoded with the merged ids (``payload``:
+        :meth:`merge_parts`'s for this part), through type tables of this part's features
+        only (a token fires only features of its part), then mapped to the final ids."""
+        tokens, own, names = self._part
         self._part = None
-        if payload is not None:
-            raw, n, self.n_attributes = payload
-            if raw is not None:
-                self._adopt(raw.tobytes().decode("utf-8").split("\n") if n else [])
-        if own is not None:
-            self._seed_tables(*own, self.n_attributes)
-        return self._encode(tokens, self._index)
+        ids, self.n_attributes = payload
+        if ids is None:  # hashing
+            return self._encode(tokens, None)
+        from .type_tables import MAX_TYPES, TypeTables
+
+        # the part's kept features in id order, numbered 0, 1, … (the tables number their
+        # features by position): local ids increase with the final ones, so a token's sorted
+        # local ids map to its sorted final ids
+        sel = np.flatnonzero(ids >= 0)
+        sel = sel[np.argsort(ids[sel], kind="stable")]
+        final = np.ascontiguousarray(ids[sel], np.int32)
+        index = dict(zip([names[i] for i in sel.tolist()], range(sel.shape[0]), strict=True))
+        tables = TypeTables(index, self._word_features, self.n_attributes)
+        types, own_names, own_ids, lens = own
+        if len(types) <= MAX_TYPES:
+            got = np.fromiter(map(index.get, own_names, itertools.repeat(-1)), np.int32,
+                              count=len(own_names))
+            with tables.lock:
+                tables.add_types(types, got[own_ids], lens)
+        words, attrs, n_attr = split_attributes(tokens)
+        enc = self._encode_types(words, attrs, n_attr, tables)
+        enc.feat_idx = final[enc.feat_idx]
+        return enc
 
     def _adopt(self, features: list[str]) -> None:
         """Take ``features`` (in id order) as the dictionary."""
