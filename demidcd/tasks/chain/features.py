@@ -688,7 +688,14 @@ class SequenceFeaturizer:
         keep = np.flatnonzero(m.counts >= self.min_count)
         names = m.packed.strings(keep)
         order = frequency_permutation(names, m.counts[keep])
-        self._adopt([names[i] for i in order.tolist()])
+        # the dictionary packed, as a loaded model holds it (split into a list and an index
+        # only if something here encodes with it: a dev set)
+        blob = np.frombuffer("\n".join([names[i] for i in order.tolist()]).encode("utf-8"),
+                             np.uint8)
+        self.features = None
+        self._type_tables = None
+        self._blob = blob
+        self._packed = (blob, int(order.shape[0]))
         final = np.full(m.counts.shape[0], -1, np.int32)
         final[keep[order]] = np.arange(order.shape[0], dtype=np.int32)
         return [(final[mk], n_attr) for mk in m.maps]
