@@ -33,6 +33,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,8 @@ import numpy as np
 from ..parallel.forked import fork_stages
 from .base import check_sentences, check_tags, token_kind
 
-__all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "concat_encoded", "parts_supported",
-           "prepare_fit_parts", "token_slices"]
+__all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "PreparedFit", "concat_encoded",
+           "parts_supported", "prepare_fit_parts", "token_slices"]
 
 
 PARTS_MIN_TOKENS = 50_000
@@ -67,6 +68,23 @@ def token_slices(X: list[list], n: int, min_tokens: int = 0) -> list[int] | None
     return cuts if len(cuts) > 2 else None
 
 
+@dataclass
+class PreparedFit:
+    """What :meth:`SequenceTagger.prepare_fit` hands to :meth:`SequenceTagger.fit_prepared`:
+    the featurizer's state (arrays, metadata: as the model file holds it), the labels, the
+    kind of features (for the default C), the encoded training sentences and their flat tag
+    ids, the seen pairs (or None), the encoded dev sentences and their tags (or None)."""
+
+    featurizer: tuple[dict[str, np.ndarray], dict] | None
+    classes: list[str] | None
+    feature_kind: str | None
+    train: Any
+    y: np.ndarray | None
+    seen_pairs: tuple[np.ndarray, np.ndarray] | None
+    dev: Any = None
+    gold: list[list[str]] | None = None
+
+
 class PartsUnsupported(Exception):
     """This estimator or data cannot be set up in parts (module docstring)."""
 
@@ -74,11 +92,9 @@ class PartsUnsupported(Exception):
 def parts_supported(est: Any) -> bool:
     """Whether ``est`` (a sequence tagger, before fit) can be set up in parts, as far as its
     parameters tell (the kind of tokens is only known once read)."""
-    from .sequence import SequenceTagger
-
     if getattr(est, "resume", None) is not None or getattr(est, "init", None) is not None:
         return False
-    if not isinstance(est, SequenceTagger):
+    if not hasattr(est, "_label_summary"):  # (a sequence tagger's hooks)
         return False
     return getattr(est, "_template", "base") == "base" or est.template is not None
 
@@ -124,8 +140,6 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
     ``on_read(summaries)`` is called here once every part is read (each: ``n_sentences``,
     ``labels`` (a Counter)). Raises :class:`PartsUnsupported` before any work when ``est``
     cannot, and after the reading when the tokens cannot (the caller sets up serially)."""
-    from .sequence import PreparedFit
-
     if not parts_supported(est):
         raise PartsUnsupported(type(est).__name__)
     est._begin_fit(None)  # bad options fail before any work

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from .base import (
     top_weights,
 )
 from .layout import choose_layout, encoded_bytes
+from .parts import PreparedFit
 
 
 def _escape(name: str) -> str:
@@ -62,23 +62,6 @@ CONSTRAINTS_DEFAULT = False
 as they do not raise CoNLL-2000 chunk F1 and raise CoNLL-2002 Spanish entity F1 by under 0.1
 (benchmarks/README.md, "Evidence behind the defaults"). conlleval reads an I-X that follows O
 as a chunk start, so an ill-formed tagging is still scored as chunks."""
-
-
-@dataclass
-class PreparedFit:
-    """What :meth:`SequenceTagger.prepare_fit` hands to :meth:`SequenceTagger.fit_prepared`:
-    the featurizer's state (arrays, metadata: as the model file holds it), the labels, the
-    kind of features (for the default C), the encoded training sentences and their flat tag
-    ids, the seen pairs (or None), the encoded dev sentences and their tags (or None)."""
-
-    featurizer: tuple[dict[str, np.ndarray], dict] | None
-    classes: list[str] | None
-    feature_kind: str | None
-    train: Any
-    y: np.ndarray | None
-    seen_pairs: tuple[np.ndarray, np.ndarray] | None
-    dev: Any = None
-    gold: list[list[str]] | None = None
 
 
 class SequenceTagger(StructuredEstimator):
