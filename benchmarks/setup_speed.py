@@ -54,7 +54,7 @@ CORPORA = {
     "brown": (DATA / "brown" / "brown-train.txt", "columns"),
     "ewt": (DATA / "ud_english_ewt" / "en_ewt-ud-train.conllu", "conllu"),
 }
-_READ = re.compile(r"\(read in ([\d.]+)s\)")
+_READ = re.compile(r"\(read in ([\d.]+)s[),]")  # (in parts: with the counting)
 _FEATURES = re.compile(r"building features of [\d,]+ sentences \.\.\. \(([\d.]+) s\)")
 _ENCODING = re.compile(r"encoding [\d,]+ sentences \.\.\. \(([\d.]+) s\)")
 _PEAK = re.compile(r"peak memory: ([\d,.]+) MiB")
