@@ -191,7 +191,7 @@ def corpus_paths(name: str, data_dir: Path) -> tuple[str, str, list[str]] | None
 
 def measure_inflation(train: str, test: str | None, opts: list[str], ks: list[int],
                       budget: float, every: float, work: Path, quiet: bool,
-                      epochs: int | None = None) -> dict:
+                      epochs: int | None = None, one_learner: list[int] | None = None) -> dict:
     """1-DCD and K learners for each K in ``ks`` on one corpus, each stopped after ``epochs``
     epochs (each learner's, over its part: the same work whatever the machine's load) or
     ``budget`` seconds; the counts at 1% gap and the work inflation of each K (module
@@ -204,6 +204,10 @@ def measure_inflation(train: str, test: str | None, opts: list[str], ks: list[in
                                      every, max_epochs=epochs)
         say(f"  K={k}: {r['stop_reason']} after {r['solver_seconds']:.1f} s, CPU "
             f"{r['cpu_percent']}% of {100 * k}%", quiet)
+    for p in one_learner or ():  # DEMI-DCD's one learner and p − 1 workers ("1L" + p)
+        runs[f"1L{p}"] = r = train_run(train, opts, work, f"1L{p}", p, "demi-dcd", "1", budget,
+                                       every, max_epochs=epochs)
+        say(f"  one learner, p={p}: {r['stop_reason']} after {r['solver_seconds']:.1f} s", quiet)
     evaluate_all(list(runs.values()), train, test, opts, 2, min(1.0, 2 * every))
     return summarise(runs)
 
@@ -234,7 +238,8 @@ def summarise(runs: dict[str, dict]) -> dict:
             row["inflation_updates"] = a["updates"] / base["updates"]
             row["inflation_inferences"] = (a["inferences"] / base["inferences"]
                                            if base["inferences"] else None)
-            d = decompose(int(k), base["seconds"], base["work"], a["seconds"], a["work"])
+            d = decompose(int(k.split("L")[-1]), base["seconds"], base["work"], a["seconds"],
+                          a["work"])
             row["throughput_time_shared"] = d["throughput"]
         else:
             row["inflation"] = None
@@ -258,7 +263,7 @@ def load_runs(corpus_dir: Path) -> dict[str, dict]:
             continue
         summ = read_summary(d / "summary.json") or {}
         x = summ.get("extra", {})
-        runs["1" if d.name == "dcd" else d.name.lstrip("K")] = {
+        runs["1" if d.name == "dcd" else d.name.removeprefix("K")] = {
             "rows": read_snapshot_csv(d / "snapshots.csv"), "wall": None,
             "solver_seconds": summ.get("seconds"), "setup": None,
             "cpu_percent": x.get("cpu_average"), "stop_reason": summ.get("stop_reason"),
@@ -270,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpora", default="ewt,brown_universal")
     ap.add_argument("--K", default="2,4,8,16", help="learner process counts")
+    ap.add_argument("--one-learner", default="",
+                    help="process counts p at which to run DEMI-DCD's one learner and p - 1 "
+                         "workers too (its inflation: stale w̄), e.g. 2")
     ap.add_argument("--budget", type=float, default=600.0,
                     help="seconds per run, at most (a safety net: --epochs stops the runs)")
     ap.add_argument("--epochs", default=",".join(f"{k}={v}" for k, v in EPOCHS.items()),
@@ -329,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         for c, (tr, te, opts) in todo.items():
             say(f"{c}: 1-DCD and K = {ks}, {a.budget:g} s each", a.quiet)
             say(f"  {epochs.get(c) or 'no'} epoch limit", a.quiet)
-            res["corpora"][c] = measure_inflation(tr, te, opts, ks, a.budget, a.snapshot_every,
-                                                  work / c, a.quiet, epochs.get(c) or None)
+            res["corpora"][c] = measure_inflation(
+                tr, te, opts, ks, a.budget, a.snapshot_every, work / c, a.quiet,
+                epochs.get(c) or None, [int(x) for x in a.one_learner.split(",") if x.strip()])
             res["corpora"][c]["epochs"] = epochs.get(c)
     finally:
         if not a.work_dir:
@@ -339,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         r.setdefault("epochs", epochs.get(c))
     rows = []
     for c, r in res["corpora"].items():
-        for k, x in sorted(r["K"].items(), key=lambda kv: int(kv[0])):
-            rows.append([c, "1-DCD" if k == "1" else f"K = {k}",
+        for k, x in sorted(r["K"].items(), key=lambda kv: ("L" in kv[0], kv[0].zfill(4))):
+            rows.append([c, "1-DCD" if k == "1" else f"one learner, p = {k[2:]}" if "L" in k
+                         else f"K = {k}",
                          f"{x['time_to_1pct']:.1f} s" if x["time_to_1pct"] else "not reached",
                          f"{x['work_to_1pct']:,.0f}" if x["work_to_1pct"] else "n/a",
                          f"{x['inflation']:.2f}x" if x.get("inflation") else "n/a",

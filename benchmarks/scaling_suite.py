@@ -267,7 +267,7 @@ def plot(res: dict, path: Path) -> Path | None:
     ax.set_yscale("log", base=2)
     ax.set_xlabel("processes p")
     ax.set_ylabel("speed-up over 1-DCD at p = 1 (time to 1% gap)")
-    ax.set_title(f"{res['machine']} ({res['cores']} cores), {str(res['commit'])[:9]}", fontsize=8)
+    ax.set_title(f"{res['machine']}, {str(res['commit'])[:9]}", fontsize=8)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
 
