@@ -31,6 +31,7 @@ refuses to write ``scaling16.json`` from a machine with fewer than 16 cores.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import shutil
@@ -41,6 +42,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+if importlib.util.find_spec("demidcd") is None:  # a copy of the tree, nothing installed
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from common import (  # noqa: E402
     RESULTS,

@@ -188,3 +188,33 @@ def test_a_one_dcd_run_counts_its_work_at_every_snapshot(tmp_path):
     x = est.result_.extra
     assert counts[-1] == (x["updates"], x["inferences"])
     assert x["inferences"] == 6 * 300 and counts[-1][0] > 0
+
+
+def test_the_suite_skips_the_plot_cleanly_without_matplotlib(tmp_path, monkeypatch):
+    suite = importlib.import_module("scaling_suite")
+    for name in ("matplotlib", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    res = {"corpora": {"ewt": {"speedup": {"1": 1.0, "2": 1.5}}}, "crf": {}, "machine": "m",
+           "cores": 2, "commit": "abc"}
+    assert suite.plot(res, tmp_path / "x.png") is None and not (tmp_path / "x.png").exists()
+
+
+def test_the_suite_refuses_scaling16_on_a_small_machine(tmp_path, monkeypatch, capsys):
+    suite = importlib.import_module("scaling_suite")
+    monkeypatch.setattr(suite, "machine_info", lambda: {"nproc": 2, "cpu": "x"})
+    with pytest.raises(SystemExit):
+        suite.main(["--out", str(tmp_path / "scaling16.json"), "--corpora", "", "--crf", ""])
+    assert "scaling16.json is for >= 16" in capsys.readouterr().err
+    assert not (tmp_path / "scaling16.json").exists()
+    # a missing corpus is skipped, and the file says so in the schema
+    assert suite.main(["--out", str(tmp_path / "s.json"), "--corpora", "ewt", "--crf",
+                       "spanish", "--data-dir", str(tmp_path / "none"), "--commit", "c0ffee",
+                       "--quiet"]) == 0
+    import json
+
+    d = json.loads((tmp_path / "s.json").read_text())
+    assert d["commit"] == "c0ffee" and d["cores"] == 2 and d["machine"]
+    assert "not found" in d["corpora"]["ewt"]["skipped"]
+    assert set(suite.KEYS) <= set(d["corpora"]["ewt"])
+    assert "not found" in d["crf"]["spanish"]["skipped"] and d["crf"]["spanish"][
+        "s_per_iteration"] == {}
