@@ -136,7 +136,8 @@ def test_auto_takes_the_layout_with_the_larger_modelled_speedup(p, n, t_inf, t_p
     one, many = M.one_learner_speedup(p, t_inf, t_pass), M.learners_speedup(p, n)
     assert (c.one, c.many) == pytest.approx((one, many))
     assert c.learners == (p if many > one else 1)  # brute force over the two layouts
-    assert f"{c.learners} learner process" in c.reason() and "\n" not in c.reason()
+    assert c.reason().endswith("the former" if c.learners > 1 else "the latter")
+    assert "\n" not in c.reason() and f"{c.many:.2f}x" in c.reason()
 
 
 def test_auto_choices_at_the_extremes():

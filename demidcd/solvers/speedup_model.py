@@ -100,7 +100,7 @@ class LearnerChoice:
                 f"(= {p} x {self.throughput:.2f} throughput / {self.inflation:.2f} work "
                 f"inflation), one learner and {p - 1} worker{'s' * (p > 2)} {self.one:.2f}x"
                 f" ({'its update passes' if self.learner_bound else 'the workers'} set the "
-                f"pace): {self.learners} learner process{'es' * (self.learners > 1)}")
+                f"pace): the {'former' if self.learners > 1 else 'latter'}")
 
 
 def choose(p: int, n: int, t_inf: float, t_pass: float) -> LearnerChoice:
