@@ -102,12 +102,24 @@ def test_the_suite_table_has_the_issues_keys_and_multiplies_back():
 
 
 # --------------------------------------------------------------------------- the model
-def test_modelled_inflation_grows_with_k_and_shrinks_with_the_data():
-    assert M.inflation(1, 1000) == 1.0
-    vals = [M.inflation(k, 10_000) for k in (2, 4, 8, 16)]
+def test_modelled_inflation_grows_with_k():
+    assert M.inflation(1) == 1.0
+    vals = [M.inflation(k) for k in (2, 4, 8, 16)]
     assert all(a < b for a, b in zip(vals, vals[1:], strict=False))
-    assert M.inflation(16, 50_000) < M.inflation(16, 10_000)
-    assert M.inflation(5, 400, slope=2.0) == pytest.approx(1 + 2.0 * 4 / 20)
+    assert M.inflation(16, per_doubling=0.05) == pytest.approx(1.2)
+    # the fitted constant stays within the issue's target at K = 16 (the measured 1.23-1.34x)
+    assert 1.15 <= M.inflation(16) <= 1.35
+
+
+def test_shared_w_throughput_interpolates_the_table_in_log_p():
+    t = {1: 1.0, 2: 0.8, 8: 0.2}
+    assert M.shared_w_throughput(2, t) == pytest.approx(0.8)
+    assert M.shared_w_throughput(4, t) == pytest.approx(0.5)  # halfway in log2 between 2 and 8
+    assert M.shared_w_throughput(16, t) == pytest.approx(0.1)  # p * rho held at 8 * 0.2
+    for p, r in M.SHARED_W_THROUGHPUT.items():
+        assert M.shared_w_throughput(p) == pytest.approx(r)
+    # the table's p = 16 point reproduces the 16-core speed-ups it was taken from (~3x)
+    assert 2.6 <= M.learners_speedup(16) <= 3.3
 
 
 def test_one_learner_speedup_is_the_slower_side_with_the_balanced_share():
@@ -133,7 +145,7 @@ def test_one_learner_speedup_is_the_slower_side_with_the_balanced_share():
     (16, 45_829, 2e-5, 1e-5), (16, 300, 1e-3, 1e-6), (8, 267_000, 3e-5, 4e-5)])
 def test_auto_takes_the_layout_with_the_larger_modelled_speedup(p, n, t_inf, t_pass):
     c = M.choose(p, n, t_inf, t_pass)
-    one, many = M.one_learner_speedup(p, t_inf, t_pass), M.learners_speedup(p, n)
+    one, many = M.one_learner_speedup(p, t_inf, t_pass), M.learners_speedup(p)
     assert (c.one, c.many) == pytest.approx((one, many))
     assert c.learners == (p if many > one else 1)  # brute force over the two layouts
     assert c.reason().endswith("the former" if c.learners > 1 else "the latter")
@@ -147,6 +159,8 @@ def test_auto_choices_at_the_extremes():
     assert M.choose(8, 45_829, t_inf=1e-5, t_pass=1e-5).learners == 8
     # p = 1: one process, nothing to choose
     assert M.choose(1, 100, 1e-5, 1e-5).learners == 1
+    # more processes than examples: a learner would have none
+    assert M.choose(8, 5, t_inf=1e-5, t_pass=1e-5).learners == 1
 
 
 # --------------------------------------------------------------------------- work counts
