@@ -233,3 +233,51 @@ def test_the_suite_refuses_scaling16_on_a_small_machine(tmp_path, monkeypatch, c
     assert set(suite.KEYS) <= set(d["corpora"]["ewt"])
     assert "not found" in d["crf"]["spanish"]["skipped"] and d["crf"]["spanish"][
         "s_per_iteration"] == {}
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.fixture
+def forked_cli(monkeypatch):
+    """The benchmarks' ``demidcd`` commands fork from the tests' CLI server."""
+    import subprocess
+
+    from cli_run import run as cli_run
+
+    common = importlib.import_module("common")
+
+    def execute(args: list[str], log_path, timeout: float) -> int:
+        r = cli_run(*args, timeout=timeout, cwd=common.ROOT, stderr=subprocess.STDOUT)
+        Path(log_path).write_text(r.stdout)
+        return r.returncode
+
+    monkeypatch.setattr(common, "execute_cli", execute)
+
+
+@pytest.mark.slow  # four trainings and their evaluations
+def test_inflation_quick_counts_the_work_of_every_run(tmp_path, forked_cli):
+    import json
+
+    assert inflation.main(["--quick", "--out-dir", str(tmp_path), "--quiet"]) == 0
+    d = json.loads((tmp_path / "inflation_2core_quick.json").read_text())
+    runs = d["corpora"]["synthetic_quick"]["K"]
+    assert set(runs) == {"1", "2", "4"} and runs["1"]["inflation"] == 1.0
+    for k, r in runs.items():  # every run counted its work (reached 1% of f* or not)
+        assert r["work_done"] and r["work_done"] > 0, (k, r)
+    assert runs["1"]["work_to_1pct"] > 0 and runs["1"]["updates_to_1pct"] > 0
+
+
+@pytest.mark.slow  # the suite's dry run on one small corpus
+def test_the_suite_quick_writes_the_issues_schema(tmp_path, forked_cli):
+    import json
+
+    suite = importlib.import_module("scaling_suite")
+    out = tmp_path / "q.json"
+    assert suite.main(["--quick", "--corpora", "synthetic_4m", "--crf", "", "--budget-scale",
+                       "0.05", "--out", str(out), "--commit", "f00", "--quiet"]) == 0
+    d = json.loads(out.read_text())
+    c = d["corpora"]["synthetic_4m"]
+    assert set(suite.KEYS) <= set(c) and set(c["wall"]) == {"1", "2"}
+    s1 = c["speedup"]["1"]  # None (and said in a note) if 1-DCD missed 1% in its 6 s
+    assert (s1 == pytest.approx(1.0)) if s1 is not None else "note" in c
+    assert c["setup"]["1"] > 0
+    assert c["runs"]["1"]["algorithm"] == "dcd" and c["warm_up_seconds"] > 0
