@@ -236,7 +236,8 @@ OPTIONS: tuple[Option, ...] = (
        "(--loss l1: SWEEPS x |A_i| SMO pair steps)", owners=DCD),
     _o("learners", "--learners", str, "auto", "K learner processes (each infers and updates) "
        "sharing one w: K = --threads, 1 (one learner process and --threads - 1 inference "
-       "workers) or auto (K = --threads when one learner process cannot keep up)",
+       "workers) or auto (the layout the speed-up model, p x throughput / work inflation, "
+       "says reaches the gap sooner; the log says why)",
        owners=("demi-dcd",), metavar="K|auto"),
     _o("backend", "--backend", str, "shm", "how the learner process reaches its inference "
        "workers: shm (processes "

@@ -549,7 +549,7 @@ def _numba_without_blas() -> None:
 
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     from ..io.model import atomic_write
-    from ..io.snapshots import list_snapshots, load_snapshot
+    from ..io.snapshots import list_snapshots, load_snapshot, read_work
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -558,14 +558,16 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     train = _read(spec, options.train, options)
     test = _read(spec, options.test, options) if options.test else train
     task = est.training_task(*spec.xy(train))
-    rows = ["seconds,primal,dual,metric"]
+    work = read_work(args.snapshot_dir)  # (updates, inferences) per snapshot, if counted
+    rows = ["seconds,primal,dual,metric,updates,inferences"]
     config = est.solver_config()
     dim = est.coef_.shape[0]
     for seconds, path in snaps:
         est.coef_ = load_snapshot(path, dim)
         primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
-        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
+        u, i = work.get(f"{seconds:.3f}", ("", ""))
+        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f},{u},{i}")
         if not args.quiet:
             print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%",
                   file=_status_stream(args.out), flush=True)

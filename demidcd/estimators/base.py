@@ -40,7 +40,7 @@ from ..options import BY_NAME, DCD, LEARNER, Option, default_C, learner_params
 from ..options import default as table_default
 from ..progress import LOGGER, Cadence, format_iteration, print_line, stop_line
 from ..solvers import train
-from ..solvers.common import SolverConfig, TrainResult, objective
+from ..solvers.common import SolverConfig, TrainResult, objective, work_done
 from ..solvers.plan import TrainingPlan, decide_learners, make_plan
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
@@ -617,8 +617,9 @@ class StructuredEstimator:
         debug_lines = say is LOGGER.info and LOGGER.isEnabledFor(logging.DEBUG)
 
         def cb(rec: dict, w: np.ndarray) -> None:
-            if snap is not None:
-                snap.maybe(rec["seconds"], w)
+            if snap is not None:  # with the work the record counts (work.csv), if any
+                snap.maybe(rec["seconds"], w, work=(rec["total_updates"], rec["inferences"])
+                           if "total_updates" in rec and "inferences" in rec else None)
             if dev_eval is not None:
                 rec["dev"] = dev_eval(w)["score"]
                 rec["dev_metric"] = self.score_name
@@ -653,7 +654,7 @@ class StructuredEstimator:
         self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:
             snap = Snapshotter(self.snapshot_dir, 1.0)
-            snap.maybe(result.seconds, result.w, force=True)
+            snap.maybe(result.seconds, result.w, force=True, work=work_done(result.extra))
             snap.close()
         self.coef_ = result.w
         self.result_ = result
