@@ -356,6 +356,7 @@ class SequenceTagger(StructuredEstimator):
         if q >= 0:
             s, t = locate(enc.sent_ptr, q)
             raise PartialLabelError(s, t, infeasible_message(Y[s], t, scheme))
+        enc.label_rules = cons
         if self._algorithm() not in PARTIAL_LEARNERS:
             raise OptionError(f"partially labelled data (unknown or set labels) trains with "
                               f"--algorithm {' or '.join(PARTIAL_LEARNERS)}; "

@@ -101,6 +101,7 @@ class EncodedSequences:
     # allowed_idx[allowed_ptr[t]:allowed_ptr[t+1]] (empty: any); None when all are labelled
     allowed_ptr: np.ndarray | None = None  # int64[n_tokens+1] or None
     allowed_idx: np.ndarray | None = None  # int32[...] or None
+    label_rules: tuple | None = None  # the scheme's (allowed K·K, first K, last K), or None
 
     @property
     def n_sentences(self) -> int:

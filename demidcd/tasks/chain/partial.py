@@ -21,12 +21,39 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
 
 PARTIAL_TYPES = (set, frozenset, tuple, list)
+
+
+class PartialLabels(NamedTuple):
+    """What the CRF kernels read of partially labelled data (one argument): the allowed-label
+    CSR (``ptr`` int64[n_tok + 1], ``idx`` int32; ``ptr`` empty: every token labelled) and
+    the label scheme's rules the consistent taggings obey (``allowed`` bool[K·K], ``first``,
+    ``last`` bool[K]; empty: none)."""
+
+    ptr: np.ndarray
+    idx: np.ndarray
+    allowed: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+
+
+def partial_labels(allowed_ptr: np.ndarray | None, allowed_idx: np.ndarray | None,
+                   constraints: tuple | None = None) -> PartialLabels:
+    """The :class:`PartialLabels` of a task's ``allowed_ptr`` / ``allowed_idx`` (None: every
+    token labelled) and the scheme's ``constraints`` ((allowed K×K, first K, last K) or
+    None)."""
+    e = np.zeros(0, np.bool_)
+    rules = (e, e, e) if constraints is None else tuple(
+        np.ascontiguousarray(c, np.bool_).reshape(-1) for c in constraints)
+    if allowed_ptr is None:
+        return PartialLabels(np.zeros(0, np.int64), np.zeros(0, np.int32), e, e, e)
+    return PartialLabels(np.ascontiguousarray(allowed_ptr, np.int64),
+                         np.ascontiguousarray(allowed_idx, np.int32), *rules)
 
 
 def is_known(tag: Any) -> bool:

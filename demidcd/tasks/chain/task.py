@@ -144,6 +144,8 @@ class SequenceTask(Task):
         # partially labelled data (.partial): the labels each token admits (empty: any), or
         # None when every token is labelled; Y is then −1 where a token is not fully known
         self.allowed_ptr = self.allowed_idx = None
+        self.label_rules = getattr(X, "label_rules", None)  # the taggings consistent with
+        # partial labels obey them (the label scheme's transition rules), or None
         ap = getattr(X, "allowed_ptr", None)
         if ap is not None:
             if self.Y is None:
