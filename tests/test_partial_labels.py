@@ -148,10 +148,11 @@ def test_partial_likelihood_equals_enumeration_hypothesis(seed, rules, G):
             assert nll == np.inf
 
 
-def test_large_weights_take_the_log_space_path():
+@pytest.mark.parametrize("G", [0, 2])
+def test_large_weights_take_the_log_space_path(G):
     """Weights in the hundreds underflow the scaled recursion: the log-space fallback gives
     the same partial-label likelihood as enumeration."""
-    task, w, tokens, cells, part = _partial_task(5, rules=True)
+    task, w, tokens, cells, part = _partial_task(5 + G, G=G, rules=True, n_sent=10)
     w = w * 400.0
     for i in range(task.n_examples):
         if task.sent_ptr[i + 1] == task.sent_ptr[i]:
