@@ -78,7 +78,8 @@ def _obeys(y, cons):
     if cons is None:
         return True
     allowed, first, last = cons
-    return bool(first[y[0]] and last[y[-1]] and all(allowed[a, b] for a, b in zip(y, y[1:])))
+    inner = all(allowed[a, b] for a, b in itertools.pairwise(y))
+    return bool(first[y[0]] and last[y[-1]] and inner)
 
 
 def _brute(task, w, tokens, cells, i, cons):

@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
@@ -99,9 +99,11 @@ class EncodedSequences:
     bfeat_val: np.ndarray | None = None  # float64[bnnz] or None (all 1)
     # partially labelled training data (:mod:`.partial`): token t admits the labels
     # allowed_idx[allowed_ptr[t]:allowed_ptr[t+1]] (empty: any); None when all are labelled
-    allowed_ptr: np.ndarray | None = None  # int64[n_tokens+1] or None
-    allowed_idx: np.ndarray | None = None  # int32[...] or None
-    label_rules: tuple | None = None  # the scheme's (allowed K·K, first K, last K), or None
+    # (keyword-only: subclasses add positional fields after these)
+    allowed_ptr: np.ndarray | None = field(default=None, kw_only=True)  # int64[n_tokens+1]
+    allowed_idx: np.ndarray | None = field(default=None, kw_only=True)  # int32[...]
+    # the scheme's (allowed K·K, first K, last K) the consistent taggings obey, or None
+    label_rules: tuple | None = field(default=None, kw_only=True)
 
     @property
     def n_sentences(self) -> int:
