@@ -68,6 +68,12 @@ def has_partial(Y: Iterable[Sequence[Any]]) -> bool:
 
 def label_names(Y: Iterable[Sequence[Any]]) -> set[str]:
     """Every label named in ``Y``: the known labels and the members of every set."""
+    try:
+        cells = set(itertools.chain.from_iterable(Y))  # (fully labelled data: just this)
+        if all(isinstance(t, str) for t in cells):
+            return cells
+    except TypeError:  # a mutable set or a list among the cells
+        pass
     out: set[str] = set()
     for s in Y:
         for t in s:
