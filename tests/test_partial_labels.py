@@ -319,6 +319,9 @@ def test_library_fit_with_unknown_and_set_labels():
     assert est.predict(X[:9]) == Y[:9]
     m = est.metrics(X, Yp)
     assert m["unknown"] > 0 and m["sets"] > 0
+    task = est.training_task(X, Yp)  # (the objective of partial data: its CSR, gold -1)
+    assert task.allowed_ptr is not None and task.Y.min() == -1
+    assert est.training_task(X, Y).allowed_ptr is None
     with pytest.raises(OptionError, match="crf"):
         SequenceTagger(algorithm="dcd").fit(X, Yp)
 

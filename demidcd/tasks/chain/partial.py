@@ -223,6 +223,21 @@ def infeasible_message(tags: Sequence[Any], t: int, scheme: str | None) -> str:
             "labels before it")
 
 
+def check_annotation(enc: Any, Y: Sequence[Sequence[Any]], K: int, scheme: str | None,
+                     rules: tuple | None) -> None:
+    """Every sentence of the encoded training data ``enc`` (its allowed_* set) must admit a
+    tagging consistent with its cells ``Y`` that obeys ``rules`` (the ``scheme``'s, or None);
+    else a :class:`~demidcd.errors.PartialLabelError` naming the sentence and token. Sets
+    ``enc.label_rules`` to ``rules``."""
+    from ...errors import PartialLabelError
+
+    q = first_infeasible(enc.sent_ptr, enc.allowed_ptr, enc.allowed_idx, K, rules)
+    if q >= 0:
+        s, t = locate(enc.sent_ptr, q)
+        raise PartialLabelError(s, t, infeasible_message(Y[s], t, scheme))
+    enc.label_rules = rules
+
+
 def partial_seen_pairs(feat_ptr: np.ndarray, feat_idx: np.ndarray, allowed_ptr: np.ndarray,
                        allowed_idx: np.ndarray, n_obs: int,
                        n_tags: int) -> tuple[np.ndarray, np.ndarray]:
