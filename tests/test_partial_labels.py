@@ -273,6 +273,12 @@ def test_reading_conllu_cells_and_their_lines(tmp_path):
     from demidcd.io.tagged import token_line
 
     assert [token_line(c, 0, t) for t in range(3)] == [2, 4, 5]
+    feats = [r.split("\t") for r in rows[1:5]]  # FEATS as the labels: "|" is its syntax
+    for f, v in zip(feats, ["A=1", "_", "A=1|B=2", "?"], strict=True):
+        f[5] = v
+    p.write_text("\n".join([rows[0], *map("\t".join, feats), ""]) + "\n")
+    c = read_tagged(p, "conllu", 6, unknown_label="?")
+    assert c.tags == [["A=1", "A=1|B=2", None]] and (c.n_sets, c.n_unknown) == (0, 1)
 
 
 def test_a_set_admitting_no_tagging_is_refused_with_its_line(tmp_path):
