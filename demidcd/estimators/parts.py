@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..parallel.forked import fork_stages
+from ..tasks.chain.partial import has_partial
 from .base import check_sentences, check_tags, token_kind
 
 __all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "PreparedFit", "concat_encoded",
@@ -153,6 +154,8 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         X, Y = read(k)
         X = check_sentences(X, dicts=True)
         Y = check_tags(X, Y)
+        if has_partial(Y):  # (its admitted-label arrays and checks: the serial set-up's)
+            raise PartsUnsupported("partially labelled data")
         kind = token_kind(X) if any(len(s) for s in X) else None
         f = est._new_featurizer(kind or "columns")
         if not getattr(f, "supports_parts", False):

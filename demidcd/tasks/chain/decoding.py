@@ -603,8 +603,10 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     nearly every chunk so, while IOB2 corpora have a few such slips (CoNLL-2002 Spanish
     esp.train: 1 of about 18,800 entities).
     """
+    from .partial import label_names
+
     tag_sequences = [list(s) for s in tag_sequences]
-    labels = {t for s in tag_sequences for t in s}
+    labels = label_names(tag_sequences)  # (partial labels: unknown cells none, sets' members)
     return scheme_of_counts(labels, lambda: scheme_counts(tag_sequences), label_scheme)
 
 
@@ -635,7 +637,13 @@ def scheme_counts(tag_sequences) -> tuple[int, int]:
     for s in tag_sequences:
         prev = ("O", "")
         for lab in s:
+            if not isinstance(lab, str):  # an unknown or set cell: anything may follow
+                prev = ("?", "")
+                continue
             cur = split_label(lab)
+            if prev[0] == "?" and cur[0] == "I":
+                prev = cur
+                continue
             if cur[0] == "B":
                 chunks += 1
             elif cur[0] == "I" and not (prev[0] in ("B", "I") and prev[1] == cur[1]):
