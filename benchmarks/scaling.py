@@ -1,6 +1,11 @@
 """Thread scaling of DEMI-DCD (the DEMI-DCD paper's Figure 4), measured and projected.
 
-    python benchmarks/scaling.py --threads 1,2,4,8,16 [--budget 100] [--quiet]
+``python benchmarks/scaling.py`` with none of the single-run options below runs the suite of
+issue 53 instead (four corpora at p = 1 … 16 with the speed-up's decomposition, the CRF's
+seconds per iteration; ``benchmarks/results/scaling16.json``): see
+:mod:`scaling_suite` (``--quick`` dry-runs it on a small machine). One corpus, as before:
+
+    python benchmarks/scaling.py --single --threads 1,2,4,8,16 [--budget 100] [--quiet]
         [--task sequence|entity-relation] [--train F --test F --format F --column C]
         [--project-max 32] [--out-dir benchmarks/results] [--name scaling_ewt]
 
@@ -245,8 +250,20 @@ def plot(res: dict, path: Path):
 
 
 # --------------------------------------------------------------------------- main
+SINGLE_RUN = ("--single", "--task", "--train", "--test", "--format", "--column", "--budget",
+              "--learners", "--also-learners", "--project-max", "--name", "--out-dir",
+              "--min-step", "--rel-step", "--C", "--fill-epochs", "--seed", "--split-seed")
+"""Options of the one-corpus run: with none of them the command runs the suite."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if not any(x.split("=", 1)[0] in SINGLE_RUN for x in args_in):
+        import scaling_suite
+
+        return scaling_suite.main(args_in)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--single", action="store_true", help="one corpus (these options)")
     ap.add_argument("--threads", default="1,2,4,8,16")
     ap.add_argument("--task", choices=("sequence", "entity-relation"), default="sequence")
     ap.add_argument("--budget", type=float, default=100.0)

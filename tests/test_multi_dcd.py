@@ -207,7 +207,7 @@ def test_auto_picks_one_learner_for_expensive_inference_and_p_for_cheap():
     assert k == 1 and fig["infer_ms"] >= 5.0 and fig["sweep_over_pass"] >= 8.0
     k, fig = choose_learners(ToyTask(n=400, m=20, dim=2000, density=0.5), cfg, 2, lines.append)
     assert fig["learners"] == k and fig["step_us"] > 0
-    assert k == (2 if fig["sweep_over_pass"] < 8.0 else 1)
+    assert k == (2 if fig["speedup_many"] > fig["speedup_one"] else 1)  # the model's choice
     assert len(lines) == 2 and all(s.startswith("learners auto: ") for s in lines)
     assert make_plan("demi-dcd", cfg, 2).learners == 1  # the library default: one learner
     lines = []

@@ -19,6 +19,7 @@ so that its Python objects never live in the processes that train.
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import signal
 import sys
@@ -105,10 +106,12 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _label_warnings(spec, train, others: dict[str, Any], train_name: str) -> list[str]:
+def _label_warnings(spec, train, others: dict[str, Any], train_name: str,
+                    known: dict[str, int] | None = None) -> list[str]:
     """Before training: a training set with a single label (nothing to learn), and labels of
-    --dev / --test that the training data lacks (the model cannot predict them)."""
-    known = spec.label_counts(train)
+    --dev / --test that the training data lacks (the model cannot predict them); ``known``:
+    the training labels' counts (else ``spec.label_counts(train)``)."""
+    known = spec.label_counts(train) if known is None else known
     if known is None:
         return []
     out = []
@@ -244,9 +247,91 @@ def _train(args) -> int:
                          "encoding": _encoding_name(options.encoding)}
     config = plan.config
     seed = config.seed
+    def say_plan() -> None:
+        lines = [x for x in plan.lines() if x != plan.note]  # (fit logs the note itself)
+        log.info(f"model: task {spec.name}, {lines[0]}")
+        for line in lines[1:]:  # the learner's own options that are set
+            log.info(line)
+        if config.time_limit:
+            log.info(f"--time-limit {config.time_limit:g} counts training only: building the "
+                     "features, encoding and compiling kernels come first, each step logged")
+
+    def set_up_in_parts() -> tuple[str, Any, Any, Any] | None:
+        """:func:`set_up` with the training file read, its features counted and encoded in
+        ``--threads`` processes (the cores given, also for a one-process learner;
+        :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
+        up serially)."""
+        from ..estimators.parts import PartsUnsupported, parts_supported, prepare_fit_parts
+
+        cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
+        if cores < 2 or not options.train or options.split_test is not None or \
+                not hasattr(spec, "read_part") or not parts_supported(est):
+            return None
+        from ..io.shards import byte_ranges
+        from ..io.tagged import first_columns_state
+        from ..parallel.forked import PartFailed
+
+        t0 = time.perf_counter()
+        fmt = spec.read_plan(options.train, options)[0]
+        ranges = byte_ranges(options.train, cores, fmt == "conllu", options.encoding)
+        if ranges is None or len(ranges) < 2:
+            return None
+        state = first_columns_state(options.train, options.encoding) \
+            if fmt == "columns" else None
+        if fmt == "columns" and state is None:
+            return None
+        dev = _read(spec, options.dev, options) if options.dev else None
+        test = _read(spec, options.test, options) if options.test else None
+        if codecs.lookup(options.encoding).name != "utf-8":  # the whole file's warning, once
+            from ..io.text_source import check_utf8_read_as_other, source_name
+
+            with open(options.train, "rb") as f:
+                check_utf8_read_as_other(f.read(), "", source_name(options.train),
+                                         options.encoding)
+
+        def read(k: int) -> tuple[Any, Any]:
+            part = _length_checked(spec, spec.read_part, options.train, options, ranges[k],
+                                   state)
+            return spec.xy(part)
+
+        def on_read(parts: list[dict]) -> None:
+            known: dict[str, int] = {}
+            for p in parts:
+                for k, v in p["labels"].items():
+                    known[k] = known.get(k, 0) + v
+            n_sent = sum(p["n_sentences"] for p in parts)
+            log.info(f"data: {options.train}: {n_sent:,} sentences, "
+                     f"{sum(known.values()):,} tokens (read in "
+                     f"{time.perf_counter() - t0:.1f}s, with its features, in "
+                     f"{len(parts)} parts)")
+            if not n_sent:
+                from ..errors import InputError
+
+                raise InputError(options.train, None, "no sentences found (empty file?)")
+            if not args.quiet:
+                for line in _label_warnings(spec, None, {"--dev": dev, "--test": test},
+                                            options.train, known):
+                    print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
+            say_plan()
+
+        Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
+        try:
+            prepared = prepare_fit_parts(est, read, len(ranges), Xd, Yd, on_read)
+        except PartsUnsupported:
+            return None
+        except PartFailed as e:  # a process died (killed, out of memory): once more, serially
+            print(f"demidcd: warning: {e}; setting up again in one process", file=sys.stderr,
+                  flush=True)
+            return None
+        return options.train, dev, test, prepared
+
     def set_up(prepare: bool) -> tuple[str, Any, Any, Any]:
         """Read the data, say what was read and how the model will train; (source, dev, test,
         ``est.prepare_fit``'s result with ``prepare``, else the arguments of ``est.fit``)."""
+        if prepare:
+            out = set_up_in_parts()
+            if out is not None:
+                return out
         t0 = time.perf_counter()
         if options.train:
             train = _read(spec, options.train, options)
@@ -268,13 +353,7 @@ def _train(args) -> int:
             for line in _label_warnings(spec, train, {"--dev": dev, "--test": test},
                                         options.train or "the training data"):
                 print(f"demidcd: warning: {line}", file=sys.stderr, flush=True)
-        lines = [x for x in plan.lines() if x != plan.note]  # (fit logs the note itself)
-        log.info(f"model: task {spec.name}, {lines[0]}")
-        for line in lines[1:]:  # the learner's own options that are set
-            log.info(line)
-        if config.time_limit:
-            log.info(f"--time-limit {config.time_limit:g} counts training only: building the "
-                     "features, encoding and compiling kernels come first, each step logged")
+        say_plan()
         X, Y = spec.xy(train)
         Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
         del train
@@ -484,7 +563,7 @@ def _numba_without_blas() -> None:
 
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     from ..io.model import atomic_write
-    from ..io.snapshots import list_snapshots, load_snapshot
+    from ..io.snapshots import list_snapshots, load_snapshot, read_work
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -493,14 +572,16 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     train = _read(spec, options.train, options)
     test = _read(spec, options.test, options) if options.test else train
     task = est.training_task(*spec.xy(train))
-    rows = ["seconds,primal,dual,metric"]
+    work = read_work(args.snapshot_dir)  # (updates, inferences) per snapshot, if counted
+    rows = ["seconds,primal,dual,metric,updates,inferences"]
     config = est.solver_config()
     dim = est.coef_.shape[0]
     for seconds, path in snaps:
         est.coef_ = load_snapshot(path, dim)
         primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
-        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f}")
+        u, i = work.get(f"{seconds:.3f}", ("", ""))
+        rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f},{u},{i}")
         if not args.quiet:
             print(f"{seconds:9.2f}s  primal {primal:.6g}  metric {100 * metric:.2f}%",
                   file=_status_stream(args.out), flush=True)

@@ -40,7 +40,7 @@ from ..options import BY_NAME, DCD, LEARNER, Option, default_C, learner_params
 from ..options import default as table_default
 from ..progress import LOGGER, Cadence, format_iteration, print_line, stop_line
 from ..solvers import train
-from ..solvers.common import SolverConfig, TrainResult, objective
+from ..solvers.common import SolverConfig, TrainResult, objective, work_done
 from ..solvers.plan import TrainingPlan, decide_learners, make_plan
 
 SOLVER_OPTIONS = tuple(f.name for f in fields(SolverConfig))
@@ -119,17 +119,29 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
     return X
 
 
-def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
+def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y",
+               partial: bool = False) -> Sequence[Sequence[str]]:
     """Y as tag sequences of the same lengths as the sentences of X (a numpy array: the lists
-    it holds)."""
+    it holds). ``partial``: a tag may also be None (unknown) or a set of labels
+    (:mod:`demidcd.tasks.chain.partial`)."""
     if isinstance(Y, np.ndarray):
         Y = Y.tolist()
     if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
         raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
     for k, t in enumerate(Y):  # set(map(type, t)): no call per tag in the common case
-        if isinstance(t, str | bytes) or not (set(map(type, t)) <= {str}
-                                              or all(isinstance(x, str) for x in t)):
+        if isinstance(t, str | bytes):
             raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+        if set(map(type, t)) <= {str} or all(isinstance(x, str) for x in t):
+            continue
+        if not partial:
+            raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+        from ..tasks.chain.partial import check_cell
+
+        for j, x in enumerate(t):
+            try:
+                check_cell(x, f"{name}[{k}][{j}]")
+            except TypeError as e:
+                raise InputTypeError(str(e)) from None
     if len(X) != len(Y):
         raise OptionError(f"X has {len(X)} sentences but {name} has {len(Y)}")
     for k, (s, t) in enumerate(zip(X, Y, strict=True)):
@@ -617,8 +629,9 @@ class StructuredEstimator:
         debug_lines = say is LOGGER.info and LOGGER.isEnabledFor(logging.DEBUG)
 
         def cb(rec: dict, w: np.ndarray) -> None:
-            if snap is not None:
-                snap.maybe(rec["seconds"], w)
+            if snap is not None:  # with the work the record counts (work.csv), if any
+                snap.maybe(rec["seconds"], w, work=(rec["total_updates"], rec["inferences"])
+                           if "total_updates" in rec and "inferences" in rec else None)
             if dev_eval is not None:
                 rec["dev"] = dev_eval(w)["score"]
                 rec["dev_metric"] = self.score_name
@@ -653,7 +666,7 @@ class StructuredEstimator:
         self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:
             snap = Snapshotter(self.snapshot_dir, 1.0)
-            snap.maybe(result.seconds, result.w, force=True)
+            snap.maybe(result.seconds, result.w, force=True, work=work_done(result.extra))
             snap.close()
         self.coef_ = result.w
         self.result_ = result

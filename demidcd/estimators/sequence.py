@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,13 @@ from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+from ..tasks.chain.partial import (
+    encode_partial,
+    has_partial,
+    label_names,
+    partial_counts,
+    partial_seen_pairs,
+)
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
 from ..tasks.chain.template import DictFeaturizer, TemplateFeaturizer, resolve_template
@@ -27,19 +32,10 @@ from .base import (
     estimator_init,
     param,
     token_kind,
-    top_text,
-    top_weights,
 )
+from .inspection import WeightInspection
 from .layout import choose_layout, encoded_bytes
-
-
-def _escape(name: str) -> str:
-    """A feature or label name on one dump line: tab, newline and backslash escaped."""
-    if "\\" in name or "\t" in name or "\n" in name or "\r" in name:
-        return name.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") \
-            .replace("\r", "\\r")
-    return name
-
+from .parts import PreparedFit
 
 FEATURIZERS: dict[str, Any] = {"SequenceFeaturizer": SequenceFeaturizer,
                                 TemplateFeaturizer.kind: TemplateFeaturizer,
@@ -57,6 +53,9 @@ _WEIGHTS_PARAM = param("weights", str)
 _STATES_PARAM = param("all_possible_states", bool | None, None)
 
 
+PARTIAL_LEARNERS = ("crf",)
+"""The learners that train on partially labelled data (unknown or set labels)."""
+
 CONSTRAINTS_DEFAULT = False
 """Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
 as they do not raise CoNLL-2000 chunk F1 and raise CoNLL-2002 Spanish entity F1 by under 0.1
@@ -64,24 +63,7 @@ as they do not raise CoNLL-2000 chunk F1 and raise CoNLL-2002 Spanish entity F1 
 as a chunk start, so an ill-formed tagging is still scored as chunks."""
 
 
-@dataclass
-class PreparedFit:
-    """What :meth:`SequenceTagger.prepare_fit` hands to :meth:`SequenceTagger.fit_prepared`:
-    the featurizer's state (arrays, metadata: as the model file holds it), the labels, the
-    kind of features (for the default C), the encoded training sentences and their flat tag
-    ids, the seen pairs (or None), the encoded dev sentences and their tags (or None)."""
-
-    featurizer: tuple[dict[str, np.ndarray], dict] | None
-    classes: list[str] | None
-    feature_kind: str | None
-    train: Any
-    y: np.ndarray | None
-    seen_pairs: tuple[np.ndarray, np.ndarray] | None
-    dev: Any = None
-    gold: list[list[str]] | None = None
-
-
-class SequenceTagger(StructuredEstimator):
+class SequenceTagger(WeightInspection, StructuredEstimator):
     """First-order chain structural SVM tagger (L2 loss, Eq. 1) over a feature template.
 
     X is a list of sentences, Y a list of tag lists. A token is
@@ -188,6 +170,14 @@ class SequenceTagger(StructuredEstimator):
         """The bound task of X (and Y); ``fit``: the training data, whose (feature, label)
         pairs become ``seen_pairs_`` with ``weights="seen"``."""
         enc = self._encode(X) if enc is None else enc
+        if Y is not None and has_partial(Y):  # (objectives of partially labelled data)
+            try:
+                y, enc.allowed_ptr, enc.allowed_idx = encode_partial(Y, self.classes_,
+                                                                     enc.n_tokens)
+                enc.label_rules = self._scheme_rules(getattr(self, "constraint_scheme_", None))
+                return self._bound(enc, y, fit)
+            except ValueError as e:
+                raise OptionError(f"Y: {e} (a label the model does not know)") from None
         return self._bound(enc, self._tag_ids(Y, enc.n_tokens), fit)
 
     def _tag_ids(self, Y: list[list[str]] | None, n_tokens: int) -> np.ndarray | None:
@@ -213,7 +203,8 @@ class SequenceTagger(StructuredEstimator):
         if weights == "all":
             self.seen_pairs_ = None
             return
-        pairs = seen_pairs(enc, y, F, K)
+        pairs = seen_pairs(enc, y, F, K) if getattr(enc, "allowed_ptr", None) is None else \
+            partial_seen_pairs(enc.feat_ptr, enc.feat_idx, enc.allowed_ptr, enc.allowed_idx, F, K)
         if weights == "auto" and self._algorithm() != "crf":  # (crf: CRFsuite's seen pairs)
             choice = choose_layout(F, K, self._n_bfeatures, int(pairs[1].shape[0]),
                                    encoded_bytes(enc))
@@ -243,10 +234,42 @@ class SequenceTagger(StructuredEstimator):
 
     def fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
             Y_dev: list[list[str]] | None = None) -> SequenceTagger:
-        """Learn w from sentences X with gold tags Y (optional dev set for the log)."""
-        prepared = self._prepare(X, Y, X_dev, Y_dev)
+        """Learn w from sentences X with gold tags Y (optional dev set for the log); with
+        ``threads`` > 1 on a large X the set-up runs in that many processes
+        (:mod:`.parts`: the same model)."""
+        prepared = self._prepare_in_parts(X, Y, X_dev, Y_dev)
+        if prepared is None:
+            prepared = self._prepare(X, Y, X_dev, Y_dev)
         del X, Y, X_dev, Y_dev  # (the caller's references may be the last ones)
         return self._fit_from(prepared, adopt=False)
+
+    def _prepare_in_parts(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None,
+                          Y_dev: list[list[str]] | None) -> PreparedFit | None:
+        """:func:`~.parts.prepare_fit_parts` over ``threads`` slices of X of about equal
+        tokens, where it applies (``threads`` > 1, :data:`~.parts.PARTS_MIN_TOKENS` tokens or
+        more, fork, :func:`~.parts.parts_supported`); None elsewhere."""
+        from .parts import (
+            PARTS_MIN_TOKENS,
+            PartsUnsupported,
+            parts_supported,
+            prepare_fit_parts,
+            token_slices,
+        )
+
+        n = int(self.threads or 1)
+        if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
+                not isinstance(Y, list | tuple) or len(X) != len(Y) or \
+                not parts_supported(self):
+            return None
+        cuts = token_slices(X, n, PARTS_MIN_TOKENS)
+        if cuts is None:
+            return None
+        try:
+            return prepare_fit_parts(
+                self, lambda k: (X[cuts[k]:cuts[k + 1]], Y[cuts[k]:cuts[k + 1]]),
+                len(cuts) - 1, X_dev, Y_dev)
+        except PartsUnsupported:
+            return None
 
     def prepare_fit(self, X: list[list], Y: list[list[str]], X_dev: list[list] | None = None,
                     Y_dev: list[list[str]] | None = None) -> PreparedFit:
@@ -301,7 +324,7 @@ class SequenceTagger(StructuredEstimator):
         """:meth:`prepare_fit` with the fitted featurizer, labels and seen pairs set on this
         estimator (and the featurizer's state not yet taken)."""
         X = check_sentences(X, dicts=True)
-        Y = check_tags(X, Y)
+        Y = check_tags(X, Y, partial=True)
         self._check_labels(Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
@@ -312,7 +335,7 @@ class SequenceTagger(StructuredEstimator):
         featurizer = self._new_featurizer(kind)
         for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        self.classes_ = sorted(set(itertools.chain.from_iterable(Y)))
+        self.classes_ = sorted(label_names(Y))  # (and every label a set names)
         self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
         enc = self._encode(X, fit=True)
         self.featurizer_ = featurizer  # resume keeps the saved vocabulary, init extends it
@@ -320,12 +343,14 @@ class SequenceTagger(StructuredEstimator):
             enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
         self.n_bfeatures_ = self._n_bfeatures
-        y = self._tag_ids(Y, enc.n_tokens)
+        y, enc.allowed_ptr, enc.allowed_idx = encode_partial(Y, self.classes_, enc.n_tokens)
+        if enc.allowed_ptr is not None:
+            self._check_partial(enc, Y)
         self._fit_pairs(enc, y)
         dev = gold = None
         if X_dev is not None and Y_dev is not None:
             X_dev = check_sentences(X_dev, "X_dev", dicts=True)
-            Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
+            Y_dev = check_tags(X_dev, Y_dev, "Y_dev", partial=True)
             dev = self._encode(X_dev)
             gold = [list(s) for s in Y_dev]
         return PreparedFit(None, None, feature_kind, enc, y, None, dev, gold)
@@ -333,6 +358,32 @@ class SequenceTagger(StructuredEstimator):
     def _check_labels(self, Y: list[list[str]]) -> None:
         """What ``fit`` requires of the (checked) training tags beyond their shape (the
         chunkers: a label scheme that reads them)."""
+
+    def _label_summary(self, Y: list[list[str]]) -> object:
+        """A part's share of what :meth:`_check_labels` reads beyond the set of labels, for a
+        set-up in parts (:mod:`.parts`); none here."""
+        return None
+
+    def _check_label_summaries(self, labels: set[str], summaries: list) -> None:
+        """:meth:`_check_labels` from the set of labels and the parts' summaries."""
+
+
+    def _check_partial(self, enc, Y: list[list]) -> None:
+        """Partially labelled training data (:func:`~demidcd.tasks.chain.partial.
+        check_annotation`: a tagging consistent with every sentence under the label scheme,
+        ``enc.label_rules`` set); the learner must train on it (:data:`PARTIAL_LEARNERS`)."""
+        from ..tasks.chain.partial import check_annotation
+
+        scheme = getattr(self, "constraint_scheme_", None)
+        check_annotation(enc, Y, len(self.classes_), scheme, self._scheme_rules(scheme))
+        if self._algorithm() not in PARTIAL_LEARNERS:
+            raise OptionError(f"partially labelled data (unknown or set labels) trains with "
+                              f"--algorithm {' or '.join(PARTIAL_LEARNERS)}; "
+                              f"{self._algorithm()} needs every token labelled")
+
+    def _scheme_rules(self, scheme: str | None) -> tuple | None:
+        """The transition rules of ``scheme`` over ``classes_`` (None: none)."""
+        return None
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
         return self._names(*self._decode_ids(task, w))
@@ -528,17 +579,22 @@ class SequenceTagger(StructuredEstimator):
         return chain_marginals(task, self.coef_, examples, ids, self._constraints())[2]
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        """Token accuracy over the tokens with one gold label (unknown and set cells, if
+        any, are counted apart: ``unknown``, ``sets``)."""
         total = sum(len(s) for s in Y)
         right = sum(p == g for ps, gs in zip(pred, Y, strict=True)
                     for p, g in zip(ps, gs, strict=True))
+        unknown, sets = partial_counts(Y)
+        total -= unknown + sets
         acc = right / max(total, 1)
-        return {"score": acc, "accuracy": acc, "tokens": total}
+        return {"score": acc, "accuracy": acc, "tokens": total, "unknown": unknown,
+                "sets": sets}
 
     def metrics(self, X: list[list], Y: list[list[str]]) -> dict[str, Any]:
         """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
         (tags unseen in training count wrong)."""
         self._check_fitted()
-        Y = check_tags(check_sentences(X, dicts=True), Y)
+        Y = check_tags(check_sentences(X, dicts=True), Y, partial=True)
         return self._metrics(Y, self.predict(X))
 
     def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
@@ -547,108 +603,9 @@ class SequenceTagger(StructuredEstimator):
         out: dict[str, int] = {}
         for s in Y:
             for t in s:
-                if t not in known:
+                if isinstance(t, str) and t not in known:
                     out[t] = out.get(t, 0) + 1
         return out
-
-    def feature_summary(self) -> str:
-        n_tags = len(self.classes_)
-        dim = self.coef_.shape[0]
-        g = getattr(self, "n_bfeatures_", 0)
-        bigram = f" + {g:,} label-bigram features x {n_tags}^2" if g else ""
-        pairs = getattr(self, "seen_pairs_", None)
-        emissions = f"{self.n_features_:,} observation features x {n_tags} tags" \
-            if pairs is None else (f"{pairs[1].shape[0]:,} (feature, tag) pairs seen in "
-                                   f"training (of {self.n_features_:,} x {n_tags})")
-        return (f"{emissions} + transitions{bigram} = {dim:,} weights "
-                f"({dim * 8 / 2**20:.1f} MiB float64)")
-
-    def _feature_source(self) -> str:
-        f = self.featurizer_
-        if isinstance(f, TemplateFeaturizer):
-            return f"template {f.template.path}"
-        if isinstance(f, DictFeaturizer):
-            return "feature dicts"
-        return f"built-in template {f.template!r}"
-
-    def weight_lines(self, top: int | None = 50) -> Iterator[str]:
-        """The lines of ``demidcd dump``, as ``crf_learn -t``'s text model or ``wapiti dump``:
-        the ``top`` feature weights by |weight| (None: every non-zero one), one
-        ``feature<TAB>label<TAB>weight`` line each (a B feature's label is ``prev->label``),
-        then the label transitions likewise (``BOS`` / ``EOS``: the sentence's start / end).
-        Hashed features are named by bucket (``bucket 123``, ``B bucket 7``)."""
-        self._check_fitted()
-        w = self.coef_
-        F, K, G = self.n_features_, len(self.classes_), getattr(self, "n_bfeatures_", 0)
-        tb, bb = self._u_size(), self._u_size() + (K + 1) ** 2
-        pairs = getattr(self, "seen_pairs_", None)
-        nu = tb if pairs is None else pairs[1].shape[0]  # U weights (without the padding)
-        names = self.featurizer_.features
-        bnames = getattr(self.featurizer_, "bfeatures", None)
-        labels = [_escape(t) for t in self.classes_]
-        feats = np.concatenate([w[:nu], w[bb:]])
-        idx = top_weights(feats, top)
-        yield (f"# {self.task_name} model: {K} labels, {F:,} features"
-               + (f" and {G:,} label-bigram features" if G else "")
-               + f" ({self._feature_source()}{', hashed' if names is None else ''}), "
-               f"{w.shape[0]:,} weights")
-        yield (f"# {top_text(top, idx.shape[0])} of the features by |weight| (of "
-               f"{np.count_nonzero(feats):,} non-zero): feature, label (prev->label for "
-               "label-bigram features), weight")
-        for i in idx.tolist():
-            if i < nu:
-                if pairs is None:
-                    f, k = divmod(i, K)
-                else:
-                    f, k = int(np.searchsorted(pairs[0], i, "right")) - 1, int(pairs[1][i])
-                name = _escape(names[f]) if names is not None else f"bucket {f}"
-                yield f"{name}\t{labels[k]}\t{feats[i]:+.6g}"
-            else:
-                g, r = divmod(i - nu, K * K)
-                a, b = divmod(r, K)
-                name = _escape(bnames[g]) if bnames is not None else f"B bucket {g}"
-                yield f"{name}\t{labels[a]}->{labels[b]}\t{feats[i]:+.6g}"
-        trans = w[tb:bb].copy()
-        trans[-1] = 0.0  # START -> END: no sentence is empty
-        tidx = top_weights(trans, top)
-        ends = [*labels, "BOS"], [*labels, "EOS"]
-        yield (f"# {top_text(top, tidx.shape[0])} of the {(K + 1) ** 2 - 1:,} label "
-               "transitions by |weight|: previous label -> label (BOS: the sentence start, "
-               "EOS: its end), weight")
-        for i in tidx.tolist():
-            a, b = divmod(i, K + 1)
-            yield f"{ends[0][a]}->{ends[1][b]}\t{trans[i]:+.6g}"
-
-    @property
-    def state_features_(self) -> dict[tuple[str, str], float]:
-        """{(feature, label): weight} for every non-zero observation-feature weight, as
-        sklearn-crfsuite's ``state_features_`` (``Counter(tagger.state_features_)
-        .most_common(20)`` as in its tutorial); hashed features are named ``bucket F``."""
-        self._check_fitted()
-        F, K = self.n_features_, len(self.classes_)
-        pairs = getattr(self, "seen_pairs_", None)
-        if pairs is None:
-            U = self.coef_[:F * K].reshape(F, K)
-            fs, ks = np.nonzero(U)
-            ws = U[fs, ks]
-        else:  # seen pairs: weight j belongs to (the feature whose list holds j, lab[j])
-            j = np.flatnonzero(self.coef_[:pairs[1].shape[0]])
-            fs = np.searchsorted(pairs[0], j, "right") - 1
-            ks, ws = pairs[1][j], self.coef_[j]
-        names = self.featurizer_.features
-        return {(names[f] if names is not None else f"bucket {f}", self.classes_[k]):
-                float(v) for f, k, v in zip(fs.tolist(), ks.tolist(), ws.tolist(), strict=True)}
-
-    @property
-    def transition_features_(self) -> dict[tuple[str, str], float]:
-        """{(previous label, label): weight} of the label transitions T, as sklearn-crfsuite's
-        ``transition_features_`` (the sentence start and end, which CRFsuite does not have,
-        are in :meth:`weight_lines`)."""
-        self._check_fitted()
-        K, tb = len(self.classes_), self._u_size()
-        T = self.coef_[tb:tb + (K + 1) ** 2].reshape(K + 1, K + 1)
-        return {(a, b): float(T[i, j]) for i, a in enumerate(self.classes_)
-                for j, b in enumerate(self.classes_)}
 
     def _u_size(self) -> int:
         """Length of the emission block U of ``coef_``: F·K, or the seen pairs padded to a
@@ -662,7 +619,7 @@ class SequenceTagger(StructuredEstimator):
         """The bound task for X, Y with this model's features and tags (for objectives)."""
         self._check_fitted("featurizer_")
         X = check_sentences(X, dicts=True)
-        return self._task(X, check_tags(X, Y))
+        return self._task(X, check_tags(X, Y, partial=True))
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -760,8 +717,30 @@ class ChunkTagger(SequenceTagger):
         from ..tasks.chain.chunks import resolve_scheme
         from ..tasks.chain.decoding import training_scheme
 
-        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")
+        resolve_scheme(label_names(Y), self.label_scheme or "auto")
         self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
+
+    def _label_summary(self, Y: list[list[str]]) -> tuple[int, int]:
+        """A part's share of what :meth:`_check_labels` reads beyond the labels
+        (:func:`~demidcd.tasks.chain.decoding.scheme_counts`; set-up in parts)."""
+        from ..tasks.chain.decoding import scheme_counts
+
+        return scheme_counts(Y)
+
+    def _check_label_summaries(self, labels: set[str], summaries: list) -> None:
+        """:meth:`_check_labels` from the labels and the parts' :meth:`_label_summary`."""
+        from ..tasks.chain.chunks import resolve_scheme
+        from ..tasks.chain.decoding import scheme_of_counts
+
+        scheme = self.label_scheme or "auto"
+        resolve_scheme(labels, scheme)
+        self.constraint_scheme_ = scheme_of_counts(
+            labels, lambda: tuple(map(sum, zip(*summaries, strict=True))), scheme)
+
+    def _scheme_rules(self, scheme: str | None) -> tuple | None:
+        from ..tasks.chain.decoding import scheme_transitions
+
+        return None if scheme is None else scheme_transitions(list(self.classes_), scheme)
 
     # -- label-scheme constraints -------------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -809,9 +788,16 @@ class ChunkTagger(SequenceTagger):
         self.constraint_scheme_ = scheme
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        """Chunk scores of the sentences whose every gold cell is one label (those with an
+        unknown or set cell are left out; ``unknown``, ``sets`` count such cells)."""
         from ..tasks.chain.chunks import chunk_scores
 
-        return chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
+        unknown, sets = partial_counts(Y)
+        if unknown or sets:
+            keep = [k for k, s in enumerate(Y) if all(isinstance(t, str) for t in s)]
+            Y, pred = [Y[k] for k in keep], [pred[k] for k in keep]
+        m = chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
+        return {**m, "unknown": unknown, "sets": sets} if unknown or sets else m
 
 
 class NamedEntityTagger(ChunkTagger):

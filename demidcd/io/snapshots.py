@@ -6,6 +6,12 @@ hyper-parameters, and zero weights) and one ``w-SSSSSS.sss.npy`` per snapshot, n
 seconds since the solver started (after data loading: the same clock for every algorithm).
 The learner only copies w (a memcpy); a background thread writes the file (temporary name,
 then rename).
+
+Where the learner counts its work (1-DCD, DEMI-DCD, several learners), ``work.csv`` holds one
+line ``seconds,updates,inferences`` per snapshot: the run's cumulative coordinate updates and
+loss-augmented inferences (all processes together) when w was copied, which
+``evaluate-snapshots`` reports beside each primal, so that the work to a gap (work inflation,
+issue 53) is counted, not inferred from the time.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +30,8 @@ from ..errors import DemidcdError
 from .model import atomic_write
 
 _NAME = re.compile(r"^w-(\d+\.\d+)\.npy$")
+WORK_FILE = "work.csv"
+"""The snapshot directory's work counts: ``seconds,updates,inferences`` per snapshot."""
 
 
 MIN_EVERY = 0.01
@@ -67,6 +76,7 @@ class Snapshotter:
         self._q: queue.Queue = queue.Queue()
         self.skipped = 0
         self._last, self._cost = -np.inf, 0.0  # the last snapshot's time, a write's seconds
+        self.work_source: Callable[[], tuple[int, int]] | None = None  # set by the learner
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -76,24 +86,31 @@ class Snapshotter:
             if item is None:
                 self._q.task_done()
                 return
-            seconds, w = item
+            seconds, w, work = item
             t0 = time.perf_counter()
             try:
                 atomic_write(self.dir / f"w-{seconds:010.3f}.npy", lambda f, w=w: np.save(f, w))
+                if work is not None:
+                    with open(self.dir / WORK_FILE, "a") as f:
+                        f.write(f"{seconds:.3f},{int(work[0])},{int(work[1])}\n")
                 self._cost = time.perf_counter() - t0
             finally:
                 self._q.task_done()
 
-    def maybe(self, seconds: float, w: np.ndarray, force: bool = False) -> None:
+    def maybe(self, seconds: float, w: np.ndarray, force: bool = False,
+              work: tuple[int, int] | None = None) -> None:
         """Snapshot w at the first call at or after each multiple of ``every`` seconds (a fixed
-        grid, so late calls do not push later snapshots back), and when ``force``d."""
+        grid, so late calls do not push later snapshots back), and when ``force``d. ``work``:
+        the (updates, inferences) done by then, else :attr:`work_source`'s, if any."""
         if force or seconds >= self.due:
             self.due = (np.floor(seconds / self.every) + 1.0) * self.every
             if not force and seconds - self._last < self._cost / WRITE_SHARE:  # too soon
                 self.skipped += 1
                 return
             self._last = float(seconds)
-            self._q.put((float(seconds), w.copy()))
+            if work is None and self.work_source is not None:
+                work = self.work_source()
+            self._q.put((float(seconds), w.copy(), work))
 
     def close(self) -> None:
         """Wait until every snapshot is on disk."""
@@ -108,6 +125,23 @@ def list_snapshots(directory: str | os.PathLike[str]) -> list[tuple[float, Path]
         raise DemidcdError(f"{d}: not a snapshot directory (no base.npz)")
     out = [(float(m.group(1)), d / f) for f in os.listdir(d) if (m := _NAME.match(f))]
     return sorted(out)
+
+
+def read_work(directory: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """The work counts of a snapshot directory (:data:`WORK_FILE`): the snapshot's seconds as
+    written in its file name (``%.3f``) → (updates, inferences); empty when the run did not
+    count (or an older run). A malformed line is skipped (a run killed while appending)."""
+    out: dict[str, tuple[int, int]] = {}
+    path = Path(directory) / WORK_FILE
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        parts = line.split(",")
+        try:
+            out[f"{float(parts[0]):.3f}"] = (int(parts[1]), int(parts[2]))
+        except (IndexError, ValueError):
+            continue
+    return out
 
 
 def load_snapshot(path: str | os.PathLike[str], dim: int) -> np.ndarray:

@@ -243,6 +243,16 @@ class Clock:
         return StopRequest.requested or (self.time_limit is not None
                                          and self.elapsed() >= self.time_limit)
 
+    def count_work(self, source: Callable[[], tuple[int, int]]) -> None:
+        """Let the snapshot writer (the ``tick``'s owner, when it has a ``work_source``) read
+        the run's cumulative (updates, inferences) when it takes a snapshot: ``source`` is
+        called then only, so a learner's hot loop pays nothing. The counts let
+        ``evaluate-snapshots`` say how much work a run had done at each primal it reports
+        (work inflation: updates + inferences to a gap, against 1-DCD's)."""
+        owner = getattr(self.tick, "__self__", None)
+        if owner is not None and hasattr(owner, "work_source"):
+            owner.work_source = source
+
     def poll(self, w: np.ndarray) -> bool:
         """Called by a learner between blocks of work (well under a second apart, whatever one
         outer iteration costs): passes (seconds, w) to ``tick`` (the snapshot writer, which
@@ -250,6 +260,16 @@ class Clock:
         if self.tick is not None:
             self.tick(self.elapsed(), w)
         return self.expired()
+
+
+def work_done(extra: dict[str, Any]) -> tuple[int, int] | None:
+    """(updates, inferences) a finished run did, from its ``result.extra``: the coordinate
+    updates and every process's loss-augmented inferences (DEMI-DCD's learner's own
+    included); None for a learner that does not count them."""
+    if "updates" not in extra or "inferences" not in extra:
+        return None
+    return int(extra["updates"]), int(extra["inferences"]) + int(
+        extra.get("learner_inferences", 0))
 
 
 def stop_reason(converged: bool, clock: Clock) -> str | None:

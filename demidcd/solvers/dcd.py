@@ -84,6 +84,9 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     r = 0 if light else config.inner_passes
     n, b = task.n_examples, config.batch
     totals = {"updates": 0, "inferences": 0, "admitted": 0, "shrunk": 0}
+    # the work done so far, read by the snapshot writer (this epoch's counts not yet in totals)
+    clock.count_work(lambda: (totals["updates"] + updates, totals["inferences"] + inferred))
+    updates = inferred = 0
     epoch0 = start.epoch if start else 0  # epochs of the runs this one resumes
     pending = _pending(start, name, n)  # the epoch a resumed run was stopped in, if any
     reason, epoch = "max-epochs", epoch0

@@ -79,6 +79,8 @@ class DcdLearner:
         # the learner's own inference (an ILP solver) is interrupted by a stop or the limit
         self.task.should_stop = lambda: StopRequest.requested or clock.expired()
         self.shared.start(clock.expired)
+        clock.count_work(lambda: (self.cnt["updates"], self.transport.totals()["inferences"]
+                                  + self.cnt["learner_inferences"]))
         if self.start_point is not None and (self.start_point.prior is not None
                                              or self.start_point.state is not None):
             self.publish()  # the workers search with w = w₀ + Σ α φ from the start

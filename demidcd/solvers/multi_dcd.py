@@ -423,6 +423,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     last_eval = [0.0]
     try:
         clock = Clock(config.time_limit, tick)  # starting the learners is on the clock
+        clock.count_work(lambda: (int(group.stats[:, M.UPDATES].sum()),
+                                  int(group.stats[:, M.INFER].sum())))
         task.should_stop = lambda: StopRequest.requested or clock.expired()
         co.start(expired=clock.expired)
         cert_epochs = [0] * k

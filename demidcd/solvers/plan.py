@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import OptionError
 from ..options import BOUNDS, BY_NAME, LBFGS_ONLY, default
 from ..primitives.monitor import usable_cores
+from . import speedup_model
 from .common import SolverConfig
 
 if TYPE_CHECKING:
@@ -81,20 +82,17 @@ def auto_fits_cores(threads: int) -> bool:
 
 EXPECTED_ACTIVE = 10  # structures per active set assumed by the auto choice (EWT XPOS after a
 # few epochs: median |A_i| ~ 8-12, largest 20; see activeset.DEFAULT_MAX_ACTIVE)
-PASSES_PER_SWEEP = 8.0  # R0 of demi_dcd.inference_share: update passes one learner needs per
-# worker sweep; fewer and the single learner is the bottleneck
 
 
 def choose_learners(task: Task, config: SolverConfig, threads: int,
                     log: Callable[[str], None] | None = None, sample: int = 64
                     ) -> tuple[int, dict]:
-    """``--learners auto``: K = p when one learner could not keep up with p − 1 inference
-    workers, else 1 (DEMI-DCD). Measured on a sample of examples at w = 0: t_inf, seconds per
-    loss-augmented inference, and t_step, seconds per Eq. (7)–(8) step; a pass over the
-    active sets costs about ``EXPECTED_ACTIVE`` steps per example. One learner is the
-    bottleneck when a worker sweep (n t_inf / (p − 1)) is shorter than
-    :data:`PASSES_PER_SWEEP` update passes (the rule of ``demi_dcd.inference_share``).
-    Returns (K, the figures), and logs both."""
+    """``--learners auto``: K = p or 1 (DEMI-DCD), whichever the speed-up model
+    (:mod:`.speedup_model`: p × per-process throughput / work inflation against one learner
+    whose update passes may set the pace) says reaches a gap sooner. Measured on a sample of
+    examples at w = 0: t_inf, seconds per loss-augmented inference, and t_step, seconds per
+    Eq. (7)–(8) step; a pass over the active sets costs about ``EXPECTED_ACTIVE`` steps per
+    example. Returns (K, the figures), and logs the reason in one line."""
     from .activeset import ActiveSets
 
     n = task.n_examples
@@ -125,15 +123,16 @@ def choose_learners(task: Task, config: SolverConfig, threads: int,
     t_step = float(np.median(per_step)) if per_step else 0.0
     t_pass = EXPECTED_ACTIVE * t_step
     ratio = t_inf / max(threads - 1, 1) / max(t_pass, 1e-12)  # worker sweep / learner pass
-    k = threads if threads > 1 and ratio < PASSES_PER_SWEEP else 1
+    choice = speedup_model.choose(threads, n, t_inf, t_pass)
+    k = choice.learners
     figures = {"infer_ms": t_inf * 1e3, "step_us": t_step * 1e6, "pass_ms": t_pass * 1e3,
-               "sweep_over_pass": ratio, "learners": k}
+               "sweep_over_pass": ratio, "learners": k, "speedup_one": choice.one,
+               "speedup_many": choice.many, "inflation": choice.inflation,
+               "throughput": choice.throughput,
+               "reason": f"learners auto measured inference {t_inf * 1e3:.3f} ms/example and "
+                         f"an update pass {t_pass * 1e3:.3f} ms/example; {choice.reason()}"}
     if log is not None:
-        log(f"learners auto: {k} (inference {t_inf * 1e3:.3f} ms/example, update step "
-            f"{t_step * 1e6:.2f} us, pass ~{EXPECTED_ACTIVE} steps/example: a sweep of "
-            f"{max(threads - 1, 1)} worker(s) lasts {ratio:.1f} update passes, "
-            f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
-            f"one learner process {'cannot keep up' if k > 1 else 'keeps up'})")
+        log(f"learners auto: {k} ({figures['reason']})")
     return k, figures
 
 
@@ -546,13 +545,7 @@ def decide_learners(plan: TrainingPlan, task: Task,
         with compile_notice(log, plan.config.time_limit, hold=True):
             warm_up(task, plan.algorithm, plan.threads, plan.config.loss, several=None)
         k, fig = choose_learners(task, plan.config, plan.threads)
-        ratio = fig["sweep_over_pass"]
-        why = (f"learners auto measured inference {fig['infer_ms']:.3f} ms/example and an "
-               f"update pass {fig['pass_ms']:.3f} ms/example: a sweep of {plan.threads - 1} "
-               f"worker(s) lasts {ratio:.1f} update passes, "
-               f"{'<' if ratio < PASSES_PER_SWEEP else '>='} {PASSES_PER_SWEEP:g}: "
-               f"one learner process {'cannot keep up' if k > 1 else 'keeps up'}")
-        plan = dataclasses.replace(plan, learners=k, learners_reason=why)
+        plan = dataclasses.replace(plan, learners=k, learners_reason=fig["reason"])
     if plan.learners_reason and log is not None:
         log(learners_line(plan))
     return plan

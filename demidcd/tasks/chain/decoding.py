@@ -603,6 +603,17 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     nearly every chunk so, while IOB2 corpora have a few such slips (CoNLL-2002 Spanish
     esp.train: 1 of about 18,800 entities).
     """
+    from .partial import label_names
+
+    tag_sequences = [list(s) for s in tag_sequences]
+    labels = label_names(tag_sequences)  # (partial labels: unknown cells none, sets' members)
+    return scheme_of_counts(labels, lambda: scheme_counts(tag_sequences), label_scheme)
+
+
+def scheme_of_counts(labels: set[str], counts, label_scheme: str = "auto") -> str | None:
+    """:func:`training_scheme` from the set of training ``labels`` and ``counts()``, the
+    :func:`scheme_counts` of the training tags (summed over the parts of a set-up in parts;
+    called only when needed)."""
     from .chunks import resolve_scheme
 
     key = label_scheme.lower()
@@ -611,21 +622,32 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
         return key
     if key == "iob1":
         return None
-    tag_sequences = [list(s) for s in tag_sequences]
-    labels = {t for s in tag_sequences for t in s}
     if resolve_scheme(labels, key) == "bioes":
         return "bioes"
     if any(split_label(t)[0] not in ("O", "B", "I") for t in labels):
         return None
+    chunks, opened_by_i = counts()
+    return "iob2" if 100 * opened_by_i <= chunks else None
+
+
+def scheme_counts(tag_sequences) -> tuple[int, int]:
+    """(chunks, chunks opened by an I-X: after O, after another type, or first in a
+    sentence) of tag sequences read as IOB (:func:`training_scheme`)."""
     chunks = opened_by_i = 0
     for s in tag_sequences:
         prev = ("O", "")
         for lab in s:
+            if not isinstance(lab, str):  # an unknown or set cell: anything may follow
+                prev = ("?", "")
+                continue
             cur = split_label(lab)
+            if prev[0] == "?" and cur[0] == "I":
+                prev = cur
+                continue
             if cur[0] == "B":
                 chunks += 1
             elif cur[0] == "I" and not (prev[0] in ("B", "I") and prev[1] == cur[1]):
                 chunks += 1
                 opened_by_i += 1
             prev = cur
-    return "iob2" if 100 * opened_by_i <= chunks else None
+    return chunks, opened_by_i

@@ -247,22 +247,10 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
 
 def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:
     """``names`` (distinct) by decreasing count, ties in string order."""
+    return [names[i] for i in frequency_permutation(names, counts).tolist()]
+
+
+def frequency_permutation(names: list[str], counts: np.ndarray) -> np.ndarray:
+    """The indices of ``names`` (distinct) by decreasing count, ties in string order."""
     by_name = np.array(sorted(range(len(names)), key=names.__getitem__), np.int64)
-    order = by_name[np.argsort(-counts[by_name], kind="stable")]
-    return [names[i] for i in order.tolist()]
-
-
-def merge_counts(parts: list[tuple[list[str], np.ndarray]]) -> tuple[list[str], np.ndarray]:
-    """The counts of several parts (names, counts) summed by name: (distinct names in order of
-    first appearance, their total counts). Parts of one corpus counted separately
-    (``SequenceFeaturizer.count``) merge to the counts of the whole."""
-    index: dict[str, int] = {}
-    ids = []
-    for names, _ in parts:
-        get = index.setdefault
-        ids.append(np.fromiter((get(n, len(index)) for n in names), np.int64,
-                               count=len(names)))
-    total = np.zeros(len(index), np.int64)
-    for (_, counts), j in zip(parts, ids, strict=True):
-        np.add.at(total, j, np.asarray(counts, np.int64))
-    return list(index), total
+    return by_name[np.argsort(-counts[by_name], kind="stable")]

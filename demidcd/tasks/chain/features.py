@@ -56,13 +56,14 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
 
+from ...io.shards import merge_counts, pack_strings
 from ...primitives.monitor import PROGRESS_EVERY, timed_step
-from .feature_counts import count_base_features, frequency_order
+from .feature_counts import count_base_features, frequency_order, frequency_permutation
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
 
 # 2 drops the singletons (about half the features, so of w) at no measurable accuracy cost
@@ -85,6 +86,9 @@ class EncodedSequences:
     [0, G), see :mod:`demidcd.tasks.chain.kernels`): token t fires bfeat_idx[bfeat_ptr[t]:
     bfeat_ptr[t+1]] with values bfeat_val[same range] (None: all 1); they score the transition
     (y_{t-1} → y_t), so those of a sentence's first token are ignored. bfeat_ptr None: none.
+
+    ``allowed_ptr`` / ``allowed_idx``: the labels each token admits when the training data is
+    partially labelled (:mod:`.partial`), else None.
     """
 
     sent_ptr: np.ndarray  # int64[n_sent+1]
@@ -94,6 +98,13 @@ class EncodedSequences:
     bfeat_ptr: np.ndarray | None = None  # int64[n_tokens+1] or None (no bigram features)
     bfeat_idx: np.ndarray | None = None  # int32[bnnz]
     bfeat_val: np.ndarray | None = None  # float64[bnnz] or None (all 1)
+    # partially labelled training data (:mod:`.partial`): token t admits the labels
+    # allowed_idx[allowed_ptr[t]:allowed_ptr[t+1]] (empty: any); None when all are labelled
+    # (keyword-only: subclasses add positional fields after these)
+    allowed_ptr: np.ndarray | None = field(default=None, kw_only=True)  # int64[n_tokens+1]
+    allowed_idx: np.ndarray | None = field(default=None, kw_only=True)  # int32[...]
+    # the scheme's (allowed K·K, first K, last K) the consistent taggings obey, or None
+    label_rules: tuple | None = field(default=None, kw_only=True)
 
     @property
     def n_sentences(self) -> int:
@@ -479,6 +490,7 @@ class SequenceFeaturizer:
         state = self.__dict__.copy()
         state.pop("_type_tables", None)  # caches, rebuilt on first use
         state.pop("_blob", None)
+        state.pop("_part", None)  # (a set-up in parts' tokens, process-local)
         return state
 
     def _word_features(self, word: str) -> list[str]:
@@ -564,10 +576,12 @@ class SequenceFeaturizer:
             self._type_tables = t
         return t
 
-    def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int) -> EncodedSequences:
+    def _encode_types(self, tokens: list[list[str]], attrs, n_attr: int,
+                      tables=None) -> EncodedSequences:
         """:meth:`_encode` with the dictionary, from tables kept per word type (the same
-        ids: :mod:`~demidcd.tasks.chain.type_tables`)."""
-        tables = self.type_tables(n_attr)
+        ids: :mod:`~demidcd.tasks.chain.type_tables`; ``tables``: others than the
+        dictionary's)."""
+        tables = self.type_tables(n_attr) if tables is None else tables
         flat = list(itertools.chain.from_iterable(tokens))
         values = None
         if n_attr:
@@ -605,15 +619,7 @@ class SequenceFeaturizer:
                 *typed, attrs, n_attr, self._word_features, self.min_count)
             self.n_attributes = n_attr
             self._adopt(frequency_order(names, counts))
-            # the type tables start with the training words, from the features found here
-            from .type_tables import MAX_TYPES
-
-            tables = self.type_tables(n_attr)
-            if len(types) <= MAX_TYPES:
-                ids = np.fromiter(map(self._index.get, own, itertools.repeat(-1)), np.int32,
-                                  count=len(own))
-                with tables.lock:
-                    tables.add_types(types, ids[own_ids], lens)
+            self._seed_tables(types, own, own_ids, lens, n_attr)
             return
         # Every feature that fires on the training data, with a provisional id.
         _, _, types = _types(words)
@@ -643,29 +649,96 @@ class SequenceFeaturizer:
         keep = np.flatnonzero(counts >= self.min_count)
         self._adopt(frequency_order([names[j] for j in keep.tolist()], counts[keep]))
 
-    def count(self, tokens: list[list]) -> tuple[list[str], np.ndarray, int]:
-        """(names, counts, attribute columns) of every feature of the ``base`` template firing
-        on these tokens (count ≥ 1): one part's share of a partitioned :meth:`fit`. Counts
-        add over a partition of the sentences (each counts the tokens it fires on), so
-        :func:`~.feature_counts.merge_counts` of the parts' counts, cut at ``min_count`` by
-        :meth:`adopt_counts`, is the dictionary :meth:`fit` builds on all of them."""
-        if self.hashing or self.template != "base":
-            raise ValueError("a partitioned count is for the base template's dictionary")
-        words, attrs, n_attr = split_attributes(tokens)
-        names, counts, _ = count_base_features(*_types(words), attrs, n_attr,
-                                               self._word_features, 1)
-        return names, np.asarray(counts, np.int64), n_attr
+    def _seed_tables(self, types: list[str], own: list[str], own_ids: np.ndarray,
+                     lens: np.ndarray, n_attr: int) -> None:
+        """Start the type tables with the training words ``types``, from their own features
+        (``own``, ``own_ids``, ``lens``: :func:`count_base_features`'s ``own``)."""
+        from .type_tables import MAX_TYPES
 
-    def adopt_counts(self, names: list[str], counts: np.ndarray, n_attr: int
-                     ) -> SequenceFeaturizer:
-        """The dictionary of merged counts (:meth:`count`): the features counted on at least
-        ``min_count`` tokens, ids by decreasing count, ties in string order (as :meth:`fit`)."""
-        keep = np.flatnonzero(np.asarray(counts) >= self.min_count)
-        self.n_attributes = n_attr
+        tables = self.type_tables(n_attr)
+        if len(types) <= MAX_TYPES:
+            ids = np.fromiter(map(self._index.get, own, itertools.repeat(-1)), np.int32,
+                              count=len(own))
+            with tables.lock:
+                tables.add_types(types, ids[own_ids], lens)
+
+    # -- set-up in parts (demidcd.estimators.parts): count, merge, encode ----------------------
+    @property
+    def supports_parts(self) -> bool:
+        """Whether :meth:`count_part` applies: the ``base`` template (the ``ner`` template's
+        clusters and document context look at the whole corpus)."""
+        return self.template == "base"
+
+    def count_part(self, tokens: list[list]) -> dict:
+        """Stage 1 of a set-up in parts: this part's feature counts (every feature, no
+        cut-off: the cut-off applies to the merged counts), its tokens and features kept for
+        :meth:`encode_part`."""
+        words, attrs, n_attr = split_attributes(tokens)
+        self._part = (tokens, None, None)
+        if self.hashing:
+            return {"n_attr": n_attr, "names": pack_strings([]), "counts": np.zeros(0, np.int64)}
+        _, _, types = typed = _types(words)
+        names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
+        self._part = (tokens, (types, *own), names)
+        return {"n_attr": n_attr, "names": pack_strings(names), "counts": counts}
+
+    def merge_parts(self, parts: list[dict]) -> list[object]:
+        """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
+        (≥ ``min_count``, by decreasing count then string, as :meth:`fit` builds it); returns
+        what each part's :meth:`encode_part` needs: the final id of each of its features
+        (−1: dropped)."""
+        n_attr = {p["n_attr"] for p in parts}
+        if len(n_attr) != 1:
+            raise ValueError(f"tokens carry different numbers of attribute columns: {n_attr}")
+        self.n_attributes = n_attr = n_attr.pop()
         self.clusters = {}
-        self._adopt(frequency_order([names[j] for j in keep.tolist()],
-                                    np.asarray(counts)[keep]))
-        return self
+        if self.hashing:
+            return [(None, n_attr)] * len(parts)
+        m = merge_counts([(p["names"], p["counts"]) for p in parts])
+        keep = np.flatnonzero(m.counts >= self.min_count)
+        names = m.packed.strings(keep)
+        order = frequency_permutation(names, m.counts[keep])
+        # the dictionary packed, as a loaded model holds it (split into a list and an index
+        # only if something here encodes with it: a dev set)
+        blob = np.frombuffer("\n".join([names[i] for i in order.tolist()]).encode("utf-8"),
+                             np.uint8)
+        self.features = None
+        self._type_tables = None
+        self._blob = blob
+        self._packed = (blob, int(order.shape[0]))
+        final = np.full(m.counts.shape[0], -1, np.int32)
+        final[keep[order]] = np.arange(order.shape[0], dtype=np.int32)
+        return [(final[mk], n_attr) for mk in m.maps]
+
+    def encode_part(self, payload: tuple) -> EncodedSequences:
+        """Stage 2: this part's tokens encoded with the merged ids (``payload``:
+        :meth:`merge_parts`'s for this part), through type tables of this part's features
+        only (a token fires only features of its part), then mapped to the final ids."""
+        tokens, own, names = self._part
+        self._part = None
+        ids, self.n_attributes = payload
+        if ids is None:  # hashing
+            return self._encode(tokens, None)
+        from .type_tables import MAX_TYPES, TypeTables
+
+        # the part's kept features in id order, numbered 0, 1, … (the tables number their
+        # features by position): local ids increase with the final ones, so a token's sorted
+        # local ids map to its sorted final ids
+        sel = np.flatnonzero(ids >= 0)
+        sel = sel[np.argsort(ids[sel], kind="stable")]
+        final = np.ascontiguousarray(ids[sel], np.int32)
+        index = dict(zip([names[i] for i in sel.tolist()], range(sel.shape[0]), strict=True))
+        tables = TypeTables(index, self._word_features, self.n_attributes)
+        types, own_names, own_ids, lens = own
+        if len(types) <= MAX_TYPES:
+            got = np.fromiter(map(index.get, own_names, itertools.repeat(-1)), np.int32,
+                              count=len(own_names))
+            with tables.lock:
+                tables.add_types(types, got[own_ids], lens)
+        words, attrs, n_attr = split_attributes(tokens)
+        enc = self._encode_types(words, attrs, n_attr, tables)
+        enc.feat_idx = final[enc.feat_idx]
+        return enc
 
     def _adopt(self, features: list[str]) -> None:
         """Take ``features`` (in id order) as the dictionary."""

@@ -141,9 +141,23 @@ class SequenceTask(Task):
                 raise ValueError(f"Y must have one tag per token ({n_tok}), got {self.Y.shape}")
             if self.Y.size and (self.Y.min() < -1 or self.Y.max() >= self.K):
                 raise ValueError(f"tag ids must be in [0, {self.K}) (or -1 for an unknown tag)")
+        # partially labelled data (.partial): the labels each token admits (empty: any), or
+        # None when every token is labelled; Y is then −1 where a token is not fully known
+        self.allowed_ptr = self.allowed_idx = None
+        self.label_rules = getattr(X, "label_rules", None)  # the taggings consistent with
+        # partial labels obey them (the label scheme's transition rules), or None
+        ap = getattr(X, "allowed_ptr", None)
+        if ap is not None:
+            if self.Y is None:
+                raise ValueError("allowed_ptr given without gold tags")
+            self.allowed_ptr, self.allowed_idx = _csr(ap, X.allowed_idx, self.K, "allowed")
+            if self.allowed_ptr.shape[0] != n_tok + 1:
+                raise ValueError(f"allowed_ptr must have one entry per token + 1 ({n_tok + 1})")
         # −1 marks a gold tag unseen in training: fine for decode/metric (always wrong), but
-        # loss-augmented inference and φ need every gold tag to have weights.
-        self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0)
+        # loss-augmented inference and φ need every gold tag to have weights (with partial
+        # labels −1 marks a token that is not fully known: the learners read allowed_*)
+        self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0
+                                  and self.allowed_ptr is None)
         if self.dim >= 2**31:
             raise ValueError("weight vector too large for int32 indices (reduce features)")
 

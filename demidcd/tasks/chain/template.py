@@ -39,6 +39,7 @@ from typing import Any, Self
 import numpy as np
 
 from ...errors import InputValueError, OptionError
+from ...io.shards import PackedStrings, merge_counts, pack_strings
 from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
@@ -199,10 +200,17 @@ class _FeatureSpace:
         """Keep the provisional features firing on ≥ min_count tokens (``feat_idx``: the
         deduplicated provisional ids of all tokens), ids by decreasing count then string;
         returns the map provisional id → final id (−1: dropped)."""
-        names = list(seen)
-        counts = np.bincount(feat_idx, minlength=len(names))
+        return self.adopt_counts(list(seen), np.bincount(feat_idx, minlength=len(seen)),
+                                 min_count)
+
+    def adopt_counts(self, names: list[str] | PackedStrings, counts: np.ndarray,
+                     min_count: int) -> np.ndarray:
+        """:meth:`finalize` from the distinct feature strings ``names`` (a list, or packed:
+        only the kept ones are decoded) and the number of tokens each fires on (``counts``);
+        returns the map index in ``names`` → final id."""
         keep = np.flatnonzero(counts >= min_count)
-        kept = list(map(names.__getitem__, keep.tolist()))
+        kept = names.strings(keep) if hasattr(names, "strings") else \
+            list(map(names.__getitem__, keep.tolist()))
         rank = np.empty(len(kept), np.int64)
         rank[sorted(range(len(kept)), key=kept.__getitem__)] = np.arange(len(kept))
         by = np.lexsort((rank, -counts[keep]))
@@ -315,6 +323,58 @@ class _SpacesFeaturizer:
         if self.n_spaces > 1:
             enc.bfeat_ptr, enc.bfeat_idx, enc.bfeat_val = _remap(enc.bfeat_ptr, enc.bfeat_idx,
                                                                  enc.bfeat_val, remaps[1])
+        return enc
+
+    # -- set-up in parts (demidcd.estimators.parts): count, merge, encode ----------------------
+    supports_parts = True
+
+    def count_part(self, tokens: list[list]) -> dict:
+        """Stage 1 of a set-up in parts: this part encoded with provisional ids (kept for
+        :meth:`encode_part`) and, per space, its feature strings and the number of tokens
+        each fires on (no cut-off: it applies to the merged counts)."""
+        self._fitted = False
+        self._fit_source(tokens)
+        seen = None if self.hashing else [{} for _ in range(self.n_spaces)]
+        self._part = self._encode(tokens, seen)
+        out: dict = {"meta": self._part_meta(), "names": [], "counts": []}
+        for sn, idx in zip(seen or (), (self._part.feat_idx, self._part.bfeat_idx),
+                           strict=False):
+            out["names"].append(pack_strings(list(sn)))
+            out["counts"].append(np.bincount(idx, minlength=len(sn)))
+        return out
+
+    def _part_meta(self) -> dict:
+        return {}
+
+    def _adopt_part_meta(self, metas: list[dict]) -> None:
+        pass
+
+    def merge_parts(self, parts: list[dict]) -> list[object]:
+        """The merge: this featurizer (part 0's) takes the dictionaries of the summed counts
+        (as :meth:`fit_transform` builds them); returns, per part, the maps of its
+        provisional ids to the final ones (one per space; None when hashing)."""
+        self._adopt_part_meta([p["meta"] for p in parts])
+        self._fitted = True
+        if self.hashing:
+            return [None] * len(parts)
+        remaps: list[list[np.ndarray]] = [[] for _ in parts]
+        for s, sp in enumerate(self.spaces):
+            m = merge_counts([(p["names"][s], p["counts"][s]) for p in parts])
+            final = sp.adopt_counts(m.packed, m.counts, self.min_count)
+            for k, mk in enumerate(m.maps):
+                remaps[k].append(final[mk])
+        return remaps
+
+    def encode_part(self, remaps: list[np.ndarray] | None) -> TemplateEncoding:
+        """Stage 2: this part's encoding with the merged ids (``remaps``: its part of
+        :meth:`merge_parts`)."""
+        enc, self._part = self._part, None
+        if remaps is not None:
+            enc.feat_ptr, enc.feat_idx, enc.feat_val = _remap(enc.feat_ptr, enc.feat_idx,
+                                                              enc.feat_val, remaps[0])
+            if self.n_spaces > 1:
+                enc.bfeat_ptr, enc.bfeat_idx, enc.bfeat_val = _remap(
+                    enc.bfeat_ptr, enc.bfeat_idx, enc.bfeat_val, remaps[1])
         return enc
 
     def fit(self, tokens: list[list]) -> Self:
@@ -491,6 +551,15 @@ class TemplateFeaturizer(_SpacesFeaturizer):
             strings = list(map("".join, zip(*cols, strict=False)))
             out[:, j] = lookup(strings)[inverse]
         return out
+
+    def _part_meta(self) -> dict:
+        return {"n_columns": self.n_columns}
+
+    def _adopt_part_meta(self, metas: list[dict]) -> None:
+        widths = {m["n_columns"] for m in metas} - {None}
+        if len(widths) > 1:
+            raise ValueError(f"tokens have {min(widths)} and {max(widths)} columns")
+        self.n_columns = widths.pop() if widths else None
 
     def expand(self, tokens: list[list]) -> list[list[tuple[list[str], list[str]]]]:
         """The feature strings (see :meth:`Template.expand`)."""

@@ -1,0 +1,289 @@
+"""Set-up in parts: a text file cut into byte ranges at sentence boundaries, and per-part
+counts of strings merged into one count table (the pieces of a parallel count and merge).
+
+The API (also for a set-up spread over machines: each node reads its own byte ranges):
+
+    byte_ranges(path, n, conllu) -> list[ByteRange] | None
+        at most ``n`` ranges (start, end, line0) that tile the file, each cut just after a
+        blank line that ends a sentence; None when the file cannot be cut (standard input,
+        gzip, an encoding whose bytes are not ASCII-transparent, ``n`` < 2)
+    read_range(path, r, encoding) -> str
+        the text of range ``r`` (decoding errors name the file's line), for a parser given
+        ``line0 = r.line0`` so its messages name the file's lines
+    merge_counts(parts) -> MergedCounts(names, counts, maps)
+        parts = [(names_k, counts_k)]: per part, distinct strings and their counts. The merged
+        table holds every string once, in order of first occurrence over (part, position)
+        — the order one reader of the concatenated parts would meet them in —, with the
+        summed counts; ``maps[k][i]`` is the merged index of ``names_k[i]``.
+
+Counting then merging by sum gives the counts of the whole file exactly: a string's count is
+the sum of its counts in the parts, whatever the cut. A dictionary built from the merged table
+by a rule that depends only on (string, count) and on first-occurrence order (e.g. by
+decreasing count, ties by string) is the one a serial reader builds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from .stream import transparent
+from .text_source import STDIN, decode_block
+
+__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "merge_counts",
+           "pack_strings", "read_range", "splittable"]
+
+_DOCSTART = np.frombuffer(b"-DOCSTART-", np.uint8)
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes ``[start, end)`` of a file; ``line0``: the lines before ``start``."""
+
+    start: int
+    end: int
+    line0: int
+
+
+@nb.njit(cache=True, nogil=True)
+def _next_cut(buf, i, conllu):
+    """The offset just after the first blank line at or after the line holding byte ``i``
+    whose previous line is a token line (not blank, not a comment ``#`` in CoNLL-U, not
+    ``-DOCSTART-``): a sentence ends there whatever came before. ``buf.shape[0]``: none."""
+    n = buf.shape[0]
+    while i > 0 and buf[i - 1] != 10:  # back to the start of the line
+        i -= 1
+    prev_token = False
+    while i < n:
+        j = i
+        while j < n and buf[j] != 10:
+            j += 1
+        if j == n:
+            return n
+        blank = True
+        for q in range(i, j):
+            c = buf[q]
+            if not (c == 32 or 9 <= c <= 13):
+                blank = False
+                break
+        if blank:
+            if prev_token:
+                return j + 1
+            prev_token = False
+        else:
+            q = i
+            while q < j and (buf[q] == 32 or buf[q] == 9):
+                q += 1
+            if conllu:
+                prev_token = buf[i] != 35
+            else:
+                doc = j - q >= _DOCSTART.shape[0]
+                if doc:
+                    for r in range(_DOCSTART.shape[0]):
+                        if buf[q + r] != _DOCSTART[r]:
+                            doc = False
+                            break
+                prev_token = not doc
+        i = j + 1
+    return n
+
+
+def splittable(path: str, encoding: str = "utf-8") -> bool:
+    """Whether :func:`byte_ranges` can cut ``path``: a regular file, not gzip, in an
+    ASCII-transparent encoding."""
+    return path != STDIN and not path.endswith(".gz") and os.path.isfile(path) \
+        and transparent(encoding)
+
+
+def byte_ranges(path: str, n: int, conllu: bool, encoding: str = "utf-8"
+                ) -> list[ByteRange] | None:
+    """At most ``n`` ranges tiling ``path``, each ending just after a blank line that ends a
+    sentence (so a parser started at a range's start is in its initial state), of about
+    equal size; None when the file cannot be cut (:func:`splittable`) or ``n`` < 2."""
+    if n < 2 or not splittable(path, encoding):
+        return None
+    size = os.path.getsize(path)
+    if size == 0:
+        return None
+    buf = np.memmap(path, np.uint8, mode="r")
+    cuts = [0]
+    for k in range(1, n):
+        target = max(size * k // n, cuts[-1])
+        c = int(_next_cut(buf, target, conllu))
+        if c > cuts[-1] and c < size:
+            cuts.append(c)
+    cuts.append(size)
+    lines = [0]
+    for a, b in zip(cuts[:-2], cuts[1:-1], strict=True):
+        lines.append(lines[-1] + int(np.count_nonzero(buf[a:b] == 10)))
+    del buf
+    return [ByteRange(a, b, li) for a, b, li in zip(cuts[:-1], cuts[1:], lines, strict=True)]
+
+
+def read_range(path: str, r: ByteRange, encoding: str = "utf-8") -> str:
+    """The text of bytes ``[r.start, r.end)`` of ``path``; bad bytes raise an InputError
+    naming the file's line; a byte-order mark at the file's start is dropped (as the whole
+    file's reader drops it)."""
+    from .text_source import source_name
+
+    name = source_name(path)
+    with open(path, "rb") as f:
+        f.seek(r.start)
+        data = f.read(r.end - r.start)
+    text = decode_block(data, name, encoding, r.line0)
+    if r.start == 0 and text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+@dataclass
+class PackedStrings:
+    """Strings as one UTF-8 byte array and the end offset of each (what travels between
+    processes and machines instead of a Python object per string)."""
+
+    blob: np.ndarray  # uint8
+    ends: np.ndarray  # int64[n]
+
+    def __len__(self) -> int:
+        return int(self.ends.shape[0])
+
+    def strings(self, which: np.ndarray | None = None) -> list[str]:
+        """The strings (those at the indices ``which``, in that order)."""
+        ends = self.ends if which is None else self.ends[which]
+        starts = np.concatenate(([0], self.ends[:-1]))
+        starts = starts if which is None else starts[which]
+        raw = self.blob.tobytes()
+        if raw.isascii():  # one decode; byte offsets are character offsets
+            text = raw.decode("ascii")
+            return [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
+                                                          strict=True)]
+
+
+def pack_strings(strings: list[str]) -> PackedStrings:
+    """:class:`PackedStrings` of ``strings``."""
+    text = "".join(strings)
+    if text.isascii():
+        lens = np.fromiter(map(len, strings), np.int64, count=len(strings))
+        blob = text.encode("ascii")
+    else:
+        enc = [x.encode("utf-8") for x in strings]
+        lens = np.fromiter(map(len, enc), np.int64, count=len(enc))
+        blob = b"".join(enc)
+    return PackedStrings(np.frombuffer(blob, np.uint8), np.cumsum(lens))
+
+
+@nb.njit(cache=True, nogil=True)
+def _hashes(blob, ends):
+    """FNV-1a (64 bits) of each string."""
+    out = np.empty(ends.shape[0], np.uint64)
+    a = 0
+    for i in range(ends.shape[0]):
+        h = np.uint64(14695981039346656037)
+        for q in range(a, ends[i]):
+            h = (h ^ np.uint64(blob[q])) * np.uint64(1099511628211)
+        out[i] = h
+        a = ends[i]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _same(blob, starts, ends, i, j):
+    la = ends[i] - starts[i]
+    if la != ends[j] - starts[j]:
+        return False
+    for q in range(la):
+        if blob[starts[i] + q] != blob[starts[j] + q]:
+            return False
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge_table(blob, starts, ends, hashes):
+    """One pass over the strings in order with an open-addressing table keyed by their
+    hashes (equal hashes: the bytes compared, so a collision is only a longer probe):
+    (merged index of each string, the first string of each merged index)."""
+    n = ends.shape[0]
+    size = 1
+    while size < 2 * n + 2:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.full(size, -1, np.int64)  # slot -> merged index
+    merged_of = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        h = hashes[i]
+        slot = h & mask
+        while True:
+            g = table[slot]
+            if g < 0:
+                table[slot] = m
+                first[m] = i
+                merged_of[i] = m
+                m += 1
+                break
+            j = first[g]
+            if hashes[j] == h and _same(blob, starts, ends, i, j):
+                merged_of[i] = g
+                break
+            slot = (slot + np.uint64(1)) & mask
+    return merged_of, first[:m].copy()
+
+
+@dataclass
+class MergedCounts:
+    """The merge of per-part string counts (:func:`merge_counts`): the strings packed (one
+    copy each), the summed counts, per part the map of its indices to merged ones."""
+
+    packed: PackedStrings
+    counts: np.ndarray  # int64[n]
+    maps: list[np.ndarray]  # int64 per part: part index -> merged index
+
+    @property
+    def names(self) -> list[str]:
+        return self.packed.strings()
+
+
+def merge_counts(parts: list[tuple[PackedStrings | list[str], np.ndarray]]) -> MergedCounts:
+    """The merged count table of per-part (distinct strings, counts) (module docstring):
+    strings in order of first occurrence over (part, position), counts summed. One pass of a
+    hash table over the bytes (numba; equal hashes compare the bytes, so the merge is exact):
+    no Python object per string."""
+    packed = [p if isinstance(p, PackedStrings) else pack_strings(p) for p, _ in parts]
+    sizes = [len(p) for p in packed]
+    off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    byte_off = np.cumsum([0] + [int(p.blob.shape[0]) for p in packed])
+    blob = np.concatenate([p.blob for p in packed]) if packed else np.zeros(0, np.uint8)
+    ends = np.concatenate([p.ends + b for p, b in zip(packed, byte_off, strict=False)]) \
+        if packed else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    counts = np.concatenate([np.asarray(c, np.int64) for _, c in parts]) if parts else \
+        np.zeros(0, np.int64)
+    merged_of, keep = _merge_table(blob, starts, ends, _hashes(blob, ends))
+    total = np.bincount(merged_of, counts.astype(np.float64), keep.shape[0]).astype(np.int64)
+    out = PackedStrings(blob, ends)
+    kept = PackedStrings(*_take(out, keep))
+    maps = [merged_of[off[k]:off[k + 1]] for k in range(len(parts))]
+    return MergedCounts(kept, total, maps)
+
+
+def _take(p: PackedStrings, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, ends) of the strings of ``p`` at ``which``."""
+    starts = np.concatenate(([0], p.ends[:-1])).astype(np.int64)[which]
+    lens = p.ends[which] - starts
+    new_ends = np.cumsum(lens)
+    return _gather(p.blob, starts, lens, int(new_ends[-1]) if lens.shape[0] else 0), new_ends
+
+
+@nb.njit(cache=True, nogil=True)
+def _gather(blob, starts, lens, total):
+    out = np.empty(total, np.uint8)
+    pos = 0
+    for i in range(starts.shape[0]):
+        out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
+        pos += lens[i]
+    return out
