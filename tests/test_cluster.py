@@ -7,13 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from demidcd.io.byte_ranges import file_parts, read_range, sentence_ranges
-from demidcd.io.tagged import parse_text, read_tagged
+from demidcd.errors import OptionError
+from demidcd.estimators.cluster import node_parts
+from demidcd.estimators.cluster_node import ClusterNode
+from demidcd.estimators.parts import concat_encoded
+from demidcd.io.shards import ByteRange, file_parts
 from demidcd.solvers.cocoa import LocalPart, coordinate_sigma
 from demidcd.solvers.common import SolverConfig
 from demidcd.solvers.dcd import train_dcd
 from demidcd.synthetic import generator_model, sample
-from demidcd.tasks.chain.feature_counts import merge_counts
 from demidcd.tasks.chain.features import SequenceFeaturizer
 from demidcd.tasks.chain.task import SequenceTask
 
@@ -29,23 +31,19 @@ def _corpus_file(path, n=60, seed=3, extra_blank=False):
     return c
 
 
-@pytest.mark.parametrize("extra_blank", [False, True])
-def test_byte_ranges_hold_every_sentence_once(tmp_path, extra_blank):
+def test_parts_one_range_a_node_none_past_the_sentences(tmp_path):
     path = tmp_path / "c.txt"
-    _corpus_file(path, extra_blank=extra_blank)
-    whole = read_tagged(path, fmt="columns")
-    for k in (1, 2, 3, 7, 200):
-        ranges = sentence_ranges(path, k)
-        assert ranges[0][0] == 0 and ranges[-1][1] == path.stat().st_size
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-        toks, tags = [], []
-        for lo, hi in ranges:
-            text, line0 = read_range(path, lo, hi)
-            assert line0 == path.read_bytes()[:lo].count(b"\n")
-            part = parse_text(text, str(path), "columns", None, 5000, True)
-            toks += part.tokens
-            tags += part.tags
-        assert toks == whole.tokens and tags == whole.tags
+    _corpus_file(path, n=3)
+    size = path.stat().st_size
+    one = node_parts(str(path), 1, False, "utf-8")
+    assert one == [(str(path), ByteRange(0, size, 0))]
+    many = node_parts(str(path), 6, False, "utf-8")  # three sentences: three ranges, three idle
+    assert len(many) == 6 and [r is None for _, r in many] == [False] * 3 + [True] * 3
+    assert many[0][1].start == 0 and many[2][1].end == size
+    gz = tmp_path / "c.txt.gz"
+    gz.write_bytes(b"")
+    with pytest.raises(OptionError, match="plain file"):
+        node_parts(str(gz), 2, False, "utf-8")
 
 
 def test_file_parts_deal_every_file_once(tmp_path):
@@ -55,24 +53,50 @@ def test_file_parts_deal_every_file_once(tmp_path):
     names = sorted(n for p in parts for n in p)
     assert names == sorted(str(tmp_path / f"p{j}.txt") for j in range(5))
     assert all(parts)
+    assert node_parts(str(tmp_path / "p*.txt"), 2, False, "utf-8") == [(p, None) for p in parts]
 
 
 @pytest.mark.parametrize("min_count", [1, 2, 3])
-def test_partitioned_count_gives_the_serial_feature_space(min_count):
-    m = generator_model(n_tags=6, vocab_size=500, mean_length=9, max_length=25, seed=1)
-    c = sample(m, 300, seed=2)
-    X = [[(w, w[:2]) for w in s] for s in c.tokens]  # with an attribute column
-    serial = SequenceFeaturizer(min_count=min_count).fit(X)
-    cuts = [0, 37, 151, 152, 300]
-    counted = [SequenceFeaturizer(min_count=min_count).count(X[a:b])
-               for a, b in zip(cuts, cuts[1:], strict=False)]
-    names, counts = merge_counts([(n, k) for n, k, _ in counted])
-    merged = SequenceFeaturizer(min_count=min_count).adopt_counts(names, counts, counted[0][2])
-    assert merged.features == serial.features  # the same ids, in the same order
-    a, b = serial.transform(X), merged.transform(X)
-    assert np.array_equal(a.feat_idx, b.feat_idx) and np.array_equal(a.feat_ptr, b.feat_ptr)
-    # a dictionary from only one part would differ (the test can fail)
-    assert SequenceFeaturizer(min_count=min_count).fit(X[:151]).features != serial.features
+def test_nodes_count_the_driver_merges_into_the_serial_feature_space(tmp_path, min_count):
+    """The set-up of :class:`ClusterRun` without Ray: nodes read their ranges, count, and
+    encode with the maps of a merge done by a featurizer of the driver's (not one that
+    counted); one node more than ranges (an empty part)."""
+    path = tmp_path / "c.txt"
+    c = _corpus_file(path, n=300, seed=2)
+    serial = SequenceFeaturizer(min_count=min_count).fit(c.tokens)
+    ranges = node_parts(str(path), 4, False, "utf-8")
+    ranges[1:3] = [ranges[1], (str(path), None), ranges[2]]  # an idle node in the middle
+    nodes = [ClusterNode(k) for k in range(len(ranges))]
+    try:
+        reads = [n.read(p, r, "columns", None, (), "utf-8", 5000, "?", None)
+                 for n, (p, r) in zip(nodes, ranges, strict=True)]
+        assert [r["examples"] > 0 for r in reads] == [True, True, False, True, True]
+        assert sum(r["examples"] for r in reads) == len(c.tokens)
+        params = (min_count, 0, "base")
+        counted = [n.count(params) for n in nodes]
+        driver = SequenceFeaturizer(min_count=min_count)
+        maps = iter(driver.merge_parts([x for x in counted if x is not None]))
+        classes = sorted({t for s in c.tags for t in s})
+        encs = [n.encode(None if x is None else next(maps), driver.n_features, classes, False)
+                for n, x in zip(nodes, counted, strict=True)]
+        assert driver.n_features == serial.n_features
+        assert driver.transform(c.tokens[:5]).feat_idx.tolist() == \
+            serial.transform(c.tokens[:5]).feat_idx.tolist()  # the same ids, the same order
+        whole = serial.transform(c.tokens)
+        got = concat_encoded([n.enc for n in nodes])
+        assert np.array_equal(got.feat_idx, whole.feat_idx)
+        assert np.array_equal(got.feat_ptr, whole.feat_ptr)
+        fired = np.zeros(serial.n_features, np.int64)
+        for _, _, bits in encs:
+            fired += np.unpackbits(bits, count=serial.n_features)
+        F = serial.n_features
+        assert np.array_equal(fired > 0, np.bincount(whole.feat_idx, minlength=F) > 0)
+        # a dictionary from only one part would differ (the test can fail)
+        assert SequenceFeaturizer(min_count=min_count).fit(c.tokens[:150]).n_features != \
+            serial.n_features
+    finally:
+        for n in nodes:
+            n.monitor.stop()
 
 
 def _problem(n=80, seed=4):

@@ -1,17 +1,20 @@
 """Training past one machine (``--backend ray --ray-address ADDR``): every node of the Ray
 cluster a local engine on its own part of the data; the driver holds no examples.
 
-**Parts.** The training file is cut into one byte range per node at sentence boundaries
-(:func:`~demidcd.io.byte_ranges.sentence_ranges`; a comma-separated list or glob of files is
-dealt out by size instead). Each node reads and encodes only its part
-(:class:`~.cluster_node.ClusterNode`).
+**Parts.** The training file is cut into at most one byte range per node at sentence
+boundaries (:func:`~demidcd.io.shards.byte_ranges`, as the set-up in parts on one machine cuts
+it; a node left without a range holds no examples; a comma-separated list or glob of files is
+dealt out by size instead: :func:`~demidcd.io.shards.file_parts`). Each node reads and encodes
+only its part (:class:`~.cluster_node.ClusterNode`).
 
-**One feature space.** Each node counts its part's features (every count ≥ 1); the driver
-merges the counts (:func:`~demidcd.tasks.chain.feature_counts.merge_counts`), cuts them at
-``min_count`` and orders them as the serial dictionary is ordered, and broadcasts it once
-through the object store; the seen (feature, label) pairs are the union of the parts'. With
-``--hashing`` there is no dictionary to merge. The result is the serial set-up's feature
-space, id for id.
+**One feature space.** The set-up in parts of :mod:`.parts`, its stages on the nodes: each
+node counts its part's features (the featurizer's ``count_part``: every count ≥ 1, packed
+strings and counts); a featurizer made here with the estimator's parameters merges them
+(``merge_parts``: summed, cut at ``min_count``, ordered as the serial dictionary is ordered)
+and becomes the model's; each node receives only its part's map "index in its count table →
+final id" and encodes its part with it (``encode_part``). The seen (feature, label) pairs are
+the union of the parts'. With ``--hashing`` there is no dictionary to merge. The result is the
+serial set-up's feature space, id for id.
 
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
 (:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with σ′ safe per
@@ -53,9 +56,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DemidcdError, OptionError, WorkerError
-from ..io.byte_ranges import file_parts, sentence_ranges
+from ..io.shards import ByteRange, byte_ranges, file_parts, splittable
 from ..solvers.common import StopRequest, TrainResult
-from ..tasks.chain.feature_counts import merge_counts
 from .cluster_node import ClusterNode, versions
 from .layout import choose_layout
 
@@ -76,11 +78,19 @@ def _connect(ray: Any, address: str, debug: bool) -> None:
                            f"{text.splitlines()[0] if text else type(e).__name__}") from None
 
 
-def _parts(train: str, k: int) -> list[tuple[Any, int, int]]:
-    """(path or list of files, lo, hi) per node."""
+def node_parts(train: str, k: int, conllu: bool, encoding: str
+           ) -> list[tuple[str | list[str], ByteRange | None]]:
+    """(path, its byte range; None: nothing) or (list of files, None) for each of ``k``
+    nodes."""
     if "," in train or (any(c in train for c in "*?[") and not os.path.exists(train)):
-        return [(files, 0, 0) for files in file_parts(train, k)]
-    return [(train, lo, hi) for lo, hi in sentence_ranges(train, k)]
+        return [(files, None) for files in file_parts(train, k)]
+    if not splittable(train, encoding):
+        raise OptionError(f"--train {train}: --ray-address cuts a plain file (not standard "
+                          "input or .gz, an ASCII-compatible --encoding) or takes a list or "
+                          "glob of files")
+    ranges = byte_ranges(train, k, conllu, encoding) or \
+        [ByteRange(0, os.path.getsize(train), 0)]  # (one node, or an empty file)
+    return [(train, r) for r in ranges] + [(train, None)] * (k - len(ranges))
 
 
 def _pairs(codes: list[np.ndarray | None], F: int, K: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,49 +190,64 @@ class ClusterRun:
                 node["NodeID"], soft=False)).remote(k)
 
     def _read_args(self) -> tuple:
+        from ..io.tagged import first_columns_state
+
         opts = self.options
-        fmt, column, features, _ = self.spec.read_plan(
-            opts.train.split(",")[0] if "," in opts.train else opts.train, opts, True)
-        return fmt, column, tuple(features), opts.encoding, opts.max_sentence_length
+        one = opts.train.split(",")[0] if "," in opts.train else opts.train
+        fmt, column, features, _ = self.spec.read_plan(one, opts, True)
+        state = first_columns_state(one, opts.encoding) \
+            if fmt == "columns" and os.path.isfile(one) else None
+        return (fmt, column, tuple(features), opts.encoding, opts.max_sentence_length,
+                self.spec.unknown_label(opts), state)
 
     def set_up(self) -> None:
         """Read, count, merge, encode and bind on every node (module docstring)."""
         ray, est = self.ray, self.est
         t0 = time.perf_counter()
-        self.parts = _parts(self.options.train, self.K)
         self.read_args = self._read_args()
-        reads = ray.get([a.read.remote(p, lo, hi, *self.read_args)
-                         for a, (p, lo, hi) in zip(self.actors, self.parts, strict=True)])
+        self.parts = node_parts(self.options.train, self.K, self.read_args[0] == "conllu",
+                            self.options.encoding)
+        reads = ray.get([a.read.remote(p, r, *self.read_args)
+                         for a, (p, r) in zip(self.actors, self.parts, strict=True)])
         for k, r in enumerate(reads):
             cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1))
             self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores, {r['examples']:,} "
                      f"examples, {r['tokens']:,} tokens (pid {self.infos[k]['pid']})")
         if not any(r["examples"] for r in reads):
             raise OptionError(f"--train {self.options.train}: no sentences found")
+        if any(r["partial"] for r in reads):
+            raise OptionError(f"partially labelled data (unknown or set labels) trains with "
+                              f"--algorithm crf; {self.plan.algorithm} needs every token "
+                              f"labelled")
         classes = sorted({t for r in reads for t in r["labels"]})
-        n_attr = max(r["n_attr"] for r in reads)
         est._begin_fit(None)
         for attr in ("coef_", "result_", "seen_pairs_"):
             est.__dict__.pop(attr, None)
-        featurizer = est._new_featurizer("word")
-        if featurizer.template != "base":
+        featurizer = est._new_featurizer("word")  # (merges the nodes' counts: the model's)
+        if not featurizer.supports_parts:
             raise OptionError("--ray-address trains the built-in base features")
-        if featurizer.hashing:
-            featurizer.n_attributes = n_attr
-        else:
-            counted = ray.get([a.count.remote(featurizer.min_count) for a in self.actors])
-            names, counts = merge_counts([(c[0], c[1]) for c in counted])
-            featurizer.adopt_counts(names, counts, n_attr)
-            del names, counts, counted
+        self.count_params = (featurizer.min_count, featurizer.hashing, featurizer.template)
+        counted = ray.get([a.count.remote(self.count_params) for a in self.actors])
+        full = [k for k, r in enumerate(reads) if r["examples"]]  # (an empty part counts none)
+        try:
+            merged = featurizer.merge_parts([counted[k] for k in full])
+        except ValueError as e:  # tokens of different widths in different parts
+            raise OptionError(f"--train {self.options.train}: {e}") from None
+        del counted
+        payloads: list[Any] = [None] * self.K
+        for k, p in zip(full, merged, strict=True):
+            payloads[k] = p
         est.classes_ = classes
         est.__dict__["_featurizer"] = featurizer
         est.n_features_, est.n_bfeatures_ = featurizer.n_features, 0
         F, K = featurizer.n_features, len(classes)
+        self.F = F
         weights = est._weights()
-        self.state_ref = ray.put(featurizer.state())
+        self.payload_refs = [ray.put(p) for p in payloads]
+        del payloads, merged
         self.classes = classes
-        enc = ray.get([a.encode.remote(self.state_ref, classes, weights != "all")
-                       for a in self.actors])
+        enc = ray.get([a.encode.remote(ref, F, classes, weights != "all")
+                       for a, ref in zip(self.actors, self.payload_refs, strict=True)])
         nf = np.zeros(F, np.int64)  # parts that fire each feature: σ′ of its weights
         for _, _, fired in enc:
             nf += np.unpackbits(fired, count=F)
@@ -462,9 +487,10 @@ class ClusterRun:
 
         a = self.cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
             self.node_ids[j], soft=True)).remote(k)
-        p, lo, hi = self.parts[k]
-        ray.get(a.read.remote(p, lo, hi, *self.read_args))
-        ray.get(a.encode.remote(self.state_ref, self.classes, False))
+        p, r = self.parts[k]
+        ray.get(a.read.remote(p, r, *self.read_args))
+        ray.get(a.count.remote(self.count_params))  # (the same counts: the same map applies)
+        ray.get(a.encode.remote(self.payload_refs[k], self.F, self.classes, False))
         ck = None
         path = os.path.join(self.ckpt_dir, f"part-{k}.npz")
         if at is not None and os.path.exists(path):

@@ -1,12 +1,13 @@
 """One node of a Ray cluster run (:mod:`.cluster`): a Ray actor that reads, encodes and trains
 on its own part of the training data only.
 
-Set-up, each step called by the driver: :meth:`ClusterNode.read` parses the node's byte range
-(or files), :meth:`~ClusterNode.count` returns its features' counts (the driver merges them
-into the one dictionary), :meth:`~ClusterNode.encode` encodes the part with the broadcast
-dictionary (and returns its seen (feature, label) pairs as codes f·K + y), :meth:`~ClusterNode.
-bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart` (restoring an α checkpoint
-for a part that moves here from a lost node).
+Set-up, each step called by the driver (the stages of :mod:`.parts`, one node a part):
+:meth:`ClusterNode.read` parses the node's byte range (or files), :meth:`~ClusterNode.count`
+returns its features' counts (the featurizer's ``count_part``; the driver merges them into
+the one dictionary), :meth:`~ClusterNode.encode` encodes the part with its map to the final
+ids (``encode_part``; and returns its seen (feature, label) pairs as codes f·K + y),
+:meth:`~ClusterNode.bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart`
+(restoring an α checkpoint for a part that moves here from a lost node).
 
 Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
 commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,
@@ -31,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from ..io.byte_ranges import read_range
-from ..io.tagged import label_index, parse_text, read_tagged
+from ..io.shards import ByteRange
+from ..io.tagged import read_tagged, read_tagged_part
 from ..primitives.monitor import CpuMonitor
 from ..solvers.cocoa import LocalPart, coordinate_sigma, warm_kernels
-from ..tasks.chain.features import SequenceFeaturizer, split_attributes
+from ..tasks.chain.features import EncodedSequences, SequenceFeaturizer
+from ..tasks.chain.partial import has_partial
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
 from .layout import encoded_bytes
@@ -74,6 +76,7 @@ class ClusterNode:
         self.monitor = CpuMonitor({"node": os.getpid()}, interval=0.5).start()
         self.X: Any = None
         self.Y: Any = None
+        self.f: SequenceFeaturizer | None = None
         self.part: LocalPart | None = None
         self.cv = threading.Condition()
         self.inbox: list[tuple[int, np.ndarray, np.ndarray]] = []
@@ -100,16 +103,18 @@ class ClusterNode:
         return {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ctx.get_node_id(),
                 **versions()}
 
-    def read(self, path: str | list[str], lo: int, hi: int, fmt: str, column: Any,
-             features: tuple, encoding: str, max_len: int) -> dict[str, Any]:
-        """Parse this node's part: bytes [lo, hi) of ``path``, or every file of a list."""
+    def read(self, path: str | list[str], r: ByteRange | None, fmt: str, column: Any,
+             features: tuple, encoding: str, max_len: int, unknown_label: str,
+             state: dict | None) -> dict[str, Any]:
+        """Parse this node's part: byte range ``r`` of ``path`` (None: nothing), or every file
+        of a list (``state``: the columns parser's after the file's first token line)."""
         from ..tasks import get_task
 
-        li = label_index(fmt, column)
         if isinstance(path, list):
             corpora = [read_tagged(p, fmt=fmt, column=column, encoding=encoding,
                                    max_sentence_length=max_len, keep_raw=bool(features),
-                                   feature_columns=features) for p in path]
+                                   feature_columns=features, unknown_label=unknown_label)
+                       for p in path]
             tokens = [s for c in corpora for s in c.tokens]
             corpus = corpora[0] if corpora else None
             if corpus is not None:
@@ -117,40 +122,45 @@ class ClusterNode:
                 corpus.tags = [s for c in corpora for s in c.tags]
                 if features:
                     corpus.attributes = [s for c in corpora for s in c.attributes]
+        elif r is None:
+            corpus = None
         else:
-            text, line0 = read_range(path, lo, hi, encoding)
-            corpus = parse_text(text, path, fmt, li, max_len, True, keep_raw=bool(features),
-                                feature_columns=features, line0=line0)
-            del text
+            corpus = read_tagged_part(path, r, fmt, column, encoding, max_len,
+                                      keep_raw=bool(features), feature_columns=features,
+                                      state=state, unknown_label=unknown_label)
         if corpus is None or not corpus.tokens:
             self.X, self.Y = [], []
-            return {"examples": 0, "tokens": 0, "labels": [], "n_attr": 0}
+            return {"examples": 0, "tokens": 0, "labels": [], "partial": False}
         self.X, self.Y = get_task("sequence").xy(corpus)
         del corpus
-        labels = sorted({t for s in self.Y for t in s})
-        n_attr = split_attributes(self.X[:1])[2]
+        partial = has_partial(self.Y)
+        labels = [] if partial else sorted({t for s in self.Y for t in s})
         return {"examples": len(self.X), "tokens": sum(map(len, self.X)), "labels": labels,
-                "n_attr": n_attr}
+                "partial": partial}
 
-    def count(self, min_count: int) -> tuple[list[str], np.ndarray, int]:
-        """(names, counts, attribute columns) of this part's features (count ≥ 1)."""
-        f = SequenceFeaturizer(min_count=min_count)
-        return f.count(self.X)
+    def count(self, params: tuple[int, int, str]) -> dict | None:
+        """This part's feature counts (:meth:`SequenceFeaturizer.count_part` of a featurizer
+        of ``params`` (min_count, hashing, template), kept for :meth:`encode`); None for an
+        empty part."""
+        self.f = SequenceFeaturizer(*params)
+        return self.f.count_part(self.X) if self.X else None
 
-    def encode(self, state: tuple[dict, dict], classes: list[str], pairs: bool
+    def encode(self, payload: tuple | None, F: int, classes: list[str], pairs: bool
                ) -> tuple[np.ndarray | None, int, np.ndarray]:
-        """Encode the part with the broadcast dictionary; drop its Python objects. Returns
-        (its seen pairs as codes f·K + y when ``pairs``, the encoded arrays' bytes, the
-        features it fires as packed bits)."""
-        arrays, meta = state
-        f = SequenceFeaturizer.from_state({k: np.array(v) for k, v in arrays.items()}, meta)
-        self.enc = f.transform(self.X)
+        """Encode the part with its map to the final ids (``payload``: the merge's for this
+        part, :meth:`SequenceFeaturizer.encode_part`; ``F`` features in all); drop its Python
+        objects. Returns (its seen pairs as codes f·K + y when ``pairs``, the encoded arrays'
+        bytes, the features it fires as packed bits)."""
+        if self.X:
+            self.enc = self.f.encode_part(payload)
+        else:
+            self.enc = EncodedSequences(np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                        np.zeros(0, np.int32))
         index = {t: j for j, t in enumerate(classes)}
         self.y = np.fromiter((index[t] for s in self.Y for t in s), np.int32,
                              count=self.enc.n_tokens)
-        self.F, self.K = f.n_features, len(classes)
-        self.X = self.Y = None
-        del f
+        self.F, self.K = F, len(classes)
+        self.X = self.Y = self.f = None
         gc.collect()
         _trim()  # the set-up's freed heap back to the system (it stays resident otherwise)
         codes = None

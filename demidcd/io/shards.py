@@ -20,10 +20,14 @@ Counting then merging by sum gives the counts of the whole file exactly: a strin
 the sum of its counts in the parts, whatever the cut. A dictionary built from the merged table
 by a rule that depends only on (string, count) and on first-occurrence order (e.g. by
 decreasing count, ties by string) is the one a serial reader builds.
+
+A training set given as several files (a comma-separated list or a glob) is cut by whole files
+instead: :func:`file_parts`.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 
@@ -33,8 +37,8 @@ import numpy as np
 from .stream import transparent
 from .text_source import STDIN, decode_block
 
-__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "merge_counts",
-           "pack_strings", "read_range", "splittable"]
+__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "file_parts",
+           "merge_counts", "pack_strings", "read_range", "splittable"]
 
 _DOCSTART = np.frombuffer(b"-DOCSTART-", np.uint8)
 
@@ -287,3 +291,21 @@ def _gather(blob, starts, lens, total):
         out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
         pos += lens[i]
     return out
+
+
+def file_parts(spec: str, k: int) -> list[list[str]]:
+    """A comma-separated list or glob of files dealt to ``k`` parts by size (largest first to
+    the part with the fewest bytes so far); parts may be empty when there are fewer files."""
+    names: list[str] = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        names += sorted(glob.glob(item)) if any(c in item for c in "*?[") else [item]
+    parts: list[list[str]] = [[] for _ in range(k)]
+    load = [0] * k
+    for name in sorted(names, key=lambda p: -os.path.getsize(p)):
+        j = load.index(min(load))
+        parts[j].append(name)
+        load[j] += os.path.getsize(name)
+    return parts
