@@ -31,7 +31,7 @@ DEFAULT_MAX_ACTIVE = 50  # above the largest active set of uncapped 1-DCD on EWT
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
 SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KKT gap exceeds
 # this share of tol, so a later pass (which certifies gaps below tol) starts with some headroom
-GARBAGE_SHARE = 0.25  # the φ pool is compacted once freed structures' words pass this share of
+GARBAGE_SHARE = 0.1  # the φ pool is compacted once freed structures' words pass this share of
 # the words used (and COMPACT_MIN_WORDS), and the pages past its live words are handed back:
 # its resident size then follows the live structures, not every structure ever admitted (at
 # 1/2 it held about twice the live words: benchmarks/README.md, "Pages handed back")
