@@ -49,7 +49,7 @@ def store_all(ptr, idx, val, words):
     p0 = 0
     for r in range(n):
         s_ptr[r] = p0
-        ln, _, used = K._store_phi(idx, val, ptr[r], ptr[r + 1], p_idx, p_val, p0, True, mark,
+        ln, _, used = K.store_phi(idx, val, ptr[r], ptr[r + 1], p_idx, p_val, p0, True, mark,
                                    False)
         s_len[r] = ln
         p0 += used + (used & 1)

@@ -9,6 +9,9 @@ import sys
 def run() -> None:
     """Run :func:`demidcd.cli.main` and exit with its status (130 on Ctrl-C at any point)."""
     try:
+        from .primitives.pages import fixed_malloc_thresholds
+
+        fixed_malloc_thresholds()  # the training processes' heaps (primitives.pages)
         from .cli import main
 
         code = main()

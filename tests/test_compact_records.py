@@ -1,4 +1,4 @@
-"""The active sets' compact φ pool (issue 43): coded structures cost a third of the old
+"""The active sets' compact φ pool (issues 43, 56): packed structures cost a fifth of the old
 (index, value) storage and give the same updates, bit for bit."""
 
 import numpy as np
@@ -109,3 +109,44 @@ def test_real_valued_phi_is_stored_exactly():
         idx, val = act.phi(s)
         np.testing.assert_array_equal(idx, allr.idx[allr.ptr[r]:allr.ptr[r + 1]])
         np.testing.assert_array_equal(val, allr.val[allr.ptr[r]:allr.ptr[r + 1]])
+
+
+def test_packed_pool_costs_under_3_bytes_per_unit_entry():
+    """A chain's ±1 entries take 16-bit gap keys (issue 56, defect 9: the pool was the run's
+    largest memory at 83 tags): under 3 bytes an entry plus 8 per other value and the
+    header, where one int32 key an entry took 4."""
+    task = chain_task()
+    act = ActiveSets(task.n_examples, task.dim, 0.1)
+    batch = task.loss_augmented(act.w, np.arange(task.n_examples, dtype=np.int64))
+    act.insert(batch, -np.inf)
+    unit = int(np.isin(batch.val, (1.0, -1.0)).sum())
+    other = len(batch.val) - unit
+    assert unit > other > 0
+    assert pool_bytes(act) < 3 * unit + 8 * other + 16 * len(batch)
+
+
+@pytest.mark.parametrize("gaps", [[0, 1, 2], [16383, 16384, 1], [1 << 20, 5, (1 << 28) - 7]])
+def test_long_gaps_and_values_round_trip_bitwise(gaps):
+    """Gaps of one key and of three (≥ 2^14), the first index 0, values ±1 and others: the
+    packed structure decodes to the record, and w·φ, w += dφ and a fold read it as the
+    (index, value) pairs do, bit for bit."""
+    idx = np.cumsum(np.array(gaps, np.int64)).astype(np.int32)
+    val = np.array([1.0, -0.5, -1.0])
+    dim = int(idx[-1]) + 1
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=dim)
+    words = int(K.words_bound(3)) + 2
+    p_idx = np.zeros(words, np.int32)
+    p_val = p_idx.view(np.float64)
+    ln, sq, used = K.store_phi(idx, val, 0, 3, p_idx, p_val, 0, True, np.zeros(1, np.uint8),
+                               False)
+    assert ln == 3 and sq == float(val @ val) and used <= words
+    assert K.phi_dot(w, p_idx, p_val, 0, ln) == K.sparse_dot(w, idx, val, 0, 3)
+    got, want = w.copy(), w.copy()
+    K.phi_axpy(got, 0.25, p_idx, p_val, 0, ln, K.PLAIN_MODE)
+    K.axpy(want, 0.25, idx, val, 0, 3)
+    np.testing.assert_array_equal(got, want)
+    cur = K.entry_cursor(p_idx, 0, ln)
+    for q in range(3):
+        j, v, cur = K.phi_entry(p_idx, p_val, 0, ln, q, cur)
+        assert (j, v) == (idx[q], val[q])

@@ -40,7 +40,7 @@ def test_compiler_pages_are_released_and_kernels_still_run():
         before = llvm_kib()
         released = release_library_pages()
         after = llvm_kib()
-        assert K.words_bound(5) == 17
+        assert K.words_bound(5) == 24
         f = numba.njit(lambda x: x + 1)
         assert f(1) == 2
         print(before, released // 1024, after)
@@ -112,3 +112,46 @@ def test_update_compacts_once_garbage_passes_its_share(monkeypatch):
         assert int(act.meta[K.M_PGARB]) <= GARBAGE_SHARE * int(act.meta[K.M_PUSED])
         compacted += int(act.meta[K.M_PGARB]) == 0
     assert compacted
+
+
+@linux_only
+@pytest.mark.parametrize("fixed", [False, True])
+def test_fixed_malloc_thresholds_keep_freed_arrays_off_the_heap(fixed):
+    """Arrays of a few MiB allocated and freed in turn (a worker's per-chunk records): glibc's
+    default raises its mmap threshold past them, so they end up on the heap, which keeps its
+    pages; with the thresholds fixed (what ``python -m demidcd`` does) they stay mappings of
+    their own and the heap stays small (issue 56, defect 9)."""
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from demidcd.primitives.pages import fixed_malloc_thresholds
+
+        def heap():
+            h, name = 0, ""
+            for line in open("/proc/self/smaps"):
+                p = line.split()
+                if "-" in p[0] and not p[0].endswith(":"):
+                    name = p[5] if len(p) > 5 else ""
+                elif p[0] == "Rss:" and name == "[heap]":
+                    h += int(p[1])
+            return h
+
+        if {fixed}:
+            assert fixed_malloc_thresholds()
+        h0, keep = heap(), []
+        for k in range(40):  # freed ~1 MiB arrays, small heap blocks kept between them
+            a = np.ones((1 << 20) - k * 4096, np.uint8)
+            b = np.ones((1 << 20) - k * 4096, np.uint8)
+            del a
+            keep.append(bytearray(4000))
+            del b
+            keep.append(bytearray(4000))
+        print(heap() - h0)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    grown_kib = int(out.stdout.split()[-1])
+    if fixed:
+        assert grown_kib < 1024
+    else:  # the test's premise: glibc's default keeps such arrays on the heap
+        assert grown_kib > 1536

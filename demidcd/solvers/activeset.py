@@ -31,7 +31,7 @@ DEFAULT_MAX_ACTIVE = 50  # above the largest active set of uncapped 1-DCD on EWT
 DEFAULT_SWEEPS = 1  # sweeps per example visit at most (kernels.update_examples)
 SMO_TAU_SHARE = 0.5  # L1 loss: a visit's SMO steps go on while the example's KKT gap exceeds
 # this share of tol, so a later pass (which certifies gaps below tol) starts with some headroom
-GARBAGE_SHARE = 0.25  # the φ pool is compacted once freed structures' words pass this share of
+GARBAGE_SHARE = 0.1  # the φ pool is compacted once freed structures' words pass this share of
 # the words used (and COMPACT_MIN_WORDS), and the pages past its live words are handed back:
 # its resident size then follows the live structures, not every structure ever admitted (at
 # 1/2 it held about twice the live words: benchmarks/README.md, "Pages handed back")
@@ -102,8 +102,8 @@ class ActiveSets:
     (may be given as a zeroed view, e.g. the A part of a published [w, A]; it is refreshed with
     the current w before every admission test and at every visit).
 
-    ``coded``: the φ pool's encoding (:mod:`.kernels`), coded (4 bytes a ±1 entry) when
-    ``dim`` ≤ :data:`~.kernels.CODED_MAX_DIM`, else valued (12 bytes an entry); either gives
+    ``coded``: the φ pool's encoding (:mod:`.phi_pool`), packed (about 2.4 bytes a ±1 entry)
+    when ``dim`` ≤ :data:`~.kernels.CODED_MAX_DIM`, else valued (12 bytes an entry); either gives
     the same updates, bit for bit. Set before the first insert.
     """
 
@@ -327,7 +327,7 @@ class ActiveSets:
         lens = np.diff(arrays["phi_ptr"])
         while self.meta[K.M_NEXT] + int(mine.sum()) > self.s_f.shape[0]:
             self._grow_structures()
-        need = int((3 * lens[mine] + 2).sum())  # pool words, at most (K.words_bound)
+        need = int((4 * lens[mine] + 4).sum())  # pool words, at most (K.words_bound)
         if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
             self._grow_pool(need)
         first = int(self.meta[K.M_NEXT])
@@ -395,17 +395,27 @@ class ActiveSets:
 
     def phi(self, s: int) -> tuple[np.ndarray, np.ndarray]:
         """φ of stored structure ``s`` as (sorted int64 indices, float64 values), decoded from
-        the pool's compact encoding (:mod:`.kernels`)."""
+        the pool's compact encoding (:mod:`.phi_pool`)."""
         st, ln = int(self.s_ptr[s]), int(self.s_len[s])
         if ln < 0:
             vb = (st - ln + (-ln & 1)) // 2
             return self.p_idx[st:st - ln].astype(np.int64), self.p_val[vb:vb - ln].copy()
-        keys = self.p_idx[st + 1:st + 1 + ln].astype(np.int64)
-        code = keys & 3
+        keys = self.p_idx.view(np.uint16)
+        k, j = 2 * (st + 2), 0
+        idx, code = np.empty(ln, np.int64), np.empty(ln, np.int64)
+        for q in range(ln):
+            x = int(keys[k])
+            if x & 3 == 3:
+                j += int(keys[k + 1]) | int(keys[k + 2]) << 16
+                code[q], k = x >> 2, k + 3
+            else:
+                j += x >> 2
+                code[q], k = x & 3, k + 1
+            idx[q] = j
         val = np.where(code == 1, 1.0, -1.0)
-        vb = (st + ln + 2) // 2
+        vb = int(K.values_at(self.p_idx, st, ln))
         val[code == 2] = self.p_val[vb:vb + int(self.p_idx[st])]
-        return keys >> 2, val
+        return idx, val
 
     def memory_bytes(self) -> int:
         """Bytes of the arrays (reserved, not only touched; the φ pool's float64 view is the

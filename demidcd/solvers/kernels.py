@@ -18,22 +18,10 @@ restricted problem (Eq. 10).
 
 Per-structure storage (structure id s): ``s_hash[s]``, ``s_ptr[s]``/``s_len[s]`` into the φ pool,
 and ``s_f[s] = (α, Δ, ‖φ‖²)``. The pool is one int32 array ``p_idx`` (``p_val`` is its float64
-view, the same memory); a structure starts on an even word and is stored in one of two
-encodings, entries in index order:
-
-* *coded* (``s_len[s] = nnz ≥ 0``; every w of at most :data:`CODED_MAX_DIM` entries): word
-  ``s_ptr`` holds m, then one key per entry, ``4·j + 1`` for the value +1, ``4·j`` for −1 and
-  ``4·j + 2`` for any other value, which is the next of the m float64 values stored after the
-  keys (padded to an even word). A chain's φ over binary features is mostly ±1 (only a
-  feature or transition counted twice in one sentence has another value): 4 bytes an entry;
-* *valued* (``s_len[s] = −nnz``, a larger w): the nnz int32 indices (padded to an even
-  count), then the nnz float64 values, 12 bytes an entry, the only format before.
-
-On Brown (12 tags) the coded pool holds a structure's φ in 0.9 kB instead of 2.8 kB. The
-kernels read either through :func:`phi_dot`, :func:`phi_axpy` and :func:`phi_entry`, in the
-same order and with the same partial sums as :func:`sparse_dot` / :func:`axpy` on the old
-(index, value) pairs (w_j · ±1 is ±w_j exactly), so every update is bitwise the same;
-:meth:`~demidcd.solvers.activeset.ActiveSets.phi` decodes one structure.
+view, the same memory); its two encodings (*packed*, ``s_len ≥ 0``, about 2.4 bytes a ±1
+entry of a chain; *valued*, ``s_len < 0``, 12 bytes an entry) and the operations that read
+and write them (:func:`phi_dot`, :func:`phi_axpy`, :func:`phi_entry`, :func:`store_phi`,
+bitwise the same updates in both) are :mod:`demidcd.solvers.phi_pool`'s.
 
 Per example i: ``slots[i, :count[i]]`` holds its
 structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool counters
@@ -43,11 +31,30 @@ structure ids, oldest first; ``alpha_sum[i] = A_i``. ``meta`` holds the pool cou
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.core.extending import intrinsic
+from numba import njit
 
-from ..primitives.seqlock import LINE_SHIFT
+from .phi_pool import (  # noqa: F401 - the pool's encoding, re-exported for the kernels' users
+    ATOMIC_MODE,
+    CODED_MAX_DIM,
+    PLAIN_MODE,
+    atomic_add,
+    atomic_axpy,
+    axpy,
+    begin_store,
+    entry_cursor,
+    entry_keys,
+    phi_axpy,
+    phi_dot,
+    phi_dot_phi,
+    phi_entry,
+    phi_words,
+    put_entry,
+    shared_axpy,
+    sparse_dot,
+    store_phi,
+    values_at,
+    words_bound,
+)
 
 ALPHA, DELTA, SQNORM = 0, 1, 2
 # meta[k]: 0 next unused structure id, 1 φ-pool words used, 2 φ-pool words garbage,
@@ -68,260 +75,6 @@ INSERT_FIELDS = 6
 MERGED_HASH = -0x4D45524745444D45  # s_hash of an aggregated structure: no record matches it
 RESWEEP_RATIO = 0.3  # a visit stops re-sweeping an example once its max |PG| fell below this
 # share of the first sweep's (EWT XPOS frozen active sets: see benchmarks/README.md)
-
-
-# Index arithmetic in the two kernels below is unsigned on purpose: numba wraps negative
-# indices, so every a[k] with a signed k (or a signed feature index) costs a sign test and a
-# select; with unsigned loop counters and indices the loop body is one load, one multiply and
-# one add (or one read-modify-write). Together with four partial sums (which break the serial
-# chain of floating-point adds) this makes the update kernel markedly faster (benchmarks/README.md,
-# "Earlier code (772ea80)").
-_U1, _U2, _U3, _U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
-_LINE = np.uint64(LINE_SHIFT)
-
-
-@njit(cache=True, nogil=True)
-def sparse_dot(w, idx, val, start, end):
-    """w·φ for φ = (idx[start:end], val[start:end]) (four partial sums)."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    k = np.uint64(start)
-    e = np.uint64(end)
-    while k + _U4 <= e:
-        s0 += w[np.uint64(idx[k])] * val[k]
-        s1 += w[np.uint64(idx[k + _U1])] * val[k + _U1]
-        s2 += w[np.uint64(idx[k + _U2])] * val[k + _U2]
-        s3 += w[np.uint64(idx[k + _U3])] * val[k + _U3]
-        k += _U4
-    while k < e:
-        s0 += w[np.uint64(idx[k])] * val[k]
-        k += _U1
-    return (s0 + s1) + (s2 + s3)
-
-
-@njit(cache=True, nogil=True)
-def axpy(w, d, idx, val, start, end):
-    """w += d φ for φ = (idx[start:end], val[start:end])."""
-    for k in range(np.uint64(start), np.uint64(end)):
-        w[np.uint64(idx[k])] += d * val[k]
-
-
-@intrinsic
-def atomic_add(typingctx, arr, i, v):
-    """``arr[i] += v`` as one LLVM ``atomicrmw fadd`` (monotonic ordering; ``lock cmpxchg``
-    loop on x86-64): concurrent adds to one entry from several processes are never lost.
-    ``arr`` a C-contiguous float64 array, ``i`` an integer index (no wraparound)."""
-    sig = types.void(arr, i, v)
-
-    def codegen(context, builder, signature, args):
-        aryty, idxty, valty = signature.args
-        ary, idx, val = args
-        a = context.make_array(aryty)(context, builder, ary)
-        idx = context.cast(builder, idx, idxty, types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, a, [idx], wraparound=False)
-        val = context.cast(builder, val, valty, types.float64)
-        builder.atomic_rmw("fadd", ptr, val, "monotonic")
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@njit(cache=True, nogil=True)
-def atomic_axpy(w, d, idx, val, start, end):
-    """w += d φ with atomic adds (:func:`atomic_add`), for a w shared by several learners."""
-    for k in range(np.uint64(start), np.uint64(end)):
-        atomic_add(w, np.uint64(idx[k]), d * val[k])
-
-
-@njit(cache=True, nogil=True)
-def shared_axpy(w, d, idx, val, start, end, hot):
-    """w += d φ on a w that other learners may write at the same time. ``hot`` selects the
-    update mode: empty, plain stores (one learner, or PASSCoDe-Wild: a concurrent add to the
-    same entry may be lost); otherwise every add atomic (:func:`atomic_add`)."""
-    if hot.shape[0] == 0:
-        axpy(w, d, idx, val, start, end)
-    else:
-        atomic_axpy(w, d, idx, val, start, end)
-
-
-CODED_MAX_DIM = 1 << 29  # coded keys 4·j + 3 must fit an int32
-_PLAIN = np.zeros(0, np.uint8)  # the update modes of shared_axpy, for the kernels' own calls
-_ATOMIC = np.ones(1, np.uint8)
-
-
-@njit(cache=True, nogil=True)
-def phi_words(p_idx, st, ln):
-    """Pool words (int32) taken by the structure at word ``st`` with ``s_len`` = ``ln``
-    (module docstring)."""
-    if ln >= 0:
-        return ((ln + 2) & ~1) + 2 * p_idx[st]
-    n = -ln
-    return n + (n & 1) + 2 * n
-
-
-@njit(cache=True, nogil=True)
-def words_bound(nnz):
-    """Pool words a φ of ``nnz`` entries takes at most, in either encoding."""
-    return 3 * nnz + 2
-
-
-@njit(cache=True, nogil=True)
-def _values_at(st, ln):
-    """Index in ``p_val`` of the first value of the structure at (even) word ``st``."""
-    if ln >= 0:
-        return (st + ln + 2) >> 1
-    return (st - ln + (-ln & 1)) >> 1
-
-
-@njit(cache=True, nogil=True)
-def _coded(w, k, vals, c):
-    """w_j·v for coded key ``k`` (module docstring) and the next value cursor. The sign is a
-    select, not a branch (±1 entries come in no predictable order): ±w_j, exactly w_j·(±1)."""
-    x = w[k >> _U2]
-    if k & _U2:  # rare: a value stored after the keys
-        return x * vals[c], c + _U1
-    return (x if k & _U1 else -x), c
-
-
-@njit(cache=True, nogil=True)
-def phi_dot(w, p_idx, p_val, st, ln):
-    """w·φ for the stored structure at word ``st`` with ``s_len`` = ``ln``, in either encoding,
-    with the same four partial sums (so the same rounding) as :func:`sparse_dot`."""
-    vb = _values_at(st, ln)
-    if ln < 0:
-        return sparse_dot(w, p_idx[st:st - ln], p_val[vb:vb - ln], 0, -ln)
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    c = np.uint64(vb)
-    k = np.uint64(st + 1)
-    e = np.uint64(st + 1 + ln)
-    while k + _U4 <= e:
-        x, c = _coded(w, np.uint64(p_idx[k]), p_val, c)
-        s0 += x
-        x, c = _coded(w, np.uint64(p_idx[k + _U1]), p_val, c)
-        s1 += x
-        x, c = _coded(w, np.uint64(p_idx[k + _U2]), p_val, c)
-        s2 += x
-        x, c = _coded(w, np.uint64(p_idx[k + _U3]), p_val, c)
-        s3 += x
-        k += _U4
-    while k < e:
-        x, c = _coded(w, np.uint64(p_idx[k]), p_val, c)
-        s0 += x
-        k += _U1
-    return (s0 + s1) + (s2 + s3)
-
-
-@njit(cache=True, nogil=True)
-def phi_axpy(w, d, p_idx, p_val, st, ln, hot):
-    """w += d φ for the stored structure at word ``st`` (either encoding), in the update mode
-    ``hot`` of :func:`shared_axpy`."""
-    vb = _values_at(st, ln)
-    if ln < 0:
-        shared_axpy(w, d, p_idx[st:st - ln], p_val[vb:vb - ln], 0, -ln, hot)
-        return
-    atomic = hot.shape[0] > 0
-    c = np.uint64(vb)
-    for k in range(np.uint64(st + 1), np.uint64(st + 1 + ln)):
-        a = np.uint64(p_idx[k])
-        j = a >> _U2
-        if a & _U2:
-            v = d * p_val[c]
-            c += _U1
-        else:
-            v = d if a & _U1 else -d
-        if atomic:
-            atomic_add(w, j, v)
-        else:
-            w[j] += v
-
-
-@njit(cache=True, nogil=True)
-def phi_entry(p_idx, p_val, st, ln, q, c):
-    """Entry q of the stored structure at word ``st``, read in order: (index, value, next c),
-    with ``c`` the value cursor, :func:`_values_at` before entry 0."""
-    if ln < 0:
-        return np.int64(p_idx[st + q]), p_val[c], c + 1
-    a = np.int64(p_idx[st + 1 + q])
-    code = a & 3
-    if code == 1:
-        return a >> 2, 1.0, c
-    if code == 0:
-        return a >> 2, -1.0, c
-    return a >> 2, p_val[c], c + 1
-
-
-@njit(cache=True, nogil=True)
-def _put_entry(p_idx, p_val, p0, ln, q, c, j, v):
-    """Write entry q = (j, v) of a structure being stored at word ``p0`` with ``s_len`` =
-    ``ln`` (its values start at ``_values_at(p0, ln)``; ``c`` the value cursor); returns the
-    next cursor. A coded structure's count of values (word p0) is the caller's."""
-    if ln < 0:
-        p_idx[p0 + q] = j
-        p_val[c] = v
-        return c + 1
-    if v == 1.0:
-        p_idx[p0 + 1 + q] = 4 * j + 1
-        return c
-    if v == -1.0:
-        p_idx[p0 + 1 + q] = 4 * j
-        return c
-    p_idx[p0 + 1 + q] = 4 * j + 2
-    p_val[c] = v
-    return c + 1
-
-
-@njit(cache=True, nogil=True)
-def _phi_dot_phi(p_idx, p_val, a0, la, b0, lb):
-    """φ_a·φ_b of two stored structures (indices sorted in both)."""
-    s = 0.0
-    na, nb = abs(la), abs(lb)
-    if na == 0 or nb == 0:
-        return 0.0
-    ca, cb = _values_at(a0, la), _values_at(b0, lb)
-    ia, va, ca = phi_entry(p_idx, p_val, a0, la, 0, ca)
-    ib, vb, cb = phi_entry(p_idx, p_val, b0, lb, 0, cb)
-    i, j = 1, 1
-    while True:
-        if ia == ib:
-            s += va * vb
-        if ia <= ib:
-            if i == na:
-                break
-            ia, va, ca = phi_entry(p_idx, p_val, a0, la, i, ca)
-            i += 1
-        else:
-            if j == nb:
-                break
-            ib, vb, cb = phi_entry(p_idx, p_val, b0, lb, j, cb)
-            j += 1
-    return s
-
-
-@njit(cache=True, nogil=True)
-def _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark, track):
-    """Store record entries rs..re at (even) word ``p0``, coded when ``coded`` (w has at most
-    :data:`CODED_MAX_DIM` entries) else valued, marking their lines when ``track``. Returns
-    (s_len, ‖φ‖², pool words taken)."""
-    nnz = re - rs
-    ln = nnz if coded else -nnz
-    c = _values_at(p0, ln)
-    c0 = c
-    sq = 0.0
-    for q in range(nnz):
-        j = r_idx[rs + q]
-        if track and mark[np.uint64(j) >> _LINE] == 0:  # no store when set: the
-            mark[np.uint64(j) >> _LINE] = 1  # mark is shared by every learner
-        v = r_val[rs + q]
-        c = _put_entry(p_idx, p_val, p0, ln, q, c, j, v)
-        sq += v * v
-    if coded:
-        p_idx[p0] = c - c0
-    return ln, sq, phi_words(p_idx, p0, ln)
 
 
 @njit(cache=True, nogil=True)
@@ -493,7 +246,7 @@ def smo_examples(examples, w, slots, count, alpha_sum, s_ptr, s_len, s_f, p_idx,
             else:
                 a, b = slots[i, kmin], slots[i, kmax]
                 den = (s_f[a, SQNORM] + s_f[b, SQNORM]
-                       - 2.0 * _phi_dot_phi(p_idx, p_val, s_ptr[a], s_len[a], s_ptr[b],
+                       - 2.0 * phi_dot_phi(p_idx, p_val, s_ptr[a], s_len[a], s_ptr[b],
                                             s_len[b]))
             cap = lam0 if kmax == -1 else s_f[slots[i, kmax], ALPHA]
             full = True
@@ -556,16 +309,18 @@ def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
     ca, cb = aa / tot, ab / tot
     a0, la, na = s_ptr[a], s_len[a], abs(s_len[a])
     b0, lb, nb = s_ptr[b], s_len[b], abs(s_len[b])
-    m = 0  # the merged length first: the values follow the indices
+    m = nv = h = 0  # the merged length, values and keys first: the values follow the keys
     p0 = meta[M_PUSED]
-    ln = out = o0 = 0
+    ln = 0
+    out = (0, 0, 0)
+    sq = 0.0
     for rnd in range(2):
         if rnd == 1:
             ln = m if lb >= 0 else -m
-            out = _values_at(p0, ln)
-            o0 = out
+            out = begin_store(p_idx, p0, ln, nv, h)
         i, j, q = 0, 0, 0
-        xa, xb = _values_at(a0, la), _values_at(b0, lb)
+        last = 0
+        xa, xb = entry_cursor(p_idx, a0, la), entry_cursor(p_idx, b0, lb)
         ia, va, ib, vb = -1, 0.0, -1, 0.0
         if na:
             ia, va, xa = phi_entry(p_idx, p_val, a0, la, 0, xa)
@@ -587,12 +342,15 @@ def _aggregate(a, b, s_ptr, s_len, s_f, s_hash, p_idx, p_val, meta):
                 if j < nb:
                     ib, vb, xb = phi_entry(p_idx, p_val, b0, lb, j, xb)
             if rnd == 1:
-                out = _put_entry(p_idx, p_val, p0, ln, q, out, idx, v)
+                out = put_entry(p_idx, p_val, p0, ln, q, out, idx, v)
                 sq += v * v
+            else:
+                if v != 1.0 and v != -1.0:
+                    nv += 1
+                h += entry_keys(idx, last)
+                last = idx
             q += 1
         m = q
-    if ln >= 0:
-        p_idx[p0] = out - o0
     meta[M_PGARB] += phi_words(p_idx, b0, lb)
     meta[M_PUSED] = p0 + phi_words(p_idx, p0, ln)
     s_ptr[b] = p0
@@ -692,7 +450,7 @@ def insert_records(r_ex, r_hash, r_delta, r_ptr, r_idx, r_val, start, w, slots, 
             s = meta[M_NEXT]
             meta[M_NEXT] += 1
         p0 = meta[M_PUSED]
-        ln, sq, words = _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
+        ln, sq, words = store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
                                    track)
         meta[M_PUSED] = p0 + words
         s_hash[s] = h
@@ -755,7 +513,7 @@ def rebuild_w(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val):
     for i in range(slots.shape[0]):
         for k in range(count[i]):
             s = slots[i, k]
-            phi_axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_len[s], _PLAIN)
+            phi_axpy(w, s_f[s, ALPHA], p_idx, p_val, s_ptr[s], s_len[s], PLAIN_MODE)
 
 
 @njit(cache=True, nogil=True)
@@ -763,7 +521,7 @@ def add_alpha_phi(w, slots, count, s_ptr, s_len, s_f, p_idx, p_val, atomic):
     """w += Σ α φ over every stored structure (Eq. 3), with atomic adds when ``atomic``: each
     learner of :mod:`demidcd.solvers.multi_dcd` adds its own examples' share into one zeroed
     shared w, concurrently."""
-    hot = _ATOMIC if atomic else _PLAIN
+    hot = ATOMIC_MODE if atomic else PLAIN_MODE
     for i in range(slots.shape[0]):
         for k in range(count[i]):
             s = slots[i, k]
@@ -822,7 +580,7 @@ def dump_structures(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx, p_
             dl[r] = s_f[s, DELTA]
             al[r] = s_f[s, ALPHA]
             st, ln = s_ptr[s], s_len[s]
-            c = _values_at(st, ln)
+            c = entry_cursor(p_idx, st, ln)
             for k in range(abs(ln)):
                 idx[pos + k], val[pos + k], c = phi_entry(p_idx, p_val, st, ln, k, c)
             pos += abs(ln)
@@ -849,7 +607,7 @@ def load_structures(keep, r_ex, r_hash, r_delta, r_alpha, r_ptr, r_idx, r_val, s
         meta[M_NEXT] += 1
         rs, re = r_ptr[r], r_ptr[r + 1]
         p0 = meta[M_PUSED]
-        ln, sq, words = _store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
+        ln, sq, words = store_phi(r_idx, r_val, rs, re, p_idx, p_val, p0, coded, mark,
                                    track)
         meta[M_PUSED] = p0 + words
         s_hash[s] = r_hash[r]
@@ -871,4 +629,4 @@ def add_structures(w, ids, s_ptr, s_len, s_f, p_idx, p_val):
         s = ids[r]
         a = s_f[s, ALPHA]
         if a != 0.0:
-            phi_axpy(w, a, p_idx, p_val, s_ptr[s], s_len[s], _PLAIN)
+            phi_axpy(w, a, p_idx, p_val, s_ptr[s], s_len[s], PLAIN_MODE)
