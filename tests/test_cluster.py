@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from demidcd.errors import OptionError
+from demidcd.errors import InputError, OptionError
 from demidcd.estimators.cluster import node_parts
 from demidcd.estimators.cluster_node import ClusterNode
 from demidcd.estimators.parts import concat_encoded
 from demidcd.io.shards import ByteRange, file_parts
+from demidcd.io.tagged import first_columns_state
 from demidcd.solvers.cocoa import LocalPart, coordinate_sigma
 from demidcd.solvers.common import SolverConfig
 from demidcd.solvers.dcd import train_dcd
@@ -236,3 +237,24 @@ def test_a_node_with_another_version_is_refused():
         other = {**mine, what: "0.0.0"}
         with pytest.raises(DemidcdError, match=f"node 2 \\(b\\) runs {what} 0.0.0.*refused"):
             check_versions([mine, other], mine, ["a", "b"])
+
+
+def test_a_node_flags_partial_labels_and_reads_the_columns_state(tmp_path):
+    """A '?' cell makes the part partial (the driver refuses: DCD needs every token labelled);
+    a line narrower than the file's first token line is an error naming the file's line."""
+    path = tmp_path / "p.txt"
+    path.write_text("a\tX\nb\tY\n\nc\t?\n\n")
+    node = ClusterNode(0)
+    try:
+        r = ByteRange(0, path.stat().st_size, 0)
+        assert node.read(str(path), r, "columns", None, (), "utf-8", 5000, "?", None)["partial"]
+        assert not node.read(str(path), r, "columns", None, (), "utf-8", 5000, "",
+                             None)["partial"]
+        bad = tmp_path / "b.txt"
+        bad.write_text("a\tX\tq\n\nb\tY\n\n")
+        state = first_columns_state(str(bad))
+        r2 = ByteRange(len("a\tX\tq\n\n"), bad.stat().st_size, 2)
+        with pytest.raises(InputError, match=":3"):
+            node.read(str(bad), r2, "columns", None, (), "utf-8", 5000, "?", state)
+    finally:
+        node.monitor.stop()
