@@ -251,7 +251,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         from .parts import (
             PARTS_MIN_TOKENS,
             PartsUnsupported,
-            parts_supported,
+            parts_pay,
             prepare_fit_parts,
             token_slices,
         )
@@ -259,7 +259,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         n = int(self.threads or 1)
         if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
                 not isinstance(Y, list | tuple) or len(X) != len(Y) or \
-                not parts_supported(self):
+                not parts_pay(self, token_kind(X)):
             return None
         cuts = token_slices(X, n, PARTS_MIN_TOKENS)
         if cuts is None:
