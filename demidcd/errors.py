@@ -24,6 +24,17 @@ class InputError(DemidcdError):
         super().__init__(f"{where}: {message}")
 
 
+class PartialLabelError(DemidcdError):
+    """Partially labelled training data whose sentence ``sentence`` (0-based) admits no
+    tagging consistent with its label cells under the label scheme, first failing at token
+    ``token`` (0-based); the command line names the file and line instead
+    (:func:`demidcd.tasks.chain.partial`)."""
+
+    def __init__(self, sentence: int, token: int, message: str):
+        self.sentence, self.token, self.message = sentence, token, message
+        super().__init__(f"sentence {sentence + 1}, token {token + 1}: {message}")
+
+
 class SentenceTooLong(InputError):
     """A sentence of ``n`` tokens (starting on ``line``) longer than ``--max-sentence-length``
     ``limit``; ``why`` (the task's inference cost) is added to the message."""

@@ -144,6 +144,11 @@ OPTIONS: tuple[Option, ...] = (
        ("chunking", "ner"), choices=("auto", "iob1", "iob2", "bio", "bioes", "iobes",
                                      "conlleval"), commands=DATA_COMMANDS,
        rule="auto: BIOES when S- tags occur, else conlleval's IOB rules"),
+    _o("unknown_label", "--unknown-label", str, "?", "a label cell that says the label is "
+       "unknown (any label); a cell A|B|... is a set of possible labels (partially labelled "
+       "data: the CRF maximises the likelihood of the taggings consistent with it); '' reads "
+       "every cell as one label", ADVANCED, DATA, SEQUENCE_TASKS, metavar="TEXT",
+       commands=("train", "evaluate"), param=False),
     _o("min_count", "--min-count", int, None, "feature dictionary cut-off: features seen on fewer "
        "training tokens are dropped", ADVANCED, DATA, SEQUENCE_TASKS + ("entity-relation",),
        rule="2 for sequence and chunking, 1 for ner and entity-relation; 1 for feature "

@@ -67,7 +67,7 @@ def test_sgd_epochs_lower_the_objective_from_zero(seen):
 def test_sgd_steps_are_the_gradient_of_the_sentence():
     """One step on one sentence: w ← w − η (∇[−log p(y_i | x_i)] + (2 c2 / N) w) on the
     coordinates the sentence touches (its gradient's support), nothing else moves."""
-    from demidcd.tasks.chain.marginals import nll_gradient_kernel
+    from demidcd.tasks.chain.marginals import NO_PARTIAL, nll_gradient_kernel
 
     task, w, _, _ = _chain(4, True, 2, n_sent=10)
     i = np.array([3], np.int64)
@@ -75,8 +75,8 @@ def test_sgd_steps_are_the_gradient_of_the_sentence():
     nll_gradient_kernel(w, task.u_rows, task.K, task.chain, task.Y, i, g, np.zeros(3, np.int64))
     lam, eta = 0.02, 0.1
     w1 = w.copy()
-    crf_sgd.sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y, i, eta,
-                     lam, np.zeros(0, np.int64), np.zeros(3, np.int64))
+    crf_sgd.sgd_run(w1, np.zeros(task.dim), task.u_rows, task.K, task.chain, task.Y,
+                     NO_PARTIAL, i, eta, lam, np.zeros(0, np.int64), np.zeros(3, np.int64))
     moved = w1 != w
     assert moved.any()
     np.testing.assert_allclose(w1[moved], (w - eta * (g + lam * w))[moved], rtol=1e-12)

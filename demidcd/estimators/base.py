@@ -119,17 +119,29 @@ def check_sentences(X: Any, name: str = "X", dicts: bool = False) -> Sequence[Se
     return X
 
 
-def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y") -> Sequence[Sequence[str]]:
+def check_tags(X: Sequence[Sequence[str]], Y: Any, name: str = "Y",
+               partial: bool = False) -> Sequence[Sequence[str]]:
     """Y as tag sequences of the same lengths as the sentences of X (a numpy array: the lists
-    it holds)."""
+    it holds). ``partial``: a tag may also be None (unknown) or a set of labels
+    (:mod:`demidcd.tasks.chain.partial`)."""
     if isinstance(Y, np.ndarray):
         Y = Y.tolist()
     if isinstance(Y, str | bytes) or not hasattr(Y, "__len__"):
         raise InputTypeError(f"{name} must be a list of tag lists, got {type(Y).__name__}")
     for k, t in enumerate(Y):  # set(map(type, t)): no call per tag in the common case
-        if isinstance(t, str | bytes) or not (set(map(type, t)) <= {str}
-                                              or all(isinstance(x, str) for x in t)):
+        if isinstance(t, str | bytes):
             raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+        if set(map(type, t)) <= {str} or all(isinstance(x, str) for x in t):
+            continue
+        if not partial:
+            raise InputTypeError(f"{name}[{k}] must be a list of tags (strings)")
+        from ..tasks.chain.partial import check_cell
+
+        for j, x in enumerate(t):
+            try:
+                check_cell(x, f"{name}[{k}][{j}]")
+            except TypeError as e:
+                raise InputTypeError(str(e)) from None
     if len(X) != len(Y):
         raise OptionError(f"X has {len(X)} sentences but {name} has {len(Y)}")
     for k, (s, t) in enumerate(zip(X, Y, strict=True)):

@@ -16,6 +16,7 @@ from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
+from ..tasks.chain.partial import encode_partial, label_names, partial_counts, partial_seen_pairs
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
 from ..tasks.chain.template import DictFeaturizer, TemplateFeaturizer, resolve_template
@@ -55,6 +56,14 @@ and Wapiti keep them all."""
 _TEMPLATE_PARAM = param("template", str | os.PathLike | Template | None)
 _WEIGHTS_PARAM = param("weights", str)
 _STATES_PARAM = param("all_possible_states", bool | None, None)
+
+
+def partial_learners() -> tuple[str, ...]:
+    """The learners that train on partially labelled data (:attr:`~demidcd.solvers.Learner.
+    partial`: the DCD family by CCCP, the CRF by the partial-label likelihood)."""
+    from ..solvers import LEARNERS
+
+    return tuple(k for k, v in LEARNERS.items() if v.partial)
 
 
 CONSTRAINTS_DEFAULT = False
@@ -213,7 +222,8 @@ class SequenceTagger(StructuredEstimator):
         if weights == "all":
             self.seen_pairs_ = None
             return
-        pairs = seen_pairs(enc, y, F, K)
+        pairs = seen_pairs(enc, y, F, K) if getattr(enc, "allowed_ptr", None) is None else \
+            partial_seen_pairs(enc.feat_ptr, enc.feat_idx, enc.allowed_ptr, enc.allowed_idx, F, K)
         if weights == "auto" and self._algorithm() != "crf":  # (crf: CRFsuite's seen pairs)
             choice = choose_layout(F, K, self._n_bfeatures, int(pairs[1].shape[0]),
                                    encoded_bytes(enc))
@@ -301,7 +311,7 @@ class SequenceTagger(StructuredEstimator):
         """:meth:`prepare_fit` with the fitted featurizer, labels and seen pairs set on this
         estimator (and the featurizer's state not yet taken)."""
         X = check_sentences(X, dicts=True)
-        Y = check_tags(X, Y)
+        Y = check_tags(X, Y, partial=True)
         self._check_labels(Y)
         if not X:
             raise OptionError("cannot fit on an empty data set")
@@ -312,7 +322,7 @@ class SequenceTagger(StructuredEstimator):
         featurizer = self._new_featurizer(kind)
         for attr in ("coef_", "result_", "seen_pairs_"):  # a new fit forgets the old model
             self.__dict__.pop(attr, None)
-        self.classes_ = sorted(set(itertools.chain.from_iterable(Y)))
+        self.classes_ = sorted(label_names(Y))  # (and every label a set names)
         self.__dict__["_featurizer"] = featurizer  # fitted on X first, then adopted:
         enc = self._encode(X, fit=True)
         self.featurizer_ = featurizer  # resume keeps the saved vocabulary, init extends it
@@ -320,12 +330,14 @@ class SequenceTagger(StructuredEstimator):
             enc = self._encode(X)
         self.n_features_ = self.featurizer_.n_features
         self.n_bfeatures_ = self._n_bfeatures
-        y = self._tag_ids(Y, enc.n_tokens)
+        y, enc.allowed_ptr, enc.allowed_idx = encode_partial(Y, self.classes_, enc.n_tokens)
+        if enc.allowed_ptr is not None:
+            self._check_partial(enc, Y)
         self._fit_pairs(enc, y)
         dev = gold = None
         if X_dev is not None and Y_dev is not None:
             X_dev = check_sentences(X_dev, "X_dev", dicts=True)
-            Y_dev = check_tags(X_dev, Y_dev, "Y_dev")
+            Y_dev = check_tags(X_dev, Y_dev, "Y_dev", partial=True)
             dev = self._encode(X_dev)
             gold = [list(s) for s in Y_dev]
         return PreparedFit(None, None, feature_kind, enc, y, None, dev, gold)
@@ -333,6 +345,32 @@ class SequenceTagger(StructuredEstimator):
     def _check_labels(self, Y: list[list[str]]) -> None:
         """What ``fit`` requires of the (checked) training tags beyond their shape (the
         chunkers: a label scheme that reads them)."""
+
+    def _check_partial(self, enc, Y: list[list]) -> None:
+        """Partially labelled training data: every sentence must admit a tagging consistent
+        with its cells that obeys the label scheme (:meth:`_constraints`, on whatever
+        ``constraints`` says); else an :class:`~demidcd.errors.PartialLabelError` naming the
+        sentence and token; and the learner must train on it (``crf``)."""
+        from ..errors import PartialLabelError
+        from ..tasks.chain.partial import first_infeasible, infeasible_message, locate
+
+        scheme = getattr(self, "constraint_scheme_", None)
+        cons = self._scheme_rules(scheme)
+        q = first_infeasible(enc.sent_ptr, enc.allowed_ptr, enc.allowed_idx,
+                             len(self.classes_), cons)
+        if q >= 0:
+            s, t = locate(enc.sent_ptr, q)
+            raise PartialLabelError(s, t, infeasible_message(Y[s], t, scheme))
+        enc.label_rules = cons
+        takers = partial_learners()
+        if self._algorithm() not in takers:
+            raise OptionError(f"partially labelled data (unknown or set labels) trains with "
+                              f"--algorithm {', '.join(takers)}; "
+                              f"{self._algorithm()} needs every token labelled")
+
+    def _scheme_rules(self, scheme: str | None) -> tuple | None:
+        """The transition rules of ``scheme`` over ``classes_`` (None: none)."""
+        return None
 
     def _decode(self, task: SequenceTask, w: np.ndarray) -> list[list[str]]:
         return self._names(*self._decode_ids(task, w))
@@ -528,17 +566,22 @@ class SequenceTagger(StructuredEstimator):
         return chain_marginals(task, self.coef_, examples, ids, self._constraints())[2]
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        """Token accuracy over the tokens with one gold label (unknown and set cells, if
+        any, are counted apart: ``unknown``, ``sets``)."""
         total = sum(len(s) for s in Y)
         right = sum(p == g for ps, gs in zip(pred, Y, strict=True)
                     for p, g in zip(ps, gs, strict=True))
+        unknown, sets = partial_counts(Y)
+        total -= unknown + sets
         acc = right / max(total, 1)
-        return {"score": acc, "accuracy": acc, "tokens": total}
+        return {"score": acc, "accuracy": acc, "tokens": total, "unknown": unknown,
+                "sets": sets}
 
     def metrics(self, X: list[list], Y: list[list[str]]) -> dict[str, Any]:
         """Token accuracy (``score``) of :meth:`predict` against Y, and the token count
         (tags unseen in training count wrong)."""
         self._check_fitted()
-        Y = check_tags(check_sentences(X, dicts=True), Y)
+        Y = check_tags(check_sentences(X, dicts=True), Y, partial=True)
         return self._metrics(Y, self.predict(X))
 
     def unknown_labels(self, Y: list[list[str]]) -> dict[str, int]:
@@ -547,7 +590,7 @@ class SequenceTagger(StructuredEstimator):
         out: dict[str, int] = {}
         for s in Y:
             for t in s:
-                if t not in known:
+                if isinstance(t, str) and t not in known:
                     out[t] = out.get(t, 0) + 1
         return out
 
@@ -760,8 +803,13 @@ class ChunkTagger(SequenceTagger):
         from ..tasks.chain.chunks import resolve_scheme
         from ..tasks.chain.decoding import training_scheme
 
-        resolve_scheme({t for s in Y for t in s}, self.label_scheme or "auto")
+        resolve_scheme(label_names(Y), self.label_scheme or "auto")
         self.constraint_scheme_ = training_scheme(Y, self.label_scheme or "auto")
+
+    def _scheme_rules(self, scheme: str | None) -> tuple | None:
+        from ..tasks.chain.decoding import scheme_transitions
+
+        return None if scheme is None else scheme_transitions(list(self.classes_), scheme)
 
     # -- label-scheme constraints -------------------------------------------------------------
     def _constraints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -809,9 +857,16 @@ class ChunkTagger(SequenceTagger):
         self.constraint_scheme_ = scheme
 
     def _metrics(self, Y: list[list[str]], pred: list[list[str]]) -> dict[str, Any]:
+        """Chunk scores of the sentences whose every gold cell is one label (those with an
+        unknown or set cell are left out; ``unknown``, ``sets`` count such cells)."""
         from ..tasks.chain.chunks import chunk_scores
 
-        return chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
+        unknown, sets = partial_counts(Y)
+        if unknown or sets:
+            keep = [k for k, s in enumerate(Y) if all(isinstance(t, str) for t in s)]
+            Y, pred = [Y[k] for k in keep], [pred[k] for k in keep]
+        m = chunk_scores(Y, pred, self.label_scheme or "auto").as_dict()
+        return {**m, "unknown": unknown, "sets": sets} if unknown or sets else m
 
 
 class NamedEntityTagger(ChunkTagger):

@@ -35,11 +35,15 @@ __all__ = [
     "label_index",
     "guess_format",
     "resolve_format",
+    "read_partial",
+    "token_line",
+    "SET_SEPARATOR",
     "FORMATS",
 ]
 
 FORMATS = ("conllu", "columns")
 _FORMAT_NAMES = {"conllu": "a CoNLL-U file", "columns": "a columns file"}
+SET_SEPARATOR = "|"  # a label cell A|B|C: the token's label is one of A, B, C
 _CONLLU_NAMED = {"upos": 3, "xpos": 4}  # 0-based field index of named CoNLL-U columns
 DOCSTART = "-DOCSTART-"
 ASCII_WS_CHARS = " \t\r\f\v"
@@ -57,7 +61,9 @@ class TaggedCorpus:
     ``attributes[s][t]``, when feature columns were asked for, holds the values of those
     columns for token t of sentence s (e.g. ``("NN",)`` for the POS column of CoNLL-2000);
     ``columns[s][t]``, for a feature template, every column of token t but the label
-    (:func:`token_columns`).
+    (:func:`token_columns`). Partially labelled data (:func:`read_partial`): ``tags[s][t]`` is
+    None for an unknown label and a frozenset of two or more labels for a set cell
+    (``n_unknown``, ``n_sets`` count them); every other entry is one label.
     """
 
     tokens: list[list[str]]
@@ -69,6 +75,8 @@ class TaggedCorpus:
     label_column: int | None = None
     attributes: list[list[tuple[str, ...]]] | None = None
     columns: list[list[tuple[str, ...]]] | None = None  # template tokens (token_columns)
+    n_unknown: int = 0  # tokens whose label cell is unknown (tags[s][t] None: read_partial)
+    n_sets: int = 0  # tokens whose label cell is a set of labels (a frozenset)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -195,6 +203,7 @@ def read_tagged(
     labelled: bool = True,
     keep_raw: bool = True,
     feature_columns: tuple[str | int, ...] = (),
+    unknown_label: str | None = None,
 ) -> TaggedCorpus:
     """Read a tagged corpus.
 
@@ -211,7 +220,8 @@ def read_tagged(
     default 5000 admits every sentence of the standard corpora (CoNLL-2002 esp.train has one of
     1,238 tokens). ``feature_columns`` (1-based, or ``upos`` / ``xpos`` in CoNLL-U) fills
     :attr:`TaggedCorpus.attributes` with those columns' values; the label column may not be
-    one of them.
+    one of them. ``unknown_label`` (e.g. ``"?"``; None or ``""``: off): label cells equal to it
+    are unknown and cells ``A|B`` are sets of labels (:func:`read_partial`).
     """
     path = os.fspath(path)
     fmt = resolve_format(path, fmt)
@@ -224,7 +234,63 @@ def read_tagged(
                         feature_columns)
     if not corpus.tokens:
         raise InputError(path, None, "no sentences found (empty file?)")
+    if labelled and unknown_label:
+        read_partial(corpus, unknown_label)
     return corpus
+
+
+def read_partial(corpus: TaggedCorpus, unknown_label: str) -> TaggedCorpus:
+    """Turn the partial label cells of ``corpus`` into what the library takes, in place: a
+    cell equal to ``unknown_label`` → None (any label), a cell ``A|B|…`` → frozenset({A, B,
+    …}) (one label of the set; a set of one label is that label). A cell of a set with an
+    empty member or holding the unknown marker is an :class:`InputError` naming its line.
+    Data without such cells is left as it is (the same lists)."""
+    labels = {t for s in corpus.tags for t in s}
+    special = {t for t in labels if t == unknown_label or SET_SEPARATOR in t}
+    if not special:
+        return corpus
+    conv: dict[str, object] = {}
+    for t in special:
+        if t == unknown_label:
+            conv[t] = None
+            continue
+        parts = t.split(SET_SEPARATOR)
+        if any(not p or p == unknown_label for p in parts):
+            conv[t] = _BAD_SET
+            continue
+        members = frozenset(parts)
+        conv[t] = next(iter(members)) if len(members) == 1 else members
+    n_unk = n_sets = 0
+    for s, tags in enumerate(corpus.tags):
+        for t, lab in enumerate(tags):
+            if lab in special:
+                v = conv[lab]
+                if v is _BAD_SET:
+                    raise InputError(corpus.path, token_line(corpus, s, t),
+                                     f"bad label set {lab!r}: give labels separated by "
+                                     f"{SET_SEPARATOR!r}, none empty (the unknown label "
+                                     f"{unknown_label!r} stands alone)")
+                tags[t] = v
+                if v is None:
+                    n_unk += 1
+                elif not isinstance(v, str):
+                    n_sets += 1
+    corpus.n_unknown, corpus.n_sets = n_unk, n_sets
+    return corpus
+
+
+_BAD_SET = object()
+
+
+def token_line(corpus: TaggedCorpus, s: int, t: int) -> int:
+    """The 1-based line of token ``t`` of sentence ``s`` in the file (its first token's line
+    plus the token lines and, in CoNLL-U, multiword and empty-node lines between)."""
+    first = corpus.lines[s]
+    if corpus.fmt != "conllu" or corpus.raw is None:
+        return first + t  # (a columns file's tokens are consecutive lines)
+    rl = corpus.raw[s]
+    idx = [k for k, f in enumerate(rl) if len(f) == 10 and f[0].isdigit()]
+    return first + idx[t] - idx[0] if t < len(idx) else first + t
 
 
 def parse_text(text: str, path: str, fmt: str, li: int | None, max_sentence_length: int,

@@ -61,7 +61,8 @@ def latent_objective(task: Task, w: np.ndarray, C: float, loss: str = "l2",
     return primal_objective(task_w, w, C, loss=loss, w0=w0)[0], task_w
 
 
-def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
+def reexpress(state: DualState, old: Task, new_targets: np.ndarray,
+              changed: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
     """The state's arrays with every record of a ``changed`` example (bool per example)
     re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
     new target), records with φ' = 0 dropped; A_i recomputed, ξ̂_i of a changed example 0, every

@@ -67,6 +67,16 @@ def check_marginals(task: Task) -> None:
                           "trains the chain tasks: sequence, chunking, ner)")
 
 
+def task_partial(task: Task):
+    """The :class:`~demidcd.tasks.chain.partial.PartialLabels` of a chain task: its allowed
+    labels per token and the label scheme's rules, or empty ones when every token is
+    labelled."""
+    from ..tasks.chain.partial import partial_labels
+
+    return partial_labels(getattr(task, "allowed_ptr", None), getattr(task, "allowed_idx", None),
+                          getattr(task, "label_rules", None))
+
+
 def compile_kernels(task: Task) -> None:
     """Compile (or load from numba's cache) the kernels training and marginals call, on
     example 0 (before the clock starts: a cold cache costs seconds): every job of
@@ -82,6 +92,7 @@ def warm_up_jobs(task: Task) -> list[tuple]:
         hessian_diagonal_kernel,
         marginals_kernel,
         nll_gradient_kernel,
+        partial_nll_gradient_kernel,
     )
     from .crf_sgd import sgd_run
 
@@ -89,6 +100,7 @@ def warm_up_jobs(task: Task) -> list[tuple]:
     ex = np.zeros(min(1, task.n_examples), np.int64)
     args = (task.u_rows, task.K, task.chain)
     ctl = np.zeros(3, np.int64)
+    part = task_partial(task)
 
     def lbfgs() -> None:
         a = np.array([1.0, 3.0])
@@ -102,10 +114,13 @@ def warm_up_jobs(task: Task) -> list[tuple]:
                                                    np.zeros(0, np.int32)), 6.0),
         ("CRF Hessian", lambda: hessian_diagonal_kernel(np.zeros(task.dim), *args, ex,
                                                         np.zeros(task.dim), ctl), 5.0),
-        ("CRF SGD", lambda: sgd_run(np.zeros(task.dim), np.zeros(task.dim), *args, task.Y, ex,
+        ("CRF SGD", lambda: sgd_run(np.zeros(task.dim), np.zeros(task.dim), *args, task.Y, part,
+                                    ex,
                                     0.0, 0.0, np.zeros(0, np.int64), ctl), 6.0),
         ("L-BFGS", lbfgs, 3.0),
-    ]
+    ] + ([("CRF partial labels", lambda: partial_nll_gradient_kernel(
+        np.zeros(task.dim), *args, task.Y, part, ex, np.zeros(task.dim), ctl), 10.0)]
+        if part.ptr.shape[0] else [])
 
 
 POLL = 0.05  # seconds between the checks of a stop request while the threads work
@@ -173,6 +188,7 @@ class CrfObjective:
         if task.Y is None:
             raise OptionError("crf needs gold tags to train on")
         self.task, self.c2 = task, float(c2)
+        self.part = task_partial(task)  # partially labelled data (empty: every token labelled)
         self.frozen = np.zeros(0, np.int64) if frozen is None else frozen  # held at 0
         threads = max(1, int(threads))
         self.chunks = guided_runs(task.sent_ptr, threads)
@@ -212,14 +228,19 @@ class CrfObjective:
 
     def _gradients(self, t: int) -> float:
         """Thread t's share: runs taken in turn (``next`` on the shared counter is atomic)."""
-        from ..tasks.chain.marginals import nll_gradient_kernel
+        from ..tasks.chain.marginals import nll_gradient_kernel, partial_nll_gradient_kernel
 
         task, w, buf, nll = self.task, self._kernel_w, self.buffers[t], 0.0
+        part = self.part
         for i in self._next:
             if i >= len(self.chunks) or self.ctl[t, 0]:
                 break
-            nll += nll_gradient_kernel(w, self.rows, task.K, self.chain, task.Y,
-                                       self.chunks[i], buf, self.ctl[t])
+            if part.ptr.shape[0]:  # (the fully labelled kernel otherwise: today's objective)
+                nll += partial_nll_gradient_kernel(w, self.rows, task.K, self.chain, task.Y,
+                                                   part, self.chunks[i], buf, self.ctl[t])
+            else:
+                nll += nll_gradient_kernel(w, self.rows, task.K, self.chain, task.Y,
+                                           self.chunks[i], buf, self.ctl[t])
         return nll
 
     def _sum(self, t: int) -> None:
@@ -774,6 +795,9 @@ def train_crf(task: Task, config: SolverConfig, threads: int = 1,
 
     frozen = None if all_possible_transitions in (None, True) else unseen_transitions(task)
     if crf_method == "sdca":
+        if getattr(task, "allowed_ptr", None) is not None:
+            raise OptionError("--crf-method sdca needs every token labelled; partially "
+                              "labelled data trains with --crf-method lbfgs")
         return train_crf_sdca(task, config, threads, callback, cpu_log, log, tick,
                               float(c1), float(c2),
                               None if max_iterations is None else int(max_iterations),

@@ -48,12 +48,14 @@ SAMPLE_MIN = 100  # (but this many, or all)
 
 
 @njit(cache=True, nogil=True)
-def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen, ctl):
+def sgd_run(w, g, F, K, X, gold, part, order, eta, lam, frozen, ctl):
     """One SGD step per sentence of ``order`` on w (module docstring), the gradient of each
     built in ``g`` (zero on entry, zero again on return: only the touched entries are written
     and cleared). Returns Σ −log p(y_i | x_i) at the weights each sentence saw (+inf when one
-    is not finite: the steps diverged). ``ctl`` as :func:`.nll_gradient_kernel`'s: ctl[0] ≠ 0
-    stops the run before its next sentence, ctl[1] counts the sentences done."""
+    is not finite: the steps diverged); ``part``: the partial labels
+    (:class:`~demidcd.tasks.chain.partial.PartialLabels`, empty: none). ``ctl`` as
+    :func:`.nll_gradient_kernel`'s: ctl[0] ≠ 0 stops the run before its next sentence, ctl[1]
+    counts the sentences done."""
     _, KK, tbase, bbase = block_offsets(F, K)
     seen = X.u_off.shape[0] > 0
     has_b = X.bfeat_ptr.shape[0] > 0
@@ -63,7 +65,7 @@ def sgd_run(w, g, F, K, X, gold, order, eta, lam, frozen, ctl):
         if ctl[0] != 0:
             break
         i = order[e:e + 1]
-        nll = nll_gradient_into(w, F, K, X, gold, i, g, ctl, ws)
+        nll = nll_gradient_into(w, F, K, X, gold, part, i, g, ctl, ws)
         if not math.isfinite(nll):
             loss = math.inf
         else:
@@ -99,10 +101,11 @@ def _split(order: np.ndarray, parts: int) -> list[np.ndarray]:
 
 
 def _kernel_args(obj: Any) -> tuple:
-    """(F, K, X, gold, frozen) of the objective's task (``obj``: a :class:`.crf.CrfObjective`,
-    untyped here: crf imports this module) in the seen-pairs layout of w."""
+    """(F, K, X, gold, part, frozen) of the objective's task (``obj``: a
+    :class:`.crf.CrfObjective`, untyped here: crf imports this module) in the seen-pairs
+    layout of w."""
     task = obj.task
-    return task.u_rows, task.K, task.chain, task.Y, obj.frozen
+    return task.u_rows, task.K, task.chain, task.Y, obj.part, obj.frozen
 
 
 def calibrate(obj: Any, rng: np.random.Generator) -> tuple[float, np.ndarray | None]:
@@ -111,7 +114,7 @@ def calibrate(obj: Any, rng: np.random.Generator) -> tuple[float, np.ndarray | N
     candidate with the least progressive loss per sentence done, or None when none did one).
     The weights matter when a stop cut the pass short (``obj.halted``): they are an SGD
     iterate all the same, the best the run has."""
-    F, K, X, gold, frozen = _kernel_args(obj)
+    F, K, X, gold, part, frozen = _kernel_args(obj)
     dim, n_examples = obj.task.dim, obj.task.n_examples
     size = min(SAMPLE, max(SAMPLE_MIN, n_examples // SAMPLE_SHARE))
     sample = rng.permutation(n_examples)[:size].astype(np.int64)
@@ -124,7 +127,7 @@ def calibrate(obj: Any, rng: np.random.Generator) -> tuple[float, np.ndarray | N
         def run(t: int) -> float:
             w, g = np.zeros(dim), np.zeros(dim)
             before = int(obj.ctl[t, 1])
-            loss = sgd_run(w, g, F, K, X, gold, sample, eta, lam, frozen, obj.ctl[t])
+            loss = sgd_run(w, g, F, K, X, gold, part, sample, eta, lam, frozen, obj.ctl[t])
             done = int(obj.ctl[t, 1]) - before
             if math.isfinite(loss) and done > 0 and np.isfinite(w).all():
                 with lock:
@@ -146,7 +149,7 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
     asked while one ran (``obj.halted``: the kernels stop between sentences; w is left as the
     steps done made it, or as the best candidate of a calibration cut short left its own), and
     w is put back to 0 when the steps diverged."""
-    F, K, X, gold, frozen = _kernel_args(obj)
+    F, K, X, gold, part, frozen = _kernel_args(obj)
     n_examples = obj.task.n_examples
     rng = np.random.default_rng(seed)
     eta0, partial = calibrate(obj, rng)
@@ -163,7 +166,7 @@ def sgd_epochs(obj: Any, w: np.ndarray, epochs: int, seed: int = 0,
         runs = _split(rng.permutation(n_examples).astype(np.int64), obj.threads)
 
         def job(r: np.ndarray, eta: float) -> Callable[[int], float]:
-            return lambda t: sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, r, eta,
+            return lambda t: sgd_run(w, obj.buffers[t, :w.shape[0]], F, K, X, gold, part, r, eta,
                                       lam, frozen, obj.ctl[t])
 
         losses = obj.run_jobs([job(r, eta) for r in runs])

@@ -612,7 +612,9 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     if key == "iob1":
         return None
     tag_sequences = [list(s) for s in tag_sequences]
-    labels = {t for s in tag_sequences for t in s}
+    labels = {t for s in tag_sequences for t in s if isinstance(t, str)}
+    labels.update(x for s in tag_sequences for t in s if t is not None
+                  and not isinstance(t, str) for x in t)  # (partial labels: sets' members)
     if resolve_scheme(labels, key) == "bioes":
         return "bioes"
     if any(split_label(t)[0] not in ("O", "B", "I") for t in labels):
@@ -621,7 +623,13 @@ def training_scheme(tag_sequences, label_scheme: str = "auto") -> str | None:
     for s in tag_sequences:
         prev = ("O", "")
         for lab in s:
+            if not isinstance(lab, str):  # an unknown or set cell: anything may follow
+                prev = ("?", "")
+                continue
             cur = split_label(lab)
+            if prev[0] == "?" and cur[0] == "I":
+                prev = cur
+                continue
             if cur[0] == "B":
                 chunks += 1
             elif cur[0] == "I" and not (prev[0] in ("B", "I") and prev[1] == cur[1]):

@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba as nb
 import numpy as np
@@ -85,6 +85,9 @@ class EncodedSequences:
     [0, G), see :mod:`demidcd.tasks.chain.kernels`): token t fires bfeat_idx[bfeat_ptr[t]:
     bfeat_ptr[t+1]] with values bfeat_val[same range] (None: all 1); they score the transition
     (y_{t-1} → y_t), so those of a sentence's first token are ignored. bfeat_ptr None: none.
+
+    ``allowed_ptr`` / ``allowed_idx``: the labels each token admits when the training data is
+    partially labelled (:mod:`.partial`), else None.
     """
 
     sent_ptr: np.ndarray  # int64[n_sent+1]
@@ -94,6 +97,13 @@ class EncodedSequences:
     bfeat_ptr: np.ndarray | None = None  # int64[n_tokens+1] or None (no bigram features)
     bfeat_idx: np.ndarray | None = None  # int32[bnnz]
     bfeat_val: np.ndarray | None = None  # float64[bnnz] or None (all 1)
+    # partially labelled training data (:mod:`.partial`): token t admits the labels
+    # allowed_idx[allowed_ptr[t]:allowed_ptr[t+1]] (empty: any); None when all are labelled
+    # (keyword-only: subclasses add positional fields after these)
+    allowed_ptr: np.ndarray | None = field(default=None, kw_only=True)  # int64[n_tokens+1]
+    allowed_idx: np.ndarray | None = field(default=None, kw_only=True)  # int32[...]
+    # the scheme's (allowed K·K, first K, last K) the consistent taggings obey, or None
+    label_rules: tuple | None = field(default=None, kw_only=True)
 
     @property
     def n_sentences(self) -> int:

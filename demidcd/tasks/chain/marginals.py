@@ -41,6 +41,7 @@ from .kernels import (
     token_scatter,
     transitions,
 )
+from .partial import partial_labels
 from .records import b_sizes, max_sizes
 
 _NEG_INF = -np.inf
@@ -425,7 +426,29 @@ def nll_gradient_kernel(w, F, K, X, gold, examples, grad, ctl):
     stop before its next sentence (a stop request: the sum and gradient are then partial);
     ctl[1] counts the sentences done, ctl[2] the tokens whose most probable label (the
     marginals' argmax) is not the gold one."""
-    return nll_gradient_into(w, F, K, X, gold, examples, grad, ctl,
+    return nll_gradient_into(w, F, K, X, gold, NO_PARTIAL, examples, grad, ctl,
+                             gradient_workspace(F, K, X, examples))
+
+
+NO_PARTIAL = partial_labels(None, None)
+"""Every token labelled (the kernels' fully labelled path)."""
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def partial_nll_gradient_kernel(w, F, K, X, gold, part, examples, grad, ctl):
+    """:func:`nll_gradient_kernel` on partially labelled data (``part``, a
+    :class:`~.partial.PartialLabels`): a sentence whose every token has one label as there; a
+    sentence with unknown or set cells adds the partial-label loss (Tsuboi et al. 2008)
+
+        −log Σ_{y ∈ Y(a)} p(y | x) = log Z(x) − log Z_a(x),
+
+    Z_a summing exp(w·Φ(x, y)) over the taggings y consistent with the annotation a (y_t in
+    the labels token t admits, and, under a label scheme, obeying its rules), and its gradient
+    E_p[Φ(x, y)] − E_{p(·|x, y ∈ Y(a))}[Φ(x, y)]: a free and a constrained forward-backward
+    (the constrained one over the emissions with −inf outside the admitted labels and the
+    scheme's forbidden transitions at −inf). With every token labelled Y(a) = {y*} and this
+    is −log p(y* | x), computed as :func:`nll_gradient_kernel` does."""
+    return nll_gradient_into(w, F, K, X, gold, part, examples, grad, ctl,
                              gradient_workspace(F, K, X, examples))
 
 
@@ -437,7 +460,8 @@ def gradient_workspace(F, K, X, examples):
     sentence itself at thousands of labels: K² each)."""
     KK = K * K
     return (np.empty(KK), np.empty(K), np.empty(K), np.empty(KK), np.empty(KK), np.empty(KK),
-            np.empty(K), np.empty(K)) + fb_workspace(np.empty(0), K, X, examples)
+            np.empty(K), np.empty(K)) + fb_workspace(np.empty(0), K, X, examples) + (
+        np.empty(KK), np.empty(K), np.empty(K), np.empty(KK))  # the constrained tables
 
 
 @nb.njit(cache=True, nogil=True)
@@ -453,13 +477,18 @@ def _chain_tables_into(w, F, K, tr, start, end, Etr):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nll_gradient_into(w, F, K, X, gold, examples, grad, ctl, ws):
-    """:func:`nll_gradient_kernel` in the scratch ``ws`` of :func:`gradient_workspace`."""
+def nll_gradient_into(w, F, K, X, gold, part, examples, grad, ctl, ws):
+    """:func:`partial_nll_gradient_kernel` (``part`` empty: :func:`nll_gradient_kernel`) in
+    the scratch ``ws`` of :func:`gradient_workspace`."""
     K1, KK, tbase, bbase = block_offsets(F, K)
-    tr, start, end, Etr, gT, O, gS, gE, em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c = ws
+    tr, start, end, Etr, gT, O, gS, gE, em, A, B, trb, Eb, bmax, slots, u, v, pair, P, c, \
+        trc, startc, endc, Etrc = ws
     if ctl[0] != 0:
         return 0.0
     trmax = _chain_tables_into(w, F, K, tr, start, end, Etr)
+    partial = part.ptr.shape[0] > 0
+    if partial:
+        _masked_tables(part, tr, start, end, Etr, K, trc, startc, endc, Etrc)
     gT[:] = 0.0  # the pairwise marginals of every inner position, added to T at the end
     O[:] = 0.0  # without B features: Σ_t A[t−1, j]·P[t, k]·B[t, k] / c[t] (E ∘ O)
     gS[:] = 0.0
@@ -476,6 +505,13 @@ def nll_gradient_into(w, F, K, X, gold, examples, grad, ctl, ws):
             ctl[1] += 1
             continue
         sentence_scores(w, F, K, X, a, n, tr, em, trb, Eb, bmax, slots, nofix, 0)
+        if partial and _is_partial(part, a, n):
+            total += _partial_sentence(K, X, gold, part, a, n, grad, ctl, tr, start, end, Etr,
+                                       trmax, trc, startc, endc, Etrc, gT, O, gS, gE, em, A, B,
+                                       trb, Eb, bmax, slots, u, v, pair, P, c, has_b, bvalued,
+                                       bbase)
+            ctl[1] += 1
+            continue
         logz, logspace = forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax,
                                           slots, has_b, A, B, P, c, u, v, O)
         # the gold score, from the same tables
@@ -532,6 +568,118 @@ def nll_gradient_into(w, F, K, X, gold, examples, grad, ctl, ws):
         grad[tbase + j * K1 + K] += gE[j]
         grad[tbase + K * K1 + j] += gS[j]
     return total
+
+
+@nb.njit(cache=True, nogil=True)
+def _is_partial(part, a, n):
+    """Whether a token of a..a+n−1 has no single label (unknown, or a set)."""
+    for q in range(a, a + n):
+        if part.ptr[q + 1] - part.ptr[q] != 1:
+            return True
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
+def _masked_tables(part, tr, start, end, Etr, K, trc, startc, endc, Etrc):
+    """The transitions, START and END scores and exp-shifted transitions with −inf (exp: 0)
+    where the label scheme's rules (``part.allowed``, ``first``, ``last``; empty: none)
+    forbid them: the tables of the constrained forward-backward."""
+    rules = part.allowed.shape[0] > 0
+    for j in range(K * K):
+        ok = not rules or part.allowed[j]
+        trc[j] = tr[j] if ok else _NEG_INF
+        Etrc[j] = Etr[j] if ok else 0.0
+    for k in range(K):
+        startc[k] = start[k] if not rules or part.first[k] else _NEG_INF
+        endc[k] = end[k] if not rules or part.last[k] else _NEG_INF
+
+
+@nb.njit(cache=True, nogil=True)
+def _mask_sentence(part, a, n, K, em, has_b, slots, trb, Eb):
+    """em[t·K + k] = −inf for every label k that token a+t does not admit (an empty range:
+    every label admitted); the B matrices' forbidden transitions −inf (exp: 0)."""
+    for t in range(n):
+        lo, hi = part.ptr[a + t], part.ptr[a + t + 1]
+        if hi == lo:
+            continue
+        p = lo  # (the admitted labels are sorted)
+        for k in range(K):
+            if p < hi and part.idx[p] == k:
+                p += 1
+            else:
+                em[t * K + k] = _NEG_INF
+    if has_b and part.allowed.shape[0] > 0:
+        KK = K * K
+        for t in range(1, n):
+            s = slots[t]
+            if s >= 0:
+                for j in range(KK):
+                    if not part.allowed[j]:
+                        trb[s * KK + j] = _NEG_INF
+                        Eb[s * KK + j] = 0.0
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _add_expectations(sign, K, X, gold, a, n, grad, ctl, tr, Etr, gT, gS, gE, em, A, B, trb,
+                      Eb, bmax, slots, u, v, pair, P, c, has_b, bvalued, bbase, logz, logspace,
+                      pairs):
+    """sign · E[Φ(x, y)] of a forward-backward's tables into the gradient: the token
+    marginals into U (and START / END), the pairwise ones into gT and the B block (``pairs``
+    False: the scaled pass summed them into O already). With sign > 0 ctl[2] counts the
+    tokens with one gold label whose most probable label is another."""
+    KK = K * K
+    for t in range(n):
+        token_marginals(A, B, t, K, logz, logspace, u)
+        if sign > 0 and gold[a + t] >= 0:
+            best = 0
+            for k in range(1, K):
+                if u[k] > u[best]:
+                    best = k
+            if best != gold[a + t]:
+                ctl[2] += 1
+        if t == 0:
+            for k in range(K):
+                gS[k] += sign * u[k]
+        if t == n - 1:
+            for k in range(K):
+                gE[k] += sign * u[k]
+        token_scatter(K, X, a + t, u, sign, grad)
+    if not pairs:
+        return
+    for t in range(1, n):
+        pair_marginals(t, K, slots, has_b, tr, trb, Etr, Eb, bmax, em, A, B, P, c, v, logz,
+                       logspace, pair)
+        for j in range(KK):
+            gT[j] += sign * pair[j]
+        if has_b and slots[t] >= 0:
+            for q in range(X.bfeat_ptr[a + t], X.bfeat_ptr[a + t + 1]):
+                base = bbase + np.int64(X.bfeat_idx[q]) * KK
+                _add_scaled(grad[base:base + KK], pair,
+                            sign * (X.bfeat_val[q] if bvalued else 1.0), KK)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _partial_sentence(K, X, gold, part, a, n, grad, ctl, tr, start, end, Etr, trmax, trc,
+                      startc, endc, Etrc, gT, O, gS, gE, em, A, B, trb, Eb, bmax, slots, u, v,
+                      pair, P, c, has_b, bvalued, bbase):
+    """log Z − log Z_a of one partially labelled sentence (its scores in em, trb, Eb), its
+    gradient E_p[Φ] − E_{p(·|Y(a))}[Φ] added (:func:`partial_nll_gradient_kernel`); +inf
+    when no consistent tagging is admissible."""
+    logz, logspace = forward_backward(em, n, K, start, end, tr, Etr, trmax, trb, Eb, bmax,
+                                      slots, has_b, A, B, P, c, u, v, O)
+    pairs = has_b or logspace  # (else the scaled pass summed them into O)
+    _add_expectations(1.0, K, X, gold, a, n, grad, ctl, tr, Etr, gT, gS, gE, em, A, B, trb,
+                      Eb, bmax, slots, u, v, pair, P, c, has_b, bvalued, bbase, logz, logspace,
+                      pairs)
+    _mask_sentence(part, a, n, K, em, has_b, slots, trb, Eb)
+    logza, logspace = forward_backward(em, n, K, startc, endc, trc, Etrc, trmax, trb, Eb,
+                                       bmax, slots, has_b, A, B, P, c, u, v, O[:0])
+    if logza == _NEG_INF:
+        return np.inf
+    _add_expectations(-1.0, K, X, gold, a, n, grad, ctl, trc, Etrc, gT, gS, gE, em, A, B,
+                      trb, Eb, bmax, slots, u, v, pair, P, c, has_b, bvalued, bbase, logza,
+                      logspace, True)
+    return logz - logza
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -665,12 +813,17 @@ def unseen_transitions(task) -> np.ndarray:
     """The indices into w of the transitions (START → k, j → k, k → END) that no gold tagging
     of ``task`` takes: the weights CRFsuite does not create without
     ``feature.possible_transitions`` (sklearn-crfsuite's ``all_possible_transitions=False``).
-    START → END (an empty sentence's) is among them unless the data has an empty sentence."""
+    START → END (an empty sentence's) is among them unless the data has an empty sentence.
+    Partially labelled data: a token that is not fully known takes each label it admits
+    (every label when unknown), so every transition a consistent tagging may take is kept."""
     K = task.K
     K1 = K + 1
-    seen = np.zeros((K1, K1), np.bool_)
+    seen = np.zeros((K1 + 1, K1 + 1), np.bool_)  # (the last row and column: partial tokens)
     ptr = np.asarray(task.sent_ptr, np.int64)
     y = np.asarray(task.Y, np.int64)
+    if getattr(task, "allowed_ptr", None) is not None:
+        _partial_transitions(task, seen)
+        y = np.where(y < 0, K1, y)
     first, last = ptr[:-1], ptr[1:] - 1
     full = last >= first
     seen[K, y[first[full]]] = True
@@ -680,4 +833,31 @@ def unseen_transitions(task) -> np.ndarray:
     inner[first[full]] = False  # a token whose predecessor is in the same sentence
     t = np.flatnonzero(inner)
     seen[y[t - 1], y[t]] = True
-    return task.u_rows * K + np.flatnonzero(~seen.reshape(-1))
+    return task.u_rows * K + np.flatnonzero(~seen[:K1, :K1].reshape(-1))
+
+
+def _partial_transitions(task, seen: np.ndarray) -> None:
+    """Mark in ``seen`` ((K+1)², START / END last) every transition into or out of a token
+    that is not fully known, over the labels it admits (:func:`unseen_transitions`)."""
+    K, ap, ai = task.K, task.allowed_ptr, task.allowed_idx
+    ptr = np.asarray(task.sent_ptr, np.int64)
+    y = np.asarray(task.Y, np.int64)
+    starts = set(ptr[:-1].tolist())
+    ends = set((ptr[1:] - 1).tolist())
+
+    def labels(q: int) -> np.ndarray:
+        if y[q] >= 0:
+            return y[q:q + 1]
+        got = ai[ap[q]:ap[q + 1]]
+        return np.arange(K) if got.shape[0] == 0 else got.astype(np.int64)
+
+    for q in np.flatnonzero(y < 0).tolist():
+        here = labels(q)
+        if q in starts:
+            seen[K, here] = True
+        else:
+            seen[np.ix_(labels(q - 1), here)] = True
+        if q in ends:
+            seen[here, K] = True
+        else:
+            seen[np.ix_(here, labels(q + 1))] = True

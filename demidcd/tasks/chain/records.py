@@ -505,6 +505,16 @@ def seen_pairs(X: EncodedSequences, Y: np.ndarray, n_obs: int, n_tags: int
                               int(n_tags))
 
 
+def seen_pairs_rows(feat_ptr: np.ndarray, feat_idx: np.ndarray, labels: np.ndarray,
+                    n_obs: int, n_tags: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`seen_pairs` of rows of features (row r: feat_idx[feat_ptr[r]:feat_ptr[r+1]])
+    each seen with the label ``labels[r]`` (≥ 0), e.g. one row per label a partially
+    labelled token admits (:mod:`.partial`)."""
+    return _seen_pairs_kernel(np.ascontiguousarray(feat_ptr, np.int64),
+                              np.ascontiguousarray(feat_idx, np.int32),
+                              np.ascontiguousarray(labels, np.int32), int(n_obs), int(n_tags))
+
+
 def check_pairs(pairs: tuple | None, F: int, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``pairs`` as (int64 off, int32 lab) checked: off[0] = 0, non-decreasing, F + 1 long and
     ending at len(lab); labels in [0, K) and increasing within each feature's list."""

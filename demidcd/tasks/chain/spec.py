@@ -100,10 +100,24 @@ class SequenceSpec(TaskSpec):
         data = read_tagged(path, fmt=fmt, column=column, encoding=options.encoding,
                            max_sentence_length=options.max_sentence_length, labelled=labelled,
                            keep_raw=not labelled or bool(features) or templated,
-                           feature_columns=features)
+                           feature_columns=features,
+                           unknown_label=self.unknown_label(options) if labelled else None)
         if templated:
             data.columns = token_columns(data, options.derived.get("template_width"))
+        if data.n_unknown or data.n_sets:
+            self.check_partial(data, options)
         return data
+
+    @staticmethod
+    def unknown_label(options: DataOptions) -> str:
+        """``--unknown-label`` (not given: the table's default, ``?``; ``''``: off)."""
+        u = options.unknown_label
+        return default("unknown_label") if u is None else u
+
+    def check_partial(self, data: Any, options: DataOptions) -> None:
+        """A partially labelled file whose sentence admits no tagging consistent with its
+        cells under the label scheme: an InputError naming the file and the line of the cell
+        where the taggings run out (chunking, ner; a plain tagging always admits one)."""
 
     def read_plan(self, path: str, options: DataOptions, labelled: bool = True
                   ) -> tuple[str, str | int | None, tuple[str | int, ...], bool]:
@@ -179,7 +193,11 @@ class SequenceSpec(TaskSpec):
         return X, data.tags
 
     def describe(self, data) -> str:
-        return f"{len(data):,} sentences, {data.n_tokens:,} tokens"
+        partial = ""
+        if getattr(data, "n_unknown", 0) or getattr(data, "n_sets", 0):
+            partial = (f" ({data.n_unknown:,} with an unknown label, {data.n_sets:,} with a "
+                       "set of labels)")
+        return f"{len(data):,} sentences, {data.n_tokens:,} tokens{partial}"
 
     def default_data(self, options: DataOptions, seed: int) -> tuple[Any, Any, Any]:
         from ...synthetic import generate_splits
@@ -245,6 +263,7 @@ class SequenceSpec(TaskSpec):
                 "template_width": f.n_columns if model is not None else None}
 
     def label_counts(self, data) -> dict[str, int] | None:
+        """Tokens per gold label (partial cells not counted)."""
         from collections import Counter
 
         if not data.labelled:
@@ -252,6 +271,8 @@ class SequenceSpec(TaskSpec):
         counts: Counter[str] = Counter()
         for tags in data.tags:
             counts.update(tags)
+        if getattr(data, "n_unknown", 0) or getattr(data, "n_sets", 0):
+            counts = Counter({t: n for t, n in counts.items() if isinstance(t, str)})
         return dict(counts)
 
     def check(self, est, data) -> list[str]:
@@ -270,7 +291,7 @@ class SequenceSpec(TaskSpec):
         X, Y = self.xy(data)
         m = est.metrics(X, Y)
         return [f"{prefix}accuracy: {100 * m['score']:.2f}% ({m['tokens']:,} tokens, "
-                f"{len(data):,} sentences)"]
+                f"{len(data):,} sentences)"] + partial_note(m, prefix, "tokens")
 
     def write(self, path: str, data: Any, predicted: Any, options: DataOptions) -> None:
         from ...io.tagged_writer import write_tagged
@@ -382,6 +403,14 @@ class SequenceSpec(TaskSpec):
         return est.predict(X, fixed=fixed)
 
 
+def partial_note(m: dict, prefix: str, left_out: str) -> list[str]:
+    """The report's line on partially labelled gold data (none when fully labelled)."""
+    if not (m.get("unknown") or m.get("sets")):
+        return []
+    return [f"{prefix}partial labels: {m['unknown']:,} tokens unknown, {m['sets']:,} with a "
+            f"set of labels (their {left_out} not scored)"]
+
+
 def _prob(p: float) -> str:
     """A probability as CRF++ prints it (C++ streams' default: %g, 6 significant digits)."""
     return f"{float(p):.6g}"
@@ -428,7 +457,33 @@ class ChunkingSpec(SequenceSpec):
 
     def report(self, est, data, prefix: str = "") -> list[str]:
         X, Y = self.xy(data)
-        return format_report(est.metrics(X, Y), prefix, self.unit)
+        m = est.metrics(X, Y)
+        return format_report(m, prefix, self.unit) + partial_note(m, prefix, "sentences")
+
+    def check_partial(self, data: Any, options: DataOptions) -> None:
+        from ...errors import InputError
+        from ...io.tagged import token_line
+        from .decoding import scheme_transitions, training_scheme
+        from .partial import (
+            encode_partial,
+            first_infeasible,
+            infeasible_message,
+            label_names,
+            locate,
+        )
+
+        scheme = training_scheme(data.tags, options.label_scheme or "auto")
+        if scheme is None:
+            return
+        labels = sorted(label_names(data.tags))
+        ptr = np.zeros(len(data.tags) + 1, np.int64)
+        np.cumsum([len(t) for t in data.tags], out=ptr[1:])
+        _, ap, ai = encode_partial(data.tags, labels, int(ptr[-1]))
+        q = first_infeasible(ptr, ap, ai, len(labels), scheme_transitions(labels, scheme))
+        if q >= 0:
+            s, t = locate(ptr, q)
+            raise InputError(data.path, token_line(data, s, t),
+                             infeasible_message(data.tags[s], t, scheme))
 
 
 class NERSpec(ChunkingSpec):

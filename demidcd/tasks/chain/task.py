@@ -144,22 +144,33 @@ class SequenceTask(Task):
                 raise ValueError(f"Y must have one tag per token ({n_tok}), got {self.Y.shape}")
             if self.Y.size and (self.Y.min() < -1 or self.Y.max() >= self.K):
                 raise ValueError(f"tag ids must be in [0, {self.K}) (or -1 for an unknown tag)")
-        # −1 marks a gold tag unseen in training: fine for decode/metric (always wrong), but
-        # loss-augmented inference and φ need every gold tag to have weights.
-        self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0)
-        # partially labelled data (:meth:`impute`): the labels each token admits, as a CSR
-        # over tokens (one entry: known; several: a set; none: unknown), or None
-        if allowed is None and getattr(X, "allowed_ptr", None) is not None:
-            allowed = (X.allowed_ptr, X.allowed_idx)
+        # partially labelled data (.partial): the labels each token admits (empty: any), or
+        # None when every token is labelled; Y is then −1 where a token is not fully known
         self.allowed_ptr = self.allowed_idx = None
-        if allowed is not None:
+        self.label_rules = getattr(X, "label_rules", None)  # the taggings consistent with
+        # partial labels obey them (the label scheme's transition rules), or None
+        ap = getattr(X, "allowed_ptr", None)
+        if ap is not None:
+            if self.Y is None:
+                raise ValueError("allowed_ptr given without gold tags")
+            self.allowed_ptr, self.allowed_idx = _csr(ap, X.allowed_idx, self.K, "allowed")
+            if self.allowed_ptr.shape[0] != n_tok + 1:
+                raise ValueError(f"allowed_ptr must have one entry per token + 1 ({n_tok + 1})")
+        # −1 marks a gold tag unseen in training: fine for decode/metric (always wrong), but
+        # loss-augmented inference and φ need every gold tag to have weights (with partial
+        # labels −1 marks a token that is not fully known: the learners read allowed_*)
+        if allowed is not None:  # (given directly, not on X)
             ap, ai = _csr(allowed[0], allowed[1], self.K, "allowed")
             if ap.shape[0] != n_tok + 1:
                 raise ValueError(f"allowed_ptr must have one entry per token + 1 ({n_tok + 1})"
                                  f", got {ap.shape[0]}")
             self.allowed_ptr, self.allowed_idx = ap, ai
-        self.scheme = scheme  # the label scheme's transition constraints imputation obeys
+        if scheme is not None:
+            self.label_rules = scheme
+        self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0
+                                  and self.allowed_ptr is None)
         self._inert: np.ndarray | None = None  # examples that give no records (CCCP's start)
+        self._imputed = False  # Y holds complete targets (with_targets): the SVM may train
         if self.dim >= 2**31:
             raise ValueError("weight vector too large for int32 indices (reduce features)")
 
@@ -287,6 +298,9 @@ class SequenceTask(Task):
                 self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
                 self._gold_array(), ex, augment)
         else:  # partially labelled: Δ of the annotation, φ against the imputed targets
+            if not self._imputed:
+                raise ValueError("partially labelled data: impute the targets first "
+                                 "(with_targets(impute(w)); the SVM learners do, by CCCP)")
             ex, h, delta, margin, ptr, idx, val = partial_augmented_kernel(
                 self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
                 self._gold_array(), self.allowed_ptr, self.allowed_idx, ex, augment)
@@ -412,7 +426,7 @@ class SequenceTask(Task):
         """The most likely consistent tagging of each example under w (the latent step of
         CCCP): argmax_y w·Φ(x_i, y) over the taggings whose every tag is admitted (a known
         token keeps its label, a set token takes one of its set, an unknown one any) and that
-        obey the label scheme (``scheme``); int32 per token of ``examples`` (default all) in
+        obey the label scheme (``label_rules``); int32 per token of ``examples`` (default all) in
         order. Admission is an emission of −∞ for every label not admitted; fully known
         examples are copied, not decoded."""
         ex = np.arange(self.n_examples) if examples is None else self._examples(examples)
@@ -427,7 +441,7 @@ class SequenceTask(Task):
             return out
         from .decoding import kbest_batch
 
-        allowed, first, last = _constraint_arrays(self.scheme, self.K)
+        allowed, first, last = _constraint_arrays(self.label_rules, self.K)
         free = _constraint_arrays(None, self.K)
         ptr = np.zeros(ex.shape[0] + 1, np.int64)
         ptr[1:] = np.cumsum(sp[ex + 1] - sp[ex])
@@ -479,7 +493,7 @@ class SequenceTask(Task):
                                                                      or t.max() >= self.K)):
             raise ValueError("targets must hold one tag id in [0, K) per token")
         out = copy.copy(self)
-        out.Y, out._unknown_gold = t, False
+        out.Y, out._unknown_gold, out._imputed = t, False, True
         out._inert = None if inert is None else np.ascontiguousarray(inert, np.bool_)
         return out
 
