@@ -137,7 +137,7 @@ def test_fully_known_annotation_gives_todays_records_and_model():
     assert part.partial and not plain.partial
     w = rng.normal(size=plain.dim)
     ex = np.arange(plain.n_examples)
-    a, b = plain.loss_augmented(w, ex), part.loss_augmented(w, ex)
+    a, b = plain.loss_augmented(w, ex), part.with_targets(Y).loss_augmented(w, ex)
     for f in ("ex", "hash", "delta", "margin", "ptr", "idx", "val"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
     cfg = SolverConfig(C=0.5, tol=1e-4)

@@ -49,7 +49,20 @@ from .state import DualState, Start, fingerprint
 
 CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
 CCCP_ROUNDS = 50  # convex steps at most
-MIN_ROUND_SECONDS = 0.5  # no convex step is started with less time left
+MIN_ROUND_SECONDS = 2.0  # no convex step is started with less time left, none given less
+FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the labelled examples)
+ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
+# reach the learner's tolerance sooner); a step cut short is followed, once the objective
+# stops decreasing, by a last one to the tolerance in all the time left
+
+
+def convex_view(task: Task) -> Task:
+    """``task`` itself for complete data; for partially labelled data its convex step with the
+    targets imputed under w = 0 (what a measurement of inference, e.g. DEMI-DCD's
+    ``learners="auto"``, times)."""
+    if not getattr(task, "partial", False):
+        return task
+    return task.with_targets(task.impute(np.zeros(task.dim)))
 
 
 def latent_objective(task: Task, w: np.ndarray, C: float, loss: str = "l2",
@@ -130,18 +143,38 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     say(f"partially labelled data: {counts['unknown']:,} unknown and {counts['sets']:,} set "
         f"tokens in {n_part:,} of {task.n_examples:,} examples; CCCP (latent SSVM)")
 
+    clock = [t0]  # the time limit's start: after the first step's set-up (as run_plan's)
+
     def left() -> float | None:
-        return None if limit is None else limit - (time.perf_counter() - t0)
+        return None if limit is None else limit - (time.perf_counter() - clock[0])
 
     since = [kw.pop("since", None)]  # the user's call: the first step's set-up only
+    warm = kw.pop("warm", None)
 
-    def step(task_r: Task, state: DualState | None) -> TrainResult:
-        cfg = config if limit is None else dataclasses.replace(config, time_limit=left())
+    def warm_all() -> None:  # compiled before the clock with the learner's kernels: the
+        if warm is not None:  # caller's, imputation and the set-loss inference
+            warm()
+        task.impute(np.zeros(task.dim), np.flatnonzero(~task.complete_examples())[:1])
+
+    def step(task_r: Task, state: DualState | None, last: bool = False) -> TrainResult:
+        first = clock[0] == t0  # the first convex step: its set-up is outside the limit
+        if limit is None:
+            cfg = config
+        else:  # a share of the time left (the whole of it for the last step)
+            rest = limit if first else max(left() or 0.0, 1e-3)
+            share = 1.0 if last else FIRST_SHARE if first else ROUND_SHARE
+            cfg = dataclasses.replace(config, time_limit=max(share * rest,
+                                                             min(rest, MIN_ROUND_SECONDS)))
+        origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
+        kw["warm"] = warm_all if first else None
         st = Start(w0=w0 if state is None else None, state=state, keep_state=True)
         if state is not None and w0 is not None:
             state.arrays["w0"] = w0
-        return convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
+        res = convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
+        if first:  # the clock started when the step's set-up ended
+            clock[0] = origin + float(res.extra.get("setup_seconds", 0.0))
+        return res
 
     rounds: list[dict] = []
     complete = task.complete_examples()
@@ -150,7 +183,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     history: list[dict] = []
     if complete.any() and n_part:  # the labelled examples alone first
         say(f"cccp: first the {int(complete.sum()):,} fully labelled examples alone")
-        targets = task.impute(np.zeros(task.dim) if w0 is None else w0)
+        targets = np.where(targets < 0, 0, targets)  # (the inert examples': never read)
         res = step(task.with_targets(targets, inert=~complete), None)
         w, state = res.w, res.state
         history += res.history
@@ -159,7 +192,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         w = np.zeros(task.dim) if w0 is None else w0.astype(np.float64)
     best_w, best_obj, best_res = w, np.inf, res
     prev = np.inf
-    reason = "max-rounds"
+    reason, polish = "max-rounds", False
     for r in range(CCCP_ROUNDS + 1):
         obj, task_r = latent_objective(task, w, config.C, config.loss, w0)
         new = task_r.Y
@@ -171,24 +204,28 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             + f", imputed targets changed on {int(changed.sum()):,} examples")
         if obj < best_obj:
             best_w, best_obj, best_res = w, obj, res
-        if res is not None and res.stop_reason in ("time-limit", "interrupted"):
-            reason = res.stop_reason
+        remaining = left()
+        out_of_time = remaining is not None and remaining < MIN_ROUND_SECONDS
+        if res is not None and res.stop_reason == "interrupted":
+            reason = "interrupted"
+            break
+        if polish or out_of_time or r == CCCP_ROUNDS:
+            reason = "converged" if polish else "time-limit" if out_of_time else "max-rounds"
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
-            reason = "converged"
-            break
+            if res is None or res.finished or limit is None:
+                reason = "converged"
+                break
+            polish = True  # its convex step was cut by its share of the time: one more, to
+            # the learner's tolerance in the time left
         prev = obj
-        remaining = left()
-        if r == CCCP_ROUNDS or (remaining is not None and remaining < MIN_ROUND_SECONDS):
-            reason = "max-rounds" if r == CCCP_ROUNDS else "time-limit"
-            break
         if state is not None:
             arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed)
             meta = {k: v for k, v in state.meta.items() if k not in ("pending", "plan")}
             meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
             state = DualState(arrays, meta)
         targets = new
-        res = step(task_r, state)
+        res = step(task_r, state, last=polish)
         w, state = res.w, res.state
         history += res.history
     final = best_res if best_res is not None else res
