@@ -144,8 +144,9 @@ def test_fully_known_annotation_gives_todays_records_and_model():
     r0 = train(plain, "dcd", cfg)
     r1 = train(part, "dcd", cfg)
     np.testing.assert_array_equal(r0.w, r1.w)
-    assert [r["objective"] for r in r1.extra["cccp"]][0] == pytest.approx(
-        primal_objective(plain, r0.w, 0.5)[0])
+    assert r1.extra["partial"] == {"unknown": 0, "sets": 0, "partial_examples": 0}
+    assert latent_objective(part, r1.w, 0.5)[0] == pytest.approx(
+        primal_objective(plain, r0.w, 0.5)[0], rel=1e-12)
 
 
 def test_reexpressed_state_keeps_w_equal_sum_alpha_phi():
@@ -182,19 +183,22 @@ def test_reexpressed_state_keeps_w_equal_sum_alpha_phi():
     assert new.n_examples == task.n_examples
 
 
-@pytest.mark.parametrize("algorithm,threads", [("dcd", 1), ("dcd", 1)])
-def test_cccp_objective_never_increases(algorithm, threads):
+@pytest.mark.parametrize("algorithm,threads,loss", [
+    ("dcd", 1, "l2"), ("dcd", 1, "l1"),
+    pytest.param("demi-dcd", 2, "l2", marks=pytest.mark.slow)])
+def test_cccp_objective_never_increases(algorithm, threads, loss):
     rng = np.random.default_rng(11)
     K, F = 4, 30
     X, Y = random_data(rng, 120, K, F, lens=(2, 7))
     sp = X.sent_ptr
     task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.7, 0.1, sp, range(60, 120)))
-    res = train(task, algorithm, SolverConfig(C=0.5, tol=1e-5), threads=threads)
+    res = train(task, algorithm, SolverConfig(C=0.5, tol=1e-5, loss=loss), threads=threads)
     objs = [r["objective"] for r in res.extra["cccp"]]
     assert len(objs) >= 2
     for a, b in itertools.pairwise(objs):
-        assert b <= a * (1 + 1e-6) + 1e-9
-    assert latent_objective(task, res.w, 0.5)[0] == pytest.approx(min(objs), rel=1e-9)
+        assert b <= a + 1e-4 * abs(a)  # each convex step solved to the tolerance
+    assert objs[-1] < objs[0]
+    assert latent_objective(task, res.w, 0.5, loss)[0] == pytest.approx(min(objs), rel=1e-9)
     assert res.extra["partial"]["partial_examples"] > 0
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import OptionError
 from ..tasks.base import Task
 from .common import TrainResult, primal_objective
-from .state import DualState, Start, fingerprint
+from .state import DualState, Start, fingerprint, state_w
 
 CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
 CCCP_ROUNDS = 50  # convex steps at most
@@ -74,12 +74,15 @@ def latent_objective(task: Task, w: np.ndarray, C: float, loss: str = "l2",
     return primal_objective(task_w, w, C, loss=loss, w0=w0)[0], task_w
 
 
-def reexpress(state: DualState, old: Task, new_targets: np.ndarray,
-              changed: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
+def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.ndarray,
+              l1: bool = False, w0: np.ndarray | None = None
+              ) -> tuple[dict[str, np.ndarray], int]:
     """The state's arrays with every record of a ``changed`` example (bool per example)
     re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
-    new target), records with φ' = 0 dropped; A_i recomputed, ξ̂_i of a changed example 0, every
-    skipping state reset. Returns (arrays, records dropped)."""
+    new target), records with φ' = 0 dropped; A_i recomputed, every skipping state reset and,
+    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. Returns
+    (arrays, records dropped)."""
+    dim = old.dim
     a = state.arrays
     ex, ptr = a["example"], a["phi_ptr"]
     S = ex.shape[0]
@@ -116,8 +119,17 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray,
     out["phi_val"] = v.astype(a["phi_val"].dtype)
     n = out["alpha_sum"].shape[0]
     out["alpha_sum"] = np.bincount(out["example"], weights=out["alpha"], minlength=n)
-    out["xi"] = np.where(changed, 0.0, a["xi"])
     out["ex_pg"] = np.full(n, np.inf)
+    if l1:  # ξ̂_i = max(0, max over the active set of Δ − w·φ') under the new w = w₀ + Σαφ'
+        w = state_w(DualState({k: v for k, v in out.items() if k != "w0"}), dim)
+        if w0 is not None:
+            w += w0
+        m = out["phi_val"] * w[out["phi_idx"].astype(np.int64)]
+        cs = np.concatenate([[0.0], np.cumsum(m)])
+        margin = cs[out["phi_ptr"][1:]] - cs[out["phi_ptr"][:-1]]
+        xi = np.zeros(n)
+        np.maximum.at(xi, out["example"], out["delta"] - margin)
+        out["xi"] = xi
     return out, int(S - keep.sum())
 
 
@@ -181,7 +193,13 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     targets = task.known_targets()
     state: DualState | None = None
     history: list[dict] = []
-    if complete.any() and n_part:  # the labelled examples alone first
+    if n_part == 0:  # every token known: one convex step, today's training exactly
+        res = step(task.with_targets(targets), None)
+        res.extra["partial"] = counts
+        if not keep_state:
+            res.state = None
+        return res
+    if complete.any():  # the labelled examples alone first
         say(f"cccp: first the {int(complete.sum()):,} fully labelled examples alone")
         targets = np.where(targets < 0, 0, targets)  # (the inert examples': never read)
         res = step(task.with_targets(targets, inert=~complete), None)
@@ -220,7 +238,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             # the learner's tolerance in the time left
         prev = obj
         if state is not None:
-            arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed)
+            arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed,
+                                         config.loss == "l1", w0)
             meta = {k: v for k, v in state.meta.items() if k not in ("pending", "plan")}
             meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
             state = DualState(arrays, meta)
