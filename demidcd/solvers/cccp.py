@@ -49,7 +49,8 @@ from .state import DualState, Start, fingerprint, state_w
 
 CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
 CCCP_ROUNDS = 50  # convex steps at most
-MIN_ROUND_SECONDS = 2.0  # no convex step is started with less time left, none given less
+MIN_ROUND_SECONDS = 5.0  # no convex step is started with less time left, none given less
+# (a step of several processes first starts its workers)
 FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the labelled examples)
 ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
 # reach the learner's tolerance sooner); a step cut short is followed, once the objective
@@ -216,7 +217,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         new = task_r.Y
         changed = task.changed_examples(targets, new)
         rounds.append({"round": r, "objective": obj, "changed": int(changed.sum()),
-                       "seconds": time.perf_counter() - t0})
+                       "seconds": time.perf_counter() - clock[0]})
         say(f"cccp round {r}: latent objective {obj:.6g}"
             + (f" ({(obj - prev) / abs(prev):+.2e})" if np.isfinite(prev) else "")
             + f", imputed targets changed on {int(changed.sum()):,} examples")
@@ -250,7 +251,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     final = best_res if best_res is not None else res
     if final is None:  # (no convex step ran: no time)
         final = TrainResult(best_w, False, reason, 0, 0.0)
-    out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - t0,
+    out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - clock[0],
                               history=history, finished=reason == "converged" and final.finished,
                               stop_reason=reason if reason != "converged" else
                               final.stop_reason, extra=dict(final.extra))
