@@ -91,9 +91,8 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     rows = [np.repeat(np.arange(S, dtype=np.int64), lens)]
     cols = [a["phi_idx"].astype(np.int64)]
     vals = [a["phi_val"].astype(np.float64)]
-    sp = old.sent_ptr
     for i in np.unique(ex[changed[ex]]):
-        idx, val, _ = old.phi_delta(int(i), new_targets[sp[i]:sp[i + 1]])
+        idx, val, _ = old.phi_delta(int(i), old.example_target(new_targets, int(i)))
         mine = np.flatnonzero(ex == i)
         rows.append(np.repeat(mine, idx.shape[0]))
         cols.append(np.tile(idx.astype(np.int64), mine.shape[0]))

@@ -480,6 +480,10 @@ class SequenceTask(Task):
         per[np.diff(self.sent_ptr) == 0] = 0
         return per > 0
 
+    def example_target(self, targets: np.ndarray, i: int) -> np.ndarray:
+        """Example i's tagging in per-token ``targets`` (of every example, as :meth:`impute`)."""
+        return targets[self.sent_ptr[i]:self.sent_ptr[i + 1]]
+
     def with_targets(self, targets: np.ndarray, inert: np.ndarray | None = None
                      ) -> SequenceTask:
         """This task with the complete taggings ``targets`` (int32 per token, e.g. from
