@@ -204,6 +204,7 @@ def test_cccp_objective_never_increases(algorithm, threads, loss):
     assert res.extra["partial"]["partial_examples"] > 0
 
 
+@pytest.mark.slow
 def test_partial_beats_dropping_and_recovers_hidden_tags():
     rng = np.random.default_rng(12)
     K, F = 4, 40
