@@ -15,7 +15,10 @@ the convex SSVM with targets ŷ_i and loss Δ_i (the task's :meth:`with_targets`
 (J_t the convex problem; the first inequality because w·Φ(ŷ_i) ≤ max_{h∈H_i} w·Φ(h)), so the
 objective never increases when each convex step is solved (to the learners' tolerance). The
 loop stops when L decreases by less than :data:`CCCP_TOL` (relative), at the time limit or after
-:data:`CCCP_ROUNDS` rounds; the best w met is returned.
+:data:`CCCP_ROUNDS` rounds; the best w met is returned. Under a time limit each step gets a share
+of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`); when the objective stops decreasing
+after a step cut short (inexact steps need not decrease it), the best round's step is resumed
+where it stopped (its own targets and state) in all the time left.
 
 **Start.** Imputing under w = 0 ties every tagging. When some examples are fully labelled the
 first step trains on them alone (the others ``inert``: no records), whose α are α of the full
@@ -53,8 +56,8 @@ MIN_ROUND_SECONDS = 5.0  # no convex step is started with less time left, none g
 # (a step of several processes first starts its workers)
 FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the labelled examples)
 ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
-# reach the learner's tolerance sooner); a step cut short is followed, once the objective
-# stops decreasing, by a last one to the tolerance in all the time left
+# reach the learner's tolerance sooner); once the objective stops decreasing after a step
+# cut short, the best round's step is resumed as it stopped, in all the time left
 
 
 def convex_view(task: Task) -> Task:
@@ -202,13 +205,14 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     if complete.any():  # the labelled examples alone first
         say(f"cccp: first the {int(complete.sum()):,} fully labelled examples alone")
         targets = np.where(targets < 0, 0, targets)  # (the inert examples': never read)
-        res = step(task.with_targets(targets, inert=~complete), None)
+        cur = task.with_targets(targets, inert=~complete)
+        res = step(cur, None)
         w, state = res.w, res.state
         history += res.history
     else:
-        res = None
+        res, cur = None, None
         w = np.zeros(task.dim) if w0 is None else w0.astype(np.float64)
-    best_w, best_obj, best_res = w, np.inf, res
+    best_w, best_obj, best_res, best_task = w, np.inf, res, cur
     prev = np.inf
     reason, polish = "max-rounds", False
     for r in range(CCCP_ROUNDS + 1):
@@ -224,7 +228,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             + f", imputed targets changed on {int(changed.sum()):,} examples (at "
             f"{time.perf_counter() - clock[0]:.1f}s; imputing and the objective {t_obj:.1f}s)")
         if obj < best_obj:
-            best_w, best_obj, best_res = w, obj, res
+            best_w, best_obj, best_res, best_task = w, obj, res, cur
         remaining = left()
         out_of_time = remaining is not None and remaining < MIN_ROUND_SECONDS
         if res is not None and res.stop_reason == "interrupted":
@@ -234,11 +238,19 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             reason = "converged" if polish else "time-limit" if out_of_time else "max-rounds"
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
-            if res is None or res.finished or limit is None:
+            if res is None or res.finished or limit is None or best_res is None \
+                    or best_res.state is None or best_task is None:
                 reason = "converged"
                 break
-            polish = True  # its convex step was cut by its share of the time: one more, to
-            # the learner's tolerance in the time left
+            # the best w's convex step was cut by its share of the time: it goes on (resumed
+            # as it stopped, its targets kept) in the time left, to the learner's tolerance
+            say("cccp: the latent objective stopped decreasing; the best round's convex step "
+                "goes on in the time left")
+            polish, cur = True, best_task
+            res = step(best_task, best_res.state, last=True)
+            w, state = res.w, res.state
+            history += res.history
+            continue
         prev = obj
         if state is not None:
             arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed,
@@ -246,8 +258,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             meta = {k: v for k, v in state.meta.items() if k not in ("pending", "plan")}
             meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
             state = DualState(arrays, meta)
-        targets = new
-        res = step(task_r, state, last=polish)
+        targets, cur = new, task_r
+        res = step(task_r, state)
         w, state = res.w, res.state
         history += res.history
     final = best_res if best_res is not None else res
