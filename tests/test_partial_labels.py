@@ -273,6 +273,12 @@ def test_reading_conllu_cells_and_their_lines(tmp_path):
     from demidcd.io.tagged import token_line
 
     assert [token_line(c, 0, t) for t in range(3)] == [2, 4, 5]
+    feats = [r.split("\t") for r in rows[1:5]]  # FEATS as the labels: "|" is its syntax
+    for f, v in zip(feats, ["A=1", "_", "A=1|B=2", "?"], strict=True):
+        f[5] = v
+    p.write_text("\n".join([rows[0], *map("\t".join, feats), ""]) + "\n")
+    c = read_tagged(p, "conllu", 6, unknown_label="?")
+    assert c.tags == [["A=1", "A=1|B=2", None]] and (c.n_sets, c.n_unknown) == (0, 1)
 
 
 def test_a_set_admitting_no_tagging_is_refused_with_its_line(tmp_path):
@@ -319,6 +325,9 @@ def test_library_fit_with_unknown_and_set_labels():
     assert est.predict(X[:9]) == Y[:9]
     m = est.metrics(X, Yp)
     assert m["unknown"] > 0 and m["sets"] > 0
+    task = est.training_task(X, Yp)  # (the objective of partial data: its CSR, gold -1)
+    assert task.allowed_ptr is not None and task.Y.min() == -1
+    assert est.training_task(X, Y).allowed_ptr is None
     svm = NamedEntityTagger(algorithm="dcd", label_scheme="iob2").fit(X, Yp)  # by CCCP
     assert svm.predict(X[:9]) == Y[:9]
     assert svm.result_.extra["partial"]["partial_examples"] > 0

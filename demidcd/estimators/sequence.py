@@ -16,7 +16,13 @@ from ..errors import DemidcdError, InputTypeError, ModelFileError, OptionError
 from ..io.model import load_model, save_model
 from ..primitives.monitor import PROGRESS_EVERY, timed_step
 from ..tasks.chain.features import DEFAULT_MIN_COUNT, SequenceFeaturizer
-from ..tasks.chain.partial import encode_partial, label_names, partial_counts, partial_seen_pairs
+from ..tasks.chain.partial import (
+    encode_partial,
+    has_partial,
+    label_names,
+    partial_counts,
+    partial_seen_pairs,
+)
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
 from ..tasks.chain.template import DictFeaturizer, TemplateFeaturizer, resolve_template
@@ -197,6 +203,14 @@ class SequenceTagger(StructuredEstimator):
         """The bound task of X (and Y); ``fit``: the training data, whose (feature, label)
         pairs become ``seen_pairs_`` with ``weights="seen"``."""
         enc = self._encode(X) if enc is None else enc
+        if Y is not None and has_partial(Y):  # (objectives of partially labelled data)
+            try:
+                y, enc.allowed_ptr, enc.allowed_idx = encode_partial(Y, self.classes_,
+                                                                     enc.n_tokens)
+                enc.label_rules = self._scheme_rules(getattr(self, "constraint_scheme_", None))
+                return self._bound(enc, y, fit)
+            except ValueError as e:
+                raise OptionError(f"Y: {e} (a label the model does not know)") from None
         return self._bound(enc, self._tag_ids(Y, enc.n_tokens), fit)
 
     def _tag_ids(self, Y: list[list[str]] | None, n_tokens: int) -> np.ndarray | None:
@@ -347,21 +361,13 @@ class SequenceTagger(StructuredEstimator):
         chunkers: a label scheme that reads them)."""
 
     def _check_partial(self, enc, Y: list[list]) -> None:
-        """Partially labelled training data: every sentence must admit a tagging consistent
-        with its cells that obeys the label scheme (:meth:`_constraints`, on whatever
-        ``constraints`` says); else an :class:`~demidcd.errors.PartialLabelError` naming the
-        sentence and token; and the learner must train on it (``crf``)."""
-        from ..errors import PartialLabelError
-        from ..tasks.chain.partial import first_infeasible, infeasible_message, locate
+        """Partially labelled training data (:func:`~demidcd.tasks.chain.partial.
+        check_annotation`: a tagging consistent with every sentence under the label scheme,
+        ``enc.label_rules`` set); the learner must train on it (:func:`partial_learners`)."""
+        from ..tasks.chain.partial import check_annotation
 
         scheme = getattr(self, "constraint_scheme_", None)
-        cons = self._scheme_rules(scheme)
-        q = first_infeasible(enc.sent_ptr, enc.allowed_ptr, enc.allowed_idx,
-                             len(self.classes_), cons)
-        if q >= 0:
-            s, t = locate(enc.sent_ptr, q)
-            raise PartialLabelError(s, t, infeasible_message(Y[s], t, scheme))
-        enc.label_rules = cons
+        check_annotation(enc, Y, len(self.classes_), scheme, self._scheme_rules(scheme))
         takers = partial_learners()
         if self._algorithm() not in takers:
             raise OptionError(f"partially labelled data (unknown or set labels) trains with "
@@ -705,7 +711,7 @@ class SequenceTagger(StructuredEstimator):
         """The bound task for X, Y with this model's features and tags (for objectives)."""
         self._check_fitted("featurizer_")
         X = check_sentences(X, dicts=True)
-        return self._task(X, check_tags(X, Y))
+        return self._task(X, check_tags(X, Y, partial=True))
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:

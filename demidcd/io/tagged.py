@@ -235,18 +235,22 @@ def read_tagged(
     if not corpus.tokens:
         raise InputError(path, None, "no sentences found (empty file?)")
     if labelled and unknown_label:
-        read_partial(corpus, unknown_label)
+        read_partial(corpus, unknown_label, sets=not (fmt == "conllu" and li in _PIPED))
     return corpus
 
 
-def read_partial(corpus: TaggedCorpus, unknown_label: str) -> TaggedCorpus:
+_PIPED = (5, 8, 9)  # CoNLL-U FEATS, DEPS, MISC: "|" is their own syntax, not a set
+
+
+def read_partial(corpus: TaggedCorpus, unknown_label: str, sets: bool = True) -> TaggedCorpus:
     """Turn the partial label cells of ``corpus`` into what the library takes, in place: a
     cell equal to ``unknown_label`` → None (any label), a cell ``A|B|…`` → frozenset({A, B,
     …}) (one label of the set; a set of one label is that label). A cell of a set with an
     empty member or holding the unknown marker is an :class:`InputError` naming its line.
-    Data without such cells is left as it is (the same lists)."""
+    Data without such cells is left as it is (the same lists). ``sets`` False: only the
+    unknown cells (a label column whose values hold ``|`` themselves, CoNLL-U FEATS)."""
     labels = {t for s in corpus.tags for t in s}
-    special = {t for t in labels if t == unknown_label or SET_SEPARATOR in t}
+    special = {t for t in labels if t == unknown_label or (sets and SET_SEPARATOR in t)}
     if not special:
         return corpus
     conv: dict[str, object] = {}

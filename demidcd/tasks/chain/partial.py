@@ -68,6 +68,12 @@ def has_partial(Y: Iterable[Sequence[Any]]) -> bool:
 
 def label_names(Y: Iterable[Sequence[Any]]) -> set[str]:
     """Every label named in ``Y``: the known labels and the members of every set."""
+    try:
+        cells = set(itertools.chain.from_iterable(Y))  # (fully labelled data: just this)
+        if all(isinstance(t, str) for t in cells):
+            return cells
+    except TypeError:  # a mutable set or a list among the cells
+        pass
     out: set[str] = set()
     for s in Y:
         for t in s:
@@ -215,6 +221,21 @@ def infeasible_message(tags: Sequence[Any], t: int, scheme: str | None) -> str:
     return (f"no tagging of this sentence is consistent with its labels and obeys {rule} "
             f"at the cell {shown!r} (e.g. I-X only after B-X or I-X): widen the set or fix the "
             "labels before it")
+
+
+def check_annotation(enc: Any, Y: Sequence[Sequence[Any]], K: int, scheme: str | None,
+                     rules: tuple | None) -> None:
+    """Every sentence of the encoded training data ``enc`` (its allowed_* set) must admit a
+    tagging consistent with its cells ``Y`` that obeys ``rules`` (the ``scheme``'s, or None);
+    else a :class:`~demidcd.errors.PartialLabelError` naming the sentence and token. Sets
+    ``enc.label_rules`` to ``rules``."""
+    from ...errors import PartialLabelError
+
+    q = first_infeasible(enc.sent_ptr, enc.allowed_ptr, enc.allowed_idx, K, rules)
+    if q >= 0:
+        s, t = locate(enc.sent_ptr, q)
+        raise PartialLabelError(s, t, infeasible_message(Y[s], t, scheme))
+    enc.label_rules = rules
 
 
 def partial_seen_pairs(feat_ptr: np.ndarray, feat_idx: np.ndarray, allowed_ptr: np.ndarray,

@@ -482,6 +482,11 @@ class ChunkingSpec(SequenceSpec):
         q = first_infeasible(ptr, ap, ai, len(labels), scheme_transitions(labels, scheme))
         if q >= 0:
             s, t = locate(ptr, q)
+            if data.raw is None and data.fmt == "conllu":  # (multiword lines: the raw ones)
+                from ...io.tagged import read_tagged
+
+                data = read_tagged(data.path, "conllu", data.label_column + 1,
+                                   options.encoding, options.max_sentence_length)
             raise InputError(data.path, token_line(data, s, t),
                              infeasible_message(data.tags[s], t, scheme))
 
