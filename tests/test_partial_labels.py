@@ -328,8 +328,11 @@ def test_library_fit_with_unknown_and_set_labels():
     task = est.training_task(X, Yp)  # (the objective of partial data: its CSR, gold -1)
     assert task.allowed_ptr is not None and task.Y.min() == -1
     assert est.training_task(X, Y).allowed_ptr is None
-    with pytest.raises(OptionError, match="crf"):
-        SequenceTagger(algorithm="dcd").fit(X, Yp)
+    svm = NamedEntityTagger(algorithm="dcd", label_scheme="iob2").fit(X, Yp)  # by CCCP
+    assert svm.predict(X[:9]) == Y[:9]
+    assert svm.result_.extra["partial"]["partial_examples"] > 0
+    with pytest.raises(OptionError, match="crf"):  # a learner without partial labels
+        SequenceTagger(algorithm="perceptron").fit(X, Yp)
 
 
 def test_unseen_transitions_keep_those_a_partial_token_may_take():

@@ -100,6 +100,25 @@ def parts_supported(est: Any) -> bool:
     return getattr(est, "_template", "base") == "base" or est.template is not None
 
 
+BUILTIN_PARTS = False
+"""Whether the built-in features (``template="base"``) set up in parts outside
+:func:`prepare_fit_parts`'s own callers' tests. Off: their parts format every feature string
+of their tokens before the cut-off, so on a million synthetic tokens with 83 tags the set-up
+peaked at 954 MiB (PSS, the whole process tree) in 2 parts against 530 MiB serially, for about
+a tenth of its CPU time (benchmarks/README.md, "Set-up in parts"); templates and feature dicts,
+whose counting scales, take the parts. On once parts merge word types before they format
+features."""
+
+
+def parts_pay(est: Any, kind: str | None = None) -> bool:
+    """Whether a set-up in parts is worth it for ``est`` (:func:`parts_supported`) on tokens
+    of ``kind`` (``"dict"``: feature dicts; None or ``"columns"``: words): a template or feature
+    dicts, or the built-in features where :data:`BUILTIN_PARTS` says so."""
+    if not parts_supported(est):
+        return False
+    return est.template is not None or kind == "dict" or BUILTIN_PARTS
+
+
 def concat_encoded(encs: list[Any]) -> Any:
     """The encodings of consecutive parts as one (same class; pointers offset, values filled
     with 1 where a part has none and another has some)."""

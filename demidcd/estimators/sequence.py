@@ -53,8 +53,13 @@ _WEIGHTS_PARAM = param("weights", str)
 _STATES_PARAM = param("all_possible_states", bool | None, None)
 
 
-PARTIAL_LEARNERS = ("crf",)
-"""The learners that train on partially labelled data (unknown or set labels)."""
+def partial_learners() -> tuple[str, ...]:
+    """The learners that train on partially labelled data (:attr:`~demidcd.solvers.Learner.
+    partial`: the DCD family by CCCP, the CRF by the partial-label likelihood)."""
+    from ..solvers import LEARNERS
+
+    return tuple(k for k, v in LEARNERS.items() if v.partial)
+
 
 CONSTRAINTS_DEFAULT = False
 """Whether chunk and entity taggers obey their label scheme when ``constraints`` is None: off,
@@ -251,7 +256,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         from .parts import (
             PARTS_MIN_TOKENS,
             PartsUnsupported,
-            parts_supported,
+            parts_pay,
             prepare_fit_parts,
             token_slices,
         )
@@ -259,7 +264,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         n = int(self.threads or 1)
         if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
                 not isinstance(Y, list | tuple) or len(X) != len(Y) or \
-                not parts_supported(self):
+                not parts_pay(self, token_kind(X)):
             return None
         cuts = token_slices(X, n, PARTS_MIN_TOKENS)
         if cuts is None:
@@ -371,14 +376,15 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
     def _check_partial(self, enc, Y: list[list]) -> None:
         """Partially labelled training data (:func:`~demidcd.tasks.chain.partial.
         check_annotation`: a tagging consistent with every sentence under the label scheme,
-        ``enc.label_rules`` set); the learner must train on it (:data:`PARTIAL_LEARNERS`)."""
+        ``enc.label_rules`` set); the learner must train on it (:func:`partial_learners`)."""
         from ..tasks.chain.partial import check_annotation
 
         scheme = getattr(self, "constraint_scheme_", None)
         check_annotation(enc, Y, len(self.classes_), scheme, self._scheme_rules(scheme))
-        if self._algorithm() not in PARTIAL_LEARNERS:
+        takers = partial_learners()
+        if self._algorithm() not in takers:
             raise OptionError(f"partially labelled data (unknown or set labels) trains with "
-                              f"--algorithm {' or '.join(PARTIAL_LEARNERS)}; "
+                              f"--algorithm {', '.join(takers)}; "
                               f"{self._algorithm()} needs every token labelled")
 
     def _scheme_rules(self, scheme: str | None) -> tuple | None:

@@ -47,7 +47,9 @@ class Learner:
     loss-augmented inference is compiled for every other learner). ``active_sets``: compile
     the DCD kernels.
     ``resumable``: it takes a :class:`~.state.Start` (a prior w₀, a saved dual state to
-    resume from, keeping the final state; the DCD family).
+    resume from, keeping the final state; the DCD family). ``partial``: how it trains on
+    partially labelled data (a task whose ``partial`` is true): ``"cccp"``, the convex steps
+    of :func:`.cccp.run_cccp`; ``"native"``, as it trains on any data; ``""``: refused.
     """
 
     name: str
@@ -64,6 +66,8 @@ class Learner:
     objective: str = "L2-loss SSVM"
     resumable: bool = False
     needs: tuple[str, ...] = ()
+    partial: str = ""  # partially labelled data: "cccp" (the latent SSVM, .cccp), "native"
+    # (the learner's own objective takes it), "" (refused)
 
     def function(self, what: str | None = None) -> Callable[..., Any]:
         """The function ``what`` ("module:function" of this package) names, imported: by
@@ -91,20 +95,20 @@ def register(learner: Learner) -> Learner:
 _DCD_OBJECTIVE = "L2-loss SSVM (--loss l1: L1-loss)"
 register(Learner("dcd", "dcd:run_dcd", "1-DCD: DCD-SSVM (Chang & Yih 2013, Algorithm 3)",
                  single_process=True, options=("loss",), active_sets=True,
-                 objective=_DCD_OBJECTIVE, resumable=True))
+                 objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))
 register(Learner("dcd-light", "dcd:run_dcd_light", "DCD-Light (Algorithm 2): one update "
                  "per inference", single_process=True, options=("loss",), active_sets=True,
-                 objective=_DCD_OBJECTIVE, resumable=True))
+                 objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))
 register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner process, "
                  "p - 1 inference workers, no barrier (--learners K: K learner processes on "
                  "one shared w)",
                  min_threads=2,
                  options=("learners", "loss", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True,
-                 objective=_DCD_OBJECTIVE, resumable=True))
+                 objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
                  min_threads=2, options=("loss", *_ENGINE), inference=("augmented", "workers"),
-                 active_sets=True, objective=_DCD_OBJECTIVE, resumable=True))
+                 active_sets=True, objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))
 register(Learner("sp-ipm", "sp_ipm:train_sp_ipm", "structured perceptron with iterative "
                  "parameter mixing (McDonald et al. 2010)", min_threads=2,
                  options=("perceptron_epochs_per_round", "mixing", "averaged", "debug", "backend",
@@ -142,6 +146,7 @@ register(Learner("crf", "crf:train_crf", "linear-chain CRF (log loss) by SDCA (-
                           "period", "stop_delta", "stop_window", "stop_eps"),
                  inference=(), warm="crf:compile_kernels", in_process_threads=True,
                  config_fields=("time_limit", "eval_every", "seed"), needs=("marginals",),
+                 partial="native",
                  objective="CRFsuite's -log-likelihood + c1 |w|_1 + c2 |w|^2"))
 
 ALGORITHMS = tuple(LEARNERS)
@@ -398,7 +403,27 @@ def run_plan(task: Task, plan: TrainingPlan, callback: Callback | None = None,
     the plan is checked again; only what depends on the data is: the memory the weights
     need, a start point's dimension and problem, the processes (no more than the examples
     fill, :func:`~.plan.fit_to_examples`) and ``learners="auto"``, measured on ``task``
-    when the plan still says so."""
+    when the plan still says so. Partially labelled data (``task.partial``) is trained by
+    CCCP (:func:`.cccp.run_cccp`) over convex steps run as complete data is, for a learner
+    that takes it (:attr:`Learner.partial`)."""
+    if getattr(task, "partial", False) and plan.learner.partial != "native":
+        if plan.learner.partial != "cccp":
+            takers = ", ".join(k for k, v in LEARNERS.items() if v.partial)
+            raise OptionError(f"--algorithm {plan.algorithm} cannot train on partially "
+                              f"labelled data (unknown or set labels); use one of {takers}")
+        from .cccp import run_cccp
+
+        return run_cccp(task, plan, _run_convex, callback=callback, cpu_log=cpu_log, log=log,
+                        tick=tick, start=start, warm=warm, since=since)
+    return _run_convex(task, plan, callback, cpu_log=cpu_log, log=log, tick=tick, start=start,
+                       warm=warm, since=since)
+
+
+def _run_convex(task: Task, plan: TrainingPlan, callback: Callback | None = None,
+                cpu_log: str | None = None, log: Any = None, tick: Any = None,
+                start: Start | None = None, warm: Callable[[], Any] | None = None,
+                since: float | None = None) -> TrainResult:
+    """:func:`run_plan` on complete data (or one convex step of CCCP)."""
     plan = fit_to_examples(plan, task.n_examples, log)
     learner, threads, config = plan.learner, plan.threads, plan.config
     if plan.note and log is not None:

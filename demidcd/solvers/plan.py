@@ -542,6 +542,9 @@ def decide_learners(plan: TrainingPlan, task: Task,
             "leave one without examples"))
     if plan.learners == "auto":
         from . import compile_notice, warm_up
+        from .cccp import convex_view
+
+        task = convex_view(task)  # partially labelled data: measured as a convex step
 
         # the kernels the measurement times, compiled untimed (and those either choice needs
         # but the workers' float32 inference); the notice stays open for the run's warm-up

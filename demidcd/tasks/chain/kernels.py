@@ -426,6 +426,16 @@ def chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots
     token_emissions(w, K, X, a, n, em)
     if augment != 0:
         _augment(K, gold, a, n, em, augment)
+    return viterbi_emissions(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y,
+                             tmax, order)
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_emissions(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, tmax,
+                      order):
+    """The Viterbi pass of :func:`chain_viterbi` (n ≥ 1) over emissions em[t·K + k] already
+    computed (and augmented by the caller: the loss of partially labelled data, :mod:`.records`);
+    writes the argmax to y[:n] and returns its score."""
     pruned = tmax.shape[0] > 0
     if X.bfeat_ptr.shape[0] == 0:
         if pruned:

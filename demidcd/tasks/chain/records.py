@@ -25,6 +25,7 @@ from .kernels import (
     pruning,
     token_emissions,
     transitions,
+    viterbi_emissions,
 )
 from .pruned_viterbi import PRUNE_FROM_LABELS, PRUNE_FROM_LABELS_AUGMENTED
 
@@ -213,6 +214,104 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
         r_ex[nrec] = i
         r_hash[nrec] = hash_tags(y, n)
         r_delta[nrec] = ham
+        r_margin[nrec] = margin
+        nrec += 1
+        r_ptr[nrec] = pos
+    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
+            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos].copy(),
+            out_val[:pos].copy())
+
+
+@nb.njit(cache=True, nogil=True)
+def _augment_sets(K, allowed_ptr, allowed_idx, a, n, em, scale, keep):
+    """Loss augmentation of partially labelled data: em[t·K + k] += scale for every label k
+    that token a+t does not admit, exactly (admitted entries kept); a token with an empty range
+    (unknown) admits every label and is left as it is. ``keep``: scratch of K."""
+    for t in range(n):
+        p0, p1 = allowed_ptr[a + t], allowed_ptr[a + t + 1]
+        if p1 == p0:
+            continue
+        row = em[t * K:(t + 1) * K]
+        for j in range(p0, p1):
+            keep[j - p0] = row[allowed_idx[j]]
+        for k in range(K):
+            row[k] += scale
+        for j in range(p0, p1):
+            row[allowed_idx[j]] = keep[j - p0]
+
+
+@nb.njit(cache=True, nogil=True)
+def set_loss(allowed_ptr, allowed_idx, a, n, y):
+    """Δ of a tagging y of tokens a..a+n-1 against a partial annotation: the tokens whose
+    (non-empty) admitted set does not hold y_t; an unknown token (empty range) costs 0."""
+    loss = 0
+    for t in range(n):
+        p0, p1 = allowed_ptr[a + t], allowed_ptr[a + t + 1]
+        if p1 == p0:
+            continue
+        hit = False
+        for j in range(p0, p1):
+            if allowed_idx[j] == y[t]:
+                hit = True
+                break
+        if not hit:
+            loss += 1
+    return loss
+
+
+@nb.njit(cache=True, nogil=True)
+def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, examples,
+                             augment=1.0, prune_from=-1):
+    """:func:`loss_augmented_kernel` for partially labelled data (the latent SSVM's convex
+    step): argmax_y w·Φ(x_i, y) + augment·Δ(y) with Δ(y) = :func:`set_loss` (the annotation's
+    loss, which does not depend on the imputed target), and the record's φ = Φ(x_i, ŷ_i) −
+    Φ(x_i, y) against the imputed complete tagging ŷ = ``target`` (consistent: Δ(ŷ) = 0). A
+    record is made for every example whose argmax differs from ŷ, Δ = 0 included (y may differ
+    from ŷ on unknown tokens only: the constraint w·Φ(ŷ) ≥ w·Φ(y) − ξ_i). Same outputs."""
+    n_ex = examples.shape[0]
+    max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
+    tr, trT, start, end = transitions(w, F, K)
+    prune = prune_from
+    if prune < 0:
+        prune = PRUNE_FROM_LABELS if augment == 0 else PRUNE_FROM_LABELS_AUGMENTED
+    tmax, order = pruning(tr, K, prune)
+    keys = np.empty(max(max_keys, 1), np.int64)
+    tmp = np.empty(max(max_keys, 1), np.int64)
+    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
+    counts = np.empty(256, np.int64)
+    keep = np.empty(K, em.dtype)
+    nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
+    r_ex = np.empty(n_ex, np.int64)
+    r_hash = np.empty(n_ex, np.uint64)
+    r_delta = np.empty(n_ex, np.float64)
+    r_margin = np.empty(n_ex, np.float64)
+    r_ptr = np.zeros(n_ex + 1, np.int64)
+    cap = max(1024, 2 * max_keys)
+    out_idx = np.empty(cap, np.int32)
+    out_val = np.empty(cap, np.float64)
+    nrec = 0
+    pos = 0
+    for e in range(n_ex):
+        i = examples[e]
+        a = X.sent_ptr[i]
+        n = X.sent_ptr[i + 1] - a
+        if n == 0:
+            continue
+        token_emissions(w, K, X, a, n, em)
+        if augment != 0:
+            _augment_sets(K, allowed_ptr, allowed_idx, a, n, em, augment, keep)
+        viterbi_emissions(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y,
+                          tmax, order)
+        m, ham = _phi_keys(F, K, X, target, a, n, y, keys, vals)
+        if ham == 0:
+            continue
+        out_idx, out_val, cap = grow(out_idx, out_val, pos, m, cap)
+        pos, margin = phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
+                                 pos)
+        r_ex[nrec] = i
+        r_hash[nrec] = hash_tags(y, n)
+        r_delta[nrec] = set_loss(allowed_ptr, allowed_idx, a, n, y)
         r_margin[nrec] = margin
         nrec += 1
         r_ptr[nrec] = pos

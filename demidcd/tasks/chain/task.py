@@ -19,6 +19,7 @@ from .records import (
     decode_kernel,
     inference_parts,
     loss_augmented_kernel,
+    partial_augmented_kernel,
     phi_kernel,
 )
 
@@ -99,7 +100,9 @@ class SequenceTask(Task):
     # bytes of float64 and twice the SIMD lanes (building φ is unchanged; benchmarks/README.md)
 
     def __init__(self, X: EncodedSequences, Y: np.ndarray | None, n_tags: int, n_obs: int,
-                 n_bigram_obs: int = 0, pairs: tuple[np.ndarray, np.ndarray] | None = None):
+                 n_bigram_obs: int = 0, pairs: tuple[np.ndarray, np.ndarray] | None = None,
+                 allowed: tuple[np.ndarray, np.ndarray] | None = None,
+                 scheme: tuple | None = None):
         self.sent_ptr = np.ascontiguousarray(X.sent_ptr, np.int64)
         self.K = int(n_tags)
         self.F = int(n_obs)
@@ -156,8 +159,18 @@ class SequenceTask(Task):
         # −1 marks a gold tag unseen in training: fine for decode/metric (always wrong), but
         # loss-augmented inference and φ need every gold tag to have weights (with partial
         # labels −1 marks a token that is not fully known: the learners read allowed_*)
+        if allowed is not None:  # (given directly, not on X)
+            ap, ai = _csr(allowed[0], allowed[1], self.K, "allowed")
+            if ap.shape[0] != n_tok + 1:
+                raise ValueError(f"allowed_ptr must have one entry per token + 1 ({n_tok + 1})"
+                                 f", got {ap.shape[0]}")
+            self.allowed_ptr, self.allowed_idx = ap, ai
+        if scheme is not None:
+            self.label_rules = scheme
         self._unknown_gold = bool(self.Y is not None and self.Y.size and self.Y.min() < 0
                                   and self.allowed_ptr is None)
+        self._inert: np.ndarray | None = None  # examples that give no records (CCCP's start)
+        self._imputed = False  # Y holds complete targets (with_targets): the SVM may train
         if self.dim >= 2**31:
             raise ValueError("weight vector too large for int32 indices (reduce features)")
 
@@ -277,10 +290,20 @@ class SequenceTask(Task):
         return starts, lens
 
     def _records(self, w: np.ndarray, examples: np.ndarray, augment: float) -> RecordBatch:
-        ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
-            self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
-            self._gold_array(),
-            self._examples(examples), augment)
+        ex = self._examples(examples)
+        if self._inert is not None:
+            ex = ex[~self._inert[ex]]
+        if self.allowed_ptr is None:
+            ex, h, delta, margin, ptr, idx, val = loss_augmented_kernel(
+                self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
+                self._gold_array(), ex, augment)
+        else:  # partially labelled: Δ of the annotation, φ against the imputed targets
+            if not self._imputed:
+                raise ValueError("partially labelled data: impute the targets first "
+                                 "(with_targets(impute(w)); the SVM learners do, by CCCP)")
+            ex, h, delta, margin, ptr, idx, val = partial_augmented_kernel(
+                self._w(w, float32_ok=True), self.u_rows, self.K, self.G, self.chain,
+                self._gold_array(), self.allowed_ptr, self.allowed_idx, ex, augment)
         return RecordBatch(ex, h.view(np.int64), delta, margin, ptr,
                            idx.astype(INDEX_DTYPE, copy=False), val.astype(VALUE_DTYPE, copy=False))
 
@@ -361,6 +384,122 @@ class SequenceTask(Task):
                 v = 1.0 if self.bfeat_val is None else self.bfeat_val[q]
                 s += float((v * w[self.bigram_base + g * K * K + y[t - 1] * K + y[t]]).sum())
         return s
+
+    # -- partially labelled data (the latent SSVM of solvers.cccp) ----------------------------
+    @property
+    def partial(self) -> bool:
+        """Whether some token's label is unknown or a set (the targets are then imputed)."""
+        return self.allowed_ptr is not None
+
+    def partial_counts(self) -> dict[str, int]:
+        """Tokens whose label is unknown, tokens whose label is a set of two or more, and
+        examples with any such token (all 0 for fully labelled data)."""
+        if self.allowed_ptr is None:
+            return {"unknown": 0, "sets": 0, "partial_examples": 0}
+        lens = np.diff(self.allowed_ptr)
+        return {"unknown": int(np.count_nonzero(lens == 0)),
+                "sets": int(np.count_nonzero(lens > 1)),
+                "partial_examples": int(np.count_nonzero(~self.complete_examples()))}
+
+    def complete_examples(self) -> np.ndarray:
+        """bool per example: every token's label is known (one admitted label)."""
+        n = self.n_examples
+        if self.allowed_ptr is None:
+            return np.ones(n, np.bool_)
+        bad = (np.diff(self.allowed_ptr) != 1).astype(np.int64)
+        per = np.add.reduceat(bad, np.minimum(self.sent_ptr[:-1], bad.size - 1)) if bad.size \
+            else np.zeros(n, np.int64)
+        per[np.diff(self.sent_ptr) == 0] = 0  # (reduceat of an empty range reads one entry)
+        return per == 0
+
+    def known_targets(self) -> np.ndarray:
+        """int32 per token: its label where known (one admitted label), else −1."""
+        if self.allowed_ptr is None:
+            return self._gold_array().copy()
+        lens = np.diff(self.allowed_ptr)
+        out = np.full(lens.shape[0], -1, np.int32)
+        one = lens == 1
+        out[one] = self.allowed_idx[self.allowed_ptr[:-1][one]]
+        return out
+
+    def impute(self, w: np.ndarray, examples: np.ndarray | None = None) -> np.ndarray:
+        """The most likely consistent tagging of each example under w (the latent step of
+        CCCP): argmax_y w·Φ(x_i, y) over the taggings whose every tag is admitted (a known
+        token keeps its label, a set token takes one of its set, an unknown one any) and that
+        obey the label scheme (``label_rules``); int32 per token of ``examples`` (default all) in
+        order. Admission is an emission of −∞ for every label not admitted; fully known
+        examples are copied, not decoded."""
+        ex = np.arange(self.n_examples) if examples is None else self._examples(examples)
+        known = self.known_targets()
+        sp = self.sent_ptr
+        out = np.concatenate([known[sp[i]:sp[i + 1]] for i in ex]) if ex.size else \
+            np.zeros(0, np.int32)
+        if self.allowed_ptr is None:
+            return out
+        todo = ex[~self.complete_examples()[ex]]
+        if todo.size == 0:
+            return out
+        from .decoding import kbest_batch
+
+        allowed, first, last = _constraint_arrays(self.label_rules, self.K)
+        free = _constraint_arrays(None, self.K)
+        ptr = np.zeros(ex.shape[0] + 1, np.int64)
+        ptr[1:] = np.cumsum(sp[ex + 1] - sp[ex])
+        where = dict(zip(ex.tolist(), ptr[:-1].tolist(), strict=True))
+        ap, ai, K = self.allowed_ptr, self.allowed_idx, self.K
+        for e0, sc, _ in self._scored_batches(w, todo, None):
+            n_b = int(sc.sent_ptr[-1])
+            toks = np.concatenate([np.arange(sp[i], sp[i + 1]) for i in
+                                   todo[e0:e0 + sc.sent_ptr.shape[0] - 1]])
+            lens = ap[toks + 1] - ap[toks]
+            pen = np.where(np.repeat(lens > 0, K), -np.inf, 0.0).reshape(n_b, K)
+            rows = np.repeat(np.arange(n_b), lens)
+            cols = ai[np.concatenate([np.arange(ap[q], ap[q + 1]) for q in toks[lens > 0]])
+                      ] if np.any(lens) else np.zeros(0, np.int32)
+            pen[rows, cols] = 0.0
+            em = sc.em + pen.reshape(-1)
+            tags, _, counts = kbest_batch(em, sc.sent_ptr, K, sc.tr, sc.start, sc.end,
+                                          sc.pos_tr, sc.pos_index, np.zeros(0, np.int32),
+                                          allowed, first, last, 1)
+            if np.any(counts == 0):  # no tagging obeys the scheme: the admitted labels win
+                tags, _, counts = kbest_batch(em, sc.sent_ptr, K, sc.tr, sc.start, sc.end,
+                                              sc.pos_tr, sc.pos_index, np.zeros(0, np.int32),
+                                              *free, 1)
+            bsp = sc.sent_ptr
+            for j in range(bsp.shape[0] - 1):
+                i = int(todo[e0 + j])
+                out[where[i]:where[i] + int(bsp[j + 1] - bsp[j])] = tags[bsp[j]:bsp[j + 1]]
+        return out
+
+    def changed_examples(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """bool per example: whether the per-token targets ``old`` and ``new`` differ on it."""
+        diff = (np.asarray(old) != np.asarray(new)).astype(np.int64)
+        if diff.size == 0:
+            return np.zeros(self.n_examples, np.bool_)
+        per = np.add.reduceat(diff, np.minimum(self.sent_ptr[:-1], diff.size - 1))
+        per[np.diff(self.sent_ptr) == 0] = 0
+        return per > 0
+
+    def example_target(self, targets: np.ndarray, i: int) -> np.ndarray:
+        """Example i's tagging in per-token ``targets`` (of every example, as :meth:`impute`)."""
+        return targets[self.sent_ptr[i]:self.sent_ptr[i + 1]]
+
+    def with_targets(self, targets: np.ndarray, inert: np.ndarray | None = None
+                     ) -> SequenceTask:
+        """This task with the complete taggings ``targets`` (int32 per token, e.g. from
+        :meth:`impute`) as its gold tags: φ is taken against them, Δ stays the annotation's.
+        ``inert`` (bool per example): examples that give no records (the labelled examples'
+        problem alone, CCCP's first step); the arrays are shared, not copied."""
+        import copy
+
+        t = np.ascontiguousarray(targets, np.int32)
+        if t.shape != (self.feat_ptr.shape[0] - 1,) or (t.size and (t.min() < 0
+                                                                     or t.max() >= self.K)):
+            raise ValueError("targets must hold one tag id in [0, K) per token")
+        out = copy.copy(self)
+        out.Y, out._unknown_gold, out._imputed = t, False, True
+        out._inert = None if inert is None else np.ascontiguousarray(inert, np.bool_)
+        return out
 
     # -- k best, constrained decoding, confidence (the kernels of .decoding) -------------------
     def chain_scores(self, w: np.ndarray, examples: np.ndarray) -> ChainScores:

@@ -1,0 +1,278 @@
+"""Training the SSVM learners from partially labelled data: the latent structural SVM
+(Yu & Joachims, ICML 2009) by the concave-convex procedure (CCCP), as the SDM paper's ramp loss.
+
+A partially labelled example i admits a set of taggings H_i (every token's label known, one of
+a set, or unknown, and the label scheme obeyed); its loss Δ_i(y) counts the tokens whose
+admitted labels do not hold y_t (an unknown token costs 0; Δ_i(h) = 0 for h ∈ H_i). The latent
+objective (L2 loss; the L1 loss sums ξ_i)
+
+    L(w) = ½‖w − w₀‖² + C Σ_i ξ_i²,   ξ_i = max_y [w·Φ(x_i, y) + Δ_i(y)] − max_{h∈H_i} w·Φ(x_i, h)
+
+is a convex function minus a convex one. CCCP linearises the concave part at w_t: impute
+ŷ_i = argmax_{h∈H_i} w_t·Φ(x_i, h) (the task's :meth:`impute`, constrained Viterbi), then solve
+the convex SSVM with targets ŷ_i and loss Δ_i (the task's :meth:`with_targets`) with the engine
+(any DCD learner, on any number of processes). Then L(w_{t+1}) ≤ J_t(w_{t+1}) ≤ J_t(w_t) = L(w_t)
+(J_t the convex problem; the first inequality because w·Φ(ŷ_i) ≤ max_{h∈H_i} w·Φ(h)), so the
+objective never increases when each convex step is solved (to the learners' tolerance). The
+loop stops when L decreases by less than :data:`CCCP_TOL` (relative), at the time limit or after
+:data:`CCCP_ROUNDS` rounds; the best w met is returned. Under a time limit each step gets a share
+of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`); when the objective stops decreasing
+after a step cut short (inexact steps need not decrease it), the best round's step is resumed
+where it stopped (its own targets and state) in all the time left.
+
+**Start.** Imputing under w = 0 ties every tagging. When some examples are fully labelled the
+first step trains on them alone (the others ``inert``: no records), whose α are α of the full
+problem (zero on the partial examples); otherwise it imputes under w₀ (0: the first admitted
+label wins ties).
+
+**Warm start, α carried over.** A dual variable α_{i,y} of the convex step is the record
+(i, y, Δ_i(y), φ = Φ(x_i, ŷ_i) − Φ(x_i, y)). Δ_i(y) depends on the annotation only, so when the
+target of example i moves from ŷ to ŷ', each of its records stays valid once re-expressed:
+φ' = Φ(ŷ') − Φ(y) = φ − d_i with d_i = Φ(ŷ) − Φ(ŷ') (the old task's φ of ŷ'). α, A_i = Σ_y α_{i,y}
+and Δ are unchanged, so α stays dual feasible, and the learner rebuilds w = w₀ + Σ α φ' from
+the re-expressed state (:meth:`~.activeset.ActiveSets.restore`): w moves by −Σ_i A_i d_i, which is
+exactly the w of the same α under the new targets (w = w₀ + Σαφ holds by construction, not by
+carrying the old w). A record whose y is the new target (φ' = 0, Δ = 0) is dropped with its α.
+Every example's skipping state is reset (w changed), so the first pass is a full one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import OptionError
+from ..tasks.base import Task
+from .common import TrainResult, primal_objective
+from .state import DualState, Start, fingerprint, state_w
+
+CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
+CCCP_ROUNDS = 50  # convex steps at most
+MIN_ROUND_SECONDS = 5.0  # no convex step is started with less time left, none given less
+# (a step of several processes first starts its workers)
+FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the labelled examples)
+ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
+# reach the learner's tolerance sooner); once the objective stops decreasing after a step
+# cut short, the best round's step is resumed as it stopped, in all the time left
+
+
+def convex_view(task: Task) -> Task:
+    """``task`` itself for complete data; for partially labelled data its convex step with the
+    targets imputed under w = 0 (what a measurement of inference, e.g. DEMI-DCD's
+    ``learners="auto"``, times)."""
+    if not getattr(task, "partial", False):
+        return task
+    return task.with_targets(task.impute(np.zeros(task.dim)))
+
+
+def latent_objective(task: Task, w: np.ndarray, C: float, loss: str = "l2",
+                     w0: np.ndarray | None = None) -> tuple[float, Task]:
+    """(L(w), the convex step's task at w): the targets imputed under w, then the primal of
+    that convex problem at w (:func:`~.common.primal_objective`), which is L(w) because the
+    imputed ŷ_i attains max_{h∈H_i} w·Φ(h)."""
+    task_w = task.with_targets(task.impute(w))
+    return primal_objective(task_w, w, C, loss=loss, w0=w0)[0], task_w
+
+
+def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.ndarray,
+              l1: bool = False, w0: np.ndarray | None = None
+              ) -> tuple[dict[str, np.ndarray], int]:
+    """The state's arrays with every record of a ``changed`` example (bool per example)
+    re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
+    new target), records with φ' = 0 dropped; A_i recomputed, every skipping state reset and,
+    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. Returns
+    (arrays, records dropped)."""
+    dim = old.dim
+    a = state.arrays
+    ex, ptr = a["example"], a["phi_ptr"]
+    S = ex.shape[0]
+    lens = np.diff(ptr)
+    rows = [np.repeat(np.arange(S, dtype=np.int64), lens)]
+    cols = [a["phi_idx"].astype(np.int64)]
+    vals = [a["phi_val"].astype(np.float64)]
+    for i in np.unique(ex[changed[ex]]):
+        idx, val, _ = old.phi_delta(int(i), old.example_target(new_targets, int(i)))
+        mine = np.flatnonzero(ex == i)
+        rows.append(np.repeat(mine, idx.shape[0]))
+        cols.append(np.tile(idx.astype(np.int64), mine.shape[0]))
+        vals.append(-np.tile(val.astype(np.float64), mine.shape[0]))
+    r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
+    order = np.lexsort((c, r))
+    r, c, v = r[order], c[order], v[order]
+    first = np.ones(r.shape[0], np.bool_)
+    first[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    starts = np.flatnonzero(first)
+    r, c = r[starts], c[starts]
+    v = np.add.reduceat(v, starts) if v.size else v
+    nz = np.abs(v) > 1e-12
+    r, c, v = r[nz], c[nz], v[nz]
+    count = np.bincount(r, minlength=S)
+    keep = count > 0
+    # a record with φ' = 0 is the new target itself (Δ = 0): dropped, with its α
+    out = dict(a)
+    out.pop("pending_order", None)
+    for k in ("example", "hash", "delta", "alpha"):
+        out[k] = a[k][keep]
+    out["phi_ptr"] = np.concatenate([[0], np.cumsum(count[keep])]).astype(np.int64)
+    out["phi_idx"] = c.astype(a["phi_idx"].dtype)
+    out["phi_val"] = v.astype(a["phi_val"].dtype)
+    n = out["alpha_sum"].shape[0]
+    out["alpha_sum"] = np.bincount(out["example"], weights=out["alpha"], minlength=n)
+    out["ex_pg"] = np.full(n, np.inf)
+    if l1:  # ξ̂_i = max(0, max over the active set of Δ − w·φ') under the new w = w₀ + Σαφ'
+        w = state_w(DualState({k: v for k, v in out.items() if k != "w0"}), dim)
+        if w0 is not None:
+            w += w0
+        m = out["phi_val"] * w[out["phi_idx"].astype(np.int64)]
+        cs = np.concatenate([[0.0], np.cumsum(m)])
+        margin = cs[out["phi_ptr"][1:]] - cs[out["phi_ptr"][:-1]]
+        xi = np.zeros(n)
+        np.maximum.at(xi, out["example"], out["delta"] - margin)
+        out["xi"] = xi
+    return out, int(S - keep.sum())
+
+
+def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any = None,
+             start: Start | None = None, **kw: Any) -> TrainResult:
+    """Train the latent SSVM of partially labelled ``task`` (see the module docstring):
+    ``convex(task, plan, start=…, log=…, **kw)`` solves one convex step (the engine's
+    :func:`~demidcd.solvers.run_plan` for complete data); ``plan`` is the run's checked plan,
+    whose time limit covers every round. Each round's latent objective is logged and kept in
+    ``result.extra["cccp"]``; the counts of unknown and set tokens in
+    ``result.extra["partial"]``."""
+    if start is not None and start.state is not None:
+        raise OptionError("--resume: partially labelled data is trained by CCCP, whose "
+                          "targets change between rounds; start it again (--init works)")
+    config = plan.config
+    say = log if log is not None else (lambda _m: None)
+    w0 = start.w0 if start is not None else None
+    keep_state = bool(start and start.keep_state)
+    t0 = time.perf_counter()
+    limit = config.time_limit
+    counts = task.partial_counts()
+    n_part = counts["partial_examples"]
+    say(f"partially labelled data: {counts['unknown']:,} unknown and {counts['sets']:,} set "
+        f"tokens in {n_part:,} of {task.n_examples:,} examples; CCCP (latent SSVM)")
+
+    clock = [t0]  # the time limit's start: after the first step's set-up (as run_plan's)
+
+    def left() -> float | None:
+        return None if limit is None else limit - (time.perf_counter() - clock[0])
+
+    since = [kw.pop("since", None)]  # the user's call: the first step's set-up only
+    warm = kw.pop("warm", None)
+
+    def warm_all() -> None:  # compiled before the clock with the learner's kernels: the
+        if warm is not None:  # caller's, imputation and the set-loss inference
+            warm()
+        task.impute(np.zeros(task.dim), np.flatnonzero(~task.complete_examples())[:1])
+
+    def step(task_r: Task, state: DualState | None, last: bool = False) -> TrainResult:
+        first = clock[0] == t0  # the first convex step: its set-up is outside the limit
+        if limit is None:
+            cfg = config
+        else:  # a share of the time left (the whole of it for the last step)
+            rest = limit if first else max(left() or 0.0, 1e-3)
+            share = 1.0 if last else FIRST_SHARE if first else ROUND_SHARE
+            cfg = dataclasses.replace(config, time_limit=max(share * rest,
+                                                             min(rest, MIN_ROUND_SECONDS)))
+        origin = since[0] if since[0] is not None else time.perf_counter()
+        kw["since"], since[0] = since[0], None
+        kw["warm"] = warm_all if first else None
+        st = Start(w0=w0 if state is None else None, state=state, keep_state=True)
+        if state is not None and w0 is not None:
+            state.arrays["w0"] = w0
+        res = convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
+        if first:  # the clock started when the step's set-up ended
+            clock[0] = origin + float(res.extra.get("setup_seconds", 0.0))
+        return res
+
+    rounds: list[dict] = []
+    complete = task.complete_examples()
+    targets = task.known_targets()
+    state: DualState | None = None
+    history: list[dict] = []
+    if n_part == 0:  # every token known: one convex step, today's training exactly
+        res = step(task.with_targets(targets), None)
+        res.extra["partial"] = counts
+        if not keep_state:
+            res.state = None
+        return res
+    if complete.any():  # the labelled examples alone first
+        say(f"cccp: first the {int(complete.sum()):,} fully labelled examples alone")
+        targets = np.where(targets < 0, 0, targets)  # (the inert examples': never read)
+        cur = task.with_targets(targets, inert=~complete)
+        res = step(cur, None)
+        w, state = res.w, res.state
+        history += res.history
+    else:
+        res, cur = None, None
+        w = np.zeros(task.dim) if w0 is None else w0.astype(np.float64)
+    best_w, best_obj, best_res, best_task = w, np.inf, res, cur
+    prev = np.inf
+    reason, polish = "max-rounds", False
+    for r in range(CCCP_ROUNDS + 1):
+        t_obj = time.perf_counter()
+        obj, task_r = latent_objective(task, w, config.C, config.loss, w0)
+        t_obj = time.perf_counter() - t_obj
+        new = task_r.Y
+        changed = task.changed_examples(targets, new)
+        rounds.append({"round": r, "objective": obj, "changed": int(changed.sum()),
+                       "seconds": time.perf_counter() - clock[0], "objective_seconds": t_obj})
+        say(f"cccp round {r}: latent objective {obj:.6g}"
+            + (f" ({(obj - prev) / abs(prev):+.2e})" if np.isfinite(prev) else "")
+            + f", imputed targets changed on {int(changed.sum()):,} examples (at "
+            f"{time.perf_counter() - clock[0]:.1f}s; imputing and the objective {t_obj:.1f}s)")
+        if obj < best_obj:
+            best_w, best_obj, best_res, best_task = w, obj, res, cur
+        remaining = left()
+        out_of_time = remaining is not None and remaining < MIN_ROUND_SECONDS
+        if res is not None and res.stop_reason == "interrupted":
+            reason = "interrupted"
+            break
+        if polish or out_of_time or r == CCCP_ROUNDS:
+            reason = "converged" if polish else "time-limit" if out_of_time else "max-rounds"
+            break
+        if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
+            if res is None or res.finished or limit is None or best_res is None \
+                    or best_res.state is None or best_task is None:
+                reason = "converged"
+                break
+            # the best w's convex step was cut by its share of the time: it goes on (resumed
+            # as it stopped, its targets kept) in the time left, to the learner's tolerance
+            say("cccp: the latent objective stopped decreasing; the best round's convex step "
+                "goes on in the time left")
+            polish, cur = True, best_task
+            res = step(best_task, best_res.state, last=True)
+            w, state = res.w, res.state
+            history += res.history
+            continue
+        prev = obj
+        if state is not None:
+            arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed,
+                                         config.loss == "l1", w0)
+            meta = {k: v for k, v in state.meta.items() if k not in ("pending", "plan")}
+            meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
+            state = DualState(arrays, meta)
+        targets, cur = new, task_r
+        res = step(task_r, state)
+        w, state = res.w, res.state
+        history += res.history
+    final = best_res if best_res is not None else res
+    if final is None:  # (no convex step ran: no time)
+        final = TrainResult(best_w, False, reason, 0, 0.0)
+    out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - clock[0],
+                              history=history, finished=reason == "converged" and final.finished,
+                              stop_reason=reason if reason != "converged" else
+                              final.stop_reason, extra=dict(final.extra))
+    out.extra["cccp"] = rounds
+    out.extra["partial"] = counts
+    if not keep_state:
+        out.state = None
+    say(f"cccp: {len(rounds) - 1} rounds, best latent objective {best_obj:.6g}, stopped: "
+        f"{reason}")
+    return out

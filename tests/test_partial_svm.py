@@ -1,0 +1,235 @@
+"""The SVM learners on partially labelled chain data: the latent SSVM by CCCP
+(demidcd.solvers.cccp) over the task's imputation and set loss (SequenceTask.impute,
+records.partial_augmented_kernel), checked against brute-force enumeration on tiny chains."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from demidcd.errors import OptionError
+from demidcd.solvers import train
+from demidcd.solvers.cccp import latent_objective, reexpress
+from demidcd.solvers.common import SolverConfig, primal_objective
+from demidcd.solvers.state import state_w
+from demidcd.tasks.chain.decoding import scheme_transitions
+from demidcd.tasks.chain.features import EncodedSequences
+from demidcd.tasks.chain.task import SequenceTask
+
+
+def random_data(rng, n_sent, K, F, lens=(1, 5), feats=3, bigram=0):
+    """(EncodedSequences, gold tags): random binary features; gold from a hidden w, so that
+    the data is learnable."""
+    L = rng.integers(lens[0], lens[1] + 1, n_sent)
+    sent_ptr = np.concatenate([[0], np.cumsum(L)]).astype(np.int64)
+    n = int(sent_ptr[-1])
+    idx = [np.sort(rng.choice(F, feats, replace=False)) for _ in range(n)]
+    feat_ptr = np.arange(n + 1, dtype=np.int64) * feats
+    feat_idx = np.concatenate(idx).astype(np.int32)
+    hidden = rng.normal(size=(F, K))
+    Y = np.array([int(np.argmax(hidden[f].sum(0))) for f in idx], np.int32)
+    bp = bi = None
+    if bigram:
+        bp = np.arange(n + 1, dtype=np.int64)
+        bi = rng.integers(0, bigram, n).astype(np.int32)
+    return EncodedSequences(sent_ptr, feat_ptr, feat_idx, None, bp, bi), Y
+
+
+def hide(rng, Y, K, p_unknown, p_set, sent_ptr=None, sentences=None):
+    """allowed CSR: each token known, unknown (p_unknown) or a set of 2-3 holding the gold
+    tag (p_set); ``sentences``: only those sentences lose labels."""
+    ptr, idx = [0], []
+    hideable = np.ones(Y.shape[0], bool)
+    if sentences is not None:
+        hideable[:] = False
+        for s in sentences:
+            hideable[sent_ptr[s]:sent_ptr[s + 1]] = True
+    for t, g in enumerate(Y):
+        u = rng.random()
+        if hideable[t] and u < p_unknown:
+            pass
+        elif hideable[t] and u < p_unknown + p_set and K > 2:
+            others = rng.choice([k for k in range(K) if k != g], rng.integers(1, 3),
+                                replace=False)
+            idx += sorted([int(g), *map(int, others)])
+        else:
+            idx.append(int(g))
+        ptr.append(len(idx))
+    return np.array(ptr, np.int64), np.array(idx, np.int32)
+
+
+def partial_task(X, Y, K, F, allowed, G=0, scheme=None):
+    lens = np.diff(allowed[0])
+    Yp = np.where(lens == 1, Y, -1).astype(np.int32)
+    return SequenceTask(X, Yp, K, F, n_bigram_obs=G, allowed=allowed, scheme=scheme)
+
+
+def admitted(task, i, y):
+    ap, ai = task.allowed_ptr, task.allowed_idx
+    a = task.sent_ptr[i]
+    return all(ap[a + t] == ap[a + t + 1] or y[t] in ai[ap[a + t]:ap[a + t + 1]]
+               for t in range(len(y)))
+
+
+def set_loss(task, i, y):
+    ap, ai = task.allowed_ptr, task.allowed_idx
+    a = task.sent_ptr[i]
+    return sum(ap[a + t] != ap[a + t + 1] and y[t] not in ai[ap[a + t]:ap[a + t + 1]]
+               for t in range(len(y)))
+
+
+@pytest.mark.parametrize("seed,G", [(0, 0), (1, 0), (2, 3), (3, 0)])
+def test_impute_and_records_equal_enumeration(seed, G):
+    rng = np.random.default_rng(seed)
+    K, F = 3, 8
+    X, Y = random_data(rng, 12, K, F, bigram=G)
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.4, 0.3), G=G)
+    w = rng.normal(size=task.dim)
+    targets = task.impute(w)
+    full = task.with_targets(targets)
+    b = full.loss_augmented(w, np.arange(task.n_examples))
+    got = {int(i): (float(d), float(m)) for i, d, m in zip(b.ex, b.delta, b.margin,
+                                                            strict=True)}
+    sp = task.sent_ptr
+    for i in range(task.n_examples):
+        n = int(sp[i + 1] - sp[i])
+        ys = [np.array(y, np.int32) for y in itertools.product(range(K), repeat=n)]
+        ok = [y for y in ys if admitted(task, i, y)]
+        best = max(task.score(w, i, y) for y in ok)
+        t_i = targets[sp[i]:sp[i + 1]]
+        assert admitted(task, i, t_i)
+        assert task.score(w, i, t_i) == pytest.approx(best, abs=1e-9)
+        aug = max(task.score(w, i, y) + set_loss(task, i, y) for y in ys)
+        s_t = task.score(w, i, t_i)
+        if i in got:  # Δ − margin = the violation ξ_i, margin = w·Φ(ŷ) − w·Φ(y)
+            d, m = got[i]
+            assert d - m == pytest.approx(aug - s_t, abs=1e-9)
+        else:  # the argmax is the target itself
+            assert aug == pytest.approx(s_t, abs=1e-9)
+
+
+def test_impute_obeys_the_scheme():
+    rng = np.random.default_rng(5)
+    labels = ["B-A", "I-A", "O"]
+    K, F = 3, 6
+    X, Y = random_data(rng, 10, K, F)
+    allowed = hide(rng, Y, K, 1.0, 0.0)  # every token unknown
+    cons = tuple(np.asarray(a) for a in scheme_transitions(labels, "iob2"))
+    task = partial_task(X, Y, K, F, allowed, scheme=cons)
+    w = rng.normal(size=task.dim) * 3
+    targets = task.impute(w)
+    sp = task.sent_ptr
+    for i in range(task.n_examples):
+        y = targets[sp[i]:sp[i + 1]]
+        assert y.size == 0 or y[0] != 1  # I-A never starts a sentence
+        assert all(not (y[t] == 1 and y[t - 1] == 2) for t in range(1, len(y)))  # nor after O
+
+
+def test_fully_known_annotation_gives_todays_records_and_model():
+    rng = np.random.default_rng(3)
+    K, F = 4, 10
+    X, Y = random_data(rng, 30, K, F)
+    plain = SequenceTask(X, Y, K, F)
+    allowed = (np.arange(Y.shape[0] + 1, dtype=np.int64), Y.copy())
+    part = SequenceTask(X, Y, K, F, allowed=allowed)
+    assert part.partial and not plain.partial
+    w = rng.normal(size=plain.dim)
+    ex = np.arange(plain.n_examples)
+    a, b = plain.loss_augmented(w, ex), part.with_targets(Y).loss_augmented(w, ex)
+    for f in ("ex", "hash", "delta", "margin", "ptr", "idx", "val"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=30)
+    r0 = train(plain, "dcd", cfg)
+    r1 = train(part, "dcd", cfg)
+    np.testing.assert_array_equal(r0.w, r1.w)
+    assert r1.extra["partial"] == {"unknown": 0, "sets": 0, "partial_examples": 0}
+    assert latent_objective(part, r1.w, 0.5)[0] == pytest.approx(
+        primal_objective(plain, r0.w, 0.5)[0], rel=1e-12)
+
+
+def test_reexpressed_state_keeps_w_equal_sum_alpha_phi():
+    rng = np.random.default_rng(7)
+    K, F = 3, 8
+    X, Y = random_data(rng, 20, K, F)
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.5, 0.2))
+    from demidcd.solvers.state import Start
+
+    t0 = task.impute(rng.normal(size=task.dim))
+    old = task.with_targets(t0)
+    res = train(old, "dcd", SolverConfig(C=1.0, tol=1e-3, max_epochs=30),
+                start=Start(keep_state=True))
+    t1 = task.impute(rng.normal(size=task.dim))
+    changed = task.changed_examples(t0, t1)
+    assert changed.any()
+    arrays, _ = reexpress(res.state, old, t1, changed)
+    new = task.with_targets(t1)
+    # every re-expressed record is the new task's φ of the same structure: w·φ' agrees with
+    # scores, and w = Σ α φ' equals Σ α (Φ(ŷ') − Φ(y)) rebuilt from the old records
+    w_old = state_w(res.state, task.dim)
+    from demidcd.solvers.state import DualState
+    w_new = state_w(DualState(arrays), task.dim)
+    shift = np.zeros(task.dim)
+    A = np.bincount(res.state.arrays["example"], weights=res.state.arrays["alpha"],
+                    minlength=task.n_examples)
+    sp = task.sent_ptr
+    for i in np.flatnonzero(changed):
+        idx, val, _ = old.phi_delta(int(i), t1[sp[i]:sp[i + 1]])  # Φ(ŷ) − Φ(ŷ')
+        shift[idx] -= A[i] * val
+    np.testing.assert_allclose(w_new, w_old + shift, atol=1e-9)
+    np.testing.assert_allclose(arrays["alpha_sum"],
+                               np.bincount(arrays["example"], weights=arrays["alpha"],
+                                           minlength=task.n_examples))
+    assert new.n_examples == task.n_examples
+
+
+@pytest.mark.parametrize("algorithm,threads,loss", [
+    ("dcd", 1, "l2"), pytest.param("dcd", 1, "l1", marks=pytest.mark.slow),
+    pytest.param("demi-dcd", 2, "l2", marks=pytest.mark.slow)])
+def test_cccp_objective_never_increases(algorithm, threads, loss):
+    rng = np.random.default_rng(11)
+    K, F = 4, 30
+    X, Y = random_data(rng, 120, K, F, lens=(2, 7))
+    sp = X.sent_ptr
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.7, 0.1, sp, range(60, 120)))
+    res = train(task, algorithm, SolverConfig(C=0.5, tol=1e-4, max_epochs=100, loss=loss),
+                threads=threads)
+    objs = [r["objective"] for r in res.extra["cccp"]]
+    assert len(objs) >= 2
+    for a, b in itertools.pairwise(objs):
+        assert b <= a + 1e-4 * abs(a)  # each convex step solved to the tolerance
+    assert objs[-1] < objs[0]
+    assert latent_objective(task, res.w, 0.5, loss)[0] == pytest.approx(min(objs), rel=1e-9)
+    assert res.extra["partial"]["partial_examples"] > 0
+
+
+@pytest.mark.slow
+def test_partial_beats_dropping_and_recovers_hidden_tags():
+    rng = np.random.default_rng(12)
+    K, F = 4, 40
+    X, Y = random_data(rng, 300, K, F, lens=(3, 8))
+    sp = X.sent_ptr
+    half = range(150, 300)
+    allowed = hide(rng, Y, K, 0.7, 0.0, sp, half)
+    task = partial_task(X, Y, K, F, allowed)
+    res = train(task, "dcd", SolverConfig(C=0.5, tol=1e-3, max_epochs=50))
+    gold = SequenceTask(X, Y, K, F)
+    tags, _ = gold.decode_flat(res.w, np.arange(gold.n_examples))
+    acc = float((tags == Y).mean())
+    # the labelled half alone: the same first step
+    first = task.with_targets(task.impute(np.zeros(task.dim)),
+                              inert=~task.complete_examples())
+    res0 = train(first, "dcd", SolverConfig(C=0.5, tol=1e-3, max_epochs=50))
+    tags0, _ = gold.decode_flat(res0.w, np.arange(gold.n_examples))
+    assert acc >= float((tags0 == Y).mean())
+    assert acc > 0.8
+
+
+def test_learner_without_cccp_is_refused():
+    rng = np.random.default_rng(1)
+    K, F = 3, 6
+    X, Y = random_data(rng, 10, K, F)
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.5, 0.0))
+    with pytest.raises(OptionError, match="partially labelled"):
+        train(task, "perceptron", SolverConfig())
