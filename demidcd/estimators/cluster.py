@@ -216,9 +216,9 @@ class ClusterRun:
         if not any(r["examples"] for r in reads):
             raise OptionError(f"--train {self.options.train}: no sentences found")
         if any(r["partial"] for r in reads):
-            raise OptionError(f"partially labelled data (unknown or set labels) trains with "
-                              f"--algorithm crf; {self.plan.algorithm} needs every token "
-                              f"labelled")
+            raise OptionError("partially labelled data (unknown or set labels) trains on one "
+                              "machine (CCCP, or --algorithm crf); --ray-address needs every "
+                              "token labelled")
         classes = sorted({t for r in reads for t in r["labels"]})
         est._begin_fit(None)
         for attr in ("coef_", "result_", "seen_pairs_"):
