@@ -261,7 +261,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
             token_slices,
         )
 
-        n = int(self.threads or 1)
+        n = self.threads if isinstance(self.threads, int) else 1  # (checked later, once)
         if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
                 not isinstance(Y, list | tuple) or len(X) != len(Y) or \
                 not parts_pay(self, token_kind(X)):
