@@ -1,7 +1,6 @@
 """Training from partially labelled data (issue 55): the SVM by CCCP and the CRF by the
 partial-label likelihood, against the same data with the unknown labels thrown away or made
-"O". Seeded, from the public corpora in ../shared/data, built by
-../shared/acceptance/lib/partial_data.py (the acceptance check's own files):
+"O". Seeded, from the public corpora in ../shared/data (:func:`make_ewt`, :func:`make_ner`):
 
     python benchmarks/partial_labels.py [--parts a b c d] [--threads 2] [--time-limit 120]
         [--out-dir benchmarks/results]
@@ -27,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -50,7 +48,6 @@ from common import (  # noqa: E402
 
 SHARED = HERE.parent.parent / "shared"
 DATA = SHARED / "data"
-MAKER = SHARED / "acceptance" / "lib" / "partial_data.py"
 EWT = DATA / "ud_english_ewt"
 ESP = DATA / "conll2002"
 SEED = 20261201
@@ -76,7 +73,7 @@ def conllu_to_columns(src: Path, out: Path) -> None:
 def read_columns(path: Path) -> list[list[list[str]]]:
     sents, cur = [], []
     for line in open(path, encoding="utf-8"):
-        p = line.rstrip("\n").split("\t")
+        p = line.rstrip("\n").split("\t") if "\t" in line else line.split()
         if not line.strip():
             if cur:
                 sents.append(cur)
@@ -92,6 +89,48 @@ def write_columns(path: Path, sents: list[list[list[str]]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for s in sents:
             f.write("".join("\t".join(t) + "\n" for t in s) + "\n")
+
+
+def make_ewt(train_conllu: Path, out: Path, seed: int = SEED) -> None:
+    """out/full.txt (every sentence), half.txt (a seeded half of the sentences) and
+    partial.txt (that half labelled, the other half with each tag '?' with probability 0.7)."""
+    out.mkdir(parents=True, exist_ok=True)
+    conllu_to_columns(train_conllu, out / "full.txt")
+    sents = read_columns(out / "full.txt")
+    rng = random.Random(seed)
+    idx = list(range(len(sents)))
+    rng.shuffle(idx)
+    half = set(idx[:len(sents) // 2])
+    write_columns(out / "half.txt", [sents[i] for i in sorted(half)])
+    write_columns(out / "partial.txt", [
+        s if i in half else [[w, "?" if rng.random() < 0.7 else t] for w, t in s]
+        for i, s in enumerate(sents)])
+
+
+def make_ner(train: Path, out: Path, seed: int = SEED) -> None:
+    """out/removed_o.txt and removed_unknown.txt: a seeded 30% of the entity mentions (B-X and
+    the I-X after it) relabelled O, or their tokens '?'."""
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    as_o, unknown = [], []
+    for sent in read_columns(train):
+        a, b = [list(t) for t in sent], [list(t) for t in sent]
+        i = 0
+        while i < len(sent):
+            if not sent[i][-1].startswith("B-"):
+                i += 1
+                continue
+            j = i + 1
+            while j < len(sent) and sent[j][-1].startswith("I-"):
+                j += 1
+            if rng.random() < 0.3:
+                for k in range(i, j):
+                    a[k][-1], b[k][-1] = "O", "?"
+            i = j
+        as_o.append(a)
+        unknown.append(b)
+    write_columns(out / "removed_o.txt", as_o)
+    write_columns(out / "removed_unknown.txt", unknown)
 
 
 def tag_dictionary_data(full: Path, out: Path, share: float = 0.1, seed: int = SEED
@@ -167,8 +206,7 @@ def main() -> None:
         work = Path(tmp)
         ewt, ner = work / "ewt", work / "ner"
         if set(args.parts) & {"a", "c", "d"}:
-            subprocess.run([sys.executable, MAKER, "ewt", EWT / "en_ewt-ud-train.conllu", ewt],
-                           check=True)
+            make_ewt(EWT / "en_ewt-ud-train.conllu", ewt)
             conllu_to_columns(EWT / "en_ewt-ud-test.conllu", ewt / "test.txt")
         test = ewt / "test.txt"
         if "a" in args.parts:
@@ -184,7 +222,7 @@ def main() -> None:
                       f"+{part - half:.2f} vs half, {part - full:+.2f} vs full"]]
         if "b" in args.parts:
             say("(b) CoNLL-2002 Spanish, 30% of the mentions removed")
-            subprocess.run([sys.executable, MAKER, "ner", ESP / "esp.train", ner], check=True)
+            make_ner(ESP / "esp.train", ner)
             b: dict = {}
             for alg, extra in (("svm", ()), ("crf", ("--algorithm", "crf"))):
                 for kind, f in (("as_o", "removed_o.txt"), ("unknown", "removed_unknown.txt")):
