@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_chain_features import naive_phi, random_chain
 
@@ -51,6 +51,8 @@ def _partial_task(seed, valued=False, G=0, K=3, n_sent=6, max_len=4, rules=False
     rng = np.random.default_rng(seed)
     X, Y, n_obs, tokens = random_chain(rng, n_sent, K, 4, valued, max_len=max_len, G=G)
     cells = _annotate(rng, Y, K)
+    if not cells:  # (every sentence drawn empty: hypothesis found seed 34 with n_sent 3)
+        return _partial_task(seed + 10_007, valued, G, K, n_sent, max_len, rules)
     classes = [str(k) for k in range(K)]
     gold, ap, ai = encode_partial([cells], classes, len(cells))
     if ap is None:  # (every cell known: make one unknown)
@@ -133,6 +135,7 @@ def test_constrained_forward_backward_equals_enumeration(valued, G, rules):
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.booleans(), st.sampled_from([0, 2]))
+@example(34, False, 0)  # (every sentence drawn empty)
 def test_partial_likelihood_equals_enumeration_hypothesis(seed, rules, G):
     task, w, tokens, cells, part = _partial_task(seed, G=G, n_sent=3, rules=rules)
     for i in range(task.n_examples):
