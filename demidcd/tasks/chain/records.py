@@ -164,6 +164,35 @@ def _workspace(w, K, X, examples):
 
 
 @nb.njit(cache=True, nogil=True)
+def _phi_buffers(max_keys, X):
+    """Scratch of one example's φ (:func:`_phi_keys`, :func:`~.phi.phi_merge`): (keys, tmp,
+    vals, vtmp, counts) for ``max_keys`` unmerged entries (vals empty for binary features)."""
+    keys = np.empty(max(max_keys, 1), np.int64)
+    tmp = np.empty(max(max_keys, 1), np.int64)
+    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
+    vtmp = np.empty(vals.shape[0], np.float64)
+    return keys, tmp, vals, vtmp, np.empty(256, np.int64)
+
+
+@nb.njit(cache=True, nogil=True)
+def _record_buffers(n_ex, max_keys):
+    """The records of ``n_ex`` examples at most: (ex, hash, delta, margin, ptr, cap, idx,
+    val), the φ arrays of ``cap`` entries (grown by :func:`grow`)."""
+    cap = max(1024, 2 * max_keys)
+    return (np.empty(n_ex, np.int64), np.empty(n_ex, np.uint64), np.empty(n_ex, np.float64),
+            np.empty(n_ex, np.float64), np.zeros(n_ex + 1, np.int64), cap,
+            np.empty(cap, np.int32), np.empty(cap, np.float64))
+
+
+@nb.njit(cache=True, nogil=True)
+def _trimmed(nrec, pos, r_ex, r_hash, r_delta, r_margin, r_ptr, out_idx, out_val):
+    """The ``nrec`` records found, their φ's ``pos`` entries (copies of the used parts)."""
+    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
+            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos].copy(),
+            out_val[:pos].copy())
+
+
+@nb.njit(cache=True, nogil=True)
 def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from=-1):
     """Loss-augmented Viterbi + record construction for every example in ``examples`` of the
     :class:`~.kernels.Chain` X (``augment`` scales Δ in the argmax: 0.0 plain Viterbi, records
@@ -181,20 +210,10 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
     if prune < 0:
         prune = PRUNE_FROM_LABELS if augment == 0 else PRUNE_FROM_LABELS_AUGMENTED
     tmax, order = pruning(tr, K, prune)
-    keys = np.empty(max(max_keys, 1), np.int64)
-    tmp = np.empty(max(max_keys, 1), np.int64)
-    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
-    vtmp = np.empty(vals.shape[0], np.float64)
-    counts = np.empty(256, np.int64)
+    keys, tmp, vals, vtmp, counts = _phi_buffers(max_keys, X)
     nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
-    r_ex = np.empty(n_ex, np.int64)
-    r_hash = np.empty(n_ex, np.uint64)
-    r_delta = np.empty(n_ex, np.float64)
-    r_margin = np.empty(n_ex, np.float64)
-    r_ptr = np.zeros(n_ex + 1, np.int64)
-    cap = max(1024, 2 * max_keys)
-    out_idx = np.empty(cap, np.int32)
-    out_val = np.empty(cap, np.float64)
+    r_ex, r_hash, r_delta, r_margin, r_ptr, cap, out_idx, out_val = _record_buffers(n_ex,
+                                                                                   max_keys)
     nrec = 0
     pos = 0
     for e in range(n_ex):
@@ -217,9 +236,7 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
         r_margin[nrec] = margin
         nrec += 1
         r_ptr[nrec] = pos
-    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
-            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos].copy(),
-            out_val[:pos].copy())
+    return _trimmed(nrec, pos, r_ex, r_hash, r_delta, r_margin, r_ptr, out_idx, out_val)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -275,21 +292,11 @@ def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, ex
     if prune < 0:
         prune = PRUNE_FROM_LABELS if augment == 0 else PRUNE_FROM_LABELS_AUGMENTED
     tmax, order = pruning(tr, K, prune)
-    keys = np.empty(max(max_keys, 1), np.int64)
-    tmp = np.empty(max(max_keys, 1), np.int64)
-    vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
-    vtmp = np.empty(vals.shape[0], np.float64)
-    counts = np.empty(256, np.int64)
+    keys, tmp, vals, vtmp, counts = _phi_buffers(max_keys, X)
     keep = np.empty(K, em.dtype)
     nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
-    r_ex = np.empty(n_ex, np.int64)
-    r_hash = np.empty(n_ex, np.uint64)
-    r_delta = np.empty(n_ex, np.float64)
-    r_margin = np.empty(n_ex, np.float64)
-    r_ptr = np.zeros(n_ex + 1, np.int64)
-    cap = max(1024, 2 * max_keys)
-    out_idx = np.empty(cap, np.int32)
-    out_val = np.empty(cap, np.float64)
+    r_ex, r_hash, r_delta, r_margin, r_ptr, cap, out_idx, out_val = _record_buffers(n_ex,
+                                                                                   max_keys)
     nrec = 0
     pos = 0
     for e in range(n_ex):
@@ -315,9 +322,7 @@ def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, ex
         r_margin[nrec] = margin
         nrec += 1
         r_ptr[nrec] = pos
-    return (r_ex[:nrec].copy(), r_hash[:nrec].copy(), r_delta[:nrec].copy(),
-            r_margin[:nrec].copy(), r_ptr[:nrec + 1].copy(), out_idx[:pos].copy(),
-            out_val[:pos].copy())
+    return _trimmed(nrec, pos, r_ex, r_hash, r_delta, r_margin, r_ptr, out_idx, out_val)
 
 
 def inference_parts(w, F, K, G, X, gold) -> list:
@@ -341,11 +346,7 @@ def inference_parts(w, F, K, G, X, gold) -> list:
         max_keys, _, _, y, _, _ = _workspace(w, K, X, ex)
         y[:] = 0
         a, n = X.sent_ptr[0], X.sent_ptr[1] - X.sent_ptr[0]
-        keys = np.empty(max(max_keys, 1), np.int64)
-        tmp = np.empty(max(max_keys, 1), np.int64)
-        vals = np.empty(max(max_keys, 1) if _valued(X) else 0, np.float64)
-        vtmp = np.empty(vals.shape[0], np.float64)
-        counts = np.empty(256, np.int64)
+        keys, tmp, vals, vtmp, counts = _phi_buffers(max_keys, X)
         nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
         cap = max(1024, 2 * max_keys)
         out_idx = np.empty(cap, np.int32)
