@@ -144,6 +144,7 @@ class ClusterRun:
         self.ckpt_at: list[float | None] = []
         self.bytes = 0
         self.lost: list[str] = []
+        self.flaky: dict[int, int] = {}  # pulls failed in a row by parts that still answered
 
     # ------------------------------------------------------------------ set-up
     def _check_options(self) -> None:
@@ -331,6 +332,7 @@ class ClusterRun:
                         candidate = None
                         next_eval = time.perf_counter() - t0
                         continue
+                    self.flaky.pop(k, None)
                     if err is not None:
                         raise WorkerError(f"node {k + 1}: {err.strip().splitlines()[-1]}",
                                           err)
@@ -457,28 +459,60 @@ class ClusterRun:
                 out.append(None)
         return out
 
+    def _silent(self, among: list[int], timeout: float = 30.0) -> set[int]:
+        """The parts in ``among`` whose actor does not answer a ping within ``timeout`` s (its
+        node gone: Ray may list a killed node as alive for tens of seconds)."""
+        refs = {self.actors[j].info.remote(): j for j in among}
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        answered = set()
+        for r in ready:
+            try:
+                self.ray.get(r)
+                answered.add(refs[r])
+            except Exception:  # noqa: BLE001 - gone
+                pass
+        return set(among) - answered
+
     def _lost(self, k: int, e: Exception, w: np.ndarray, now: float, pulls: dict
               ) -> np.ndarray:
-        """Node k is gone: its part restarts on a remaining node from its α checkpoint and w
-        is rebuilt as Σ α φ of every part (module docstring)."""
-        ray = self.ray
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        others = [j for j in range(self.K) if j != k and self.node_ids[j] in alive
-                  and self.actors[j] is not None]
+        """Part k's pull failed: every part whose actor is gone restarts on a node whose actor
+        answers, from its α checkpoint, and w is rebuilt as Σ α φ of every part (module
+        docstring). A node lost while recovering is recovered in the same way."""
         why = type(e).__name__
-        if not others:
-            raise WorkerError(f"node {k + 1} ({self.where[k]}) lost ({why}) and no node is "
-                              "left", str(e))
-        j = others[0]
+        self.flaky[k] = self.flaky.get(k, 0) + 1
+        if self.flaky[k] <= 3 and not self._silent([k], timeout=10.0):
+            pulls[self.actors[k].pull.remote(PULL_WAIT)] = k  # transient: it answers
+            return w
+        self.flaky[k] = 0
+        gone = {k} | self._silent([j for j in range(self.K) if j != k])
+        for _attempt in range(4):
+            hosts = [j for j in range(self.K) if j not in gone]
+            if not hosts:
+                raise WorkerError(f"node {k + 1} ({self.where[k]}) lost ({why}) and no node is "
+                                  "left", str(e))
+            for ref, kk in list(pulls.items()):
+                if kk in gone:
+                    del pulls[ref]
+            try:
+                for i, kk in enumerate(sorted(gone)):
+                    self._restart(kk, hosts[i % len(hosts)], why, now)
+                return self._resync(pulls)
+            except Exception as again:  # noqa: BLE001 - another node went meanwhile
+                why = type(again).__name__
+                gone = self._silent(list(range(self.K)))
+                if not gone:
+                    raise
+        raise WorkerError("the cluster kept losing nodes while recovering", str(e))
+
+    def _restart(self, k: int, j: int, why: str, now: float) -> None:
+        """Part k on a new actor on node j's machine, from its α checkpoint."""
+        ray = self.ray
         at = self.ckpt_at[k]
         self.say(f"node {k + 1} ({self.where[k]}) lost ({why}) at {now:.1f}s: its part "
                  f"restarts on node {j + 1} ({self.where[j]}) from "
                  + (f"its α checkpoint of {at:.1f}s" if at is not None else "α = 0 (no "
                     "checkpoint yet)"))
         self.lost.append(f"node {k + 1} at {now:.1f}s")
-        for ref, kk in list(pulls.items()):
-            if kk == k:
-                del pulls[ref]
         try:
             ray.kill(self.actors[k], no_restart=True)
         except Exception:  # noqa: BLE001 - gone already
@@ -486,7 +520,8 @@ class ClusterRun:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         a = self.cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            self.node_ids[j], soft=True)).remote(k)
+            self.node_ids[j], soft=False)).remote(k)
+        self.actors[k] = a
         p, r = self.parts[k]
         ray.get(a.read.remote(p, r, *self.read_args))
         ray.get(a.count.remote(self.count_params))  # (the same counts: the same map applies)
@@ -498,10 +533,15 @@ class ClusterRun:
                 ck = {name: z[name] for name in z.files}
         ray.get(a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
                               self.config.seed + 1000 * (len(self.lost)), ck))
-        self.actors[k] = a
         self.node_ids[k] = self.node_ids[j]
-        self.where[k] = f"{self.where[j]} (moved)"
-        # resynchronise: every part's Σ α φ, summed (a barrier on the fault path only)
+        self.where[k] = self.where[j] if self.where[j].endswith("(moved)") \
+            else f"{self.where[j]} (moved)"
+        self.say(f"node {k + 1}: part restarted ({'checkpoint' if ck else 'from α = 0'})")
+
+    def _resync(self, pulls: dict) -> np.ndarray:
+        """Every part pauses and reports Σ α φ; w is their sum, and every part resumes from it
+        in a new generation (a barrier on the fault path only)."""
+        ray = self.ray
         self.gen += 1
         refs = [x.pause.remote(self.gen) for x in self.actors]
         w = np.zeros(self.dim)
@@ -509,9 +549,11 @@ class ClusterRun:
             w += ray.get(r)
         ref = ray.put(w)
         ray.get([x.resume.remote(self.gen, ref) for x in self.actors])
-        pulls[a.pull.remote(PULL_WAIT)] = k
-        self.say(f"node {k + 1}: part restarted ({'checkpoint' if ck else 'from α = 0'}); w "
-                 f"rebuilt as Σ α φ over {self.K} parts; training goes on")
+        live = set(pulls.values())
+        for k, a in enumerate(self.actors):
+            if k not in live:
+                pulls[a.pull.remote(PULL_WAIT)] = k
+        self.say(f"w rebuilt as Σ α φ over {self.K} parts; training goes on")
         return w
 
     def close(self) -> None:
