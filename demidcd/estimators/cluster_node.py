@@ -35,6 +35,8 @@ import numpy as np
 from ..io.shards import ByteRange
 from ..io.tagged import read_tagged, read_tagged_part
 from ..primitives.monitor import CpuMonitor
+from ..primitives.pages import fixed_malloc_thresholds, release_library_pages
+from ..solvers import warm_up
 from ..solvers.cocoa import LocalPart, coordinate_sigma, warm_kernels
 from ..tasks.chain.features import EncodedSequences, SequenceFeaturizer
 from ..tasks.chain.partial import has_partial
@@ -72,6 +74,7 @@ class ClusterNode:
     """A node's part of the training data and its local engine (module docstring)."""
 
     def __init__(self, k: int) -> None:
+        fixed_malloc_thresholds()  # a Ray worker's heap as a training process's (pages)
         self.k = k
         self.monitor = CpuMonitor({"node": os.getpid()}, interval=0.5).start()
         self.X: Any = None
@@ -170,17 +173,22 @@ class ClusterNode:
         fired = np.packbits(np.bincount(self.enc.feat_idx, minlength=self.F) > 0)
         return codes, encoded_bytes(self.enc), fired
 
-    def bind(self, pairs: tuple | None, config: Any, parts: int, parts_of_feature: np.ndarray,
-             seed: int, ckpt: dict | None = None) -> int:
-        """The part's task and local engine (paused until :meth:`resume`), with σ′_j the
-        number of parts that fire coordinate j's feature (:func:`coordinate_sigma`);
-        ``ckpt``: the α checkpoint of a part that moves here. Returns the dimension of w."""
+    def bind(self, pairs: tuple | None, config: Any, parts: int,
+             parts_of_feature: np.ndarray | None, seed: int, ckpt: dict | None = None) -> int:
+        """The part's task and local engine (paused until :meth:`resume`), with one σ′ =
+        ``parts`` for every coordinate (``parts_of_feature`` None: φ stays ±1 in the packed
+        pool) or σ′_j the number of parts that fire coordinate j's feature
+        (:func:`coordinate_sigma`); ``ckpt``: the α checkpoint of a part that moves here.
+        Returns the dimension of w."""
         if pairs is not None:
             pairs = (np.array(pairs[0]), np.array(pairs[1]))
         task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
-        sig = coordinate_sigma(parts_of_feature, self.K, task.dim, parts, pairs)
+        sig = parts if parts_of_feature is None else \
+            coordinate_sigma(parts_of_feature, self.K, task.dim, parts, pairs)
         self.part = LocalPart(task, config, sig, [seed, self.k])
         warm_kernels()
+        warm_up(task, "dcd", 1, config.loss, state=True)  # every kernel the part calls, then
+        release_library_pages()  # the compiler's pages go (as a one-machine learner's do)
         if ckpt is not None:
             self.part.restore({k: np.array(v) for k, v in ckpt.items()})
         self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)

@@ -167,18 +167,24 @@ class LocalPart:
     def __init__(self, task: Task, config: SolverConfig, sigma: float | np.ndarray,
                  seed: int | list[int]):
         n, dim = task.n_examples, task.dim
+        self.s: float | None = None  # one σ′ for every coordinate: s = √σ′ (module docstring)
         if np.ndim(sigma) == 0:
             if not 1 <= float(sigma) <= 255 or float(sigma) != int(sigma):
                 raise ValueError("sigma' must be an integer in [1, 255]")
             sig = np.full(dim, int(sigma), np.uint8)
+            self.s = float(np.sqrt(int(sigma)))
         else:
             sig = np.asarray(sigma, np.uint8)
             if sig.shape != (dim,) or (sig < 1).any():
                 raise ValueError("sigma' must be >= 1 for each of the dim coordinates")
         self.task, self.config, self.sig = task, config, sig
         self.root = np.sqrt(np.arange(256, dtype=np.float64))
-        self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
-                              sweeps=config.sweeps, loss=config.loss, tol=config.tol)
+        # one σ′: the pool keeps φ itself (±1: packed), Δ/s, C·s² (L1: C·s) and thresholds
+        # in α̃ = s·α's units; per coordinate: φ' = s ⊙ φ (module docstring)
+        k = self.s or 1.0
+        self.act = ActiveSets(n, dim, config.C * (k * k if config.loss == "l2" else k),
+                              config.delta / k, config.max_active, sweeps=config.sweeps,
+                              loss=config.loss, tol=config.tol / k)
         self.base = np.zeros(dim)  # u's units
         # s ⊙ u, what inference reads, in float32 as DEMI-DCD's workers read w̄ (the steps
         # and the admission test use u in float64), fresh where each chunk reads it
@@ -250,12 +256,16 @@ class LocalPart:
             for _ in range(cfg.inner_passes):
                 st = act.update(self.rng.permutation(n).astype(np.int64),
                                 skip_below=self.plan.threshold())
-                ep["max_pg"], ep["updates"] = st.max_pg, ep["updates"] + st.updates
-                ep["certified"] = self.plan.certifies(st.max_pg, cfg.tol)
+                pg = st.max_pg * (self.s or 1.0)
+                ep["max_pg"], ep["updates"] = pg, ep["updates"] + st.updates
+                ep["certified"] = self.plan.certifies(pg, cfg.tol)
             self._ep, self._at = ep, 0
             self._order = self.rng.permutation(n).astype(np.int64)
         ep, order, b = self._ep, self._order, max(1, cfg.batch)
         v = self.v
+        k = self.s or 1.0
+        tol = cfg.tol / k
+        admit = cfg.admit / k
         while self._at < n:
             chunk = order[self._at:self._at + b]
             self._fresh(chunk)
@@ -263,12 +273,15 @@ class LocalPart:
                 batch = task.loss_augmented(v, chunk)
             except InferenceInterrupted:
                 break
-            ep["violators"] += int((batch.delta - batch.margin > cfg.tol).sum()) \
-                if cfg.loss == "l1" else int((act.violation(batch) > cfg.tol).sum())
-            batch.val = batch.val * self._s(batch.idx)  # φ' = s ⊙ φ: u·φ' = v·φ
-            ep["admitted"] += act.insert(batch, cfg.admit).admitted
+            if self.s is None:
+                batch.val = batch.val * self._s(batch.idx)  # φ' = s ⊙ φ: u·φ' = v·φ
+            else:  # Δ/s and v·φ/s = u·φ: violations (and |PG|) in 1/s of their units
+                batch.delta, batch.margin = batch.delta / k, batch.margin / k
+            ep["violators"] += int((batch.delta - batch.margin > tol).sum()) \
+                if cfg.loss == "l1" else int((act.violation(batch) > tol).sum())
+            ep["admitted"] += act.insert(batch, admit).admitted
             st = act.update(chunk)
-            ep["pass_pg"] = max(ep["pass_pg"], st.max_pg)
+            ep["pass_pg"] = max(ep["pass_pg"], st.max_pg * k)
             ep["updates"] += st.updates
             self.updates += st.updates
             self.inferences += len(chunk)
@@ -290,7 +303,7 @@ class LocalPart:
         """(Σ Δ·α, Σ A_i²) of this part (the dual is the sum over parts of Σ Δα − Σ A²/(4C),
         minus ½‖w‖²; for the L1 loss the A² term is not used)."""
         sq, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
-        return lin, sq
+        return lin, sq / (self.s or 1.0) ** 2  # (one σ′: Σ (Δ/s)(sα) = Σ Δα, Σ (sA)²)
 
     def loss_part(self, w: np.ndarray, chunk: int = 512, final: bool = False
                   ) -> tuple[float, int]:
@@ -319,7 +332,13 @@ class LocalPart:
         """The part's dual state (:meth:`ActiveSets.state` arrays, φ unscaled)."""
         s = self.act.state()
         val = s["phi_val"]
-        val /= self.root[self.sig[s["phi_idx"]]]  # in place: a checkpoint is large
+        if self.s is None:
+            val /= self.root[self.sig[s["phi_idx"]]]  # in place: a checkpoint is large
+        else:  # α̃ = s·α, Δ/s, ξ̂/s, |PG|/s back to α's units
+            for name in ("alpha", "alpha_sum"):
+                s[name] /= self.s
+            for name in ("delta", "xi", "ex_pg"):
+                s[name] *= self.s
         s["phi_val"] = val.astype(np.float32)  # (the chain's φ: small integers, exact)
         return s
 
@@ -327,6 +346,12 @@ class LocalPart:
         """Load a :meth:`state` of this part's examples; w is left to the caller
         (:meth:`reset` with the resynchronised w)."""
         a = dict(arrays)
-        a["phi_val"] = np.asarray(a["phi_val"], np.float64) * self._s(
-            np.asarray(a["phi_idx"], np.int64))
+        a["phi_val"] = np.asarray(a["phi_val"], np.float64)
+        if self.s is None:
+            a["phi_val"] = a["phi_val"] * self._s(np.asarray(a["phi_idx"], np.int64))
+        else:
+            for name in ("alpha", "alpha_sum"):
+                a[name] = np.asarray(a[name], np.float64) * self.s
+            for name in ("delta", "xi", "ex_pg"):
+                a[name] = np.asarray(a[name], np.float64) / self.s
         return self.act.restore(a, add=False)
