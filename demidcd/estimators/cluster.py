@@ -62,7 +62,10 @@ from .cluster_node import ClusterNode, versions
 from .layout import choose_layout
 
 EVAL_SECONDS = 10.0  # primal/dual in the log this often (--eval-every overrides)
-CHECKPOINT_SECONDS = 10.0  # each part's α saved this often
+CHECKPOINT_SECONDS = 10.0  # each part's α saved this often,
+CHECKPOINT_PIECES = 8  # in this many pieces (one at a time: a node's and the driver's copy of
+# a piece is an eighth of the part's φ pool; the whole pool at once was a spike of ~300 MiB
+# on a node with a third of 1 M synthetic tokens)
 PULL_WAIT = 0.2  # a node's pull returns after this long without news
 CONVERGED_GAP = 1e-3  # quiet nodes stop the run when the relative gap at one w is this small
 # σ′ per coordinate (the parts that fire j's feature) scales φ by √σ′_j: the φ pool stores a
@@ -303,7 +306,8 @@ class ClusterRun:
         history: list[dict] = []
         evals: dict[int, list] = {}
         eid, next_eval, next_ckpt = 0, every, CHECKPOINT_SECONDS
-        ckpts: dict[Any, int] = {}
+        ckpts: dict[Any, tuple[int, int]] = {}  # a piece in flight: (part, piece)
+        ckpt_began = [0.0] * self.K
         snap = None
         if self.est.snapshot_dir is not None:  # as on one machine: base.npz, then w's
             from ..io.snapshots import Snapshotter
@@ -386,19 +390,23 @@ class ClusterRun:
                     next_eval = now + every
                 if now >= next_ckpt and not ckpts:
                     for k in range(self.K):
-                        ckpts[self.actors[k].checkpoint.remote()] = k
+                        ckpts[self.actors[k].checkpoint.remote(0, CHECKPOINT_PIECES)] = (k, 0)
+                        ckpt_began[k] = now
                     next_ckpt = now + CHECKPOINT_SECONDS
                 if ckpts:
                     got, _ = ray.wait(list(ckpts), num_returns=len(ckpts), timeout=0)
                     for ref in got:
-                        k = ckpts.pop(ref)
+                        k, j = ckpts.pop(ref)
                         try:
                             st = ray.get(ref)
                         except Exception:  # noqa: BLE001 - a lost node: its pull tells
                             continue
-                        if st is not None:
-                            np.savez(os.path.join(self.ckpt_dir, f"part-{k}.npz"), **st)
-                            self.ckpt_at[k] = now
+                        if st is not None and self._save_piece(k, j, st):
+                            self.ckpt_at[k] = ckpt_began[k]
+                        elif st is not None:
+                            ckpts[self.actors[k].checkpoint.remote(j + 1, CHECKPOINT_PIECES)] \
+                                = (k, j + 1)
+                        del st
                 if snap is not None:
                     snap.maybe(now, w)
         except KeyboardInterrupt:
@@ -443,6 +451,20 @@ class ClusterRun:
                          f"largest node; per node above)", merge_bytes=self.bytes,
                          lost=list(self.lost))
         return res
+
+    def _piece_path(self, k: int, j: int, new: bool = False) -> str:
+        return os.path.join(self.ckpt_dir, f"part-{k}{'.new' if new else ''}-{j}.npz")
+
+    def _save_piece(self, k: int, j: int, st: dict) -> bool:
+        """Save piece j of part k's checkpoint; the last piece replaces the part's previous
+        checkpoint by the new one (a restart reads only a whole one). Returns whether it was
+        the last."""
+        np.savez(self._piece_path(k, j, new=True), **st)
+        if j + 1 < CHECKPOINT_PIECES:
+            return False
+        for i in range(CHECKPOINT_PIECES):
+            os.replace(self._piece_path(k, i, new=True), self._piece_path(k, i))
+        return True
 
     def _record(self, epoch: int, at: float, updates: int, w: np.ndarray, loss: float,
                 terms: list) -> dict:
@@ -532,13 +554,12 @@ class ClusterRun:
         ray.get(a.read.remote(p, r, *self.read_args))
         ray.get(a.count.remote(self.count_params))  # (the same counts: the same map applies)
         ray.get(a.encode.remote(self.payload_refs[k], self.F, self.classes, False))
-        ck = None
-        path = os.path.join(self.ckpt_dir, f"part-{k}.npz")
-        if at is not None and os.path.exists(path):
-            with np.load(path, allow_pickle=False) as z:
-                ck = {name: z[name] for name in z.files}
         ray.get(a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
-                              self.config.seed + 1000 * (len(self.lost)), ck))
+                              self.config.seed + 1000 * (len(self.lost))))
+        ck = at is not None
+        for i in range(CHECKPOINT_PIECES if ck else 0):  # one piece at a time
+            with np.load(self._piece_path(k, i), allow_pickle=False) as z:
+                ray.get(a.restore.remote({name: z[name] for name in z.files}))
         self.node_ids[k] = self.node_ids[j]
         self.where[k] = self.where[j] if self.where[j].endswith("(moved)") \
             else f"{self.where[j]} (moved)"

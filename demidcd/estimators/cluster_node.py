@@ -87,7 +87,7 @@ class ClusterNode:
         self.epochs: list[dict] = []
         self.evals: list[tuple[int, float, int]] = []
         self.eval_req: list[tuple[int, np.ndarray]] = []
-        self.ckpt_req = False
+        self.ckpt_req: tuple[int, int] | None = None
         self.ckpt: dict | None = None
         self.gen = 0
         self.pause_req: int | None = None
@@ -174,12 +174,11 @@ class ClusterNode:
         return codes, encoded_bytes(self.enc), fired
 
     def bind(self, pairs: tuple | None, config: Any, parts: int,
-             parts_of_feature: np.ndarray | None, seed: int, ckpt: dict | None = None) -> int:
+             parts_of_feature: np.ndarray | None, seed: int) -> int:
         """The part's task and local engine (paused until :meth:`resume`), with one σ′ =
         ``parts`` for every coordinate (``parts_of_feature`` None: φ stays ±1 in the packed
         pool) or σ′_j the number of parts that fire coordinate j's feature
-        (:func:`coordinate_sigma`); ``ckpt``: the α checkpoint of a part that moves here.
-        Returns the dimension of w."""
+        (:func:`coordinate_sigma`). Returns the dimension of w."""
         if pairs is not None:
             pairs = (np.array(pairs[0]), np.array(pairs[1]))
         task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
@@ -189,8 +188,6 @@ class ClusterNode:
         warm_kernels()
         warm_up(task, "dcd", 1, config.loss, state=True)  # every kernel the part calls, then
         release_library_pages()  # the compiler's pages go (as a one-machine learner's do)
-        if ckpt is not None:
-            self.part.restore({k: np.array(v) for k, v in ckpt.items()})
         self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)
         self.thread.start()
         return task.dim
@@ -229,10 +226,19 @@ class ClusterNode:
             self.eval_req.append((eid, w))
             self.cv.notify_all()
 
-    def checkpoint(self, timeout: float = 60.0) -> dict | None:
-        """The part's α (a state in α's units), taken between two slices."""
+    def restore(self, piece: dict) -> int:
+        """Load one piece of the α checkpoint of a part that moves here (after :meth:`bind`,
+        before the resynchronisation resumes it). Returns the structures loaded."""
         with self.cv:
-            self.ckpt, self.ckpt_req = None, True
+            return self.part.restore_checkpoint(piece)
+
+    def checkpoint(self, piece: int = 0, pieces: int = 1, timeout: float = 60.0
+                   ) -> dict | None:
+        """Piece ``piece`` of ``pieces`` of the part's α (:meth:`LocalPart.checkpoint`: φ as
+        the pool stores it, in pieces: a copy of the whole pool at once was a spike of twice
+        its size on the node and on the driver), taken between two slices."""
+        with self.cv:
+            self.ckpt, self.ckpt_req = None, (piece, pieces)
             self.cv.notify_all()
             t_end = time.perf_counter() + timeout
             while self.ckpt is None and not self.error and self.thread is not None and \
@@ -301,7 +307,7 @@ class ClusterNode:
                         self.paused = True
                         self.own = part.own_w()
                         self.cv.notify_all()
-                    while (self.paused and not self.stopping and not self.ckpt_req
+                    while (self.paused and not self.stopping and self.ckpt_req is None
                            and self.pause_req is None):
                         self.cv.wait(0.05)
                     if self.pause_req is not None:
@@ -310,7 +316,7 @@ class ClusterNode:
                         break
                     inbox, self.inbox = self.inbox, []
                     evals, self.eval_req = self.eval_req, []
-                    want_ckpt, self.ckpt_req = self.ckpt_req, False
+                    want_ckpt, self.ckpt_req = self.ckpt_req, None
                 for gen, idx, val in inbox:
                     if gen == self.gen:
                         part.apply(idx, val)
@@ -319,8 +325,8 @@ class ClusterNode:
                     with self.cv:
                         self.evals.append((eid, loss, nv))
                         self.cv.notify_all()
-                if want_ckpt:
-                    ck = part.state()
+                if want_ckpt is not None:
+                    ck = part.checkpoint(*want_ckpt)
                     with self.cv:
                         self.ckpt = ck
                         self.cv.notify_all()

@@ -345,6 +345,54 @@ class ActiveSets:
                              self.s_f, self.p_idx, self.p_val)
         return loaded
 
+    def words_state(self, examples: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """:meth:`state` with φ as the pool stores it (:func:`~.kernels.dump_words`: about 2.4
+        bytes a ±1 entry, not 12): "example", "hash", "f" (α, Δ, ‖φ‖² a row), "s_len",
+        "w_ptr", "words", the examples saved and their "alpha_sum", "xi", "ex_pg"; loaded by
+        :meth:`restore_words` into active sets of the same dimension."""
+        ex = self._all if examples is None else np.sort(np.asarray(examples, np.int64))
+        e, h, f, ln, ptr, words = K.dump_words(ex, self.slots, self.count, self.s_hash,
+                                               self.s_ptr, self.s_len, self.s_f, self.p_idx)
+        out = {"example": e, "hash": h, "f": f, "s_len": ln, "w_ptr": ptr, "words": words,
+               "examples": ex}
+        for name in ("alpha_sum", "xi", "ex_pg"):
+            full = np.zeros(self.n)
+            full[ex] = getattr(self, name)[ex]
+            out[name] = full
+        return out
+
+    def restore_words(self, arrays: dict[str, np.ndarray]) -> int:
+        """Add the structures of a :meth:`words_state` (of other examples than those already
+        here, e.g. one piece of a checkpoint after another), with their α, A_i, ξ̂_i and
+        skipping state; w is the caller's. Returns the number loaded."""
+        if self.track:
+            raise ValueError("restore_words: the lines a structure touches are not tracked")
+        if self.coded != (arrays["s_len"] >= 0).all() and len(arrays["s_len"]):
+            raise ValueError("restore_words: the saved pool's encoding is not this one's")
+        ex = np.asarray(arrays["example"], np.int64)
+        keep = np.zeros(self.n, np.bool_)
+        keep[ex] = True
+        per = np.bincount(ex, minlength=self.n)
+        width = int((self.count + per).max(initial=0))
+        if width > self.slots.shape[1]:
+            slots = np.full((self.n, width), -1, np.int32)
+            slots[:, :self.slots.shape[1]] = self.slots
+            self.slots = slots
+        while self.meta[K.M_NEXT] + ex.shape[0] > self.s_f.shape[0]:
+            self._grow_structures()
+        need = int(arrays["w_ptr"][-1])
+        if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
+            self._grow_pool(need)
+        loaded = int(K.load_words(keep, ex, arrays["hash"], arrays["f"], arrays["s_len"],
+                                  arrays["w_ptr"], arrays["words"].astype(INDEX_DTYPE,
+                                                                          copy=False),
+                                  self.slots, self.count, self.s_hash, self.s_ptr,
+                                  self.s_len, self.s_f, self.p_idx, self.meta))
+        keep[np.asarray(arrays["examples"], np.int64)] = True
+        for name in ("alpha_sum", "xi", "ex_pg"):
+            getattr(self, name)[keep] = arrays[name][keep]
+        return loaded
+
     def max_pg(self, order: np.ndarray) -> float:
         """The stop rule's measure on the examples in ``order`` under the current w, changing
         no α: the largest |PG| (Eq. 8) for the L2 loss, the largest KKT gap g'' − g' (SMO

@@ -142,6 +142,8 @@ def warm_kernels() -> None:
     ptr = np.array([0, 1], np.int64)
     _refresh_rows(u, v, sig, root, ptr, ptr, np.zeros(1, np.int32), np.zeros(1, np.int64), 2,
                   np.zeros(0, np.int64), 2, np.zeros(1, np.int64), 1)
+    act = ActiveSets(1, 4, 1.0)  # the checkpoint's kernels (LocalPart.checkpoint)
+    act.restore_words(act.words_state())
 
 
 def coordinate_sigma(n_parts_of_feature: np.ndarray, K: int, dim: int, parts: int,
@@ -341,6 +343,34 @@ class LocalPart:
                 s[name] *= self.s
         s["phi_val"] = val.astype(np.float32)  # (the chain's φ: small integers, exact)
         return s
+
+    def checkpoint(self, piece: int = 0, pieces: int = 1) -> dict[str, np.ndarray]:
+        """Piece ``piece`` of ``pieces`` (its share of the examples, in order) of the part's
+        dual state with φ as the pool stores it (:meth:`ActiveSets.words_state`, α, Δ, A, ξ̂
+        and |PG| in α's units): loaded by :meth:`restore_checkpoint` into a part of the same
+        σ′ (with one σ′ the words are φ itself, ±1)."""
+        n = self.task.n_examples
+        lo, hi = n * piece // pieces, n * (piece + 1) // pieces
+        st = self.act.words_state(np.arange(lo, hi, dtype=np.int64))
+        if self.s is not None:
+            st["f"][:, 0] /= self.s
+            st["f"][:, 1] *= self.s
+            st["alpha_sum"] /= self.s
+            st["xi"] *= self.s
+            st["ex_pg"] *= self.s
+        return st
+
+    def restore_checkpoint(self, arrays: dict[str, np.ndarray]) -> int:
+        """Add one piece of a :meth:`checkpoint`; w is left to the caller (:meth:`reset`)."""
+        a = {k: np.asarray(v) for k, v in arrays.items()}
+        if self.s is not None:
+            a["f"] = a["f"].copy()
+            a["f"][:, 0] *= self.s
+            a["f"][:, 1] /= self.s
+            a["alpha_sum"] = a["alpha_sum"] * self.s
+            a["xi"] = a["xi"] / self.s
+            a["ex_pg"] = a["ex_pg"] / self.s
+        return self.act.restore_words(a)
 
     def restore(self, arrays: dict[str, np.ndarray]) -> int:
         """Load a :meth:`state` of this part's examples; w is left to the caller

@@ -630,3 +630,71 @@ def add_structures(w, ids, s_ptr, s_len, s_f, p_idx, p_val):
         a = s_f[s, ALPHA]
         if a != 0.0:
             phi_axpy(w, a, p_idx, p_val, s_ptr[s], s_len[s], PLAIN_MODE)
+
+
+@njit(cache=True, nogil=True)
+def dump_words(examples, slots, count, s_hash, s_ptr, s_len, s_f, p_idx):
+    """The structures of the examples in ``examples`` (each example's oldest first) as they
+    lie in the pool: (example, hash, s_f rows (α, Δ, ‖φ‖²), s_len, word ptr, words), the words
+    copied as they are (about 2.4 bytes a ±1 entry where :func:`dump_structures` decodes 12).
+    The inverse of :func:`load_words`."""
+    n_s = 0
+    nw = 0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        n_s += count[i]
+        for q in range(count[i]):
+            s = slots[i, q]
+            nw += phi_words(p_idx, s_ptr[s], s_len[s])
+    ex = np.empty(n_s, np.int64)
+    hs = np.empty(n_s, np.int64)
+    f = np.empty((n_s, 3))
+    ln = np.empty(n_s, np.int32)
+    ptr = np.zeros(n_s + 1, np.int64)
+    words = np.empty(nw, p_idx.dtype)
+    r = 0
+    pos = 0
+    for e in range(examples.shape[0]):
+        i = examples[e]
+        for q in range(count[i]):
+            s = slots[i, q]
+            ex[r] = i
+            hs[r] = s_hash[s]
+            f[r, 0], f[r, 1], f[r, 2] = s_f[s, 0], s_f[s, 1], s_f[s, 2]
+            ln[r] = s_len[s]
+            st = s_ptr[s]
+            k = phi_words(p_idx, st, s_len[s])
+            for t in range(k):
+                words[pos + t] = p_idx[st + t]
+            pos += k
+            r += 1
+            ptr[r] = pos
+    return ex, hs, f, ln, ptr, words
+
+
+@njit(cache=True, nogil=True)
+def load_words(keep, r_ex, r_hash, r_f, r_len, r_ptr, r_words, slots, count, s_hash, s_ptr,
+               s_len, s_f, p_idx, meta):
+    """Append the structures of a :func:`dump_words` whose example is kept to the active sets,
+    their words copied into the pool as they are (the pool and ``slots`` large enough: the
+    caller sizes them; w and the per-example sums are the caller's). Returns the number
+    loaded."""
+    loaded = 0
+    for r in range(r_ex.shape[0]):
+        i = r_ex[r]
+        if not keep[i]:
+            continue
+        s = meta[M_NEXT]
+        meta[M_NEXT] += 1
+        p0 = meta[M_PUSED]
+        for t in range(r_ptr[r], r_ptr[r + 1]):
+            p_idx[p0 + t - r_ptr[r]] = r_words[t]
+        meta[M_PUSED] = p0 + r_ptr[r + 1] - r_ptr[r]
+        s_hash[s] = r_hash[r]
+        s_ptr[s] = p0
+        s_len[s] = r_len[r]
+        s_f[s, 0], s_f[s, 1], s_f[s, 2] = r_f[r, 0], r_f[r, 1], r_f[r, 2]
+        slots[i, count[i]] = s
+        count[i] += 1
+        loaded += 1
+    return loaded
