@@ -164,10 +164,11 @@ class _Cluster:
                                            for p in self.parts)
 
 
-def test_merged_changes_keep_w_the_sum_of_alpha_phi_over_all_parts():
+@pytest.mark.parametrize("per_coordinate", [True, False])
+def test_merged_changes_keep_w_the_sum_of_alpha_phi_over_all_parts(per_coordinate):
     task, n = _problem()
     cfg = SolverConfig(C=0.5, tol=1e-3)
-    cl = _Cluster([task(0, 30), task(30, 55), task(55, n)], cfg)
+    cl = _Cluster([task(0, 30), task(30, 55), task(55, n)], cfg, per_coordinate)
     for r in range(40):
         cl.round()
         rebuilt = sum(p.own_w() for p in cl.parts)
@@ -196,20 +197,63 @@ def test_two_parts_reach_the_one_dcd_optimum(per_coordinate):
     assert (p - d) / p < 2e-3
 
 
+@pytest.mark.parametrize("per_coordinate", [True, False])
+def test_a_checkpoint_in_pieces_restores_the_parts_dual_state(per_coordinate):
+    task, n = _problem()
+    cfg = SolverConfig(C=0.5, tol=1e-4)
+    cl = _Cluster([task(0, 40), task(40, n)], cfg, per_coordinate)
+    for _ in range(100):
+        cl.round()
+    old = cl.parts[1]
+    pieces = [old.checkpoint(j, 3) for j in range(3)]
+    assert sorted(np.concatenate([p["examples"] for p in pieces]).tolist()) == list(range(40))
+    new = LocalPart(task(40, n), cfg, old.sig if per_coordinate else 2, [1, 1])
+    assert sum(new.restore_checkpoint(p) for p in pieces) == old.act.size > 0
+    a, b = old.state(), new.state()  # (decoded, in α's units)
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    assert np.allclose(new.own_w(), old.own_w(), atol=1e-12)
+    assert np.allclose(new.dual_terms(), old.dual_terms(), rtol=1e-12)
+    if not per_coordinate:  # the pieces hold the pool's words: with one σ′ φ stays ±1 in
+        # them (about 2.4 bytes an entry), not (int32, float64) pairs (12)
+        val = a["phi_val"]
+        assert np.array_equal(val, np.round(val)) and (np.abs(val) == 1).mean() > 0.9
+        words = sum(p["words"].nbytes for p in pieces)
+        assert words < 0.5 * (a["phi_idx"].nbytes + 8 * a["phi_val"].shape[0])
+
+
+def test_one_sigma_keeps_phi_packed_in_the_pool():
+    """Per coordinate, φ' = √σ′_j φ is stored with a float64 for nearly every entry; with one
+    σ′ the pool holds φ itself (±1, packed): a node's pool several times smaller."""
+    task, n = _problem()
+    cfg = SolverConfig(C=0.5, tol=1e-3)
+    used = {}
+    for per in (True, False):
+        cl = _Cluster([task(0, 40), task(40, n)], cfg, per)
+        for _ in range(30):
+            cl.round()
+        act = cl.parts[0].act
+        used[per] = int(act.meta[1] - act.meta[2]) / sum(
+            abs(int(act.s_len[act.slots[i, q]])) for i in range(act.n)
+            for q in range(act.count[i]))  # live words per stored entry
+    assert used[False] < 0.8 and used[True] > 1.5 * used[False], used
+
+
 def test_a_lost_part_resumes_from_its_checkpoint_with_no_example_lost_or_twice():
     task, n = _problem()
     cfg = SolverConfig(C=0.5, tol=1e-4)
-    cl = _Cluster([task(0, 40), task(40, n)], cfg)
+    cl = _Cluster([task(0, 40), task(40, n)], cfg, per_coordinate=False)
     for _ in range(100):
         cl.round()
-    ckpt = cl.parts[1].state()
+    ckpt = [cl.parts[1].checkpoint(j, 2) for j in range(2)]
     for _ in range(100):  # more work by part 2, then it is lost (its α after ckpt gone)
         cl.round()
     cl.flush()
     new = LocalPart(task(40, n), cfg, 2, [1, 1])
-    loaded = new.restore(ckpt)
-    assert loaded == int((ckpt["alpha"] > -1).sum())  # every saved structure loaded
-    assert np.array_equal(np.unique(new.state()["example"]), np.unique(ckpt["example"]))
+    loaded = sum(new.restore_checkpoint(p) for p in ckpt)
+    assert loaded == sum(p["example"].shape[0] for p in ckpt)  # every saved structure
+    assert np.array_equal(np.unique(new.state()["example"]),
+                          np.unique(np.concatenate([p["example"] for p in ckpt])))
     cl.parts[1] = new
     w = cl.parts[0].own_w() + new.own_w()  # w corrected: Σ α φ of every part
     assert not np.allclose(w, cl.w)  # the lost work is taken out (the test can fail)

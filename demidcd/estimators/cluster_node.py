@@ -134,10 +134,15 @@ class ClusterNode:
         if corpus is None or not corpus.tokens:
             self.X, self.Y = [], []
             return {"examples": 0, "tokens": 0, "labels": [], "partial": False}
-        self.X, self.Y = get_task("sequence").xy(corpus)
+        self.X, Y = get_task("sequence").xy(corpus)
         del corpus
-        partial = has_partial(self.Y)
-        labels = [] if partial else sorted({t for s in self.Y for t in s})
+        partial = has_partial(Y)
+        labels = [] if partial else sorted({t for s in Y for t in s})
+        # the labels as codes into ``labels`` (a Python list per sentence no more)
+        code = {t: j for j, t in enumerate(labels)}
+        self.Y = labels, np.fromiter((code[t] for s in Y for t in s), np.int32,
+                                     count=sum(map(len, Y))) if not partial else None
+        del Y
         return {"examples": len(self.X), "tokens": sum(map(len, self.X)), "labels": labels,
                 "partial": partial}
 
@@ -160,8 +165,11 @@ class ClusterNode:
             self.enc = EncodedSequences(np.zeros(1, np.int64), np.zeros(1, np.int64),
                                         np.zeros(0, np.int32))
         index = {t: j for j, t in enumerate(classes)}
-        self.y = np.fromiter((index[t] for s in self.Y for t in s), np.int32,
-                             count=self.enc.n_tokens)
+        if self.X:
+            labels, local = self.Y
+            self.y = np.array([index[t] for t in labels], np.int32)[local]
+        else:
+            self.y = np.zeros(0, np.int32)
         self.F, self.K = F, len(classes)
         self.X = self.Y = self.f = None
         gc.collect()

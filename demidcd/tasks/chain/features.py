@@ -679,8 +679,10 @@ class SequenceFeaturizer:
             return {"n_attr": n_attr, "names": pack_strings([]), "counts": np.zeros(0, np.int64)}
         _, _, types = typed = _types(words)
         names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
-        self._part = (tokens, (types, *own), names)
-        return {"n_attr": n_attr, "names": pack_strings(names), "counts": counts}
+        packed = pack_strings(names)  # (kept packed: a Python string per feature is ~60 bytes)
+        del names
+        self._part = (tokens, (types, *own), packed)
+        return {"n_attr": n_attr, "names": packed, "counts": counts}
 
     def merge_parts(self, parts: list[dict]) -> list[object]:
         """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
@@ -727,7 +729,7 @@ class SequenceFeaturizer:
         sel = np.flatnonzero(ids >= 0)
         sel = sel[np.argsort(ids[sel], kind="stable")]
         final = np.ascontiguousarray(ids[sel], np.int32)
-        index = dict(zip([names[i] for i in sel.tolist()], range(sel.shape[0]), strict=True))
+        index = dict(zip(names.strings(sel), range(sel.shape[0]), strict=True))
         tables = TypeTables(index, self._word_features, self.n_attributes)
         types, own_names, own_ids, lens = own
         if len(types) <= MAX_TYPES:
