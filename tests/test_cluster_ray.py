@@ -52,11 +52,11 @@ def _last_primal(text: str) -> float:
 def cluster():
     made = []
 
-    def make(n: int) -> Cluster:
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+    def make(n: int, cpus: int = 1) -> Cluster:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus,
                                                           "include_dashboard": False})
         for _ in range(n - 1):
-            c.add_node(num_cpus=1)
+            c.add_node(num_cpus=cpus)
         c.wait_for_nodes()
         made.append(c)
         return c
@@ -153,3 +153,22 @@ def test_ctrl_c_keeps_the_model_and_leaves_no_node_process(tmp_path, cluster):
     left = [q for q in psutil.process_iter(["cmdline"])
             if "ClusterNode" in " ".join(q.info["cmdline"] or [])]
     assert not left, left
+
+
+def test_a_node_of_two_cpus_says_it_runs_one_learner_thread(tmp_path, cluster):
+    """What a node with N CPUs runs today: one actor holding N CPUs, one learner thread (a
+    core's work; not yet the local engine's N processes): the log says so and its CPU shows
+    it."""
+    train = tmp_path / "t.txt"
+    _data(train, 200)
+    c = cluster(1, cpus=2)
+    log = tmp_path / "c.log"
+    p = _train(log, "--train", str(train), "--format", "columns", "--backend", "ray",
+               "--ray-address", c.address, "--time-limit", "20", "--tol", "1e-9",
+               "--model", str(tmp_path / "c.npz"))
+    assert p.wait(300) == 0, _ours(log.read_text())
+    text = log.read_text()
+    assert re.search(r"^node 1: .*2 cores \(1 learner thread", text, re.M), text[-2000:]
+    cpu = re.search(r"^node 1 peak memory: [\d,]+ MiB .*average CPU (\d+)% of 200%", text,
+                    re.M)
+    assert cpu and int(cpu.group(1)) <= 130, text[-2000:]  # one busy thread, not two

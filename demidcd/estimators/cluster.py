@@ -219,8 +219,9 @@ class ClusterRun:
                          for a, (p, r) in zip(self.actors, self.parts, strict=True)])
         for k, r in enumerate(reads):
             cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1))
-            self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores, {r['examples']:,} "
-                     f"examples, {r['tokens']:,} tokens (pid {self.infos[k]['pid']})")
+            self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores (1 learner thread: a "
+                     f"core's work), {r['examples']:,} examples, {r['tokens']:,} tokens (pid "
+                     f"{self.infos[k]['pid']})")
         if not any(r["examples"] for r in reads):
             raise OptionError(f"--train {self.options.train}: no sentences found")
         if any(r["partial"] for r in reads):
@@ -438,8 +439,12 @@ class ClusterRun:
         for k, p in enumerate(peaks):
             if p is None:
                 continue
-            lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB")
-            nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"]})
+            cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1)) \
+                if k < len(self.nodes) else 1
+            lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB (PSS of its "
+                         f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%")
+            nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"],
+                          "cpu_pct": p["cpu"]})
         for line in lines:
             self.say(line)
         top = max((n["peak_mib"] for n in nodes), default=0.0)

@@ -295,9 +295,11 @@ class ClusterNode:
         return self.part.loss_part(w, final=True)
 
     def peak(self) -> dict[str, float]:
-        """Peak memory (PSS of this node's process, MiB) and CPU seconds."""
+        """Peak memory (PSS of this node's process, MiB) and its average CPU (%, 100 = one
+        busy core)."""
         self.monitor.stop()
-        return {"peak_mib": self.monitor.peak_pss / 2**20, "pid": os.getpid()}
+        return {"peak_mib": self.monitor.peak_pss / 2**20, "pid": os.getpid(),
+                "cpu": self.monitor.average()}
 
     # ------------------------------------------------------------------ the training thread
     def _main(self) -> None:
