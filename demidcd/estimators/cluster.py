@@ -1,6 +1,11 @@
 """Training past one machine (``--backend ray --ray-address ADDR``): every node of the Ray
 cluster a local engine on its own part of the data; the driver holds no examples.
 
+**Memory.** ``node K peak memory`` is the peak PSS of the node's actor process (sampled by
+:class:`~demidcd.primitives.monitor.CpuMonitor`, plus a reading at the end), object-store
+pages it maps counted by its share; the node's raylet and object store are not in it (on a
+local cluster the nodes share library pages, which PSS splits among them).
+
 **Parts.** The training file is cut into at most one byte range per node at sentence
 boundaries (:func:`~demidcd.io.shards.byte_ranges`, as the set-up in parts on one machine cuts
 it; a node left without a range holds no examples; a comma-separated list or glob of files is
@@ -16,11 +21,16 @@ final id" and encodes its part with it (``encode_part``). The seen (feature, lab
 the union of the parts'. With ``--hashing`` there is no dictionary to merge. The result is the
 serial set-up's feature space, id for id.
 
+**What a node runs.** One actor (one process) holding the node's CPUs, with one learner
+thread: a core's work, whatever its cores (the log's node line says so; the local engine's
+N processes per node are not built yet).
+
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
-(:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with σ′ safe per
-coordinate: σ′_j = the number of parts whose examples fire coordinate j's feature (K on the
-transitions and on features of every part, CoCoA+'s safe σ′ = K; 1 where one part alone
-has the feature). A node commits its change every :data:`~.cluster_node.COMMIT_SECONDS`
+(:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with CoCoA+'s
+safe σ′ = K for every coordinate (:data:`PER_COORDINATE_SIGMA` False; per coordinate, σ′_j =
+the number of parts whose examples fire coordinate j's feature is also safe and never
+larger, but scales each φ by √σ′_j and so stores a float64 per entry in the φ pool: a node's
+pool was 5x larger). A node commits its change every :data:`~.cluster_node.COMMIT_SECONDS`
 (longer when a scan of w costs more). The driver keeps one pull in flight per node, adds
 each change to w as it comes (no barrier) and forwards it to the other nodes through one
 object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every change has
@@ -39,7 +49,10 @@ runs at a gap of 2.5%).
 
 **Faults.** A node whose pull fails (its process or machine gone) is lost: its part restarts
 on a remaining node (a second actor there) from the part's last α checkpoint (taken every
-:data:`CHECKPOINT_SECONDS`, kept by the driver on disk), every node pauses at its next slice
+:data:`CHECKPOINT_SECONDS` in :data:`CHECKPOINT_PIECES` pieces of its examples, one at a time,
+φ as the pool stores it; kept by the driver on disk; a piece's examples are saved as they
+were when it was taken: each example's α is feasible alone, so any mix of pieces is a
+dual point), every node pauses at its next slice
 boundary and reports Σ α φ of its part, and w is rebuilt as their sum (w = Σ α φ: nothing lost
 or counted twice); the nodes resume from it. Changes of the older generation still in flight
 are dropped. The log says so (``node K (...) lost ...; its part restarts on node J``).

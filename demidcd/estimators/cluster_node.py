@@ -7,7 +7,10 @@ returns its features' counts (the featurizer's ``count_part``; the driver merges
 the one dictionary), :meth:`~ClusterNode.encode` encodes the part with its map to the final
 ids (``encode_part``; and returns its seen (feature, label) pairs as codes f·K + y),
 :meth:`~ClusterNode.bind` builds the part's :class:`~demidcd.solvers.cocoa.LocalPart`
-(restoring an α checkpoint for a part that moves here from a lost node).
+(:meth:`~ClusterNode.restore` then loads an α checkpoint, piece by piece, for a part that
+moves here from a lost node). A node's memory is kept as a one-machine learner's: glibc's
+malloc thresholds fixed, the compiler's pages released once every kernel is loaded
+(:mod:`demidcd.primitives.pages`), the part's feature names packed and its labels coded.
 
 Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
 commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,

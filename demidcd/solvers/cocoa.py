@@ -27,6 +27,16 @@ whose φ is scaled by s = √σ′ (:meth:`LocalPart.work` scales each batch as 
 inference). α is the real α; inference reads v = s ⊙ u, made fresh for each chunk on the
 coordinates it reads (:func:`_refresh_rows`).
 
+**One σ′ for every coordinate** (what the cluster uses, :mod:`demidcd.estimators.cluster`):
+with s = √σ′ the same for every j the φ need no scaling. With α̃ = s·α (so Ã_i = s·A_i) the
+step above is δ̃ = s·δ = (Δ/s − u·φ − Ã_i/(2C s²)) / (‖φ‖² + 1/(2C s²)) and u += δ̃ φ: plain
+DCD on the stored φ itself with Δ/s and C·s² (the L1 loss: the box Σ λ̃ ≤ C·s, so C·s), its
+violations, |PG| and thresholds (δ, tol) in 1/s of their units. The φ pool then holds ±1
+values, about 2.4 bytes an entry (:mod:`.phi_pool`); per coordinate, φ' = s ⊙ φ is a float64
+almost everywhere (about 10 bytes an entry): on a third of a million synthetic tokens the
+pool was 5x larger. :meth:`LocalPart.state`, :meth:`~LocalPart.checkpoint` and
+:meth:`~LocalPart.dual_terms` report α's units either way.
+
 A :meth:`LocalPart.commit` moves the part's change to the merge: Δw_k = (v − base_v)/σ′,
 after which v = base_v = base_v + Δw_k (a new subproblem starts at the merged point);
 :meth:`LocalPart.apply` adds the others' merged changes to both.
