@@ -143,10 +143,12 @@ def warm_kernels() -> None:
     """Compile (or load from numba's cache) this module's kernels, before a clock starts."""
     u, base, v = np.zeros(4), np.zeros(4), np.zeros(4, np.float32)
     sig, root = np.ones(4, np.uint8), np.sqrt(np.arange(256, dtype=np.float64))
-    idx, val = np.zeros(4, np.int64), np.zeros(4)
+    val = np.zeros(4)
     _changed(u, base)
-    _commit(u, base, sig, root, idx, val)
-    _apply(u, base, sig, root, idx[:1], val[:1])
+    for t in (np.int32, np.int64):  # (a change's index type: LocalPart._idx)
+        idx = np.zeros(4, t)
+        _commit(u, base, sig, root, idx, val)
+        _apply(u, base, sig, root, idx[:1], val[:1])
     _to_v(u, sig, root, v)
     _to_u(u, sig, root, u, base)
     ptr = np.array([0, 1], np.int64)
@@ -209,6 +211,7 @@ class LocalPart:
         self._ep: dict = {}
         self.updates = self.inferences = 0
         self._stamp = np.zeros(getattr(task, "F", 0), np.int64)
+        self._idx = np.int32 if dim < 2**31 else np.int64  # a change's index type
         self._tick = 0
 
     def _fresh(self, chunk: np.ndarray) -> None:
@@ -232,14 +235,15 @@ class LocalPart:
 
     def apply(self, idx: np.ndarray, val: np.ndarray) -> None:
         """Add other parts' merged change (idx, val) to v and base."""
-        _apply(self.act.w, self.base, self.sig, self.root, np.asarray(idx, np.int64),
+        _apply(self.act.w, self.base, self.sig, self.root, np.asarray(idx, self._idx),
                np.asarray(val, np.float64))
 
     def commit(self) -> tuple[np.ndarray, np.ndarray]:
         """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
-        base: (indices, values), copies."""
+        base: (indices (int32 while w has fewer than 2^31 entries: a change travels as 12
+        bytes an entry), values), copies."""
         m = _changed(self.act.w, self.base)
-        idx, val = np.empty(m, np.int64), np.empty(m)
+        idx, val = np.empty(m, self._idx), np.empty(m)
         _commit(self.act.w, self.base, self.sig, self.root, idx, val)
         return idx, val
 
