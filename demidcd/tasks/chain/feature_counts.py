@@ -20,6 +20,7 @@ spellings, so a token ``<s>`` gives the string the sentence start gives, as form
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 
 import numba as nb
@@ -198,18 +199,24 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
     n_types = len(types)
     type_count = np.bincount(tok_type, minlength=n_types)
 
-    # own(x): per type, counted as often as the type occurs
-    feats: list[str] = []
+    # own(x): per type, counted as often as the type occurs. Each type's strings are interned
+    # as they are made (only the distinct ones stay alive: the types share most prefixes,
+    # suffixes and shapes, so keeping every type's list until the end held several strings
+    # per type, a third of the set-up's peak on a million tokens)
+    index: dict[str, int] = {}
+    setdefault = index.setdefault
+    own_list = array("q")
     lens = np.empty(n_types, np.int64)
     for k, word in enumerate(types):
         if "\n" in word:
             raise ValueError(f"invalid token {word!r}: tokens must not contain newlines")
         fs = word_features(word)
-        feats += fs
+        own_list.extend([setdefault(f, len(index)) for f in fs])
         lens[k] = len(fs)
-    names = list(dict.fromkeys(feats))
-    index = dict(zip(names, range(len(names)), strict=True))
-    own_ids = np.fromiter(map(index.__getitem__, feats), np.int64, count=len(feats))
+    names = list(index)
+    del index, setdefault
+    own_ids = np.frombuffer(own_list, np.int64).copy() if own_list else np.zeros(0, np.int64)
+    del own_list
     pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1) + own_ids
     pairs = _unique_counts(pairs)[0]  # a type's features once each
     counts = np.bincount(pairs % max(len(names), 1),
