@@ -30,11 +30,10 @@ def test_a_set_up_childs_peak_counts_without_a_reading_at_its_moment():
     """No reading of the tree after the start (interval 1,000 s): the child's 300 MiB come
     from its high-water mark alone."""
     with RunPeak(interval=1000.0) as rp:
-        before = rp.setup
+        before = rp.setup  # (the reading at the start: this test process alone)
         done, out = run_in_child(lambda: _hold(300))
         assert done and out == 1
-    assert before < 300 * MIB  # (this test process alone: far less)
-    assert rp.setup >= 300 * MIB
+    assert rp.setup >= before + 250 * MIB
     assert rp.peak == rp.setup and rp.training == 0
 
 
@@ -50,9 +49,9 @@ def test_the_tree_is_read_while_no_monitor_runs(monkeypatch):
 
     monkeypatch.setattr(RunPeak, "note", lambda self, nbytes: None)
     with RunPeak(interval=0.05) as rp:
-        assert rp.setup < 200 * MIB
+        before = rp.setup
         assert run_in_child(hold) == (True, 1)
-    assert rp.setup >= 200 * MIB
+    assert rp.setup >= before + 180 * MIB
 
 
 def test_a_monitors_span_pauses_the_readings_and_its_peak_counts():

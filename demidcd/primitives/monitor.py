@@ -424,8 +424,11 @@ class RunPeak:
       cost of reading page tables on the learner's core);
     * each :class:`CpuMonitor`'s ``peak_pss`` when it stops (the training's peak);
     * what :meth:`note` is told, e.g. a set-up child's resident high-water mark
-      (``ru_maxrss`` from ``wait4``): a lower bound of the tree's resident total at that
-      child's peak, however short the peak was between two readings.
+      (``ru_maxrss`` from ``wait4``), which catches a peak however short it was between two
+      readings. It counts in full the pages the child shares with processes outside the tree
+      (shared libraries another Python maps), which PSS divides among them: alone on a
+      machine the two agree within a few MiB, beside other Python processes it overstates
+      by up to the shared libraries' resident size (the line errs on the high side).
 
     ``setup`` (bytes) is the peak outside the monitors' spans and ``training`` the monitors'
     peak, so that the log can say which part of the run the peak is from.
