@@ -254,9 +254,9 @@ def table(rows: list[dict[str, Any]], weights: list[str]) -> str:
                      f"{100 * acc:.2f}%" if acc is not None else "-"]
         p = r.get("peer")
         line.append("-" if not p else f"{p['peak_mib']:,} MiB"
-                    + ({"capped": f" (stopped after iteration {p['iterations_done']})",
-                        "timeout": f" (stopped at {p['wall_seconds']:.0f} s, iteration "
-                                   f"{p['iterations_done']})"}.get(p["capped"], ""))
+                    + ({"capped": f" (stopped after iteration {p.get('iterations_done')})",
+                        "timeout": f" (stopped at {p.get('wall_seconds', 0):.0f} s, iteration "
+                                   f"{p.get('iterations_done')})"}.get(p.get("capped"), ""))
                     + (f" [{p['from']}]" if p.get("from") else ""))
         body.append(line)
     return markdown_table(head, body)
