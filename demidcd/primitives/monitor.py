@@ -143,6 +143,7 @@ class CpuMonitor:
         self.peak_rss = 0  # bytes: the largest sum of resident sizes over all processes
         self.peak_pss = 0  # bytes: the largest sum of proportional set sizes (module docstring)
         self._pss_due = 0.0  # time.monotonic() of the next PSS reading
+        self._run_peak_paused = False  # whether start() paused the RunPeaks (stop resumes)
         for role, pid in pids.items():
             self.add(role, pid)
 
@@ -290,6 +291,7 @@ class CpuMonitor:
             return self
         self._t0 = time.monotonic()
         RunPeak.engine_started()
+        self._run_peak_paused = True
         with self._lock:
             n = len(self._procs)
         self._pss_due = self._t0 + max(self.interval, n * PSS_GUESS / PSS_BUDGET)
@@ -320,6 +322,8 @@ class CpuMonitor:
             except Exception:  # noqa: BLE001 - a monitor must never kill the run
                 pass
             self._t_stop = time.monotonic() - self._t0
+        if self._run_peak_paused:  # (also when its thread could not start)
+            self._run_peak_paused = False
             RunPeak.engine_stopped(self.peak_pss)
 
     def memory_now(self) -> None:
