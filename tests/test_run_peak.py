@@ -69,10 +69,10 @@ def test_a_monitors_span_pauses_the_readings_and_its_peak_counts():
         assert rp._paused == 0
     assert rp.training == 5000 * MIB and rp.peak == 5000 * MIB
     line = rp.line()
-    m = re.fullmatch(r"peak memory: ([\d,]+) MiB \(PSS, all processes, the whole run; set-up "
-                     r"([\d,]+) MiB, training ([\d,]+) MiB\)", line)
+    m = re.fullmatch(r"peak memory: ([\d,]+) MiB \(PSS, all processes, the whole run; training "
+                     r"([\d,]+) MiB, the rest \(set-up, saving, scoring\) ([\d,]+) MiB\)", line)
     assert m, line
-    total, setup, training = (int(x.replace(",", "")) for x in m.groups())
+    total, training, setup = (int(x.replace(",", "")) for x in m.groups())
     assert total == max(setup, training) == 5000 and 0 < setup < 5000
 
 
@@ -85,7 +85,8 @@ def test_the_train_commands_peak_line_is_the_larger_of_set_up_and_training(tmp_p
             "--threads", "1", "--max-epochs", "1", "--model", str(tmp_path / "m.npz"))
     assert r.returncode == 0, r.stderr
     lines = re.findall(r"peak memory: ([\d,]+) MiB \(PSS, all processes, the whole run; "
-                       r"set-up ([\d,]+) MiB, training ([\d,]+) MiB\)", r.stdout + r.stderr)
+                       r"training ([\d,]+) MiB, the rest \(set-up, saving, scoring\) "
+                       r"([\d,]+) MiB\)", r.stdout + r.stderr)
     assert len(lines) == 1, r.stdout + r.stderr
-    total, setup, training = (int(x.replace(",", "")) for x in lines[0])
+    total, training, setup = (int(x.replace(",", "")) for x in lines[0])
     assert setup > 0 and training > 0 and total == max(setup, training)

@@ -434,8 +434,9 @@ class RunPeak:
       machine the two agree within a few MiB, beside other Python processes it overstates
       by up to the shared libraries' resident size (the line errs on the high side).
 
-    ``setup`` (bytes) is the peak outside the monitors' spans and ``training`` the monitors'
-    peak, so that the log can say which part of the run the peak is from.
+    ``setup`` (bytes) is the peak outside the monitors' spans (the set-up, and after training
+    the model's saving and the scoring) and ``training`` the monitors' peak, so that the log
+    can say which part of the run the peak is from.
     """
 
     _active: list[RunPeak] = []
@@ -499,12 +500,13 @@ class RunPeak:
         self.stop()
 
     def line(self) -> str:
-        """E.g. ``"peak memory: 530 MiB (PSS, all processes, the whole run; set-up 530 MiB,
-        training 480 MiB)"``."""
+        """E.g. ``"peak memory: 530 MiB (PSS, all processes, the whole run; training 480 MiB,
+        the rest (set-up, saving, scoring) 530 MiB)"``: :attr:`peak`, :attr:`training` and
+        :attr:`setup` (what was read outside the training monitors' spans: mostly the
+        set-up, which peaks before training)."""
         mib = 2**20
-        parts = [f"set-up {self.setup / mib:,.0f} MiB"]
-        if self.training:
-            parts.append(f"training {self.training / mib:,.0f} MiB")
+        parts = [f"training {self.training / mib:,.0f} MiB"] if self.training else []
+        parts.append(f"the rest (set-up, saving, scoring) {self.setup / mib:,.0f} MiB")
         return (f"peak memory: {self.peak / mib:,.0f} MiB (PSS, all processes, the whole run; "
                 + ", ".join(parts) + ")")
 
