@@ -3,7 +3,8 @@ defect 9).
 
     python benchmarks/memory_labels.py [--labels 12,45,83,200,453] [--weights auto[,all,seen]]
         [--sentences 55000] [--test-sentences 5000] [--threads 2] [--time-limit 60]
-        [--peer lbfgs|none] [--peer-cap SECONDS] [--quick] [--name NAME] [--work DIR]
+        [--peer lbfgs|none] [--peer-cap SECONDS] [--peer-from JSON[,JSON]] [--quick]
+        [--name NAME] [--work DIR]
 
 For each label count K: the synthetic corpus of the acceptance check (newcomer-3, part 7),
 ``generator_model(n_tags=K, vocab_size=200_000, mean_length=18, max_length=80, seed=K)`` and
@@ -12,10 +13,11 @@ to a work folder, with a held-out ``sample(model, T, seed=N + 1)`` for test accu
 job at a time:
 
 * ``demidcd train --train F --format columns --threads P --time-limit S --weights W --model M``
-  for each W of ``--weights``: the log's ``peak memory: N MiB`` (PSS of the processes that
-  train, what the acceptance check reads), the whole command's peak PSS (the sum of
-  ``/proc/PID/smaps_rollup`` Pss over its process tree polled every 0.2 s: the set-up child
-  included), which layout ``auto`` chose and why (the log's ``features:`` and ``weights:``
+  for each W of ``--weights``: the log's ``peak memory: N MiB`` (what the acceptance check
+  reads: the whole run's peak, the set-up child's included, since ``RunPeak``; before it, the
+  training processes' alone), the whole command's peak PSS seen from outside (the sum of
+  ``/proc/PID/smaps_rollup`` Pss over its process tree polled every 0.2 s, which may miss a
+  short peak), which layout ``auto`` chose and why (the log's ``features:`` and ``weights:``
   lines), then ``demidcd evaluate`` of the model on the held-out sample (test accuracy);
 * python-crfsuite ``lbfgs`` (c1 = c2 = 0.1, 2 iterations, ``feature.possible_transitions``) on
   the peers' observation features (``predict_speed.sent_features``, the peer code's own copy),
@@ -24,7 +26,10 @@ job at a time:
   forked child's pre-exec high-water mark). ``--peer-cap S`` stops the peer after S
   seconds once its first iteration finished (the features, the model and L-BFGS's vectors are
   all allocated by then; its later iterations allocate nothing more): the result then says
-  ``capped``. With hundreds of labels two iterations take hours on 2 cores.
+  ``capped``. With hundreds of labels two iterations take hours on 2 cores. The peer's
+  memory does not depend on demidcd or on the machine's load: ``--peer none --peer-from
+  results/A.json,results/B.json`` takes each label count's peer figure from the first earlier
+  result that has it (the table says which file).
 
 Results: ``benchmarks/results/memory_labels_NAME.json`` and a markdown table on stdout. Peak
 memory does not depend on timing much, but the machine's load is recorded with each run.
@@ -211,6 +216,24 @@ def peer_run(train: Path, args, d: Path) -> dict[str, Any]:
             "peak_mib": r["vmhwm_mib"]}
 
 
+def earlier_peer(k: int, sentences: int, files: list[str]) -> dict[str, Any] | None:
+    """The peer's result for ``k`` labels on the same corpus (``sentences``) from the first
+    of the earlier result ``files`` that has one, with ``from``: its file name."""
+    import json
+
+    for f in files:
+        path = Path(f) if Path(f).is_absolute() else ROOT / "benchmarks" / f
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for r in data.get("rows", []):
+            if r.get("labels") == k and r.get("sentences", sentences) == sentences \
+                    and r.get("peer"):
+                return {**r["peer"], "from": path.name}
+    return None
+
+
 # --------------------------------------------------------------------------- main
 def table(rows: list[dict[str, Any]], weights: list[str]) -> str:
     head = ["labels", "tokens"]
@@ -231,9 +254,10 @@ def table(rows: list[dict[str, Any]], weights: list[str]) -> str:
                      f"{100 * acc:.2f}%" if acc is not None else "-"]
         p = r.get("peer")
         line.append("-" if not p else f"{p['peak_mib']:,} MiB"
-                    + ({"capped": f" (stopped after iteration {p['iterations_done']})",
-                        "timeout": f" (stopped at {p['wall_seconds']:.0f} s, iteration "
-                                   f"{p['iterations_done']})"}.get(p["capped"], "")))
+                    + ({"capped": f" (stopped after iteration {p.get('iterations_done')})",
+                        "timeout": f" (stopped at {p.get('wall_seconds', 0):.0f} s, iteration "
+                                   f"{p.get('iterations_done')})"}.get(p.get("capped"), ""))
+                    + (f" [{p['from']}]" if p.get("from") else ""))
         body.append(line)
     return markdown_table(head, body)
 
@@ -250,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-cap", type=float, default=0.0,
                     help="stop the peer after this many seconds once iteration 1 finished")
     ap.add_argument("--peer-timeout", type=float, default=7200)
+    ap.add_argument("--peer-from", default="",
+                    help="with --peer none: earlier results (comma list) to take the peer from")
     ap.add_argument("--quick", action="store_true", help="2,000 sentences, 5 s: checks the script")
     ap.add_argument("--work", default="/tmp/memory_labels")
     ap.add_argument("--out-dir", default=str(RESULTS))
@@ -278,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             x = row["demidcd"][w]
             print(f"K={k} {w}: log {x['log_peak_mib']} MiB, whole {x['peak_pss_mib']} MiB, "
                   f"acc {x.get('test_accuracy')}, {x['weights_lines']}", flush=True)
+        if args.peer == "none" and args.peer_from:
+            row["peer"] = earlier_peer(k, args.sentences, args.peer_from.split(","))
         if args.peer != "none":
             with load.span(f"k{k} peer"):
                 row["peer"] = peer_run(train, args, d)

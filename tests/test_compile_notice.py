@@ -67,7 +67,8 @@ def test_a_compile_is_told_with_the_time_limit_it_stands_outside_of(monkeypatch,
     lines: list[str] = []
     SequenceTagger(threads=1, time_limit=7, max_epochs=1, min_count=1,
                    log=lines.append).fit(*small)
-    said = [ln for ln in lines if "compiling kernels" in ln]
+    said = [ln for ln in lines if ln.startswith("compiling kernels")]  # (the set-up line may
+    # say "compiling kernels" too, on a cold cache)
     assert len(said) == 1 and "outside the time limit of 7 s" in said[0], lines
     ready = [ln for ln in lines if ln.startswith("kernels ready after")]
     assert len(ready) == 1 and lines.index(ready[0]) > lines.index(said[0])

@@ -49,3 +49,25 @@ def test_the_generator_takes_brown_sized_tag_sets():
     assert len({t for s in c.tags for t in s}) > 200
     with pytest.raises(ValueError, match="n_tags"):
         generator_model(n_tags=1001, vocab_size=5000)
+
+
+def test_the_peer_taken_from_earlier_results(tmp_path):
+    """``--peer-from``: the first file with the label count on the same corpus size gives the
+    peer's row, marked with its file; none found: None."""
+    import json
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"rows": [{"labels": 83, "sentences": 2000, "peer": {"peak_mib": 1}},
+                                      {"labels": 12, "sentences": 55000, "peer": None}]}))
+    b.write_text(json.dumps({"rows": [{"labels": 83, "sentences": 55000,
+                                       "peer": {"peak_mib": 584, "capped": "capped",
+                                                "iterations_done": 1}},
+                                      {"labels": 12, "sentences": 55000,
+                                       "peer": {"peak_mib": 363, "capped": ""}}]}))
+    files = [str(tmp_path / "missing.json"), str(a), str(b)]
+    assert ml.earlier_peer(83, 55000, files) == {"peak_mib": 584, "capped": "capped",
+                                                 "iterations_done": 1, "from": "b.json"}
+    assert ml.earlier_peer(12, 55000, files)["peak_mib"] == 363
+    assert ml.earlier_peer(45, 55000, files) is None
+    row = {"labels": 12, "tokens": 10, "demidcd": {}, "peer": ml.earlier_peer(12, 55000, files)}
+    assert ml.table([row], []).splitlines()[-1] == "| 12 | 10 | 363 MiB [b.json] |"

@@ -197,6 +197,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args) -> int:
+    """:func:`_trained` with the whole run's peak memory read (its log line: the set-up's
+    peak, before any training process's monitor starts, included)."""
+    from ..primitives.monitor import RunPeak
+
+    with RunPeak() as peak:
+        return _trained(args, peak)
+
+
+def _trained(args, peak) -> int:
     from ..errors import WorkerError
     from ..io.model import save_with_fallback, stdio_fd
     from ..solvers import get_learner, oversubscription
@@ -440,7 +449,8 @@ def _train(args) -> int:
         if args.summary_json:
             metrics["test"] = interruptible(_metric_values, est, spec, test)
     if res.extra.get("memory_line"):
-        log.info(res.extra["memory_line"])
+        peak.stop()
+        log.info(res.extra["memory_line"] if cluster else peak.line())
     if res.extra.get("cpu_line"):  # a measurement of the run, not a result: not with --quiet
         log.info(res.extra["cpu_line"])
     if args.summary_json:

@@ -46,7 +46,7 @@ def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
         if pid == 0:  # the child: never returns
             _child(fn, tmp.fileno())
         try:
-            _, status = os.waitpid(pid, 0)
+            status = _wait(pid)
         except BaseException:  # Ctrl-C while waiting: the child goes too
             _kill(pid)
             raise
@@ -60,6 +60,20 @@ def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
     if tag != _OK or status != 0:
         return False, None
     return True, payload
+
+
+def _wait(pid: int) -> int:
+    """Wait for the child ``pid``; returns its status. Its resident high-water mark
+    (``wait4``'s ``ru_maxrss``) goes to the run's peak memory
+    (:meth:`~demidcd.primitives.monitor.RunPeak.note_all`): the set-up's peak is the command's
+    too, even when it fell between two readings of the process tree."""
+    from ..primitives.monitor import RunPeak
+
+    if not hasattr(os, "wait4"):
+        return os.waitpid(pid, 0)[1]
+    _, status, usage = os.wait4(pid, 0)
+    RunPeak.note_all(int(usage.ru_maxrss) * 1024)  # (KiB on Linux)
+    return status
 
 
 def _child(fn: Callable[[], Any], fd: int) -> None:

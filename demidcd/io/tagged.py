@@ -436,7 +436,10 @@ def token_columns(corpus: TaggedCorpus, width: int | None = None) -> list[list[t
 
 class _Sentences:
     """What a parser has read: finished sentences, and the one being read (``words``, ``labs``,
-    ``rlines``, starting on line ``first``)."""
+    ``rlines``, starting on line ``first``). The parsers put one string object per distinct
+    word and per distinct label in ``tokens`` and ``tags`` (a dictionary of those read so far):
+    a million tokens of a hundred labels then hold a hundred label strings, not a million
+    (about 50 MiB), and their repeated words one string each."""
 
     __slots__ = ("labelled", "keep_raw", "tokens", "tags", "lines", "raw", "words", "labs",
                  "rlines", "first")
@@ -480,6 +483,7 @@ def _parse_conllu(
     out = _Sentences(labelled, keep_raw)
     colname = {3: "UPOS", 4: "XPOS"}.get(li, f"column {li + 1}")
     lines = text.split("\n")
+    same = {}.setdefault  # one string object per distinct word and label (_Sentences)
     for idx, line in enumerate(lines, 1):
         lineno = line0 + idx
         if line.endswith("\r"):
@@ -515,10 +519,10 @@ def _parse_conllu(
             lab = f[li]
             if not lab or lab.isspace() or lab == "_":
                 raise InputError(path, lineno, f"empty label in {colname} (column {li + 1})")
-            out.labs.append(lab)
+            out.labs.append(same(lab, lab))
         if not out.words:
             out.first = lineno
-        out.words.append(w)
+        out.words.append(same(w, w))
         if keep_raw:
             out.rlines.append(f)
     return out.corpus(path, "conllu", li)
@@ -553,6 +557,7 @@ def _parse_columns(
     if li is not None:
         min_cols = max(min_cols, li + 1) if labelled else 1
     lines = text.split("\n")
+    same = {}.setdefault  # one string object per distinct word and label (_Sentences)
     for idx, line in enumerate(lines, 1):
         lineno = line0 + idx
         # split on ASCII whitespace only: NBSP or NEL (U+0085, e.g. from latin-1 decoding of
@@ -582,9 +587,11 @@ def _parse_columns(
             raise too_long(path, out.first, lines, idx, max_len, _columns_kind)
         if not out.words:
             out.first = lineno
-        out.words.append(f[0])
+        w = f[0]
+        out.words.append(same(w, w))
         if labelled:
-            out.labs.append(f[-1] if li is None else f[li])
+            lab = f[-1] if li is None else f[li]
+            out.labs.append(same(lab, lab))
         if keep_raw:
             out.rlines.append(f)
     state["ncols"], state["ncols_line"] = ncols, ncols_line

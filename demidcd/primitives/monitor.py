@@ -46,7 +46,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["CpuMonitor", "usable_cores", "timed_step"]
+__all__ = ["CpuMonitor", "RunPeak", "usable_cores", "timed_step"]
 
 PSS_BUDGET = 0.02  # share of one core the PSS readings may take (see the module docstring)
 PSS_GUESS = 0.01  # seconds per process of a PSS reading, until one is measured
@@ -143,6 +143,7 @@ class CpuMonitor:
         self.peak_rss = 0  # bytes: the largest sum of resident sizes over all processes
         self.peak_pss = 0  # bytes: the largest sum of proportional set sizes (module docstring)
         self._pss_due = 0.0  # time.monotonic() of the next PSS reading
+        self._run_peak_paused = False  # whether start() paused the RunPeaks (stop resumes)
         for role, pid in pids.items():
             self.add(role, pid)
 
@@ -289,6 +290,8 @@ class CpuMonitor:
         if self._thread is not None:
             return self
         self._t0 = time.monotonic()
+        RunPeak.engine_started()
+        self._run_peak_paused = True
         with self._lock:
             n = len(self._procs)
         self._pss_due = self._t0 + max(self.interval, n * PSS_GUESS / PSS_BUDGET)
@@ -319,6 +322,9 @@ class CpuMonitor:
             except Exception:  # noqa: BLE001 - a monitor must never kill the run
                 pass
             self._t_stop = time.monotonic() - self._t0
+        if self._run_peak_paused:  # (also when its thread could not start)
+            self._run_peak_paused = False
+            RunPeak.engine_stopped(self.peak_pss)
 
     def memory_now(self) -> None:
         """Read the PSS of every monitored process and its descendants now (those not
@@ -382,6 +388,149 @@ class CpuMonitor:
                             *(f"{vals.get(r, 0.0):.1f}" for r in roles)])
 
         atomic_write(path, write, mode="w")
+
+
+def tree_pss(pid: int | None = None) -> int:
+    """Bytes: the summed proportional set size (``/proc/<pid>/smaps_rollup``'s ``Pss``) of
+    process ``pid`` (this one by default) and all its live descendants; 0 where there is no
+    ``smaps_rollup`` (not Linux)."""
+    root = os.getpid() if pid is None else int(pid)
+    ppids = _ppid_map()
+    total, stack = 0, [root]
+    while stack:
+        q = stack.pop()
+        total += _pss_of(q)
+        stack.extend(ppids.get(q, ()))
+    return total
+
+
+def _pss_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class RunPeak:
+    """The peak memory of a whole command: this process and its descendants from
+    :meth:`start` to :meth:`stop`, the set-up before training included (a set-up child that
+    reads the corpus and builds the features peaks before any :class:`CpuMonitor` starts).
+
+    The peak is the largest of
+
+    * the summed PSS of the process tree (:func:`tree_pss`), read every ``interval`` seconds
+      by a thread while no :class:`CpuMonitor` runs in this process (while one runs, its own
+      readings of the training processes count instead: the two would only double the
+      cost of reading page tables on the learner's core);
+    * each :class:`CpuMonitor`'s ``peak_pss`` when it stops (the training's peak);
+    * what :meth:`note` is told, e.g. a set-up child's resident high-water mark
+      (``ru_maxrss`` from ``wait4``), which catches a peak however short it was between two
+      readings. It counts in full the pages the child shares with processes outside the tree
+      (shared libraries another Python maps), which PSS divides among them: alone on a
+      machine the two agree within a few MiB, beside other Python processes it overstates
+      by up to the shared libraries' resident size (the line errs on the high side).
+
+    ``setup`` (bytes) is the peak outside the monitors' spans (the set-up, and after training
+    the model's saving and the scoring) and ``training`` the monitors' peak, so that the log
+    can say which part of the run the peak is from.
+    """
+
+    _active: list[RunPeak] = []
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = float(interval)
+        self.setup = 0  # bytes: the peak read outside the CpuMonitors' spans (and noted)
+        self.training = 0  # bytes: the CpuMonitors' peak PSS
+        self._pid = os.getpid()
+        self._paused = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def peak(self) -> int:
+        """Bytes: the whole run's peak (the larger of :attr:`setup` and :attr:`training`)."""
+        return max(self.setup, self.training)
+
+    def start(self) -> RunPeak:
+        RunPeak._active.append(self)
+        self.read()
+        self._thread = threading.Thread(target=self._run, name="demidcd-run-peak", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had: the monitors' peak and the notes remain
+            self._thread = None
+        return self
+
+    def stop(self) -> int:
+        """Stop reading (a last reading first); returns :attr:`peak`."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5.0)
+            self._thread = None
+        if self in RunPeak._active:
+            RunPeak._active.remove(self)
+            if not self._paused:
+                self.read()
+        return self.peak
+
+    def read(self) -> None:
+        """One reading of the process tree now."""
+        self.setup = max(self.setup, tree_pss(self._pid))
+
+    def note(self, nbytes: int) -> None:
+        """Count ``nbytes`` as memory the run held at some moment (see the class docstring)."""
+        self.setup = max(self.setup, int(nbytes))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self._paused:
+                try:
+                    self.read()
+                except Exception:  # noqa: BLE001 - a monitor must never kill the run
+                    pass
+
+    def __enter__(self) -> RunPeak:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def line(self) -> str:
+        """E.g. ``"peak memory: 530 MiB (PSS, all processes, the whole run; training 480 MiB,
+        the rest (set-up, saving, scoring) 530 MiB)"``: :attr:`peak`, :attr:`training` and
+        :attr:`setup` (what was read outside the training monitors' spans: mostly the
+        set-up, which peaks before training)."""
+        mib = 2**20
+        parts = [f"training {self.training / mib:,.0f} MiB"] if self.training else []
+        parts.append(f"the rest (set-up, saving, scoring) {self.setup / mib:,.0f} MiB")
+        return (f"peak memory: {self.peak / mib:,.0f} MiB (PSS, all processes, the whole run; "
+                + ", ".join(parts) + ")")
+
+    # -- hooks of CpuMonitor (in this process only: a forked child's copies do nothing)
+    @classmethod
+    def engine_started(cls) -> None:
+        for r in cls._active:
+            if r._pid == os.getpid():
+                r.read()
+                r._paused += 1
+
+    @classmethod
+    def engine_stopped(cls, peak_pss: int) -> None:
+        for r in cls._active:
+            if r._pid == os.getpid():
+                r.training = max(r.training, int(peak_pss))
+                r._paused = max(r._paused - 1, 0)
+
+    @classmethod
+    def note_all(cls, nbytes: int) -> None:
+        """:meth:`note` to every active one of this process."""
+        for r in cls._active:
+            if r._pid == os.getpid():
+                r.note(nbytes)
 
 
 def _gone(p: psutil.Process) -> bool:

@@ -20,6 +20,7 @@ spellings, so a token ``<s>`` gives the string the sentence start gives, as form
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 
 import numba as nb
@@ -96,10 +97,32 @@ def value_window_rows(sent_ptr, vals, n_vals, bos, eos):
     return uni, bi, tri
 
 
-def _unique_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@nb.njit(cache=True, nogil=True)
+def word_pair_keys(sent_ptr, tok_low, bos, eos, radix):
+    """int64[2 n_tokens]: :func:`word_pair_rows`'s rows (kind, a, b) as one key each,
+    (kind·radix + a)·radix + b (the caller checks that 2·radix² fits), without the rows
+    (three times the memory, on a million tokens 46 MiB more at the set-up's peak)."""
+    n = tok_low.shape[0]
+    out = np.empty(2 * n, np.int64)
+    for s in range(sent_ptr.shape[0] - 1):
+        a = sent_ptr[s]
+        b = sent_ptr[s + 1]
+        for t in range(a, b):
+            prev = tok_low[t - 1] if t > a else bos
+            nxt = tok_low[t + 1] if t + 1 < b else eos
+            out[2 * t] = prev * radix + tok_low[t]
+            out[2 * t + 1] = (radix + tok_low[t]) * radix + nxt
+    return out
+
+
+def _unique_counts(keys: np.ndarray, in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(distinct keys in increasing order, how often each occurs): ``np.unique`` by sorting
-    (numpy 2.4's ``np.unique`` of int64 is 20 times slower than its sort)."""
-    keys = np.sort(keys)
+    (numpy 2.4's ``np.unique`` of int64 is 20 times slower than its sort); ``in_place``:
+    ``keys`` may be sorted where it is (no copy)."""
+    if in_place:
+        keys.sort()
+    else:
+        keys = np.sort(keys)
     first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[first], np.diff(np.append(first, keys.shape[0]))
 
@@ -116,7 +139,12 @@ def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
     for c in range(1, width):
         key *= radix
         key += rows[:, c]
-    uniq, counts = _unique_counts(key)
+    return _key_rows(key, radix, width)
+
+
+def _key_rows(key: np.ndarray, radix: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of the rows coded as ``key`` (sorted in place)."""
+    uniq, counts = _unique_counts(key, in_place=True)
     out = np.empty((uniq.shape[0], width), np.int64)
     for c in range(width - 1, 0, -1):
         out[:, c] = uniq % radix
@@ -198,20 +226,26 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
     n_types = len(types)
     type_count = np.bincount(tok_type, minlength=n_types)
 
-    # own(x): per type, counted as often as the type occurs
-    feats: list[str] = []
+    # own(x): per type, counted as often as the type occurs. Each type's strings are interned
+    # as they are made (only the distinct ones stay alive: the types share most prefixes,
+    # suffixes and shapes, so keeping every type's list until the end held several strings
+    # per type, a third of the set-up's peak on a million tokens)
+    index: dict[str, int] = {}
+    setdefault = index.setdefault
+    own_list = array("q")
     lens = np.empty(n_types, np.int64)
     for k, word in enumerate(types):
         if "\n" in word:
             raise ValueError(f"invalid token {word!r}: tokens must not contain newlines")
         fs = word_features(word)
-        feats += fs
+        own_list.extend([setdefault(f, len(index)) for f in fs])
         lens[k] = len(fs)
-    names = list(dict.fromkeys(feats))
-    index = dict(zip(names, range(len(names)), strict=True))
-    own_ids = np.fromiter(map(index.__getitem__, feats), np.int64, count=len(feats))
+    names = list(index)
+    del index, setdefault
+    own_ids = np.frombuffer(own_list, np.int64).copy() if own_list else np.zeros(0, np.int64)
+    del own_list
     pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1) + own_ids
-    pairs = _unique_counts(pairs)[0]  # a type's features once each
+    pairs = _unique_counts(pairs, in_place=True)[0]  # a type's features once each
     counts = np.bincount(pairs % max(len(names), 1),
                          type_count[pairs // max(len(names), 1)].astype(np.float64), len(names))
     kept.add(names, np.rint(counts).astype(np.int64))
@@ -225,7 +259,11 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
     for j, o in enumerate(_OFFSETS):
         sel = np.flatnonzero(ctx[:, j] >= min_count)
         kept.add([f"w{o:+d}={lowers[i]}" for i in sel.tolist()], ctx[sel, j])
-    rows, counts = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), len(lowers))
+    radix = len(lowers)
+    if 8 * radix ** 2 < 2**62:
+        rows, counts = _key_rows(word_pair_keys(sent_ptr, tok_low, 0, 1, radix), radix, 3)
+    else:
+        rows, counts = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), radix)
     easy = np.fromiter(("|" not in w for w in lowers), bool, count=len(lowers))
     kept.ngrams(rows, counts, lowers, easy, ("b-1=", "b+1="))
 
