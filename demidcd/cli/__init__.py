@@ -416,7 +416,9 @@ def _train(args) -> int:
                         + ("" if res.finished else " (finished: false)")]
             ended = {"time-limit": " (the model reached within --time-limit)",
                      "max-epochs": " (the model after --max-epochs)",
-                     "max-iterations": " (the model after --max-iterations)"}
+                     "max-iterations": " (the model after --max-iterations)",
+                     "converged": " (CCCP converged; its convex step short of --tol)",
+                     "max-rounds": " (the model after the most CCCP rounds)"}
             log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
                 res.stop_reason, f" (partial: {res.stop_reason})")))
         if args.save_state and getattr(est, "state_", None) is not None:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import Task
-from .common import TrainResult, primal_objective
+from .common import TrainResult, primal_objective, work_done
 from .state import DualState, Start, fingerprint, state_w
 
 CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
@@ -58,6 +58,62 @@ FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the label
 ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
 # reach the learner's tolerance sooner); once the objective stops decreasing after a step
 # cut short, the best round's step is resumed as it stopped, in all the time left
+
+
+class RunClock:
+    """The whole CCCP run's clock for what the convex steps report while they run. Each step's
+    learner counts its seconds (and its work) from its own start; the snapshot writer (``tick``,
+    e.g. :meth:`~demidcd.io.snapshots.Snapshotter.maybe`) and the records passed to
+    ``callback`` get them on the run's clock instead: seconds + :attr:`offset` (the time, from
+    the run's start, at which the running step was called: 0 for the first, whose clock is the
+    run's) and work + :attr:`work` (the steps before it). So the snapshots of every round lie
+    on one monotone time line (a step's snapshot at its second s was taken at or after
+    offset + s) and ``evaluate-snapshots`` gives the accuracy curve of the whole run.
+    :meth:`maybe` stands for the writer's own: a learner reads the writer's ``due`` (on its
+    own clock here) and sets its ``work_source`` through the bound method's owner."""
+
+    def __init__(self, tick: Callable[[float, np.ndarray], None] | None,
+                 callback: Callable[[dict, np.ndarray], None] | None):
+        self._tick, self._callback = tick, callback
+        self.owner = getattr(tick, "__self__", None)  # the snapshot writer, if any
+        self.offset, self.work = 0.0, (0, 0)
+
+    @property
+    def due(self) -> float | None:
+        due = getattr(self.owner, "due", None)
+        return None if due is None else due - self.offset
+
+    @property
+    def work_source(self) -> Callable[[], tuple[int, int]] | None:
+        return getattr(self.owner, "work_source", None)
+
+    @work_source.setter
+    def work_source(self, source: Callable[[], tuple[int, int]] | None) -> None:
+        if self.owner is None or not hasattr(self.owner, "work_source"):
+            return
+        base = self.work
+        self.owner.work_source = None if source is None else (
+            lambda: tuple(int(a + b) for a, b in zip(base, source(), strict=True)))
+
+    def maybe(self, seconds: float, w: np.ndarray) -> None:
+        if self._tick is not None:
+            self._tick(seconds + self.offset, w)
+
+    def record(self, rec: dict, w: np.ndarray) -> None:
+        """The step's record on the run's clock (changed in place: the run's history holds
+        the same dicts), then the caller's callback."""
+        rec["seconds"] = round(float(rec.get("seconds", 0.0)) + self.offset, 4)
+        for k, base in (("total_updates", self.work[0]), ("inferences", self.work[1])):
+            if k in rec:
+                rec[k] = int(rec[k]) + base
+        if self._callback is not None:
+            self._callback(rec, w)
+
+    def step_done(self, res: TrainResult) -> None:
+        """Count a finished step's work in :attr:`work`."""
+        done = work_done(res.extra)
+        if done is not None:
+            self.work = (self.work[0] + done[0], self.work[1] + done[1])
 
 
 def convex_view(task: Task) -> Task:
@@ -158,12 +214,16 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     say(f"partially labelled data: {counts['unknown']:,} unknown and {counts['sets']:,} set "
         f"tokens in {n_part:,} of {task.n_examples:,} examples; CCCP (latent SSVM)")
 
+    epochs = [0]  # the convex steps' iterations, all together
     clock = [t0]  # the time limit's start: after the first step's set-up (as run_plan's)
 
     def left() -> float | None:
         return None if limit is None else limit - (time.perf_counter() - clock[0])
 
     since = [kw.pop("since", None)]  # the user's call: the first step's set-up only
+    run_clock = RunClock(kw.pop("tick", None), kw.pop("callback", None))
+    kw["tick"] = run_clock.maybe if run_clock._tick is not None else None
+    kw["callback"] = run_clock.record if run_clock._callback is not None else None
     warm = kw.pop("warm", None)
 
     def warm_all() -> None:  # compiled before the clock with the learner's kernels: the
@@ -186,9 +246,12 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         st = Start(w0=w0 if state is None else None, state=state, keep_state=True)
         if state is not None and w0 is not None:
             state.arrays["w0"] = w0
+        run_clock.offset = 0.0 if first else time.perf_counter() - clock[0]
         res = convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
         if first:  # the clock started when the step's set-up ended
             clock[0] = origin + float(res.extra.get("setup_seconds", 0.0))
+        run_clock.step_done(res)
+        epochs[0] += int(res.epochs)
         return res
 
     rounds: list[dict] = []
@@ -267,12 +330,31 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         final = TrainResult(best_w, False, reason, 0, 0.0)
     out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - clock[0],
                               history=history, finished=reason == "converged" and final.finished,
-                              stop_reason=reason if reason != "converged" else
-                              final.stop_reason, extra=dict(final.extra))
+                              stop_reason=reason, epochs=epochs[0], extra=dict(final.extra))
+    if "updates" in out.extra and "inferences" in out.extra:  # the whole run's work
+        out.extra["updates"], out.extra["inferences"] = run_clock.work
+        out.extra.pop("learner_inferences", None)  # (counted in the inferences)
     out.extra["cccp"] = rounds
     out.extra["partial"] = counts
+    out.extra["cccp_stop"] = stop_summary(reason, len(rounds) - 1, final, config)
+    out.extra.pop("stop_rule", None)  # (the step's: in cccp_stop)
     if not keep_state:
         out.state = None
-    say(f"cccp: {len(rounds) - 1} rounds, best latent objective {best_obj:.6g}, stopped: "
-        f"{reason}")
+    say(f"cccp: {len(rounds) - 1} rounds, best latent objective {best_obj:.6g}")
     return out
+
+
+def stop_summary(reason: str, rounds: int, step: TrainResult, config: Any) -> dict[str, Any]:
+    """How a CCCP run ended, for the ``stopped:`` line (:func:`~demidcd.progress.stop_line`):
+    the run's reason (``converged``: the latent objective decreased by less than
+    :data:`CCCP_TOL` in a round; ``time-limit``; ``max-rounds``; ``interrupted``), its rounds,
+    and the state of the convex step whose w is returned (the best round's): its own stop
+    reason, whether it reached the learner's tolerance, and its stop rule (what, value,
+    option, target, epochs option) as :func:`~demidcd.progress.stop_line` reads it."""
+    last = step.history[-1] if step.history else {}
+    rule = step.extra.get("stop_rule") or (
+        "largest KKT gap" if config.loss == "l1" else "largest projected gradient",
+        last.get("max_pg"), "tol", config.tol, "max_epochs")
+    return {"reason": reason, "rounds": int(rounds), "tol": CCCP_TOL,
+            "step_reason": step.stop_reason, "step_finished": bool(step.finished),
+            "step_rule": list(rule)}
