@@ -261,6 +261,7 @@ def _train(args) -> int:
         ``--threads`` processes (the cores given, also for a one-process learner;
         :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
         up serially)."""
+        from ..errors import PartialLabelError
         from ..estimators.parts import PartsUnsupported, parts_pay, prepare_fit_parts
 
         cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
@@ -300,8 +301,11 @@ def _train(args) -> int:
                 for k, v in p["labels"].items():
                     known[k] = known.get(k, 0) + v
             n_sent = sum(p["n_sentences"] for p in parts)
+            unknown, sets = (sum(p["partial"][j] for p in parts) for j in (0, 1))
+            partial = (f" ({unknown:,} with an unknown label, {sets:,} with a set of labels)"
+                       if unknown or sets else "")
             log.info(f"data: {options.train}: {n_sent:,} sentences, "
-                     f"{sum(known.values()):,} tokens (read in "
+                     f"{sum(p['n_tokens'] for p in parts):,} tokens{partial} (read in "
                      f"{time.perf_counter() - t0:.1f}s, with its features, in "
                      f"{len(parts)} parts)")
             if not n_sent:
@@ -317,7 +321,7 @@ def _train(args) -> int:
         Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
         try:
             prepared = prepare_fit_parts(est, read, len(ranges), Xd, Yd, on_read)
-        except PartsUnsupported:
+        except (PartsUnsupported, PartialLabelError):  # (the serial reader names the line)
             return None
         except PartFailed as e:  # a process died (killed, out of memory): once more, serially
             print(f"demidcd: warning: {e}; setting up again in one process", file=sys.stderr,
