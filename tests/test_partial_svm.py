@@ -316,3 +316,34 @@ def test_cccp_stop_line_says_each_reason_once():
     assert line.startswith(f"stopped: converged after {run.epochs} iterations")
     assert "reached its tolerance" in line and "not converged" not in line
     assert run.epochs >= sum(1 for _ in run.history) > 0
+
+
+def test_parked_state_and_released_start_keep_the_results():
+    """Memory of CCCP: the best round's state parked in an unnamed file comes back array for
+    array; a start state marked ``release`` is emptied once loaded and the learner trains
+    exactly as from a kept one (and does not hand the emptied state back)."""
+    from demidcd.solvers.cccp import _Parked
+    from demidcd.solvers.state import DualState, Start
+
+    rng = np.random.default_rng(4)
+    X, Y = random_data(rng, 60, 3, 15)
+    task = SequenceTask(X, Y, 3, 15)
+    cfg = SolverConfig(C=0.5, tol=1e-3, max_epochs=3)
+    first = train(task, "dcd", cfg, start=Start(keep_state=True))
+    saved = {k: v.copy() for k, v in first.state.arrays.items()}
+    p = _Parked()
+    p.park(first)
+    assert first.state is None and p.has_state(first) and p.file is not None
+    back = p.unpark(first)
+    assert p.file is None and first.state is back and sorted(back.arrays) == sorted(saved)
+    assert all(np.array_equal(back.arrays[k], v) and back.arrays[k].dtype == v.dtype
+               for k, v in saved.items())
+    runs = []
+    for release in (False, True):
+        st = DualState({k: v.copy() for k, v in saved.items()}, dict(back.meta))
+        res = train(task, "dcd", SolverConfig(C=0.5, tol=1e-3, max_epochs=4),
+                    start=Start(state=st, keep_state=True, release=release))
+        runs.append(res.w)
+        assert (st.arrays["phi_idx"].size == 0) == release
+        assert st.meta.get("released", False) == release and res.state is not st
+    assert runs[0].tobytes() == runs[1].tobytes()

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from ..errors import OptionError
@@ -116,6 +117,46 @@ class RunClock:
             self.work = (self.work[0] + done[0], self.work[1] + done[1])
 
 
+class _Parked:
+    """The dual state of one step's result (the best round's) kept in an unnamed temporary
+    file instead of memory while later steps run: it is read again only to resume that step
+    (when the latent objective stops decreasing) or to return it (``keep_state``). The file
+    has no name (deleted when closed, or when the process ends)."""
+
+    def __init__(self) -> None:
+        self.res: TrainResult | None = None
+        self.file: Any = None
+        self.meta: dict = {}
+
+    def park(self, res: TrainResult | None) -> None:
+        if res is None or res.state is None or res is self.res:
+            return
+        self.drop()
+        import tempfile
+
+        self.file = tempfile.TemporaryFile(prefix="demidcd-cccp-")
+        np.savez(self.file, **res.state.arrays)
+        self.res, self.meta = res, res.state.meta
+        res.state = None
+
+    def has_state(self, res: TrainResult) -> bool:
+        return res.state is not None or (res is self.res and self.file is not None)
+
+    def unpark(self, res: TrainResult) -> DualState | None:
+        """``res``'s state, read back into memory if parked."""
+        if res is self.res and self.file is not None:
+            self.file.seek(0)
+            with np.load(self.file, allow_pickle=False) as z:
+                res.state = DualState({k: z[k] for k in z.files}, self.meta)
+            self.drop()
+        return res.state
+
+    def drop(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.res, self.file, self.meta = None, None, {}
+
+
 def convex_view(task: Task) -> Task:
     """``task`` itself for complete data; for partially labelled data its convex step with the
     targets imputed under w = 0 (what a measurement of inference, e.g. DEMI-DCD's
@@ -140,33 +181,38 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     """The state's arrays with every record of a ``changed`` example (bool per example)
     re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
     new target), records with φ' = 0 dropped; A_i recomputed, every skipping state reset and,
-    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. Returns
-    (arrays, records dropped)."""
+    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. The
+    records of the other examples are kept entry for entry; the new φ arrays are built in
+    place of the old in two passes of :func:`_reexpress_pass` (count, then fill), so the
+    memory it takes is the new arrays' (and the d_i), not a copy of every entry in int64.
+    Returns (arrays, records dropped)."""
     dim = old.dim
     a = state.arrays
     ex, ptr = a["example"], a["phi_ptr"]
-    S = ex.shape[0]
-    lens = np.diff(ptr)
-    rows = [np.repeat(np.arange(S, dtype=np.int64), lens)]
-    cols = [a["phi_idx"].astype(np.int64)]
-    vals = [a["phi_val"].astype(np.float64)]
-    for i in np.unique(ex[changed[ex]]):
-        idx, val, _ = old.phi_delta(int(i), old.example_target(new_targets, int(i)))
-        mine = np.flatnonzero(ex == i)
-        rows.append(np.repeat(mine, idx.shape[0]))
-        cols.append(np.tile(idx.astype(np.int64), mine.shape[0]))
-        vals.append(-np.tile(val.astype(np.float64), mine.shape[0]))
-    r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
-    order = np.lexsort((c, r))
-    r, c, v = r[order], c[order], v[order]
-    first = np.ones(r.shape[0], np.bool_)
-    first[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
-    starts = np.flatnonzero(first)
-    r, c = r[starts], c[starts]
-    v = np.add.reduceat(v, starts) if v.size else v
-    nz = np.abs(v) > 1e-12
-    r, c, v = r[nz], c[nz], v[nz]
-    count = np.bincount(r, minlength=S)
+    S, n = ex.shape[0], a["alpha_sum"].shape[0]
+    with_records = np.unique(ex[changed[ex]]) if S else np.zeros(0, np.int64)
+    d_len = np.zeros(n, np.int64)
+    d_idx, d_val = [], []
+    for i in with_records.tolist():
+        idx, val, _ = old.phi_delta(i, old.example_target(new_targets, i))
+        d_len[i] = idx.shape[0]
+        d_idx.append(np.asarray(idx, np.int64))
+        d_val.append(np.asarray(val, np.float64))
+    d_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(d_len, out=d_ptr[1:])
+    di = np.concatenate(d_idx) if d_idx else np.zeros(0, np.int64)
+    dv = np.concatenate(d_val) if d_val else np.zeros(0, np.float64)
+    del d_idx, d_val
+    ex64 = np.asarray(ex, np.int64)
+    pidx, pval = a["phi_idx"], a["phi_val"]
+    none_i, none_v = np.zeros(0, pidx.dtype), np.zeros(0, pval.dtype)
+    full_ptr = np.zeros(S + 1, np.int64)
+    count = _reexpress_pass(ex64, ptr, pidx, pval, d_ptr, di, dv, full_ptr, none_i, none_v,
+                            False)
+    np.cumsum(count, out=full_ptr[1:])
+    new_idx = np.empty(int(full_ptr[-1]), pidx.dtype)
+    new_val = np.empty(int(full_ptr[-1]), pval.dtype)
+    _reexpress_pass(ex64, ptr, pidx, pval, d_ptr, di, dv, full_ptr, new_idx, new_val, True)
     keep = count > 0
     # a record with φ' = 0 is the new target itself (Δ = 0): dropped, with its α
     out = dict(a)
@@ -174,9 +220,7 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     for k in ("example", "hash", "delta", "alpha"):
         out[k] = a[k][keep]
     out["phi_ptr"] = np.concatenate([[0], np.cumsum(count[keep])]).astype(np.int64)
-    out["phi_idx"] = c.astype(a["phi_idx"].dtype)
-    out["phi_val"] = v.astype(a["phi_val"].dtype)
-    n = out["alpha_sum"].shape[0]
+    out["phi_idx"], out["phi_val"] = new_idx, new_val
     out["alpha_sum"] = np.bincount(out["example"], weights=out["alpha"], minlength=n)
     out["ex_pg"] = np.full(n, np.inf)
     if l1:  # ξ̂_i = max(0, max over the active set of Δ − w·φ') under the new w = w₀ + Σαφ'
@@ -190,6 +234,56 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
         np.maximum.at(xi, out["example"], out["delta"] - margin)
         out["xi"] = xi
     return out, int(S - keep.sum())
+
+
+@nb.njit(cache=True, nogil=True)
+def _reexpress_pass(ex, ptr, pidx, pval, d_ptr, d_idx, d_val, out_ptr, out_idx, out_val,
+                    fill):
+    """One pass of :func:`reexpress` over the records: the entries of record j's φ' (its
+    example i's d_i = ``d_idx/d_val[d_ptr[i]:d_ptr[i + 1]]`` subtracted, entries summed by
+    feature in ascending order, |value| <= 1e-12 dropped; an example without d_i keeps its
+    records as they are), counted (returned per record) and, with ``fill``, written at
+    ``out_ptr[j]``."""
+    S = ptr.shape[0] - 1
+    counts = np.zeros(S, np.int64)
+    for j in range(S):
+        a, b = ptr[j], ptr[j + 1]
+        i = ex[j]
+        da, db = d_ptr[i], d_ptr[i + 1]
+        if da == db:
+            counts[j] = b - a
+            if fill:
+                o = out_ptr[j]
+                for q in range(a, b):
+                    out_idx[o + q - a] = pidx[q]
+                    out_val[o + q - a] = pval[q]
+            continue
+        m = (b - a) + (db - da)
+        keys = np.empty(m, np.int64)
+        vals = np.empty(m, np.float64)
+        for q in range(a, b):
+            keys[q - a] = pidx[q]
+            vals[q - a] = pval[q]
+        for q in range(da, db):
+            keys[b - a + q - da] = d_idx[q]
+            vals[b - a + q - da] = -d_val[q]
+        order = np.argsort(keys, kind="mergesort")
+        o = out_ptr[j] if fill else 0
+        c = 0
+        q = 0
+        while q < m:
+            k = keys[order[q]]
+            v = 0.0
+            while q < m and keys[order[q]] == k:
+                v += vals[order[q]]
+                q += 1
+            if abs(v) > 1e-12:
+                if fill:
+                    out_idx[o + c] = k
+                    out_val[o + c] = v
+                c += 1
+        counts[j] = c
+    return counts
 
 
 def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any = None,
@@ -231,7 +325,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             warm()
         task.impute(np.zeros(task.dim), np.flatnonzero(~task.complete_examples())[:1])
 
-    def step(task_r: Task, state: DualState | None, last: bool = False) -> TrainResult:
+    def step(task_r: Task, state: DualState | None, last: bool = False,
+             release: bool = False) -> TrainResult:
         first = clock[0] == t0  # the first convex step: its set-up is outside the limit
         if limit is None:
             cfg = config
@@ -243,7 +338,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
         kw["warm"] = warm_all if first else None
-        st = Start(w0=w0 if state is None else None, state=state, keep_state=True)
+        st = Start(w0=w0 if state is None else None, state=state, keep_state=True,
+                   release=release)
         if state is not None and w0 is not None:
             state.arrays["w0"] = w0
         run_clock.offset = 0.0 if first else time.perf_counter() - clock[0]
@@ -255,6 +351,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         return res
 
     rounds: list[dict] = []
+    parked = _Parked()
     complete = task.complete_examples()
     targets = task.known_targets()
     state: DualState | None = None
@@ -302,7 +399,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
             if res is None or res.finished or limit is None or best_res is None \
-                    or best_res.state is None or best_task is None:
+                    or not parked.has_state(best_res) or best_task is None:
                 reason = "converged"
                 break
             # the best w's convex step was cut by its share of the time: it goes on (resumed
@@ -310,7 +407,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             say("cccp: the latent objective stopped decreasing; the best round's convex step "
                 "goes on in the time left")
             polish, cur = True, best_task
-            res = step(best_task, best_res.state, last=True)
+            res = step(best_task, parked.unpark(best_res), last=True, release=not keep_state)
             w, state = res.w, res.state
             history += res.history
             continue
@@ -322,10 +419,16 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
             state = DualState(arrays, meta)
         targets, cur = new, task_r
-        res = step(task_r, state)
+        if limit is None and not keep_state and best_res is not None:
+            best_res.state = None  # (no time limit: no step is resumed, no state returned)
+        parked.park(best_res)  # (on disk while the step runs: needed again only to resume it)
+        res = step(task_r, state, release=state is not None)
         w, state = res.w, res.state
         history += res.history
     final = best_res if best_res is not None else res
+    if keep_state and final is not None:
+        parked.unpark(final)
+    parked.drop()
     if final is None:  # (no convex step ran: no time)
         final = TrainResult(best_w, False, reason, 0, 0.0)
     out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - clock[0],
