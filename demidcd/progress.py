@@ -143,10 +143,10 @@ def _cccp_stop(c: dict, name: Callable[[str], str]) -> str:
     rounds = f"{c['rounds']} CCCP round" + ("" if c["rounds"] == 1 else "s")
     head = {"converged": f": {rounds}, then the latent objective decreased by less than "
                          f"{c['tol']:g} (relative)",
-            "time-limit": f": {rounds}, the latent objective still decreasing; not "
-                          f"converged: raise {name('time_limit')}",
-            "max-rounds": f": {rounds} (the most there are), the latent objective still "
-                          "decreasing; not converged",
+            "time-limit": f": {rounds}, then out of time before the latent objective "
+                          f"stopped decreasing; not converged: raise {name('time_limit')}",
+            "max-rounds": f": {rounds} (the most there are) before the latent objective "
+                          "stopped decreasing; not converged",
             "interrupted": f": {rounds}; interrupted by a signal"}.get(
         c["reason"], f": {rounds}")
     what, value, option, target = c["step_rule"][:4]
