@@ -263,8 +263,10 @@ def main() -> None:
     say(machine_line(info))
     out_path = Path(args.out_dir) / "partial_labels.json"
     results: dict = json.loads(out_path.read_text()) if out_path.is_file() else {}
-    results.update({"machine": info, "note": args.note, "threads": args.threads,
-                    "time_limit": args.time_limit, "seed": SEED, "parts_run": args.parts})
+    meta = {"machine": info, "note": args.note, "threads": args.threads,
+            "time_limit": args.time_limit, "seed": SEED}
+    if not results or set(args.parts) == {"a", "b", "c", "d"}:
+        results.update(meta)  # (a run of some parts keeps the others' and says its own)
     rows = []
     with tempfile.TemporaryDirectory(prefix="partial-") as tmp:
         work = Path(tmp)
@@ -318,6 +320,9 @@ def main() -> None:
                          f"{f_['seconds_to_final']} / {p_['seconds_to_final']} "
                          f"({f_['final_accuracy']:.2f} / {p_['final_accuracy']:.2f})",
                          f"{d['ratio']}x (goal <= 3x)"])
+    for k in args.parts:  # each part says how it was run
+        if isinstance(results.get(k), dict):
+            results[k]["run"] = meta
     path = write_json(out_path, results)
     say(markdown_table(["run", "test metric", "difference"], rows))
     say(f"written {path}")
