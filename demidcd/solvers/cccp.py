@@ -338,8 +338,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
         kw["warm"] = warm_all if first else None
-        st = Start(w0=w0 if state is None else None, state=state, keep_state=True,
-                   release=release)
+        st = Start(w0=w0 if state is None else None, state=state,  # (the resumed best
+                   keep_state=keep_state or not last, release=release)  # step ends the run)
         if state is not None and w0 is not None:
             state.arrays["w0"] = w0
         run_clock.offset = 0.0 if first else time.perf_counter() - clock[0]
