@@ -182,9 +182,9 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
     new target), records with φ' = 0 dropped; A_i recomputed, every skipping state reset and,
     for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. The
-    records of the other examples are kept entry for entry; the new φ arrays are built in
-    place of the old in two passes of :func:`_reexpress_pass` (count, then fill), so the
-    memory it takes is the new arrays' (and the d_i), not a copy of every entry in int64.
+    records of the other examples are kept entry for entry; the new φ arrays, of the state's
+    dtypes, are filled in two passes of :func:`_reexpress_pass` (count, then fill), so the
+    memory it takes is the new arrays' (and the d_i), not copies of every entry in int64.
     Returns (arrays, records dropped)."""
     dim = old.dim
     a = state.arrays
