@@ -347,3 +347,45 @@ def test_parked_state_and_released_start_keep_the_results():
         assert (st.arrays["phi_idx"].size == 0) == release
         assert st.meta.get("released", False) == release and res.state is not st
     assert runs[0].tobytes() == runs[1].tobytes()
+
+
+@pytest.mark.slow
+def test_cli_snapshots_of_a_cccp_run_give_its_whole_curve(tmp_path):
+    """``train --snapshot-dir`` on partially labelled data, then ``evaluate-snapshots``: the
+    snapshots run past the first convex step (it used to write them during that step only), in
+    time order, up to the model written; their primal is the latent objective (it used to
+    refuse partially labelled data), the last one the run's best."""
+    import re
+
+    from cli_run import run
+
+    rng = np.random.default_rng(7)
+    words = [f"w{k}" for k in range(40)]
+    tags = ["A", "B", "C"]
+    lines, test = [], []
+    for s in range(300):
+        sent = [(words[j], tags[j % 3]) for j in rng.integers(0, 40, rng.integers(3, 9))]
+        for w, t in sent:
+            lines.append(f"{w}\t{t if s < 150 or rng.random() > 0.6 else '?'}")
+            test.append(f"{w}\t{t}")
+        lines.append("")
+        test.append("")
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "test.txt").write_text("\n".join(test) + "\n")
+    snap = tmp_path / "snap"
+    r = run("train", "--train", str(tmp_path / "train.txt"), "--format", "columns",
+            "--algorithm", "dcd", "--tol", "1e-3", "--time-limit", "12", "--snapshot-dir",
+            str(snap), "--snapshot-every", "0.05", "--model", str(tmp_path / "m.npz"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    first_step = float(re.search(r"cccp round 0: .* \(at ([0-9.]+)s", out).group(1))
+    best = float(re.search(r"best latent objective ([0-9.e+-]+)", out).group(1))
+    r = run("evaluate-snapshots", str(snap), "--train", str(tmp_path / "train.txt"),
+            "--test", str(tmp_path / "test.txt"), "--format", "columns",
+            "--out", str(tmp_path / "s.csv"))
+    assert r.returncode == 0, r.stderr
+    rows = [x.split(",") for x in (tmp_path / "s.csv").read_text().split("\n")[1:] if x]
+    secs = [float(x[0]) for x in rows]
+    assert secs == sorted(secs) and secs[-1] > first_step
+    assert float(rows[-1][1]) == pytest.approx(best, rel=1e-5)
+    assert float(rows[-1][3]) > 0.9

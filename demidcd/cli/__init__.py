@@ -570,6 +570,7 @@ def _numba_without_blas() -> None:
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     from ..io.model import atomic_write
     from ..io.snapshots import list_snapshots, load_snapshot, read_work
+    from ..solvers.cccp import latent_objective
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -584,7 +585,10 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     dim = est.coef_.shape[0]
     for seconds, path in snaps:
         est.coef_ = load_snapshot(path, dim)
-        primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
+        if getattr(task, "partial", False):  # (a CCCP run's objective: the latent one)
+            primal = latent_objective(task, est.coef_, config.C, config.loss)[0]
+        else:
+            primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
         u, i = work.get(f"{seconds:.3f}", ("", ""))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f},{u},{i}")
