@@ -538,3 +538,36 @@ def test_cli_sets_up_partial_data_in_parts(tmp_path):
     for k in a.files:
         if k != "meta.json":
             assert a[k].tobytes() == b[k].tobytes(), k
+
+
+@needs_fork
+@pytest.mark.slow
+def test_cli_parts_name_an_infeasible_partial_line_as_the_serial_reader(tmp_path):
+    """A chunk file whose '?' and set cells leave a sentence no IOB2 tagging: the same error
+    naming the file and line with --threads 2 (the parts find it, the serial reader names the
+    line) as with --threads 1."""
+    from cli_run import run
+
+    X, Y = _corpus(200)
+    lines = []
+    for k, (s, t) in enumerate(zip(X, Y, strict=True)):
+        prev = None
+        for j, (w, y) in enumerate(zip(s, t, strict=True)):
+            tag = "O" if y == Y[0][0] else ("I-" if y == prev else "B-") + y
+            prev = y
+            cell = "?" if k > 100 and j % 4 == 1 else tag
+            lines.append(f"{w} {w[-1:]} {cell}")
+        lines.append("")
+    k = len(lines) - 4  # a token line in the last part: after O, a set of I- labels only
+    lines[k - 1] = lines[k - 1].rsplit(" ", 1)[0] + " O"
+    lines[k] = lines[k].rsplit(" ", 1)[0] + " I-ZZ|I-YY"
+    path = tmp_path / "bad.txt"
+    path.write_text("\n".join(lines) + "\n")
+    errs = {}
+    for t in (1, 2):
+        r = run("train", "--train", str(path), "--task", "chunking", "--label-scheme", "iob2",
+                "--template", "chunking", "--threads", str(t), "--algorithm", "dcd",
+                "--max-epochs", "1")
+        assert r.returncode == 2, r.stderr
+        errs[t] = r.stderr.strip().splitlines()[-1]
+    assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
