@@ -118,6 +118,9 @@ def stop_line(res: Any, tol: float, loss: str | None,
     TrainResult`, and when it did not converge, how far it was from the tolerance ``tol`` and
     what to change; ``name(option)`` spells an option (the command line: ``--max-epochs``)."""
     line = f"stopped: {res.stop_reason} after {res.epochs} iterations, {res.seconds:.1f}s"
+    cccp = getattr(res, "extra", {}).get("cccp_stop")
+    if cccp is not None:
+        return line + _cccp_stop(cccp, name)
     if res.finished:
         return line
     last = res.history[-1] if res.history else {}
@@ -131,6 +134,31 @@ def stop_line(res: Any, tol: float, loss: str | None,
     hint = _HINTS.get(res.stop_reason, res.stop_reason).format(
         max_epochs=name(epochs_option), time_limit=name("time_limit"), tol=name(option))
     return f"{line}; not converged ({state}): {hint}"
+
+
+def _cccp_stop(c: dict, name: Callable[[str], str]) -> str:
+    """The rest of a CCCP run's ``stopped:`` line (``result.extra["cccp_stop"]``, from
+    :func:`~demidcd.solvers.cccp.stop_summary`): why the rounds stopped, then the state of
+    the convex step whose w is returned, each said once."""
+    rounds = f"{c['rounds']} CCCP round" + ("" if c["rounds"] == 1 else "s")
+    head = {"converged": f": {rounds}, then the latent objective decreased by less than "
+                         f"{c['tol']:g} (relative)",
+            "time-limit": f": {rounds}, then out of time before the latent objective "
+                          f"stopped decreasing; not converged: raise {name('time_limit')}",
+            "max-rounds": f": {rounds} (the most there are) before the latent objective "
+                          "stopped decreasing; not converged",
+            "interrupted": f": {rounds}; interrupted by a signal"}.get(
+        c["reason"], f": {rounds}")
+    what, value, option, target = c["step_rule"][:4]
+    state = (f"{what} {value:.3g}" if value is not None else f"{what} not measured") + \
+        f", {name(option)} {target:g}"
+    if c["step_finished"]:
+        step = f"reached its tolerance ({state})"
+    elif c["step_reason"] == "time-limit":
+        step = f"stopped at its share of the time before its tolerance ({state})"
+    else:
+        step = f"stopped ({c['step_reason']}) before its tolerance ({state})"
+    return f"{head}; the returned round's convex step {step}"
 
 
 def print_line(line: str) -> None:

@@ -561,3 +561,15 @@ def test_million_tokens_synthetic_end_to_end(tmp_path):
 # end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
 # (python -m pytest -q -m slow)
 pytestmark = pytest.mark.slow
+
+
+def test_partial_labels_time_to_final_accuracy():
+    """(d) of benchmarks/partial_labels.py: the first snapshot within 0.1 points of the last
+    one's accuracy (a later dip does not move it), and the ratio of two runs."""
+    pl = importlib.import_module("partial_labels")
+    curve = [(0.5, 80.0), (2.0, 94.85), (3.1, 94.95), (4.0, 94.7), (6.0, 95.02)]
+    t = pl.time_to_final(curve, 0.1)
+    assert t == {"final_accuracy": 95.02, "seconds_to_final": 3.1, "snapshots": 5,
+                 "last_seconds": 6.0}
+    assert pl.time_to_final(curve, 0.2)["seconds_to_final"] == 2.0
+    assert pl.time_to_final([(1.0, 50.0)], 0.1)["seconds_to_final"] == 1.0

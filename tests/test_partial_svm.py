@@ -5,6 +5,7 @@ records.partial_augmented_kernel), checked against brute-force enumeration on ti
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace as dataclasses_replace
 
 import numpy as np
 import pytest
@@ -233,3 +234,158 @@ def test_learner_without_cccp_is_refused():
     task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.5, 0.0))
     with pytest.raises(OptionError, match="partially labelled"):
         train(task, "perceptron", SolverConfig())
+
+
+def test_cccp_ticks_and_records_lie_on_the_runs_clock():
+    """Every convex step reports (snapshot ticks, iteration records) on the whole run's clock:
+    monotone times, each round's step between that round's start and the next's, and the
+    records' work counted from the run's start (every step used to restart at 0 s)."""
+    rng = np.random.default_rng(11)
+    K, F = 4, 30
+    X, Y = random_data(rng, 120, K, F, lens=(2, 7))
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.7, 0.1, X.sent_ptr, range(60, 120)))
+    ticks, recs = [], []
+    res = train(task, "dcd", SolverConfig(C=0.5, tol=1e-4, max_epochs=100),
+                tick=lambda s, w: ticks.append(s),
+                callback=lambda r, w: recs.append((r["seconds"], r.get("total_updates"))))
+    rounds = res.extra["cccp"]
+    assert len(rounds) >= 3
+    assert ticks == sorted(ticks) and len(ticks) >= len(rounds)
+    assert [s for s, _ in recs] == sorted(s for s, _ in recs)
+    work = [u for _, u in recs if u is not None]
+    assert work == sorted(work)
+    for a, b in itertools.pairwise(rounds):  # round a's convex step ran between a and b
+        assert any(a["seconds"] <= t <= b["seconds"] for t in ticks)
+    assert res.seconds >= ticks[-1]
+    assert [r["seconds"] for r in res.history] == [s for s, _ in recs]
+
+
+def test_run_clock_shifts_the_snapshot_writer(tmp_path):
+    """The snapshot writer seen through the CCCP run clock: a step's second s is written at
+    offset + s, the writer's schedule (``due``) is read on the step's clock, and the work it
+    records adds the earlier steps'."""
+    from demidcd.io.snapshots import Snapshotter, list_snapshots, read_work
+    from demidcd.solvers.cccp import RunClock
+    from demidcd.solvers.common import Clock
+
+    snap = Snapshotter(tmp_path, 1.0)
+    rc = RunClock(snap.maybe, None)
+    rc.offset, rc.work = 10.0, (5, 7)
+    Clock(None, rc.maybe).count_work(lambda: (1, 2))  # as a learner registers its counts
+    rc.maybe(0.5, np.ones(3))
+    assert snap.due == 11.0 and rc.due == 1.0
+    rc.maybe(0.7, np.ones(3))  # not due yet
+    rc.maybe(1.2, np.full(3, 2.0))
+    snap.close()
+    (tmp_path / "base.npz").touch()
+    assert [t for t, _ in list_snapshots(tmp_path)] == [10.5, 11.2]
+    assert read_work(tmp_path) == {"10.500": (6, 9), "11.200": (6, 9)}
+
+
+def test_cccp_stop_line_says_each_reason_once():
+    """The ``stopped:`` line of a CCCP run: the rounds' reason, then the returned step's state,
+    never 'converged' and 'not converged' for the same thing (it used to print the step's
+    'stopped: time-limit ... not converged' after the log's 'cccp ... stopped: converged')."""
+    from demidcd.progress import cli_flag, stop_line
+    from demidcd.solvers.cccp import stop_summary
+    from demidcd.solvers.common import TrainResult
+
+    cfg = SolverConfig(C=0.5, tol=0.01)
+    step = TrainResult(np.zeros(2), False, "time-limit", 40, 30.0,
+                       [{"seconds": 30.0, "max_pg": 0.00799}])
+    res = TrainResult(np.zeros(2), False, "converged", 300, 118.25, [])
+    res.extra["cccp_stop"] = stop_summary("converged", 6, step, cfg)
+    line = stop_line(res, cfg.tol, cfg.loss, cli_flag)
+    assert line.startswith("stopped: converged after 300 iterations, 118.2s: 6 CCCP rounds")
+    assert "not converged" not in line and line.count("converged") == 1
+    assert "largest projected gradient 0.00799, --tol 0.01" in line
+    assert "share of the time" in line
+    res.stop_reason = "time-limit"
+    res.extra["cccp_stop"] = stop_summary("time-limit", 2, dataclasses_replace(
+        step, finished=True, stop_reason="converged"), cfg)
+    line = stop_line(res, cfg.tol, cfg.loss, cli_flag)
+    assert line.startswith("stopped: time-limit after 300 iterations")
+    assert "not converged: raise --time-limit" in line and "reached its tolerance" in line
+    # a real run: the summary the CLI prints
+    rng = np.random.default_rng(3)
+    X, Y = random_data(rng, 40, 3, 12)
+    task = partial_task(X, Y, 3, 12, hide(rng, Y, 3, 0.5, 0.0, X.sent_ptr, range(20, 40)))
+    run = train(task, "dcd", SolverConfig(C=0.5, tol=1e-3, max_epochs=100))
+    line = stop_line(run, 1e-3, "l2", cli_flag)
+    assert run.stop_reason == "converged" and run.finished
+    assert line.startswith(f"stopped: converged after {run.epochs} iterations")
+    assert "reached its tolerance" in line and "not converged" not in line
+    assert run.epochs >= sum(1 for _ in run.history) > 0
+
+
+def test_parked_state_and_released_start_keep_the_results():
+    """Memory of CCCP: the best round's state parked in an unnamed file comes back array for
+    array; a start state marked ``release`` is emptied once loaded and the learner trains
+    exactly as from a kept one (and does not hand the emptied state back)."""
+    from demidcd.solvers.cccp import _Parked
+    from demidcd.solvers.state import DualState, Start
+
+    rng = np.random.default_rng(4)
+    X, Y = random_data(rng, 60, 3, 15)
+    task = SequenceTask(X, Y, 3, 15)
+    cfg = SolverConfig(C=0.5, tol=1e-3, max_epochs=3)
+    first = train(task, "dcd", cfg, start=Start(keep_state=True))
+    saved = {k: v.copy() for k, v in first.state.arrays.items()}
+    p = _Parked()
+    p.park(first)
+    assert first.state is None and p.has_state(first) and p.file is not None
+    back = p.unpark(first)
+    assert p.file is None and first.state is back and sorted(back.arrays) == sorted(saved)
+    assert all(np.array_equal(back.arrays[k], v) and back.arrays[k].dtype == v.dtype
+               for k, v in saved.items())
+    runs = []
+    for release in (False, True):
+        st = DualState({k: v.copy() for k, v in saved.items()}, dict(back.meta))
+        res = train(task, "dcd", SolverConfig(C=0.5, tol=1e-3, max_epochs=4),
+                    start=Start(state=st, keep_state=True, release=release))
+        runs.append(res.w)
+        assert (st.arrays["phi_idx"].size == 0) == release
+        assert st.meta.get("released", False) == release and res.state is not st
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+@pytest.mark.slow
+def test_cli_snapshots_of_a_cccp_run_give_its_whole_curve(tmp_path):
+    """``train --snapshot-dir`` on partially labelled data, then ``evaluate-snapshots``: the
+    snapshots run past the first convex step (it used to write them during that step only), in
+    time order, up to the model written; their primal is the latent objective (it used to
+    refuse partially labelled data), the last one the run's best."""
+    import re
+
+    from cli_run import run
+
+    rng = np.random.default_rng(7)
+    words = [f"w{k}" for k in range(40)]
+    tags = ["A", "B", "C"]
+    lines, test = [], []
+    for s in range(300):
+        sent = [(words[j], tags[j % 3]) for j in rng.integers(0, 40, rng.integers(3, 9))]
+        for w, t in sent:
+            lines.append(f"{w}\t{t if s < 150 or rng.random() > 0.6 else '?'}")
+            test.append(f"{w}\t{t}")
+        lines.append("")
+        test.append("")
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "test.txt").write_text("\n".join(test) + "\n")
+    snap = tmp_path / "snap"
+    r = run("train", "--train", str(tmp_path / "train.txt"), "--format", "columns",
+            "--algorithm", "dcd", "--tol", "1e-3", "--time-limit", "12", "--snapshot-dir",
+            str(snap), "--snapshot-every", "0.05", "--model", str(tmp_path / "m.npz"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    first_step = float(re.search(r"cccp round 0: .* \(at ([0-9.]+)s", out).group(1))
+    best = float(re.search(r"best latent objective ([0-9.e+-]+)", out).group(1))
+    r = run("evaluate-snapshots", str(snap), "--train", str(tmp_path / "train.txt"),
+            "--test", str(tmp_path / "test.txt"), "--format", "columns",
+            "--out", str(tmp_path / "s.csv"))
+    assert r.returncode == 0, r.stderr
+    rows = [x.split(",") for x in (tmp_path / "s.csv").read_text().split("\n")[1:] if x]
+    secs = [float(x[0]) for x in rows]
+    assert secs == sorted(secs) and secs[-1] > first_step
+    assert float(rows[-1][1]) == pytest.approx(best, rel=1e-5)
+    assert float(rows[-1][3]) > 0.9

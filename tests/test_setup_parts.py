@@ -456,3 +456,118 @@ def test_chunker_parts_check_the_label_scheme_as_the_serial_fit(opened_by_i):
     _same_prepared(serial, parts)
     assert est.constraint_scheme_ == serial_est.constraint_scheme_
     assert est.constraint_scheme_ == ("iob2" if opened_by_i == 0 else None)
+
+
+def _partial_chunks(n: int = 150, seed: int = 5) -> tuple[list, list]:
+    """IOB2 chunk tags over :func:`_corpus` with unknown (None) and set cells in the later
+    sentences only (the first part stays fully labelled), one set naming a label that no
+    known cell has."""
+    X, Y = _corpus(n)
+    first, rng = Y[0][0], random.Random(seed)
+    Yc = []
+    for k, s in enumerate(Y):
+        out, prev = [], None
+        for y in s:
+            tag = "O" if y == first else ("I-" if y == prev else "B-") + y
+            prev = y
+            u = rng.random() if k >= n // 3 else 1.0
+            out.append(None if u < 0.3 else {tag, "O"} if u < 0.4 else
+                       {tag, "B-ZZ"} if u < 0.42 else tag)
+        Yc.append(out)
+    return [[(w, w[-1:]) for w in s] for s in X], Yc
+
+
+@needs_fork
+def test_parts_carry_the_serial_admitted_labels_of_partial_data():
+    """Partially labelled data sets up in parts (it used to fall back to the serial set-up):
+    the admitted-label CSR, gold ids, label rules, seen pairs and encoding are the serial
+    set-up's, array for array; a sentence that admits no tagging is the serial error."""
+    from demidcd.api import ChunkTagger
+    from demidcd.errors import PartialLabelError
+
+    X, Y = _partial_chunks()
+    serial_est = ChunkTagger(template="chunking", weights="seen")
+    serial = serial_est.prepare_fit(X, Y)
+    est = ChunkTagger(template="chunking", weights="seen")
+    parts = prepare_fit_parts(est, _slices(X, Y, 3), 3)
+    _same_prepared(serial, parts)
+    assert "B-ZZ" in parts.classes and np.count_nonzero(parts.y < 0) > 0
+    for name in ("allowed_ptr", "allowed_idx"):
+        a, b = getattr(serial.train, name), getattr(parts.train, name)
+        assert a is not None and a.dtype == b.dtype and np.array_equal(a, b), name
+    assert np.diff(parts.train.allowed_ptr[:50]).tolist() == [1] * 49  # (the labelled part)
+    ra, rb = serial.train.label_rules, parts.train.label_rules
+    assert ra is not None and all(np.array_equal(x, y) for x, y in zip(ra, rb, strict=True))
+    assert est.constraint_scheme_ == serial_est.constraint_scheme_ == "iob2"
+    # an I-X after O in a sentence of the last part admits no IOB2 tagging
+    bad = [list(s) for s in Y]
+    k = len(bad) - 5
+    bad[k] = ["O"] + [f"I-{Y[0][0][2:] if len(Y[0][0]) > 2 else 'Q'}"] + bad[k][2:]
+    errs = []
+    for prep in (lambda e: e.prepare_fit(X, bad),
+                 lambda e: prepare_fit_parts(e, _slices(X, bad, 3), 3)):
+        with pytest.raises(PartialLabelError) as info:
+            prep(ChunkTagger(template="chunking", label_scheme="iob2"))
+        errs.append(str(info.value))
+    assert errs[0] == errs[1] and errs[0].startswith(f"sentence {k + 1}, token 2:")
+
+
+@needs_fork
+@pytest.mark.slow
+def test_cli_sets_up_partial_data_in_parts(tmp_path):
+    """A file with '?' cells and a template, ``--threads 2``: set up in 2 parts (not read
+    again serially), the model the ``--threads 1`` run's byte for byte."""
+    from cli_run import run
+
+    X, Y = _corpus(300)
+    rng = random.Random(1)
+    Yp = [[t if k < 150 or rng.random() > 0.5 else "?" for t in s] for k, s in enumerate(Y)]
+    path = tmp_path / "partial.txt"
+    _write_columns(path, X, Yp, [[w[-1:] for w in s] for s in X])
+    models = {}
+    for t in (1, 2):
+        models[t] = tmp_path / f"m{t}.npz"
+        r = run("train", "--train", str(path), "--template", "pos", "--threads", str(t),
+                "--algorithm", "dcd", "--max-epochs", "3", "--seed", "0",
+                "--model", str(models[t]))
+        assert r.returncode == 0, r.stderr
+        out = r.stdout + r.stderr
+        assert ("in 2 parts" in out) == (t == 2) and "with an unknown label" in out
+        assert "CCCP" in out
+    a, b = np.load(models[1]), np.load(models[2])
+    for k in a.files:
+        if k != "meta.json":
+            assert a[k].tobytes() == b[k].tobytes(), k
+
+
+@needs_fork
+@pytest.mark.slow
+def test_cli_parts_name_an_infeasible_partial_line_as_the_serial_reader(tmp_path):
+    """A chunk file whose '?' and set cells leave a sentence no IOB2 tagging: the same error
+    naming the file and line with --threads 2 (the parts find it, the serial reader names the
+    line) as with --threads 1."""
+    from cli_run import run
+
+    X, Y = _corpus(200)
+    lines = []
+    for k, (s, t) in enumerate(zip(X, Y, strict=True)):
+        prev = None
+        for j, (w, y) in enumerate(zip(s, t, strict=True)):
+            tag = "O" if y == Y[0][0] else ("I-" if y == prev else "B-") + y
+            prev = y
+            cell = "?" if k > 100 and j % 4 == 1 else tag
+            lines.append(f"{w} {w[-1:]} {cell}")
+        lines.append("")
+    k = len(lines) - 4  # a token line in the last part: after O, a set of I- labels only
+    lines[k - 1] = lines[k - 1].rsplit(" ", 1)[0] + " O"
+    lines[k] = lines[k].rsplit(" ", 1)[0] + " I-ZZ|I-YY"
+    path = tmp_path / "bad.txt"
+    path.write_text("\n".join(lines) + "\n")
+    errs = {}
+    for t in (1, 2):
+        r = run("train", "--train", str(path), "--task", "chunking", "--label-scheme", "iob2",
+                "--template", "chunking", "--threads", str(t), "--algorithm", "dcd",
+                "--max-epochs", "1")
+        assert r.returncode == 2, r.stderr
+        errs[t] = r.stderr.strip().splitlines()[-1]
+    assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]

@@ -270,6 +270,7 @@ def _trained(args, peak) -> int:
         ``--threads`` processes (the cores given, also for a one-process learner;
         :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
         up serially)."""
+        from ..errors import PartialLabelError
         from ..estimators.parts import PartsUnsupported, parts_pay, prepare_fit_parts
 
         cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
@@ -309,8 +310,11 @@ def _trained(args, peak) -> int:
                 for k, v in p["labels"].items():
                     known[k] = known.get(k, 0) + v
             n_sent = sum(p["n_sentences"] for p in parts)
+            unknown, sets = (sum(p["partial"][j] for p in parts) for j in (0, 1))
+            partial = (f" ({unknown:,} with an unknown label, {sets:,} with a set of labels)"
+                       if unknown or sets else "")
             log.info(f"data: {options.train}: {n_sent:,} sentences, "
-                     f"{sum(known.values()):,} tokens (read in "
+                     f"{sum(p['n_tokens'] for p in parts):,} tokens{partial} (read in "
                      f"{time.perf_counter() - t0:.1f}s, with its features, in "
                      f"{len(parts)} parts)")
             if not n_sent:
@@ -326,7 +330,7 @@ def _trained(args, peak) -> int:
         Xd, Yd = spec.xy(dev) if dev is not None else (None, None)
         try:
             prepared = prepare_fit_parts(est, read, len(ranges), Xd, Yd, on_read)
-        except PartsUnsupported:
+        except (PartsUnsupported, PartialLabelError):  # (the serial reader names the line)
             return None
         except PartFailed as e:  # a process died (killed, out of memory): once more, serially
             print(f"demidcd: warning: {e}; setting up again in one process", file=sys.stderr,
@@ -425,7 +429,9 @@ def _trained(args, peak) -> int:
                         + ("" if res.finished else " (finished: false)")]
             ended = {"time-limit": " (the model reached within --time-limit)",
                      "max-epochs": " (the model after --max-epochs)",
-                     "max-iterations": " (the model after --max-iterations)"}
+                     "max-iterations": " (the model after --max-iterations)",
+                     "converged": " (CCCP converged; its convex step short of --tol)",
+                     "max-rounds": " (the model after the most CCCP rounds)"}
             log.info(f"model written to {args.model}" + ("" if res.finished else ended.get(
                 res.stop_reason, f" (partial: {res.stop_reason})")))
         if args.save_state and getattr(est, "state_", None) is not None:
@@ -574,6 +580,7 @@ def _numba_without_blas() -> None:
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     from ..io.model import atomic_write
     from ..io.snapshots import list_snapshots, load_snapshot, read_work
+    from ..solvers.cccp import latent_objective
     from ..solvers.common import primal_objective
 
     _check_outputs(("--out", args.out))
@@ -588,7 +595,10 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     dim = est.coef_.shape[0]
     for seconds, path in snaps:
         est.coef_ = load_snapshot(path, dim)
-        primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
+        if getattr(task, "partial", False):  # (a CCCP run's objective: the latent one)
+            primal = latent_objective(task, est.coef_, config.C, config.loss)[0]
+        else:
+            primal, _ = primal_objective(task, est.coef_, config.C, loss=config.loss)
         metric = est.score(*spec.xy(test))
         u, i = work.get(f"{seconds:.3f}", ("", ""))
         rows.append(f"{seconds:.3f},{primal:.10g},,{metric:.6f},{u},{i}")

@@ -720,7 +720,8 @@ class StructuredEstimator:
             LOGGER.info(line)
         else:
             say(line)
-        if result.stop_reason == "max-epochs" and algorithm in TOLERANCE_LEARNERS:
+        step = result.extra.get("cccp_stop", {}).get("step_reason")  # CCCP: its convex step's
+        if "max-epochs" in (result.stop_reason, step) and algorithm in TOLERANCE_LEARNERS:
             warnings.warn(ConvergenceWarning(f"{type(self).__name__}: {line}"),
                           stacklevel=_caller_level())
 

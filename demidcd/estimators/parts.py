@@ -21,9 +21,13 @@ process, the weights bit for bit). Only counts (per distinct feature), the dicti
 encoded arrays travel between processes, never an object per token.
 
 The chunkers' label-scheme check reads per-part counts (``_label_summary``: chunks, and those
-opened by I-X), summed. What it does not take (:class:`PartsUnsupported`, the caller then sets
-up serially): a resume or warm start (their vocabulary is the saved model's), the ``ner``
-built-in template (word clusters and document context over the whole text).
+opened by I-X), summed. Partially labelled parts (unknown or set cells) carry the serial
+set-up's admitted-label CSR of their tokens (:func:`~demidcd.tasks.chain.partial.
+encode_partial` over the merged labels, which hold every set's members), concatenated here
+(:func:`concat_allowed`) and checked as the serial set-up checks them. What it does not take
+(:class:`PartsUnsupported`, the caller then sets up serially): a resume or warm start (their
+vocabulary is the saved model's), the ``ner`` built-in template (word clusters and document
+context over the whole text).
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from typing import Any
 import numpy as np
 
 from ..parallel.forked import fork_stages
-from ..tasks.chain.partial import has_partial
+from ..tasks.chain.partial import encode_partial, has_partial, partial_counts
 from .base import check_sentences, check_tags, token_kind
 
-__all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "PreparedFit", "concat_encoded",
+__all__ = ["PARTS_MIN_TOKENS", "PartsUnsupported", "PreparedFit", "concat_allowed",
+           "concat_encoded",
            "parts_supported", "prepare_fit_parts", "token_slices"]
 
 
@@ -153,6 +158,57 @@ def concat_encoded(encs: list[Any]) -> Any:
     return dataclasses.replace(first, **fields)
 
 
+def _label_counts(Y: list[list]) -> Counter:
+    """The labels of a part's tag cells and their counts as one label: a set's members are
+    counted 0 times (in the alphabet, as :func:`~demidcd.tasks.chain.partial.label_names`
+    has them), an unknown cell not at all."""
+    if not has_partial(Y):
+        return Counter(itertools.chain.from_iterable(Y))
+    out: Counter = Counter()
+    for s in Y:
+        for t in s:
+            if isinstance(t, str):
+                out[t] += 1
+            elif t is not None:
+                for x in t:
+                    out[x] += 0
+    return out
+
+
+def concat_allowed(parts: list[tuple[tuple[Any, Any], np.ndarray]]
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The admitted-label CSR (allowed_ptr int64, allowed_idx int32) of consecutive parts,
+    each given as ((allowed_ptr, allowed_idx) or (None, None) when fully labelled, its gold
+    ids): a fully labelled part admits its gold label at each token; (None, None) when every
+    part is fully labelled (as :func:`~demidcd.tasks.chain.partial.encode_partial`)."""
+    if all(a[0] is None for a, _ in parts):
+        return None, None
+    ptrs, idxs, off = [np.zeros(1, np.int64)], [], 0
+    for (ap, ai), y in parts:
+        if ap is None:
+            ap, ai = np.arange(y.shape[0] + 1, dtype=np.int64), y
+        ptrs.append(ap[1:] + off)
+        idxs.append(np.asarray(ai, np.int32))
+        off += int(ap[-1])
+    return np.concatenate(ptrs), np.concatenate(idxs)
+
+
+class _Cells:
+    """The tag cells of sentence s rebuilt from the encoded admitted labels (a label, None
+    or a set), for the message of a sentence that admits no tagging."""
+
+    def __init__(self, enc: Any, classes: list[str]):
+        self.enc, self.classes = enc, classes
+
+    def __getitem__(self, s: int) -> list:
+        e, out = self.enc, []
+        for q in range(int(e.sent_ptr[s]), int(e.sent_ptr[s + 1])):
+            ks = e.allowed_idx[e.allowed_ptr[q]:e.allowed_ptr[q + 1]]
+            out.append(None if ks.size == 0 else self.classes[ks[0]] if ks.size == 1
+                       else {self.classes[k] for k in ks})
+        return out
+
+
 def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int,
                       X_dev: list[list] | None = None, Y_dev: list[list[str]] | None = None,
                       on_read: Callable[[list[dict]], None] | None = None) -> Any:
@@ -172,16 +228,16 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         c0 = time.process_time()
         X, Y = read(k)
         X = check_sentences(X, dicts=True)
-        Y = check_tags(X, Y)
-        if has_partial(Y):  # (its admitted-label arrays and checks: the serial set-up's)
-            raise PartsUnsupported("partially labelled data")
+        Y = check_tags(X, Y, partial=True)
         kind = token_kind(X) if any(len(s) for s in X) else None
         f = est._new_featurizer(kind or "columns")
         if not getattr(f, "supports_parts", False):
             raise PartsUnsupported(type(f).__name__)
         local[k] = {"Y": Y, "f": f}
-        labels = Counter(itertools.chain.from_iterable(Y))
+        labels = _label_counts(Y)
         out = {"kind": kind, "labels": labels, "n_sentences": len(X),
+               "n_tokens": sum(map(len, Y)),
+               "partial": partial_counts(Y) if has_partial(Y) else (0, 0),
                "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
         out["cpu"] = time.process_time() - c0
         return out
@@ -225,20 +281,29 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         c0 = time.process_time()
         payload, classes = got
         enc = local[k]["f"].encode_part(payload)
-        index = {t: j for j, t in enumerate(classes)}
-        y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(local[k]["Y"])),
-                        np.int32, count=enc.n_tokens)
-        local[k].pop("Y")
-        return enc, y, time.process_time() - c0
+        Y = local[k].pop("Y")
+        if has_partial(Y):  # the serial set-up's admitted-label CSR, of this part's tokens
+            y, ap, ai = encode_partial(Y, classes, enc.n_tokens)
+        else:
+            index = {t: j for j, t in enumerate(classes)}
+            y = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(Y)),
+                            np.int32, count=enc.n_tokens)
+            ap = ai = None
+        del Y
+        return enc, y, (ap, ai), time.process_time() - c0
 
     out = fork_stages(n, first, merge, second)
     c_end = time.process_time()
-    enc = concat_encoded([e for e, _, _ in out])
-    y = np.concatenate([y for _, y, _ in out])
-    cpu_encode = [c for _, _, c in out]
+    enc = concat_encoded([e for e, _, _, _ in out])
+    y = np.concatenate([y for _, y, _, _ in out])
+    allowed = concat_allowed([(a, y_k) for _, y_k, a, _ in out])
+    cpu_encode = [c for _, _, _, c in out]
     del out
     est.n_features_ = est.featurizer_.n_features
     est.n_bfeatures_ = est._n_bfeatures
+    enc.allowed_ptr, enc.allowed_idx = allowed
+    if enc.allowed_ptr is not None:  # (a sentence that admits no tagging: the serial error)
+        est._check_partial(enc, _Cells(enc, est.classes_))
     est._fit_pairs(enc, y)
     dev = gold = None
     if X_dev is not None and Y_dev is not None:

@@ -493,7 +493,8 @@ def _with_state(res: TrainResult, start: Start | None, fp: dict | None,
     before any learner began, passes on the state it started from)."""
     if not start or not start.keep_state:
         return res
-    if res.state is None and start.state is not None:
+    if res.state is None and start.state is not None and \
+            not start.state.meta.get("released"):
         res.state = start.state
     if res.state is None:
         return res

@@ -43,11 +43,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from ..errors import OptionError
 from ..tasks.base import Task
-from .common import TrainResult, primal_objective
+from .common import TrainResult, primal_objective, work_done
 from .state import DualState, Start, fingerprint, state_w
 
 CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this share
@@ -58,6 +59,102 @@ FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the label
 ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
 # reach the learner's tolerance sooner); once the objective stops decreasing after a step
 # cut short, the best round's step is resumed as it stopped, in all the time left
+
+
+class RunClock:
+    """The whole CCCP run's clock for what the convex steps report while they run. Each step's
+    learner counts its seconds (and its work) from its own start; the snapshot writer (``tick``,
+    e.g. :meth:`~demidcd.io.snapshots.Snapshotter.maybe`) and the records passed to
+    ``callback`` get them on the run's clock instead: seconds + :attr:`offset` (the time, from
+    the run's start, at which the running step was called: 0 for the first, whose clock is the
+    run's) and work + :attr:`work` (the steps before it). So the snapshots of every round lie
+    on one monotone time line (a step's snapshot at its second s was taken at or after
+    offset + s) and ``evaluate-snapshots`` gives the accuracy curve of the whole run.
+    :meth:`maybe` stands for the writer's own: a learner reads the writer's ``due`` (on its
+    own clock here) and sets its ``work_source`` through the bound method's owner."""
+
+    def __init__(self, tick: Callable[[float, np.ndarray], None] | None,
+                 callback: Callable[[dict, np.ndarray], None] | None):
+        self._tick, self._callback = tick, callback
+        self.owner = getattr(tick, "__self__", None)  # the snapshot writer, if any
+        self.offset, self.work = 0.0, (0, 0)
+
+    @property
+    def due(self) -> float | None:
+        due = getattr(self.owner, "due", None)
+        return None if due is None else due - self.offset
+
+    @property
+    def work_source(self) -> Callable[[], tuple[int, int]] | None:
+        return getattr(self.owner, "work_source", None)
+
+    @work_source.setter
+    def work_source(self, source: Callable[[], tuple[int, int]] | None) -> None:
+        if self.owner is None or not hasattr(self.owner, "work_source"):
+            return
+        base = self.work
+        self.owner.work_source = None if source is None else (
+            lambda: tuple(int(a + b) for a, b in zip(base, source(), strict=True)))
+
+    def maybe(self, seconds: float, w: np.ndarray) -> None:
+        if self._tick is not None:
+            self._tick(seconds + self.offset, w)
+
+    def record(self, rec: dict, w: np.ndarray) -> None:
+        """The step's record on the run's clock (changed in place: the run's history holds
+        the same dicts), then the caller's callback."""
+        rec["seconds"] = round(float(rec.get("seconds", 0.0)) + self.offset, 4)
+        for k, base in (("total_updates", self.work[0]), ("inferences", self.work[1])):
+            if k in rec:
+                rec[k] = int(rec[k]) + base
+        if self._callback is not None:
+            self._callback(rec, w)
+
+    def step_done(self, res: TrainResult) -> None:
+        """Count a finished step's work in :attr:`work`."""
+        done = work_done(res.extra)
+        if done is not None:
+            self.work = (self.work[0] + done[0], self.work[1] + done[1])
+
+
+class _Parked:
+    """The dual state of one step's result (the best round's) kept in an unnamed temporary
+    file instead of memory while later steps run: it is read again only to resume that step
+    (when the latent objective stops decreasing) or to return it (``keep_state``). The file
+    has no name (deleted when closed, or when the process ends)."""
+
+    def __init__(self) -> None:
+        self.res: TrainResult | None = None
+        self.file: Any = None
+        self.meta: dict = {}
+
+    def park(self, res: TrainResult | None) -> None:
+        if res is None or res.state is None or res is self.res:
+            return
+        self.drop()
+        import tempfile
+
+        self.file = tempfile.TemporaryFile(prefix="demidcd-cccp-")
+        np.savez(self.file, **res.state.arrays)
+        self.res, self.meta = res, res.state.meta
+        res.state = None
+
+    def has_state(self, res: TrainResult) -> bool:
+        return res.state is not None or (res is self.res and self.file is not None)
+
+    def unpark(self, res: TrainResult) -> DualState | None:
+        """``res``'s state, read back into memory if parked."""
+        if res is self.res and self.file is not None:
+            self.file.seek(0)
+            with np.load(self.file, allow_pickle=False) as z:
+                res.state = DualState({k: z[k] for k in z.files}, self.meta)
+            self.drop()
+        return res.state
+
+    def drop(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.res, self.file, self.meta = None, None, {}
 
 
 def convex_view(task: Task) -> Task:
@@ -84,33 +181,38 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     """The state's arrays with every record of a ``changed`` example (bool per example)
     re-expressed against its new target: φ' = φ − d_i, d_i = Φ(ŷ) − Φ(ŷ') (``old``'s φ of the
     new target), records with φ' = 0 dropped; A_i recomputed, every skipping state reset and,
-    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. Returns
-    (arrays, records dropped)."""
+    for the L1 loss (``l1``), every ξ̂_i recomputed under the new w = ``w0`` + Σ α φ'. The
+    records of the other examples are kept entry for entry; the new φ arrays, of the state's
+    dtypes, are filled in two passes of :func:`_reexpress_pass` (count, then fill), so the
+    memory it takes is the new arrays' (and the d_i), not copies of every entry in int64.
+    Returns (arrays, records dropped)."""
     dim = old.dim
     a = state.arrays
     ex, ptr = a["example"], a["phi_ptr"]
-    S = ex.shape[0]
-    lens = np.diff(ptr)
-    rows = [np.repeat(np.arange(S, dtype=np.int64), lens)]
-    cols = [a["phi_idx"].astype(np.int64)]
-    vals = [a["phi_val"].astype(np.float64)]
-    for i in np.unique(ex[changed[ex]]):
-        idx, val, _ = old.phi_delta(int(i), old.example_target(new_targets, int(i)))
-        mine = np.flatnonzero(ex == i)
-        rows.append(np.repeat(mine, idx.shape[0]))
-        cols.append(np.tile(idx.astype(np.int64), mine.shape[0]))
-        vals.append(-np.tile(val.astype(np.float64), mine.shape[0]))
-    r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
-    order = np.lexsort((c, r))
-    r, c, v = r[order], c[order], v[order]
-    first = np.ones(r.shape[0], np.bool_)
-    first[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
-    starts = np.flatnonzero(first)
-    r, c = r[starts], c[starts]
-    v = np.add.reduceat(v, starts) if v.size else v
-    nz = np.abs(v) > 1e-12
-    r, c, v = r[nz], c[nz], v[nz]
-    count = np.bincount(r, minlength=S)
+    S, n = ex.shape[0], a["alpha_sum"].shape[0]
+    with_records = np.unique(ex[changed[ex]]) if S else np.zeros(0, np.int64)
+    d_len = np.zeros(n, np.int64)
+    d_idx, d_val = [], []
+    for i in with_records.tolist():
+        idx, val, _ = old.phi_delta(i, old.example_target(new_targets, i))
+        d_len[i] = idx.shape[0]
+        d_idx.append(np.asarray(idx, np.int64))
+        d_val.append(np.asarray(val, np.float64))
+    d_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(d_len, out=d_ptr[1:])
+    di = np.concatenate(d_idx) if d_idx else np.zeros(0, np.int64)
+    dv = np.concatenate(d_val) if d_val else np.zeros(0, np.float64)
+    del d_idx, d_val
+    ex64 = np.asarray(ex, np.int64)
+    pidx, pval = a["phi_idx"], a["phi_val"]
+    none_i, none_v = np.zeros(0, pidx.dtype), np.zeros(0, pval.dtype)
+    full_ptr = np.zeros(S + 1, np.int64)
+    count = _reexpress_pass(ex64, ptr, pidx, pval, d_ptr, di, dv, full_ptr, none_i, none_v,
+                            False)
+    np.cumsum(count, out=full_ptr[1:])
+    new_idx = np.empty(int(full_ptr[-1]), pidx.dtype)
+    new_val = np.empty(int(full_ptr[-1]), pval.dtype)
+    _reexpress_pass(ex64, ptr, pidx, pval, d_ptr, di, dv, full_ptr, new_idx, new_val, True)
     keep = count > 0
     # a record with φ' = 0 is the new target itself (Δ = 0): dropped, with its α
     out = dict(a)
@@ -118,9 +220,7 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
     for k in ("example", "hash", "delta", "alpha"):
         out[k] = a[k][keep]
     out["phi_ptr"] = np.concatenate([[0], np.cumsum(count[keep])]).astype(np.int64)
-    out["phi_idx"] = c.astype(a["phi_idx"].dtype)
-    out["phi_val"] = v.astype(a["phi_val"].dtype)
-    n = out["alpha_sum"].shape[0]
+    out["phi_idx"], out["phi_val"] = new_idx, new_val
     out["alpha_sum"] = np.bincount(out["example"], weights=out["alpha"], minlength=n)
     out["ex_pg"] = np.full(n, np.inf)
     if l1:  # ξ̂_i = max(0, max over the active set of Δ − w·φ') under the new w = w₀ + Σαφ'
@@ -134,6 +234,56 @@ def reexpress(state: DualState, old: Task, new_targets: np.ndarray, changed: np.
         np.maximum.at(xi, out["example"], out["delta"] - margin)
         out["xi"] = xi
     return out, int(S - keep.sum())
+
+
+@nb.njit(cache=True, nogil=True)
+def _reexpress_pass(ex, ptr, pidx, pval, d_ptr, d_idx, d_val, out_ptr, out_idx, out_val,
+                    fill):
+    """One pass of :func:`reexpress` over the records: the entries of record j's φ' (its
+    example i's d_i = ``d_idx/d_val[d_ptr[i]:d_ptr[i + 1]]`` subtracted, entries summed by
+    feature in ascending order, |value| <= 1e-12 dropped; an example without d_i keeps its
+    records as they are), counted (returned per record) and, with ``fill``, written at
+    ``out_ptr[j]``."""
+    S = ptr.shape[0] - 1
+    counts = np.zeros(S, np.int64)
+    for j in range(S):
+        a, b = ptr[j], ptr[j + 1]
+        i = ex[j]
+        da, db = d_ptr[i], d_ptr[i + 1]
+        if da == db:
+            counts[j] = b - a
+            if fill:
+                o = out_ptr[j]
+                for q in range(a, b):
+                    out_idx[o + q - a] = pidx[q]
+                    out_val[o + q - a] = pval[q]
+            continue
+        m = (b - a) + (db - da)
+        keys = np.empty(m, np.int64)
+        vals = np.empty(m, np.float64)
+        for q in range(a, b):
+            keys[q - a] = pidx[q]
+            vals[q - a] = pval[q]
+        for q in range(da, db):
+            keys[b - a + q - da] = d_idx[q]
+            vals[b - a + q - da] = -d_val[q]
+        order = np.argsort(keys, kind="mergesort")
+        o = out_ptr[j] if fill else 0
+        c = 0
+        q = 0
+        while q < m:
+            k = keys[order[q]]
+            v = 0.0
+            while q < m and keys[order[q]] == k:
+                v += vals[order[q]]
+                q += 1
+            if abs(v) > 1e-12:
+                if fill:
+                    out_idx[o + c] = k
+                    out_val[o + c] = v
+                c += 1
+        counts[j] = c
+    return counts
 
 
 def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any = None,
@@ -158,12 +308,16 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     say(f"partially labelled data: {counts['unknown']:,} unknown and {counts['sets']:,} set "
         f"tokens in {n_part:,} of {task.n_examples:,} examples; CCCP (latent SSVM)")
 
+    epochs = [0]  # the convex steps' iterations, all together
     clock = [t0]  # the time limit's start: after the first step's set-up (as run_plan's)
 
     def left() -> float | None:
         return None if limit is None else limit - (time.perf_counter() - clock[0])
 
     since = [kw.pop("since", None)]  # the user's call: the first step's set-up only
+    run_clock = RunClock(kw.pop("tick", None), kw.pop("callback", None))
+    kw["tick"] = run_clock.maybe if run_clock._tick is not None else None
+    kw["callback"] = run_clock.record if run_clock._callback is not None else None
     warm = kw.pop("warm", None)
 
     def warm_all() -> None:  # compiled before the clock with the learner's kernels: the
@@ -171,7 +325,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             warm()
         task.impute(np.zeros(task.dim), np.flatnonzero(~task.complete_examples())[:1])
 
-    def step(task_r: Task, state: DualState | None, last: bool = False) -> TrainResult:
+    def step(task_r: Task, state: DualState | None, last: bool = False,
+             release: bool = False) -> TrainResult:
         first = clock[0] == t0  # the first convex step: its set-up is outside the limit
         if limit is None:
             cfg = config
@@ -183,15 +338,20 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
         kw["warm"] = warm_all if first else None
-        st = Start(w0=w0 if state is None else None, state=state, keep_state=True)
+        st = Start(w0=w0 if state is None else None, state=state,  # (the resumed best
+                   keep_state=keep_state or not last, release=release)  # step ends the run)
         if state is not None and w0 is not None:
             state.arrays["w0"] = w0
+        run_clock.offset = 0.0 if first else time.perf_counter() - clock[0]
         res = convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
         if first:  # the clock started when the step's set-up ended
             clock[0] = origin + float(res.extra.get("setup_seconds", 0.0))
+        run_clock.step_done(res)
+        epochs[0] += int(res.epochs)
         return res
 
     rounds: list[dict] = []
+    parked = _Parked()
     complete = task.complete_examples()
     targets = task.known_targets()
     state: DualState | None = None
@@ -239,7 +399,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
             if res is None or res.finished or limit is None or best_res is None \
-                    or best_res.state is None or best_task is None:
+                    or not parked.has_state(best_res) or best_task is None:
                 reason = "converged"
                 break
             # the best w's convex step was cut by its share of the time: it goes on (resumed
@@ -247,7 +407,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             say("cccp: the latent objective stopped decreasing; the best round's convex step "
                 "goes on in the time left")
             polish, cur = True, best_task
-            res = step(best_task, best_res.state, last=True)
+            res = step(best_task, parked.unpark(best_res), last=True, release=not keep_state)
             w, state = res.w, res.state
             history += res.history
             continue
@@ -259,20 +419,45 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             meta["fingerprint"] = fingerprint(task_r, config.C, config.loss, w0)
             state = DualState(arrays, meta)
         targets, cur = new, task_r
-        res = step(task_r, state)
+        if limit is None and not keep_state and best_res is not None:
+            best_res.state = None  # (no time limit: no step is resumed, no state returned)
+        parked.park(best_res)  # (on disk while the step runs: needed again only to resume it)
+        res = step(task_r, state, release=state is not None)
         w, state = res.w, res.state
         history += res.history
     final = best_res if best_res is not None else res
+    if keep_state and final is not None:
+        parked.unpark(final)
+    parked.drop()
     if final is None:  # (no convex step ran: no time)
         final = TrainResult(best_w, False, reason, 0, 0.0)
     out = dataclasses.replace(final, w=best_w, seconds=time.perf_counter() - clock[0],
                               history=history, finished=reason == "converged" and final.finished,
-                              stop_reason=reason if reason != "converged" else
-                              final.stop_reason, extra=dict(final.extra))
+                              stop_reason=reason, epochs=epochs[0], extra=dict(final.extra))
+    if "updates" in out.extra and "inferences" in out.extra:  # the whole run's work
+        out.extra["updates"], out.extra["inferences"] = run_clock.work
+        out.extra.pop("learner_inferences", None)  # (counted in the inferences)
     out.extra["cccp"] = rounds
     out.extra["partial"] = counts
+    out.extra["cccp_stop"] = stop_summary(reason, len(rounds) - 1, final, config)
+    out.extra.pop("stop_rule", None)  # (the step's: in cccp_stop)
     if not keep_state:
         out.state = None
-    say(f"cccp: {len(rounds) - 1} rounds, best latent objective {best_obj:.6g}, stopped: "
-        f"{reason}")
+    say(f"cccp: {len(rounds) - 1} rounds, best latent objective {best_obj:.6g}")
     return out
+
+
+def stop_summary(reason: str, rounds: int, step: TrainResult, config: Any) -> dict[str, Any]:
+    """How a CCCP run ended, for the ``stopped:`` line (:func:`~demidcd.progress.stop_line`):
+    the run's reason (``converged``: the latent objective decreased by less than
+    :data:`CCCP_TOL` in a round; ``time-limit``; ``max-rounds``; ``interrupted``), its rounds,
+    and the state of the convex step whose w is returned (the best round's): its own stop
+    reason, whether it reached the learner's tolerance, and its stop rule (what, value,
+    option, target, epochs option) as :func:`~demidcd.progress.stop_line` reads it."""
+    last = step.history[-1] if step.history else {}
+    rule = step.extra.get("stop_rule") or (
+        "largest KKT gap" if config.loss == "l1" else "largest projected gradient",
+        last.get("max_pg"), "tol", config.tol, "max_epochs")
+    return {"reason": reason, "rounds": int(rounds), "tol": CCCP_TOL,
+            "step_reason": step.stop_reason, "step_finished": bool(step.finished),
+            "step_rule": list(rule)}

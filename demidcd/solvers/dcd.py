@@ -46,6 +46,10 @@ def begin(act: ActiveSets, start: Start | None, examples: np.ndarray | None = No
     act.set_prior(start.prior, write=write_w)
     if start.state is not None:
         act.restore(start.state.arrays, examples, add=write_w)
+        if start.release and examples is None:  # loaded: its φ live in the active sets now
+            a = start.state.arrays
+            a["phi_idx"], a["phi_val"] = a["phi_idx"][:0].copy(), a["phi_val"][:0].copy()
+            start.state.meta["released"] = True
 
 
 def saved_rng(start: Start | None, names: tuple[str, ...], seed: int | list[int]

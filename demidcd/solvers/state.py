@@ -137,11 +137,14 @@ _FINGERPRINT_TEXT = {
 class Start:
     """Where a DCD learner starts: ``w0``, the prior of a warm start (None: w₀ = 0), and
     ``state``, a saved :class:`DualState` to resume from (its own w₀ then); ``keep_state``:
-    return the final state in :attr:`~.common.TrainResult.state`."""
+    return the final state in :attr:`~.common.TrainResult.state`; ``release``: the state's
+    φ arrays may be dropped once the learner has loaded them (CCCP's re-expressed state, held
+    nowhere else: :func:`~.dcd.begin` then empties them and marks the state ``released``)."""
 
     w0: np.ndarray | None = None
     state: DualState | None = None
     keep_state: bool = False
+    release: bool = False
 
     @property
     def prior(self) -> np.ndarray | None:
