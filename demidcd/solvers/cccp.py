@@ -16,9 +16,11 @@ the convex SSVM with targets ŷ_i and loss Δ_i (the task's :meth:`with_targets`
 objective never increases when each convex step is solved (to the learners' tolerance). The
 loop stops when L decreases by less than :data:`CCCP_TOL` (relative), at the time limit or after
 :data:`CCCP_ROUNDS` rounds; the best w met is returned. Under a time limit each step gets a share
-of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`); when the objective stops decreasing
-after a step cut short (inexact steps need not decrease it), the best round's step is resumed
-where it stopped (its own targets and state) in all the time left.
+of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`) and stops at a looser tolerance
+(:data:`STEP_TOL_FACTOR` times the learner's: inexact CCCP, the targets of a step being
+provisional); when the objective stops decreasing (inexact steps need not decrease it), the best
+round's step is resumed where it stopped (its own targets and state) in all the time left, to
+the learner's tolerance. Without a time limit every step is solved to the tolerance.
 
 **Start.** Imputing under w = 0 ties every tagging. When some examples are fully labelled the
 first step trains on them alone (the others ``inert``: no records), whose α are α of the full
@@ -59,6 +61,9 @@ FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the label
 ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
 # reach the learner's tolerance sooner); once the objective stops decreasing after a step
 # cut short, the best round's step is resumed as it stopped, in all the time left
+STEP_TOL_FACTOR = 10.0  # with a time limit, every step but the last stops at this multiple of
+# the learner's tolerance (inexact CCCP: a step's targets are provisional, its early epochs do
+# most of its good); the best round's step is then resumed to the tolerance itself
 
 
 class RunClock:
@@ -334,7 +339,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             rest = limit if first else max(left() or 0.0, 1e-3)
             share = 1.0 if last else FIRST_SHARE if first else ROUND_SHARE
             cfg = dataclasses.replace(config, time_limit=max(share * rest,
-                                                             min(rest, MIN_ROUND_SECONDS)))
+                                                             min(rest, MIN_ROUND_SECONDS)),
+                                      tol=config.tol if last else config.tol * STEP_TOL_FACTOR)
         origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
         kw["warm"] = warm_all if first else None
@@ -398,12 +404,13 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             reason = "converged" if polish else "time-limit" if out_of_time else "max-rounds"
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
-            if res is None or res.finished or limit is None or best_res is None \
+            if res is None or limit is None or best_res is None \
                     or not parked.has_state(best_res) or best_task is None:
                 reason = "converged"
                 break
-            # the best w's convex step was cut by its share of the time: it goes on (resumed
-            # as it stopped, its targets kept) in the time left, to the learner's tolerance
+            # the best w's convex step stopped at its share of the time or at the steps' looser
+            # tolerance: it goes on (resumed as it stopped, its targets kept) in the time left,
+            # to the learner's tolerance
             say("cccp: the latent objective stopped decreasing; the best round's convex step "
                 "goes on in the time left")
             polish, cur = True, best_task
