@@ -57,8 +57,8 @@ CCCP_TOL = 1e-3  # stop when the latent objective decreases by less than this sh
 CCCP_ROUNDS = 50  # convex steps at most
 MIN_ROUND_SECONDS = 5.0  # no convex step is started with less time left, none given less
 # (a step of several processes first starts its workers)
-FIRST_SHARE = 0.25  # with a time limit: the first step's share of it (the labelled examples)
-ROUND_SHARE = 0.4  # and each later step's share of the time left (warm-started, they mostly
+FIRST_SHARE = 0.05  # with a time limit: the first step's share of it (the labelled examples)
+ROUND_SHARE = 0.1  # and each later step's share of the time left (warm-started, they mostly
 # reach the learner's tolerance sooner); once the objective stops decreasing after a step
 # cut short, the best round's step is resumed as it stopped, in all the time left
 STEP_TOL_FACTOR = 10.0  # with a time limit, every step but the last stops at this multiple of
