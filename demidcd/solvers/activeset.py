@@ -157,6 +157,12 @@ class ActiveSets:
             value = np.ones(1, np.uint8)
         self._hot = value
 
+    def own_arrays(self) -> list[np.ndarray]:
+        """The arrays of the active sets themselves (slots, structures, the φ pool, the
+        per-example figures); ``w``, ``alpha_sum`` and ``xi`` may be views of the caller's."""
+        return [self.slots, self.count, self.s_hash, self.s_ptr, self.s_len, self.s_f,
+                self.free_ids, self.p_idx, self.mark, self.ex_pg]
+
     # ------------------------------------------------------------------ growth
     def _grow_structures(self) -> None:
         cap = self.s_f.shape[0] * 2
