@@ -406,17 +406,20 @@ class ActiveSets:
         if ln < 0:
             vb = (st - ln + (-ln & 1)) // 2
             return self.p_idx[st:st - ln].astype(np.int64), self.p_val[vb:vb - ln].copy()
-        keys = self.p_idx.view(np.uint16)
-        k, j = 2 * (st + 2), 0
+        keys = self.p_idx.view(np.uint8)
+        k, j = 4 * (st + 2), 0
         idx, code = np.empty(ln, np.int64), np.empty(ln, np.int64)
         for q in range(ln):
-            x = int(keys[k])
-            if x & 3 == 3:
-                j += int(keys[k + 1]) | int(keys[k + 2]) << 16
-                code[q], k = x >> 2, k + 3
-            else:
-                j += x >> 2
-                code[q], k = x & 3, k + 1
+            x, sh = 0, 0
+            while True:  # LEB128 (phi_pool's module docstring)
+                b = int(keys[k])
+                k += 1
+                x |= (b & 127) << sh
+                sh += 7
+                if b < 128:
+                    break
+            j += x >> 2
+            code[q] = x & 3
             idx[q] = j
         val = np.where(code == 1, 1.0, -1.0)
         vb = int(K.values_at(self.p_idx, st, ln))
