@@ -410,14 +410,11 @@ class ActiveSets:
         k, j = 4 * (st + 2), 0
         idx, code = np.empty(ln, np.int64), np.empty(ln, np.int64)
         for q in range(ln):
-            x, sh = 0, 0
-            while True:  # LEB128 (phi_pool's module docstring)
-                b = int(keys[k])
-                k += 1
-                x |= (b & 127) << sh
-                sh += 7
-                if b < 128:
-                    break
+            b0 = int(keys[k])  # (phi_pool's module docstring)
+            n, sh = int(K.KEY_LEN[b0]), int(K.KEY_SHIFT[b0])
+            v = int.from_bytes(keys[k:k + n].tobytes(), "little")
+            x = (v >> sh) & int(K.KEY_MASK[b0])
+            k += n
             j += x >> 2
             code[q] = x & 3
             idx[q] = j
