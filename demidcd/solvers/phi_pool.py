@@ -9,15 +9,18 @@ order (``s_len[s]`` tells which):
   ``st`` holds m, the number of stored values, word ``st + 1`` h, the number of key bytes;
   the keys follow (padded to an even number of words), then the m float64 values. Entry q's
   index is the previous entry's plus a gap g (the first entry's gap from 0); its key is the
-  integer 4·g + c in LEB128 (7 bits a byte, low bits first, the high bit set on every byte
-  but the last): 1 byte for a gap below 2^5, 2 below 2^12, 3 below 2^19, 4 below 2^26, else
-  5. c = 1 for the value +1, 0 for −1, 2 for any other value, which is the next of the m
-  stored values. A chain's φ over binary features is mostly ±1 (a feature or transition
-  counted twice in one sentence has another value) and its sorted indices lie close (the
-  labels of one feature are neighbours in its seen-label list; on a million synthetic tokens
-  with 83 tags 40% of the gaps are below 2^5, 65% below 2^7, 84% below 2^12, 99% below 2^19):
-  about 1.75 bytes an entry, where 16-bit keys (one for a gap below 2^14, else three: the
-  format before) took 2.4, one int32 key an entry 4 and an (int32, float64) pair 12;
+  integer x = 4·g + c in a prefix varint, little-endian: n − 1 one-bits then a zero-bit mark
+  an n-byte key (n ≤ 4: x < 2^7 in 1 byte as x·2, x < 2^14 in 2 as x·4 + 1, x < 2^21 in 3 as
+  x·8 + 3, x < 2^28 in 4 as x·16 + 7), four one-bits a 5-byte key (x·16 + 15): 1 byte for a
+  gap below 2^5, 2 below 2^12, 3 below 2^19, 4 below 2^26, else 5; a decoder reads five
+  bytes at once (a structure's words are followed by at least two more: see
+  :func:`words_bound`). c = 1 for the value +1, 0 for −1, 2 for any other value, which is the
+  next of the m stored values. A chain's φ over binary features is mostly ±1 (a feature or
+  transition counted twice in one sentence has another value) and its sorted indices lie
+  close (the labels of one feature are neighbours; on 10,000 synthetic sentences with 83 tags
+  40% of the gaps are below 2^5, 84% below 2^12, 99% below 2^19): about 1.75 bytes an entry,
+  where 16-bit keys (one for a gap below 2^14, else three: the format before) took 2.4, one
+  int32 key an entry 4 and an (int32, float64) pair 12;
 * *valued* (``s_len[s] = −nnz``, a larger w): the nnz int32 indices (padded to an even
   count), then the nnz float64 values, 12 bytes an entry.
 
@@ -138,8 +141,11 @@ def phi_words(p_idx, st, ln):
 
 @njit(cache=True, nogil=True)
 def words_bound(nnz):
-    """Pool words a φ of ``nnz`` entries takes at most, in either encoding (packed: 2 header
-    words, at most 3 keys and one value an entry)."""
+    """Pool words a φ of ``nnz`` entries takes at most, in either encoding, with room to spare:
+    packed it takes at most 2 header words, 5 key bytes and one value an entry, i.e. at most
+    3.25·nnz + 4 words (valued 3·nnz + 1), so a pool that has this room before a store keeps
+    at least two words past the structure stored, which :func:`_key`'s five-byte reads
+    need."""
     return 4 * nnz + 4
 
 
