@@ -155,3 +155,56 @@ def test_fixed_malloc_thresholds_keep_freed_arrays_off_the_heap(fixed):
         assert grown_kib < 1024
     else:  # the test's premise: glibc's default keeps such arrays on the heap
         assert grown_kib > 1536
+
+
+@linux_only
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_worker_hands_back_the_learners_own_pages():
+    """A forked worker releases its inherited pages of the learner's own arrays
+    (``Transport.learner_only``): in the child they read zero and are not resident, the
+    parent's are untouched (issue 56 defect 9: the slot table, filled before the fork and
+    written by the learner afterwards, was held twice)."""
+    import os
+
+    from demidcd.parallel.engine import release_learner_only
+
+    a = np.full(3 << 20, -1, np.int32)  # 12 MiB, every page touched before the fork
+    b = np.ones(1000)  # smaller than a page or two: only its whole pages go
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report (bytes released, a's sum, a's pages resident after)
+        os.close(r)
+        code = 1
+        try:
+            got = release_learner_only(lambda: [a, b])
+            import ctypes
+            vec = (ctypes.c_ubyte * ((a.nbytes >> 12) + 2))()
+            libc = ctypes.CDLL(None)
+            start = a.ctypes.data // 4096 * 4096
+            libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(a.nbytes), vec)
+            resident = sum(v & 1 for v in vec[: a.nbytes >> 12])
+            os.write(w, f"{got} {int(a.sum())} {resident}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    got, total, resident = (int(x) for x in os.read(r, 200).split())
+    os.waitpid(pid, 0)
+    assert got >= a.nbytes - 2 * 4096  # a's whole pages (its ends may share a page)
+    assert total > -(a.size // 100)  # nearly every entry reads 0 in the child now
+    assert resident <= 2  # and its pages are gone from the child
+    assert int(a.sum()) == -a.size and b.sum() == 1000.0  # the parent's are untouched
+    assert release_learner_only(None) == 0
+
+
+def test_active_sets_name_every_array_of_their_own():
+    """The active sets name every array of their own (the φ pool included, not the caller's
+    w), which DEMI-DCD's learner hands to the transport as ``learner_only``."""
+    from demidcd.solvers.activeset import ActiveSets
+
+    act = ActiveSets(8, 40, 1.0, track_changes=True)
+    own = act.own_arrays()
+    for name in ("slots", "count", "s_hash", "s_ptr", "s_len", "s_f", "free_ids", "p_idx",
+                 "mark", "ex_pg"):
+        assert any(x is getattr(act, name) for x in own), name
+    assert not any(np.shares_memory(x, act.w) for x in own)

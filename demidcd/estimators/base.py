@@ -23,6 +23,7 @@ engine options).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import logging
@@ -663,6 +664,11 @@ class StructuredEstimator:
         finally:
             if snap is not None:
                 snap.close()
+            # the learner's objects form reference cycles (its clock's work counter refers to
+            # it): collect them now, so that its active sets (the φ pool: 115 MiB at 239 k
+            # structures on a million tokens with 83 tags) are handed back before the model is
+            # saved and scored, not at some later collection (issue 56, defect 9)
+            gc.collect()
         self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:
             snap = Snapshotter(self.snapshot_dir, 1.0)

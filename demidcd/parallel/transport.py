@@ -122,6 +122,10 @@ class Transport(ABC):
     monitor: Any
     spawn_began = math.nan  # time.perf_counter() when start() began starting workers
     spawn_seconds = 0.0  # how long starting them took
+    learner_only: Callable[[], list[np.ndarray]] | None = None  # the learner process's own
+    # arrays (its active sets, its [w, A]), which no worker reads: a forked worker hands their
+    # inherited pages back as it starts (:meth:`~.engine.WorkerPool.start`), so that a page
+    # the learner writes later is not held twice, the learner's copy and the worker's
 
     # -- lifecycle
     @abstractmethod

@@ -157,6 +157,12 @@ class ActiveSets:
             value = np.ones(1, np.uint8)
         self._hot = value
 
+    def own_arrays(self) -> list[np.ndarray]:
+        """The arrays of the active sets themselves (slots, structures, the φ pool, the
+        per-example figures); ``w``, ``alpha_sum`` and ``xi`` may be views of the caller's."""
+        return [self.slots, self.count, self.s_hash, self.s_ptr, self.s_len, self.s_f,
+                self.free_ids, self.p_idx, self.mark, self.ex_pg]
+
     # ------------------------------------------------------------------ growth
     def _grow_structures(self) -> None:
         cap = self.s_f.shape[0] * 2
@@ -448,17 +454,17 @@ class ActiveSets:
         if ln < 0:
             vb = (st - ln + (-ln & 1)) // 2
             return self.p_idx[st:st - ln].astype(np.int64), self.p_val[vb:vb - ln].copy()
-        keys = self.p_idx.view(np.uint16)
-        k, j = 2 * (st + 2), 0
+        keys = self.p_idx.view(np.uint8)
+        k, j = 4 * (st + 2), 0
         idx, code = np.empty(ln, np.int64), np.empty(ln, np.int64)
         for q in range(ln):
-            x = int(keys[k])
-            if x & 3 == 3:
-                j += int(keys[k + 1]) | int(keys[k + 2]) << 16
-                code[q], k = x >> 2, k + 3
-            else:
-                j += x >> 2
-                code[q], k = x & 3, k + 1
+            b0 = int(keys[k])  # (phi_pool's module docstring)
+            n, sh = int(K.KEY_LEN[b0]), int(K.KEY_SHIFT[b0])
+            v = int.from_bytes(keys[k:k + n].tobytes(), "little")
+            x = (v >> sh) & int(K.KEY_MASK[b0])
+            k += n
+            j += x >> 2
+            code[q] = x & 3
             idx[q] = j
         val = np.where(code == 1, 1.0, -1.0)
         vb = int(K.values_at(self.p_idx, st, ln))

@@ -36,6 +36,9 @@ from numba import njit
 from .phi_pool import (  # noqa: F401 - the pool's encoding, re-exported for the kernels' users
     ATOMIC_MODE,
     CODED_MAX_DIM,
+    KEY_LEN,
+    KEY_MASK,
+    KEY_SHIFT,
     PLAIN_MODE,
     atomic_add,
     atomic_axpy,

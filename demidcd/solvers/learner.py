@@ -58,6 +58,7 @@ class DcdLearner:
         self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
                               track_changes=True, w=self.wa[:dim], sweeps=config.sweeps,
                               loss=config.loss, tol=config.tol, **tail)
+        self.transport.learner_only = self.learner_arrays  # not the workers' to keep
         from .dcd import begin
 
         self.start_point = start  # the prior and/or saved state it starts from (.state)
@@ -70,6 +71,11 @@ class DcdLearner:
                                  tick=tick, prior=start.prior if start else None)
         self.history = self.recorder.history
         self.clock: Clock | None = None
+
+    def learner_arrays(self) -> list[np.ndarray]:
+        """The arrays only this process reads ([w, A] and the active sets'): a forked
+        worker hands its inherited pages of them back (``Transport.learner_only``)."""
+        return [self.wa, *self.act.own_arrays()]
 
     # ------------------------------------------------------------------ operations
     def start(self) -> None:
