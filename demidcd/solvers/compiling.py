@@ -9,11 +9,13 @@ warm_up`). Three things here:
   is first *probed* in this process with compilation forbidden: a job whose kernels are all in
   memory or in the cache runs to its end, one that would compile stops at its first compile
   (:class:`_Forbid`, a numba ``numba:compile`` listener; the event fires only for a real
-  compile, never for a cache load). When some jobs need compiling and there are several cores
-  and a writable cache, they are split by weight between this process and forked children (a
-  compile holds the GIL: parallel compiling needs processes); each child compiles its share into
-  the cache and exits, then this process runs every job again, loading what the children
-  cached. A child that fails, or a cache that cannot be written, only costs time: whatever is
+  compile, never for a cache load). When some jobs need compiling and the cache is writable,
+  they are split by weight between forked children, one per usable core (a compile holds the
+  GIL: parallel compiling needs processes; and what LLVM allocates for a compile stays with
+  the process that compiled, so this one, whose pages a training run's workers share, only
+  loads); each child compiles its share into the cache and exits, then this process runs every
+  job again, loading what the children cached (without a writable cache it compiles them all).
+  A child that fails, or a cache that cannot be written, only costs time: whatever is
   missing is compiled here. Ctrl-C (or any exception) kills and reaps the children, and a
   child dies with this process however it ends (``PR_SET_PDEATHSIG``).
 * :class:`CompileWatch` counts the real compiles of a block (the same event).
@@ -168,20 +170,27 @@ def _compile_wave(jobs: list[Job], processes: int | None, report: CompileReport,
         return
     report.cold += [j[0] for j in cold]
     p = max(1, min(processes or usable_cores(), len(cold)))
-    if p > 1 and not cache_writable():
+    writable = cache_writable()
+    if p > 1 and not writable:
         p = 1
     groups = _split(cold, p)
+    # with a cache to write, every group compiles in a child and this process only loads
+    # (LLVM's memory of a compile stays with the process that compiled: a training run's
+    # parent, whose pages its workers share, kept it through training)
+    here, away = ([], groups) if writable else (groups[0], groups[1:])
     report.processes = max(report.processes, len(groups))
     report.estimate += max(sum(j[2] for j in g) for g in groups)
     if on_cold is not None:
         on_cold(report)
+    if away:  # compiled out of sight of this process's watch: the notice under way is told
+        _tell_active(len(cold))
     children: list[int] = []
     try:
-        for g in groups[1:]:
+        for g in away:
             pid = _fork_compiler(g)
             if pid:
                 children.append(pid)
-        for job in groups[0]:
+        for job in here:
             job[1]()
         while children:  # the children's jobs, cached by them: loaded below
             os.waitpid(children[0], 0)
@@ -193,7 +202,7 @@ def _compile_wave(jobs: list[Job], processes: int | None, report: CompileReport,
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-    for g in groups[1:]:
+    for g in away:
         for job in g:
             job[1]()
 
@@ -231,6 +240,17 @@ def _fork_compiler(group: list[Job]) -> int:
 
 _OPEN: dict[str, Any] = {}  # a notice held open by compile_notice(hold=True)
 _ACTIVE: list[dict] = []  # the notice under way (an inner one leaves the saying to it)
+
+
+def _tell_active(jobs: int) -> None:
+    """The notice under way (if any) learns that ``jobs`` jobs compile in children, as its
+    :class:`CompileWatch` learns of a compile here: its notice is given once."""
+    for state in _ACTIVE[-1:]:
+        watch = state["watch"]
+        if watch.on_first is not None:
+            first, watch.on_first = watch.on_first, None
+            first()
+        watch.compiled += jobs
 
 
 def _silent(log: Any) -> bool:
