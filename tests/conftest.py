@@ -19,17 +19,6 @@ def pytest_sessionstart(session) -> None:
 
     compileall.compile_dir(os.path.dirname(demidcd.__file__), quiet=1)
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (pyproject's addopts): the default run in two processes where two cores are
-    usable, so that its numba compiles (a third of a cold run: a clean checkout compiles every
-    kernel once) and its tests share the cores; the slow end-to-end step (``-m slow ...``) in
-    one, as its multi-process, Ray and timing runs expect the machine to themselves."""
-    expr = config.getoption("markexpr") or ""
-    if "slow" in expr.replace("not slow", ""):
-        return 0
-    return max(1, min(2, len(os.sched_getaffinity(0))))
-
-
 from small_fit import conll04_task, small_corpus, tiny_sequence_task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
