@@ -177,7 +177,7 @@ def _compile_wave(jobs: list[Job], processes: int | None, report: CompileReport,
     # with a cache to write, every group compiles in a child and this process only loads
     # (LLVM's memory of a compile stays with the process that compiled: a training run's
     # parent, whose pages its workers share, kept it through training)
-    here, away = ([], groups) if writable else (groups[0], groups[1:])
+    here, away = ([], groups) if writable and len(groups) > 1 else (groups[0], groups[1:])
     report.processes = max(report.processes, len(groups))
     report.estimate += max(sum(j[2] for j in g) for g in groups)
     if on_cold is not None:
