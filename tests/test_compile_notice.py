@@ -247,15 +247,19 @@ def child_job():
         f.write(str(os.getpid()))
     time.sleep(60)
 
-def parent_job():
+def other_job():
     numba.njit(lambda x: x - 1)(1)
+
+def leave():  # as the CLI's Ctrl-C leaves (os._exit) while kernels compile
     for _ in range(400):
         if os.path.exists(pidfile) and open(pidfile).read():
             break
         time.sleep(0.05)
-    os._exit(3)  # as the CLI's Ctrl-C leaves while kernels compile
+    os._exit(3)
 
-compile_jobs([("parent", parent_job, 2.0), ("child", child_job, 1.0)], processes=2)
+import threading
+threading.Thread(target=leave, daemon=True).start()
+compile_jobs([("other", other_job, 2.0), ("child", child_job, 1.0)], processes=2)
 """
 
 

@@ -323,31 +323,41 @@ def test_concat_fills_values_of_parts_without_them():
     assert c.feat_idx.tolist() == [3, 4, 1, 7] and c.feat_val.tolist() == [0.5, 2.0, 1, 1]
 
 
-# -- the command line ------------------------------------------------------------------------
-@needs_fork
-@pytest.mark.slow
-def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
-    """``--threads 2 --algorithm dcd`` with a template: set-up in 2 processes, training in
-    one; the model's weights and dictionary are the ``--threads 1`` run's, byte for byte."""
+def _one_and_two_threads(path, tmp_path) -> dict[int, str]:
+    """``demidcd train`` on ``path`` with the pos template at ``--threads`` 1 and 2 (DCD, 3
+    epochs): asserts both succeed and write the same model byte for byte (but meta.json,
+    which names --threads); returns each run's output."""
     from cli_run import run
 
-    X, Y = _corpus(200)
-    attrs = [[w[-1:] for w in s] for s in X]
-    path = tmp_path / "train.txt"
-    _write_columns(path, X, Y, attrs)
-    models = {}
+    outs, models = {}, {}
     for t in (1, 2):
         models[t] = tmp_path / f"m{t}.npz"
         r = run("train", "--train", str(path), "--template", "pos", "--threads", str(t),
                 "--algorithm", "dcd", "--max-epochs", "3", "--seed", "0",
                 "--model", str(models[t]))
         assert r.returncode == 0, r.stderr
-        assert ("in 2 parts" in r.stdout + r.stderr) == (t == 2)
+        outs[t] = r.stdout + r.stderr
     a, b = np.load(models[1]), np.load(models[2])
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
-        if k != "meta.json":  # (it names --threads)
+        if k != "meta.json":
             assert a[k].tobytes() == b[k].tobytes(), k
+    return outs
+
+
+# -- the command line ------------------------------------------------------------------------
+@needs_fork
+@pytest.mark.slow
+def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
+    """``--threads 2 --algorithm dcd`` with a template: set-up in 2 processes, training in
+    one; the model's weights and dictionary are the ``--threads 1`` run's, byte for byte."""
+
+    X, Y = _corpus(200)
+    attrs = [[w[-1:] for w in s] for s in X]
+    path = tmp_path / "train.txt"
+    _write_columns(path, X, Y, attrs)
+    for t, out in _one_and_two_threads(path, tmp_path).items():
+        assert ("in 2 parts" in out) == (t == 2)
 
 
 @needs_fork
@@ -517,27 +527,15 @@ def test_parts_carry_the_serial_admitted_labels_of_partial_data():
 def test_cli_sets_up_partial_data_in_parts(tmp_path):
     """A file with '?' cells and a template, ``--threads 2``: set up in 2 parts (not read
     again serially), the model the ``--threads 1`` run's byte for byte."""
-    from cli_run import run
 
     X, Y = _corpus(300)
     rng = random.Random(1)
     Yp = [[t if k < 150 or rng.random() > 0.5 else "?" for t in s] for k, s in enumerate(Y)]
     path = tmp_path / "partial.txt"
     _write_columns(path, X, Yp, [[w[-1:] for w in s] for s in X])
-    models = {}
-    for t in (1, 2):
-        models[t] = tmp_path / f"m{t}.npz"
-        r = run("train", "--train", str(path), "--template", "pos", "--threads", str(t),
-                "--algorithm", "dcd", "--max-epochs", "3", "--seed", "0",
-                "--model", str(models[t]))
-        assert r.returncode == 0, r.stderr
-        out = r.stdout + r.stderr
+    for t, out in _one_and_two_threads(path, tmp_path).items():
         assert ("in 2 parts" in out) == (t == 2) and "with an unknown label" in out
         assert "CCCP" in out
-    a, b = np.load(models[1]), np.load(models[2])
-    for k in a.files:
-        if k != "meta.json":
-            assert a[k].tobytes() == b[k].tobytes(), k
 
 
 @needs_fork

@@ -665,9 +665,9 @@ class StructuredEstimator:
             if snap is not None:
                 snap.close()
             # the learner's objects form reference cycles (its clock's work counter refers to
-            # it): collect them now, so that its active sets (the φ pool: 115 MiB at 239 k
-            # structures on a million tokens with 83 tags) are handed back before the model is
-            # saved and scored, not at some later collection (issue 56, defect 9)
+            # it): collect them now, so that its active sets (the φ pool) are handed back
+            # before the model is saved and scored, not at some later collection (issue 56,
+            # defect 9; benchmarks/README.md)
             gc.collect()
         self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:

@@ -27,10 +27,11 @@ N processes per node are not built yet).
 
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
 (:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with CoCoA+'s
-safe σ′ = K for every coordinate (:data:`PER_COORDINATE_SIGMA` False; per coordinate, σ′_j =
-the number of parts whose examples fire coordinate j's feature is also safe and never
-larger, but scales each φ by √σ′_j and so stores a float64 per entry in the φ pool: a node's
-pool was 5x larger). A node commits its change every :data:`~.cluster_node.COMMIT_SECONDS`
+safe σ′ = K for every coordinate (per coordinate, σ′_j = the number of parts whose examples
+fire coordinate j's feature, which :class:`~demidcd.solvers.cocoa.LocalPart` also takes, is
+safe and never larger, but scales each φ by √σ′_j and so stores a float64 per entry in the φ
+pool, not ±1). A node commits its change every
+:data:`~.cluster_node.COMMIT_SECONDS`
 (longer when a scan of w costs more). The driver keeps one pull in flight per node, adds
 each change to w as it comes (no barrier) and forwards it to the other nodes through one
 object in the object store. w = Σ_k Σ_{i∈P_k} α_i φ_i holds exactly once every change has
@@ -77,14 +78,9 @@ from .layout import choose_layout
 EVAL_SECONDS = 10.0  # primal/dual in the log this often (--eval-every overrides)
 CHECKPOINT_SECONDS = 10.0  # each part's α saved this often,
 CHECKPOINT_PIECES = 8  # in this many pieces (one at a time: a node's and the driver's copy of
-# a piece is an eighth of the part's φ pool; the whole pool at once was a spike of ~300 MiB
-# on a node with a third of 1 M synthetic tokens)
+# a piece is an eighth of the part's φ pool, not the whole pool at once)
 PULL_WAIT = 0.2  # a node's pull returns after this long without news
 CONVERGED_GAP = 1e-3  # quiet nodes stop the run when the relative gap at one w is this small
-# σ′ per coordinate (the parts that fire j's feature) scales φ by √σ′_j: the φ pool stores a
-# float64 for nearly every entry (10 bytes, not 2.4): a node's pool was 5x larger (285 MiB
-# against 55 MiB at epoch 10 on a third of 1 M synthetic tokens); one σ′ = K keeps φ ±1
-PER_COORDINATE_SIGMA = False
 
 
 def _connect(ray: Any, address: str, debug: bool) -> None:
@@ -123,6 +119,11 @@ def _pairs(codes: list[np.ndarray | None], F: int, K: int) -> tuple[np.ndarray, 
 
 
 CLUSTER_ALGORITHMS = ("demi-dcd", "dcd", "dcd-light", "multi-dcd")
+
+
+def _cpus(node: dict) -> int:
+    """The CPUs Ray lists for ``node`` (an entry of ``ray.nodes()``)."""
+    return int(node.get("Resources", {}).get("CPU", 1))
 
 
 def runs_on_cluster(est: Any, plan: Any) -> bool:
@@ -195,7 +196,7 @@ class ClusterRun:
         cls = ray.remote(max_restarts=0, max_concurrency=8)(ClusterNode)
         self.cls = cls
         for k, n in enumerate(nodes):
-            self.actors.append(self._actor(k, n, int(n.get("Resources", {}).get("CPU", 1))))
+            self.actors.append(self._actor(k, n, _cpus(n)))
             self.where.append(n.get("NodeManagerAddress", "?"))
             self.node_ids.append(n["NodeID"])
         infos = ray.get([a.info.remote() for a in self.actors])
@@ -231,7 +232,7 @@ class ClusterRun:
         reads = ray.get([a.read.remote(p, r, *self.read_args)
                          for a, (p, r) in zip(self.actors, self.parts, strict=True)])
         for k, r in enumerate(reads):
-            cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1))
+            cpus = _cpus(self.nodes[k])
             self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores (1 learner thread: a "
                      f"core's work), {r['examples']:,} examples, {r['tokens']:,} tokens (pid "
                      f"{self.infos[k]['pid']})")
@@ -270,10 +271,9 @@ class ClusterRun:
         self.classes = classes
         enc = ray.get([a.encode.remote(ref, F, classes, weights != "all")
                        for a, ref in zip(self.actors, self.payload_refs, strict=True)])
-        nf = np.zeros(F, np.int64)  # parts that fire each feature: σ′ of its weights
+        nf = np.zeros(F, np.int64)  # parts that fire each feature (the log's share on one)
         for _, _, fired in enc:
             nf += np.unpackbits(fired, count=F)
-        self.parts_of_feature = nf.astype(np.uint8)
         pairs = None
         if weights != "all":
             pairs = _pairs([c for c, _, _ in enc], F, K)
@@ -285,15 +285,12 @@ class ClusterRun:
                     pairs = None
         est.seen_pairs_ = pairs
         self.pairs_ref = ray.put(pairs)
-        self.nf_ref = ray.put(self.parts_of_feature) if PER_COORDINATE_SIGMA else None
+        self.nf_ref = None  # one σ′ = K (module docstring, "Merges")
         dims = ray.get([a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
                                       self.config.seed) for a in self.actors])
         self.dim = dims[0]
         one = float((nf == 1).mean()) if F else 0.0
-        how = (f"σ′_j = the number of nodes whose part fires coordinate j's feature (CoCoA+'s "
-               f"safe σ′ = K, per coordinate; {one:.0%} of the features on one node: σ′ 1), "
-               f"transitions σ′ {self.K}") if PER_COORDINATE_SIGMA else \
-            (f"σ′ = {self.K} (CoCoA+'s safe σ′ = K; {one:.0%} of the features on one node)")
+        how = f"σ′ = {self.K} (CoCoA+'s safe σ′ = K; {one:.0%} of the features on one node)"
         self.say(f"cluster: {self.K} nodes, features counted on each and merged ({F:,} "
                  f"features, {K} labels, |w| {self.dim:,}); changes added with {how}; "
                  f"set-up {time.perf_counter() - t0:.1f}s")
@@ -452,8 +449,7 @@ class ClusterRun:
         for k, p in enumerate(peaks):
             if p is None:
                 continue
-            cpus = int(self.nodes[k].get("Resources", {}).get("CPU", 1)) \
-                if k < len(self.nodes) else 1
+            cpus = _cpus(self.nodes[k]) if k < len(self.nodes) else 1
             lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB (PSS of its "
                          f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%")
             nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"],

@@ -12,10 +12,8 @@ moves here from a lost node). A node's memory is kept as a one-machine learner's
 malloc thresholds fixed, the compiler's pages released once every kernel is loaded
 (:mod:`demidcd.primitives.pages`), the set-up's kernels loaded before the part is read
 (:func:`_warm_setup`), the part's feature names packed and its labels coded, the heap
-trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices. On a third of 1 M
-synthetic tokens (45 tags, 3 nodes of 1 CPU on a loaded 2-core machine) a node's peak went
-from 600-850 MiB to 293-310 MiB: the φ pool (one σ′, :mod:`demidcd.solvers.cocoa`) and the
-whole-pool checkpoint copies (:mod:`.cluster`) were most of it.
+trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices (what each step saved:
+docs/learners-and-tasks.md).
 
 Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
 commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,
@@ -75,8 +73,7 @@ def _warm_setup() -> None:
     """Load the set-up's kernels (count, merge, encode, seen pairs) on two sentences, before
     the part is read: what loading them keeps (numba's type and dispatcher objects, small and
     long-lived) then lies in the heap below the part's tokens, not among them, where it had
-    pinned 46 MiB of freed token strings to the end of the run (a third of 1 M synthetic
-    tokens)."""
+    pinned the freed token strings to the end of the run."""
     f = SequenceFeaturizer(1, 0, "base")
     tokens = [["a", "b", "c"], ["b", "d"]]
     merged = SequenceFeaturizer(1, 0, "base").merge_parts([f.count_part(tokens)])

@@ -438,8 +438,8 @@ class _Sentences:
     """What a parser has read: finished sentences, and the one being read (``words``, ``labs``,
     ``rlines``, starting on line ``first``). The parsers put one string object per distinct
     word and per distinct label in ``tokens`` and ``tags`` (a dictionary of those read so far):
-    a million tokens of a hundred labels then hold a hundred label strings, not a million
-    (about 50 MiB), and their repeated words one string each."""
+    a million tokens of a hundred labels then hold a hundred label strings, not a million,
+    and their repeated words one string each."""
 
     __slots__ = ("labelled", "keep_raw", "tokens", "tags", "lines", "raw", "words", "labs",
                  "rlines", "first")

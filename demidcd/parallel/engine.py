@@ -328,8 +328,8 @@ def release_learner_only(arrays: Callable[[], list[np.ndarray]] | None) -> int:
     (``Transport.learner_only``, called here: the arrays as they were at the fork), which the
     worker never reads. A page the learner had touched before the fork is shared until the
     learner writes it; then the learner holds its copy and the worker the old one, for nothing
-    (the active sets' slot table, filled with -1 before the fork: 10.5 MiB on a million tokens,
-    issue 56 defect 9). Returns the bytes handed back."""
+    (the active sets' slot table, filled with -1 before the fork; issue 56 defect 9,
+    benchmarks/README.md). Returns the bytes handed back."""
     if arrays is None:
         return 0
     return sum(release_tail(a, 0, a.size) for a in arrays())

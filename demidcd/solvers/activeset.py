@@ -304,13 +304,32 @@ class ActiveSets:
         e, h, d, a, ptr, idx, val = K.dump_structures(ex, self.slots, self.count, self.s_hash,
                                                       self.s_ptr, self.s_len, self.s_f,
                                                       self.p_idx, self.p_val)
-        out = {"example": e, "hash": h, "delta": d, "alpha": a, "phi_ptr": ptr,
-               "phi_idx": idx, "phi_val": val}
+        return {"example": e, "hash": h, "delta": d, "alpha": a, "phi_ptr": ptr,
+                "phi_idx": idx, "phi_val": val, **self._per_example(ex)}
+
+    def _per_example(self, ex: np.ndarray) -> dict[str, np.ndarray]:
+        """A_i, ξ̂_i and the skipping state of the examples ``ex`` (the others' 0), as saved."""
+        out = {}
         for name in ("alpha_sum", "xi", "ex_pg"):
             full = np.zeros(self.n)
             full[ex] = getattr(self, name)[ex]
             out[name] = full
         return out
+
+    def _make_room(self, ex: np.ndarray, words: int) -> None:
+        """Room for the structures of examples ``ex`` (one entry a structure) and ``words``
+        pool words: every active set widened to hold its old and new structures, the
+        structure arrays and the pool grown."""
+        per = np.bincount(ex, minlength=self.n)
+        width = int((self.count + per).max(initial=0))
+        if width > self.slots.shape[1]:
+            slots = np.full((self.n, width), -1, np.int32)
+            slots[:, :self.slots.shape[1]] = self.slots
+            self.slots = slots
+        while self.meta[K.M_NEXT] + ex.shape[0] > self.s_f.shape[0]:
+            self._grow_structures()
+        if self.meta[K.M_PUSED] + words > self.p_idx.shape[0]:
+            self._grow_pool(words)
 
     def restore(self, arrays: dict[str, np.ndarray], examples: np.ndarray | None = None,
                 add: bool = True) -> int:
@@ -324,18 +343,9 @@ class ActiveSets:
         keep[self._all if examples is None else np.asarray(examples, np.int64)] = True
         ex = arrays["example"]
         mine = keep[ex]
-        per = np.bincount(ex[mine], minlength=self.n)
-        width = int((self.count + per).max(initial=0))
-        if width > self.slots.shape[1]:
-            slots = np.full((self.n, width), -1, np.int32)
-            slots[:, :self.slots.shape[1]] = self.slots
-            self.slots = slots
         lens = np.diff(arrays["phi_ptr"])
-        while self.meta[K.M_NEXT] + int(mine.sum()) > self.s_f.shape[0]:
-            self._grow_structures()
-        need = int((4 * lens[mine] + 4).sum())  # pool words, at most (K.words_bound)
-        if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
-            self._grow_pool(need)
+        self._make_room(np.asarray(ex[mine], np.int64),
+                        int((4 * lens[mine] + 4).sum()))  # pool words, at most (words_bound)
         first = int(self.meta[K.M_NEXT])
         loaded = int(K.load_structures(keep, ex, arrays["hash"], arrays["delta"],
                                        arrays["alpha"], arrays["phi_ptr"],
@@ -359,13 +369,8 @@ class ActiveSets:
         ex = self._all if examples is None else np.sort(np.asarray(examples, np.int64))
         e, h, f, ln, ptr, words = K.dump_words(ex, self.slots, self.count, self.s_hash,
                                                self.s_ptr, self.s_len, self.s_f, self.p_idx)
-        out = {"example": e, "hash": h, "f": f, "s_len": ln, "w_ptr": ptr, "words": words,
-               "examples": ex}
-        for name in ("alpha_sum", "xi", "ex_pg"):
-            full = np.zeros(self.n)
-            full[ex] = getattr(self, name)[ex]
-            out[name] = full
-        return out
+        return {"example": e, "hash": h, "f": f, "s_len": ln, "w_ptr": ptr, "words": words,
+                "examples": ex, **self._per_example(ex)}
 
     def restore_words(self, arrays: dict[str, np.ndarray]) -> int:
         """Add the structures of a :meth:`words_state` (of other examples than those already
@@ -378,17 +383,7 @@ class ActiveSets:
         ex = np.asarray(arrays["example"], np.int64)
         keep = np.zeros(self.n, np.bool_)
         keep[ex] = True
-        per = np.bincount(ex, minlength=self.n)
-        width = int((self.count + per).max(initial=0))
-        if width > self.slots.shape[1]:
-            slots = np.full((self.n, width), -1, np.int32)
-            slots[:, :self.slots.shape[1]] = self.slots
-            self.slots = slots
-        while self.meta[K.M_NEXT] + ex.shape[0] > self.s_f.shape[0]:
-            self._grow_structures()
-        need = int(arrays["w_ptr"][-1])
-        if self.meta[K.M_PUSED] + need > self.p_idx.shape[0]:
-            self._grow_pool(need)
+        self._make_room(ex, int(arrays["w_ptr"][-1]))
         loaded = int(K.load_words(keep, ex, arrays["hash"], arrays["f"], arrays["s_len"],
                                   arrays["w_ptr"], arrays["words"].astype(INDEX_DTYPE,
                                                                           copy=False),
@@ -450,26 +445,7 @@ class ActiveSets:
     def phi(self, s: int) -> tuple[np.ndarray, np.ndarray]:
         """φ of stored structure ``s`` as (sorted int64 indices, float64 values), decoded from
         the pool's compact encoding (:mod:`.phi_pool`)."""
-        st, ln = int(self.s_ptr[s]), int(self.s_len[s])
-        if ln < 0:
-            vb = (st - ln + (-ln & 1)) // 2
-            return self.p_idx[st:st - ln].astype(np.int64), self.p_val[vb:vb - ln].copy()
-        keys = self.p_idx.view(np.uint8)
-        k, j = 4 * (st + 2), 0
-        idx, code = np.empty(ln, np.int64), np.empty(ln, np.int64)
-        for q in range(ln):
-            b0 = int(keys[k])  # (phi_pool's module docstring)
-            n, sh = int(K.KEY_LEN[b0]), int(K.KEY_SHIFT[b0])
-            v = int.from_bytes(keys[k:k + n].tobytes(), "little")
-            x = (v >> sh) & int(K.KEY_MASK[b0])
-            k += n
-            j += x >> 2
-            code[q] = x & 3
-            idx[q] = j
-        val = np.where(code == 1, 1.0, -1.0)
-        vb = int(K.values_at(self.p_idx, st, ln))
-        val[code == 2] = self.p_val[vb:vb + int(self.p_idx[st])]
-        return idx, val
+        return K.decode_phi(self.p_idx, self.p_val, int(self.s_ptr[s]), int(self.s_len[s]))
 
     def memory_bytes(self) -> int:
         """Bytes of the arrays (reserved, not only touched; the φ pool's float64 view is the

@@ -33,8 +33,8 @@ step above is δ̃ = s·δ = (Δ/s − u·φ − Ã_i/(2C s²)) / (‖φ‖² + 
 DCD on the stored φ itself with Δ/s and C·s² (the L1 loss: the box Σ λ̃ ≤ C·s, so C·s), its
 violations, |PG| and thresholds (δ, tol) in 1/s of their units. The φ pool then holds ±1
 values, about 2.4 bytes an entry (:mod:`.phi_pool`); per coordinate, φ' = s ⊙ φ is a float64
-almost everywhere (about 10 bytes an entry): on a third of a million synthetic tokens the
-pool was 5x larger. :meth:`LocalPart.state`, :meth:`~LocalPart.checkpoint` and
+almost everywhere (about 10 bytes an entry; docs/learners-and-tasks.md has the node's
+measured pool). :meth:`LocalPart.state`, :meth:`~LocalPart.checkpoint` and
 :meth:`~LocalPart.dual_terms` report α's units either way.
 
 A :meth:`LocalPart.commit` moves the part's change to the merge: Δw_k = (v − base_v)/σ′,

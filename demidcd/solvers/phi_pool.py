@@ -17,10 +17,9 @@ order (``s_len[s]`` tells which):
   :func:`words_bound`). c = 1 for the value +1, 0 for −1, 2 for any other value, which is the
   next of the m stored values. A chain's φ over binary features is mostly ±1 (a feature or
   transition counted twice in one sentence has another value) and its sorted indices lie
-  close (the labels of one feature are neighbours; on 10,000 synthetic sentences with 83 tags
-  40% of the gaps are below 2^5, 84% below 2^12, 99% below 2^19): about 1.75 bytes an entry,
-  where 16-bit keys (one for a gap below 2^14, else three: the format before) took 2.4, one
-  int32 key an entry 4 and an (int32, float64) pair 12;
+  close (the labels of one feature are neighbours: benchmarks/README.md has the gaps'
+  distribution and the bytes an entry, against 16-bit keys, one int32 key an entry and an
+  (int32, float64) pair);
 * *valued* (``s_len[s] = −nnz``, a larger w): the nnz int32 indices (padded to an even
   count), then the nnz float64 values, 12 bytes an entry.
 
@@ -183,7 +182,7 @@ def _key(h, k, j):
     Branch-free: the key's (up to) five bytes are read at once and its first byte's marker
     picks length, shift and mask from tables, so the next index is known without a
     mispredicted branch and the loads of w for several entries overlap (a byte-by-byte
-    decode loop was 7.7x slower)."""
+    decode loop was much slower: benchmarks/README.md)."""
     b0 = h[k]
     v = (np.uint64(b0) | (np.uint64(h[k + _U1]) << _U8) | (np.uint64(h[k + _U2]) << _U16)
          | (np.uint64(h[k + _U3]) << _U24) | (np.uint64(h[k + _U4]) << _U32))
@@ -283,6 +282,19 @@ def phi_entry(p_idx, p_val, st, ln, q, cur):
     if code == 0:
         return j, -1.0, (c, k, j)
     return j, p_val[c], (c + 1, k, j)
+
+
+@njit(cache=True, nogil=True)
+def decode_phi(p_idx, p_val, st, ln):
+    """φ of the structure at word ``st`` (``ln`` its ``s_len``), in either encoding, as
+    (int64 indices in order, float64 values): :func:`phi_entry` entry by entry."""
+    n = abs(ln)
+    idx = np.empty(n, np.int64)
+    val = np.empty(n)
+    cur = entry_cursor(p_idx, st, ln)
+    for q in range(n):
+        idx[q], val[q], cur = phi_entry(p_idx, p_val, st, ln, q, cur)
+    return idx, val
 
 
 @njit(cache=True, nogil=True)
