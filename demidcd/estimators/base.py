@@ -53,6 +53,8 @@ design)."""
 START_OPTIONS = ("resume", "init", "save_state")
 """Constructor arguments of where a DCD learner starts and what it keeps
 (:meth:`StructuredEstimator._start_point`): not engine options, nor hyper-parameters."""
+COLLECT_FROM_EXAMPLES = 5_000  # a fit on this many examples or more collects its learner's
+# reference cycles as it returns (StructuredEstimator.fit)
 ENGINE_OPTIONS = tuple(o.name for o in learner_params()
                        if o.group == LEARNER and o.name not in SOLVER_OPTIONS
                        and o.name not in ("algorithm", "threads", "backend", "ray_address",
@@ -667,8 +669,11 @@ class StructuredEstimator:
             # the learner's objects form reference cycles (its clock's work counter refers to
             # it): collect them now, so that its active sets (the φ pool) are handed back
             # before the model is saved and scored, not at some later collection (issue 56,
-            # defect 9; benchmarks/README.md)
-            gc.collect()
+            # defect 9; benchmarks/README.md); not for a small task, whose active sets are
+            # small, where a full collection (tens of ms in a large interpreter) would cost
+            # more than it gives back
+            if task.n_examples >= COLLECT_FROM_EXAMPLES:
+                gc.collect()
         self._say_how_it_ended(result, config, algorithm, cadence)
         if snap is not None:
             snap = Snapshotter(self.snapshot_dir, 1.0)
