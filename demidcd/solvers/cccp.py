@@ -319,6 +319,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     def left() -> float | None:
         return None if limit is None else limit - (time.perf_counter() - clock[0])
 
+    overhead = [0.0, 0.0]  # a later step's wall seconds outside its solver's clock, at most;
+    # the last latent objective's seconds
     since = [kw.pop("since", None)]  # the user's call: the first step's set-up only
     run_clock = RunClock(kw.pop("tick", None), kw.pop("callback", None))
     kw["tick"] = run_clock.maybe if run_clock._tick is not None else None
@@ -335,8 +337,10 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         first = clock[0] == t0  # the first convex step: its set-up is outside the limit
         if limit is None:
             cfg = config
-        else:  # a share of the time left (the whole of it for the last step)
-            rest = limit if first else max(left() or 0.0, 1e-3)
+        else:  # a share of the time left (the whole of it for the last step), less what a
+            # step costs outside its own clock (its start; after the last, the objective)
+            rest = limit if first else max((left() or 0.0) - overhead[0]
+                                           - (overhead[1] if last else 0.0), 1e-3)
             share = 1.0 if last else FIRST_SHARE if first else ROUND_SHARE
             cfg = dataclasses.replace(config, time_limit=max(share * rest,
                                                              min(rest, MIN_ROUND_SECONDS)),
@@ -352,6 +356,9 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         res = convex(task_r, dataclasses.replace(plan, config=cfg), log=log, start=st, **kw)
         if first:  # the clock started when the step's set-up ended
             clock[0] = origin + float(res.extra.get("setup_seconds", 0.0))
+        else:
+            overhead[0] = max(overhead[0], time.perf_counter() - clock[0]
+                              - run_clock.offset - float(res.seconds))
         run_clock.step_done(res)
         epochs[0] += int(res.epochs)
         return res
@@ -385,6 +392,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         t_obj = time.perf_counter()
         obj, task_r = latent_objective(task, w, config.C, config.loss, w0)
         t_obj = time.perf_counter() - t_obj
+        overhead[1] = t_obj
         new = task_r.Y
         changed = task.changed_examples(targets, new)
         rounds.append({"round": r, "objective": obj, "changed": int(changed.sum()),
