@@ -40,6 +40,25 @@ def test_each_update_does_not_increase_dual(seed, sweeps):
     np.testing.assert_allclose(act.w, act.rebuilt_w(), atol=1e-10)
 
 
+@pytest.mark.parametrize("tol", [1e-3])
+def test_a_tolerance_below_delta_still_certifies(tol):
+    """--tol below the shrinking threshold --delta (0.01 by default): the structures whose
+    violation lies between them must be stepped, not shrunk unstepped at every visit (the run
+    then never certified, its largest |PG| stuck near δ: 0.0078 after 3,000 epochs here)."""
+    from test_partial_svm import random_data
+
+    from demidcd.tasks.chain.task import SequenceTask
+
+    X, Y = random_data(np.random.default_rng(11), 120, 4, 30, lens=(2, 7))
+    task = SequenceTask(X, Y, 4, 30)
+    C = 0.5
+    ref = train_dcd(task, SolverConfig(C=C, tol=1e-5, delta=1e-5, max_epochs=3000))
+    res = train_dcd(task, SolverConfig(C=C, tol=tol, max_epochs=3000))
+    assert SolverConfig().delta > tol and res.stop_reason == "converged"
+    p, p_ref = primal_objective(task, res.w, C)[0], primal_objective(task, ref.w, C)[0]
+    assert ref.stop_reason == "converged" and abs(p - p_ref) / p_ref <= 10 * tol
+
+
 @pytest.mark.parametrize("light,skip,sweeps", [(False, 0.0, 1), (True, 0.0, 1),
                                                (False, 0.75, 1), (False, 0.9, 3)])
 def test_dcd_reaches_reference_optimum_and_primal_ge_dual(light, skip, sweeps):

@@ -83,12 +83,12 @@ class UpdateStats:
 class ActiveSets:
     """Active sets for ``n`` examples over a weight vector of length ``dim``.
 
-    Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (also the admission
-    threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α structure is evicted
-    when a new one arrives), ``track_changes`` to mark the lines of 8 entries of w that some
-    admitted φ touches (``mark``, one byte per line, set at admission and never cleared): w
-    changes only there, so copying the marked lines publishes w exactly, and the update kernel
-    marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
+    Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9), at most ``tol``
+    (also the admission threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α
+    structure is evicted when a new one arrives), ``track_changes`` to mark the lines of 8
+    entries of w that some admitted φ touches (``mark``, one byte per line, set at admission and
+    never cleared): w changes only there, so copying the marked lines publishes w exactly, and
+    the update kernel marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
     as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole. ``hot``: how the
     kernels change a w shared by several learners (:func:`~.kernels.shared_axpy`): None, plain
     stores (one learner); ``True``, every add atomic; a line mask (``mark_array(dim)``), atomic
@@ -115,7 +115,10 @@ class ActiveSets:
         if loss not in ("l1", "l2"):
             raise ValueError(f"unknown loss {loss!r}")
         self.hot = hot
-        self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
+        # δ at most tol: a structure admitted with a violation between them would be shrunk
+        # (α = 0, violation < δ) before its first step, while the stop rule counts it as a
+        # violator (> tol): with --tol below --delta no run could certify
+        self.n, self.dim, self.C, self.delta = n, dim, float(C), min(float(delta), float(tol))
         self.loss, self.tau = loss, SMO_TAU_SHARE * float(tol)
         self.sweeps = int(sweeps)
         self.w = np.zeros(dim) if w is None else w
