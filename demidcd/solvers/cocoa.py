@@ -264,7 +264,7 @@ class LocalPart:
 
     def __init__(self, task: Task, config: SolverConfig, sigma: float | np.ndarray,
                  seed: int | list[int], lanes: int = 1):
-        n, dim = task.n_examples, task.dim
+        dim = task.dim
         self.s: float | None = None  # one σ′ for every coordinate: s = √σ′ (module docstring)
         if np.ndim(sigma) == 0:
             if not 1 <= float(sigma) <= 255 or float(sigma) != int(sigma):
