@@ -312,7 +312,7 @@ def test_lane_bounds_cut_the_examples_by_tokens():
     for lanes in (1, 2, 3, 7):
         b = lane_bounds(task(0, n), lanes)
         assert b[0] == 0 and b[-1] == n and len(b) == lanes + 1
-        assert all(x < y for x, y in zip(b, b[1:]))  # every lane has examples
+        assert all(x < y for x, y in zip(b, b[1:], strict=False))  # every lane has examples
         tok = np.diff(np.asarray(task(0, n).sent_ptr)[b])
         assert tok.max() - tok.min() <= 15 * 2, tok  # about equal tokens (a sentence or two)
     assert lane_bounds(task(0, 3), 8) == [0, 1, 2, 3]  # fewer examples than lanes
@@ -380,7 +380,7 @@ def test_two_parts_of_two_lanes_reach_the_one_dcd_optimum():
                 for k, t in enumerate([task(0, 40), task(40, n)])]
     for p in cl.parts:
         p.reset(cl.w)
-    for _ in range(1000):
+    for _ in range(700):
         out = []
         for k, p in enumerate(cl.parts):
             _run_lanes(p, 0.002)
@@ -440,25 +440,15 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
     (pulls, changes added to w and offered to the other node, an evaluation, checkpoints
     taken by the thread whose examples they hold): the threads run, w is Σ α φ at the end and
     the run reaches 1-DCD's optimum on all the data."""
-    from demidcd.tasks.chain.features import EncodedSequences  # noqa: F401 (the node's)
+    import time as _t
 
     import demidcd.estimators.cluster_node as CN
 
     monkeypatch.setattr(CN, "SLICE_SECONDS", 0.005)  # rounds of a tiny problem: short ones
     monkeypatch.setattr(CN, "COMMIT_SECONDS", 0.005)
-    nodes, c, driver, classes = _nodes(tmp_path, 2, 2)
+    nodes, c, driver, classes = _nodes(tmp_path, 2, 2, n=100)
     cfg = SolverConfig(C=0.5, tol=1e-4)
     try:
-        bound = [nd.bind(None, cfg, 2, None, 0, lanes=2) for nd in nodes]
-        dim = bound[0][0]
-        assert [b[1] for b in bound] == [2, 2]
-        assert all(len(nd.threads) == 2 and nd.part.shared for nd in nodes)
-        w = np.zeros(dim)
-        for nd in nodes:
-            nd.resume(0, w.copy())
-        epochs = [0, 0]
-        import time as _t
-
         # the one machine's optimum on all the data, in the merged feature space
         enc = concat_encoded([nd.enc for nd in nodes])
         y = np.concatenate([nd.y for nd in nodes])
@@ -470,8 +460,17 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
             return 0.5 * x @ x + ref.loss_part(x, final=True)[0]
 
         p_best = primal(best.w)
+        bound = [nd.bind(None, cfg, 2, None, 0, lanes=2) for nd in nodes]
+        dim = bound[0][0]
+        assert [b[1] for b in bound] == [2, 2]
+        assert all(len(nd.threads) == 2 and nd.part.shared for nd in nodes)
+        w = np.zeros(dim)
+        for nd in nodes:
+            nd.resume(0, w.copy())
+        epochs = [0, 0]
+
         t0 = _t.perf_counter()
-        cks, look = None, 3.0
+        cks, look = None, 1.0
         while _t.perf_counter() < t0 + 30:
             for k, nd in enumerate(nodes):
                 gen, idx, val, tm, eps, evs, err = nd.pull(0.005)
@@ -490,7 +489,7 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
                 if (primal(w) - p_best) / p_best < 1e-3:
                     break
         finals = [nd.stop() for nd in nodes]
-        for k, f in enumerate(finals):
+        for f in finals:
             np.add.at(w, f[1], f[2])
         assert min(epochs) > 3  # the node's epoch: every one of its threads finished them
         assert all(not t.is_alive() for nd in nodes for t in nd.threads)

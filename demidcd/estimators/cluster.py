@@ -462,10 +462,13 @@ class ClusterRun:
             if p is None:
                 continue
             cpus = _cpus(self.nodes[k]) if k < len(self.nodes) else 1
+            tc = p.get("thread_cpu") or []
             lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB (PSS of its "
-                         f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%")
+                         f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%; "
+                         f"{len(tc)} learner thread{'s' if len(tc) != 1 else ''}, CPU "
+                         + ", ".join(f"{x:.1f}" for x in tc) + " s")
             nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"],
-                          "cpu_pct": p["cpu"]})
+                          "cpu_pct": p["cpu"], "thread_cpu_s": tc})
         for line in lines:
             self.say(line)
         top = max((n["peak_mib"] for n in nodes), default=0.0)

@@ -119,6 +119,7 @@ class ClusterNode:
         self.thread: threading.Thread | None = None
         self.threads: list[threading.Thread] = []
         self.hold = False  # the lanes park at their next slice boundary (pause)
+        self.thread_cpu: list[float] = []  # each learner thread's CPU seconds, at its end
         self.terms = (0.0, 0.0)
 
     # ------------------------------------------------------------------ set-up
@@ -225,6 +226,7 @@ class ClusterNode:
         self.lane_terms = [(0.0, 0.0)] * L
         self.lane_ckpt: list[tuple[int, int] | None] = [None] * L
         self.parked: set[int] = set()
+        self.thread_cpu = [0.0] * L
         warm_kernels()
         warm_up(task, "dcd", 1, config.loss, state=True)  # every kernel the part calls, then
         release_library_pages()  # the compiler's pages go (as a one-machine learner's do)
@@ -337,12 +339,12 @@ class ClusterNode:
         """This part's loss term of the primal at ``w`` (after :meth:`stop`)."""
         return self.part.loss_part(w, final=True)
 
-    def peak(self) -> dict[str, float]:
-        """Peak memory (PSS of this node's process, MiB) and its average CPU (%, 100 = one
-        busy core)."""
+    def peak(self) -> dict[str, Any]:
+        """Peak memory (PSS of this node's process, MiB), its average CPU (%, 100 = one
+        busy core) and the CPU seconds each learner thread used (the threads that ran)."""
         self.monitor.stop()
         return {"peak_mib": self.monitor.peak_pss / 2**20, "pid": os.getpid(),
-                "cpu": self.monitor.average()}
+                "cpu": self.monitor.average(), "thread_cpu": list(self.thread_cpu)}
 
     # ------------------------------------------------------------------ the training threads
     def _lane_done(self, j: int, info: dict | None) -> None:
@@ -401,6 +403,7 @@ class ClusterNode:
                 self.cv.notify_all()
         finally:
             with self.cv:
+                self.thread_cpu[j] = time.thread_time()
                 self.parked.add(j)
                 self.cv.notify_all()
 
@@ -480,6 +483,7 @@ class ClusterNode:
                 t.join(SLICE_SECONDS * 200)
             if self.error is None and not self.paused:
                 self._commit()
+            self.thread_cpu[0] = time.thread_time()
 
     def _commit(self) -> None:
         idx, val = self.part.commit()
