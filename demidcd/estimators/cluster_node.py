@@ -15,9 +15,14 @@ malloc thresholds fixed, the compiler's pages released once every kernel is load
 trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices (what each step saved:
 docs/learners-and-tasks.md).
 
-Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
-commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,
-the others' merged changes applied from the inbox between slices; a node whose last epoch was
+Training runs in one thread a CPU of the node (:meth:`~ClusterNode.bind` ``lanes``; each on
+its own contiguous range of the part's examples, :class:`~demidcd.solvers.cocoa.LocalPart`):
+thread 0 (:meth:`ClusterNode._main`) runs slices of local DCD and, between them, commits
+Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox, applies the
+others' merged changes from the inbox and answers evaluations; threads 1… (:meth:`_lane`)
+run slices of local DCD meanwhile, all on the node's one u with atomic adds. A checkpoint
+piece is taken by the thread whose examples it holds, between two of its slices; a pause
+(a resynchronisation) parks every thread between two slices. A thread whose last epoch was
 quiet waits for news instead of spinning. The driver keeps one :meth:`~ClusterNode.pull`
 in flight (it returns once a commit is there) and never waits for a node; nothing here waits
 for another node either. Changes carry a generation: a resynchronisation after a lost node
