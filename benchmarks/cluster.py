@@ -66,7 +66,8 @@ c.shutdown()
 
 
 def start_cluster(n: int, cpus: int, tmp: Path) -> tuple[subprocess.Popen, str]:
-    addr = tmp / f"addr-{n}"
+    addr = tmp / f"addr-{n}x{cpus}"
+    addr.unlink(missing_ok=True)  # (a file of an earlier cluster of n nodes: its address)
     p = subprocess.Popen([sys.executable, "-c", CLUSTER, str(n), str(cpus), str(addr)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(240):
