@@ -345,7 +345,7 @@ def test_lanes_in_threads_keep_w_the_sum_of_alpha_phi_with_commits_beside_them()
     for p in parts:
         p.reset(w)
     commits = 0
-    for r in range(15):
+    for r in range(40):
         ts = [threading.Thread(target=p.work, args=(0.02, j)) for p in parts
               for j in range(p.n_lanes)]
         for t in ts:
@@ -366,7 +366,7 @@ def test_lanes_in_threads_keep_w_the_sum_of_alpha_phi_with_commits_beside_them()
         assert np.allclose(w, rebuilt, atol=1e-9), (r, np.abs(w - rebuilt).max())
         for p in parts:
             assert np.allclose(p.view(), w, atol=1e-9)
-    assert commits > 15 and np.abs(w).sum() > 0
+    assert commits > 40 and np.abs(w).sum() > 0
 
 
 def test_two_parts_of_two_lanes_reach_the_one_dcd_optimum():
@@ -446,7 +446,7 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
 
     monkeypatch.setattr(CN, "SLICE_SECONDS", 0.005)  # rounds of a tiny problem: short ones
     monkeypatch.setattr(CN, "COMMIT_SECONDS", 0.005)
-    nodes, c, driver, classes = _nodes(tmp_path, 2, 2, n=100)
+    nodes, c, driver, classes = _nodes(tmp_path, 2, 2, n=60)
     cfg = SolverConfig(C=0.5, tol=1e-4)
     try:
         # the one machine's optimum on all the data, in the merged feature space
