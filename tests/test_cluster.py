@@ -432,14 +432,17 @@ def _nodes(tmp_path, k, lanes, n=160):
     classes = sorted({t for s in c.tags for t in s})
     for nd, m in zip(nodes, maps, strict=True):
         nd.encode(m, driver.n_features, classes, False)
+    nodes[0].setup = (ranges, maps)  # (to set a lost part up again)
     return nodes, c, driver, classes
 
 
 def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatch):
     """Two in-process nodes of 2 learner threads each, driven as ClusterRun.train drives them
-    (pulls, changes added to w and offered to the other node, an evaluation, checkpoints
-    taken by the thread whose examples they hold): the threads run, w is Σ α φ at the end and
-    the run reaches 1-DCD's optimum on all the data."""
+    (pulls, changes added to w and offered to the other node, checkpoints taken by the thread
+    whose examples they hold); node 2 is lost after its checkpoint and its part restarts on a
+    new node of 2 threads from it, w rebuilt as Σ α φ (ClusterRun._restart and _resync: pauses
+    park every thread): the threads run, w is Σ α φ at the end and the run reaches 1-DCD's
+    optimum on all the data."""
     import time as _t
 
     import demidcd.estimators.cluster_node as CN
@@ -448,6 +451,7 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
     monkeypatch.setattr(CN, "COMMIT_SECONDS", 0.005)
     nodes, c, driver, classes = _nodes(tmp_path, 2, 2, n=60)
     cfg = SolverConfig(C=0.5, tol=1e-4)
+    lost = None
     try:
         # the one machine's optimum on all the data, in the merged feature space
         enc = concat_encoded([nd.enc for nd in nodes])
@@ -470,28 +474,46 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
         epochs = [0, 0]
 
         t0 = _t.perf_counter()
-        cks, look = None, 1.0
+        cks, look, G, lost = None, 2.0, 0, None
         while _t.perf_counter() < t0 + 30:
             for k, nd in enumerate(nodes):
                 gen, idx, val, tm, eps, evs, err = nd.pull(0.005)
                 assert err is None, err
-                if len(idx):
+                if gen == G and len(idx):
                     np.add.at(w, idx, val)
                     nodes[1 - k].offer(gen, (idx, val))
                 for ep in eps:
                     epochs[k] = ep["epoch"]
-            if cks is None and _t.perf_counter() > t0 + 1:
+            if cks is None and _t.perf_counter() > t0 + 0.5:
                 P = max(8, nodes[1].part.n_lanes)
                 cks = [nodes[1].checkpoint(j, P) for j in range(P)]
                 assert all(x is not None for x in cks)
-            if _t.perf_counter() > t0 + look:  # near enough (changes in flight): stop
+            if lost is None and _t.perf_counter() > t0 + 1.0:  # node 2 lost: its work since
+                lost = nodes[1]  # the checkpoint goes; its part restarts on a new node
+                lost.stop()
+                (path, r), m = nodes[0].setup[0][1], nodes[0].setup[1][1]
+                new = ClusterNode(1)
+                new.read(path, r, "columns", None, (), "utf-8", 5000, "?", None)
+                new.count((1, 0, "base"))
+                new.encode(m, driver.n_features, classes, False)
+                assert new.bind(None, cfg, 2, None, 7, lanes=2)[1] == 2
+                assert sum(new.restore(x) for x in cks) > 0
+                nodes[1] = new
+                G += 1
+                own = [nd.pause(G) for nd in nodes]  # (every thread parked)
+                assert not np.allclose(own[0] + lost.part.own_w(), w)  # (w had more)
+                w = own[0] + own[1]
+                for nd in nodes:
+                    nd.resume(G, w.copy())
+                epochs = [0, 0]
+            if lost is not None and _t.perf_counter() > t0 + look:  # near: stop
                 look += 1.0
                 if (primal(w) - p_best) / p_best < 1e-3:
                     break
         finals = [nd.stop() for nd in nodes]
         for f in finals:
             np.add.at(w, f[1], f[2])
-        assert min(epochs) > 3  # the node's epoch: every one of its threads finished them
+        assert lost is not None and min(epochs) > 3  # (a node's epoch: all its threads')
         assert all(not t.is_alive() for nd in nodes for t in nd.threads)
         own = sum(nd.part.own_w() for nd in nodes)
         assert np.allclose(w, own, atol=1e-8)  # w = Σ α φ over both nodes
@@ -504,6 +526,6 @@ def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatc
         assert dual <= p_best * (1 + 1e-9)  # the dual of the merged α is a dual
         assert abs(p_got - p_best) / p_best < 2e-3, (p_got, p_best)
     finally:
-        for nd in nodes:
+        for nd in nodes + ([lost] if lost is not None else []):
             nd.stopping = True
             nd.monitor.stop()
