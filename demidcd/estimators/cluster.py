@@ -468,7 +468,8 @@ class ClusterRun:
                          f"{len(tc)} learner thread{'s' if len(tc) != 1 else ''}, CPU "
                          + ", ".join(f"{x:.1f}" for x in tc) + " s")
             nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"],
-                          "cpu_pct": p["cpu"], "thread_cpu_s": tc})
+                          "cpu_pct": p["cpu"], "learner_threads": len(tc),
+                          "thread_cpu_s": tc})
         for line in lines:
             self.say(line)
         top = max((n["peak_mib"] for n in nodes), default=0.0)
