@@ -1,14 +1,18 @@
 """Past one machine (issue 54): 1-, 2- and 3-node local Ray clusters against one machine.
 
     python benchmarks/cluster.py [--data ewt,synthetic] [--nodes 1,2,3] [--limit 150]
-                                 [--tokens 4000000] [--cpus-per-node 1] [--out-dir DIR]
+                                 [--tokens 4000000] [--cpus-per-node 1[,2]] [--skip-one]
+                                 [--out-dir DIR]
 
 Each cluster is a local ``ray.cluster_utils.Cluster`` of N nodes with ``--cpus-per-node`` CPUs
-each (all on this machine), trained with ``--backend ray --ray-address``; one machine is the
-shared-memory engine at ``--threads 2``. Per run: time to 1% relative gap (the gap the log
-reports: the cluster's is exact only at the end, see demidcd/estimators/cluster.py), the
-final primal, dual and gap, each node's peak memory (PSS) from ``node K peak memory``, merge
-traffic (bytes of Δw pulled and forwarded per second) and the test accuracy (EWT only).
+each (all on this machine; a list runs each), trained with ``--backend ray --ray-address``
+(a node of c CPUs trains with c learner threads); one machine is the shared-memory engine at
+``--threads 2`` (``--skip-one``: not run). Per cluster run also the updates per second per
+node and each learner thread's CPU seconds (from the log). Per run: time to 1% relative
+gap (the gap the log reports: the cluster's is exact only at the end, see
+demidcd/estimators/cluster.py), the final primal, dual and gap, each node's peak memory
+(PSS) from ``node K peak memory``, merge traffic (bytes of Δw pulled and forwarded per
+second) and the test accuracy (EWT only).
 
 The table ends with a **projection** to 8 nodes x 16 cores on 10 Gb/s — a model, not a
 measurement: the time per epoch shrinks with the cores (the 1-node rate times 8·16 / cores,
@@ -62,7 +66,8 @@ c.shutdown()
 
 
 def start_cluster(n: int, cpus: int, tmp: Path) -> tuple[subprocess.Popen, str]:
-    addr = tmp / f"addr-{n}"
+    addr = tmp / f"addr-{n}x{cpus}"
+    addr.unlink(missing_ok=True)  # (a file of an earlier cluster of n nodes: its address)
     p = subprocess.Popen([sys.executable, "-c", CLUSTER, str(n), str(cpus), str(addr)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(240):
@@ -91,11 +96,17 @@ def parse(text: str) -> dict:
              re.findall(r"node \d+ peak memory: ([\d,]+) MiB", text)]
     one = re.search(r"^peak memory: ([\d,]+) MiB", text, re.M)
     traffic = re.search(r"merge traffic: ([\d.]+) MiB/s", text)
+    ups = re.findall(r"iter\s+\d+\s+([\d.]+)s\s+updates\s+([\d,]+)", text)
+    threads = [[float(x) for x in t.split(", ")] for t in
+               re.findall(r"learner threads?, CPU ([\d., ]+) s", text)]
     return {"curve": pts, "time_to_1pct_gap": t1, "final": pts[-1] if pts else None,
             "node_peaks_mib": peaks,
             "peak_mib": float(one.group(1).replace(",", "")) if one else None,
             "merge_mib_per_s": float(traffic.group(1)) if traffic else None,
-            "lost": re.findall(r"node \d+ .*lost.*", text)}
+            "lost": re.findall(r"node \d+ .*lost.*", text),
+            "updates_per_s": (float(ups[-1][1].replace(",", "")) / float(ups[-1][0])
+                              if ups and float(ups[-1][0]) > 0 else None),
+            "thread_cpu_s": threads}
 
 
 def accuracy(model: Path, log: Path) -> float | None:
@@ -121,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", default="1,2,3")
     ap.add_argument("--limit", type=float, default=150.0)
     ap.add_argument("--tokens", type=int, default=4_000_000)
-    ap.add_argument("--cpus-per-node", type=int, default=1)
+    ap.add_argument("--cpus-per-node", default="1")
+    ap.add_argument("--skip-one", action="store_true")
     ap.add_argument("--out-dir", default=str(RESULTS))
     a = ap.parse_args(argv)
     out = Path(a.out_dir)
@@ -129,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     say(machine_line(info))
     tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
-    results: dict = {"machine": info, "limit": a.limit, "cpus_per_node": a.cpus_per_node,
+    results: dict = {"machine": info, "limit": a.limit,
+                     "cpus_per_node": [int(x) for x in a.cpus_per_node.split(",")],
                      "runs": {}}
     for data in a.data.split(","):
         if data == "ewt":
@@ -142,24 +155,28 @@ def main(argv: list[str] | None = None) -> int:
             train = ["--train", path, "--format", "columns"]
         common = [*train, "--time-limit", a.limit, "--eval-every", 5]
         runs = {}
-        log = out / f"cluster-{data}-one.log"
-        text, wall = run_cli(["train", *common, "--threads", 2, "--model", tmp / "one.npz"],
-                             log)
-        runs["one machine, p=2"] = {**parse(text), "wall": wall}
-        if data == "ewt":
-            runs["one machine, p=2"]["accuracy"] = accuracy(tmp / "one.npz", tmp / "ev.log")
-        for n in (int(x) for x in a.nodes.split(",")):
-            p, addr = start_cluster(n, a.cpus_per_node, tmp)
-            try:
-                log = out / f"cluster-{data}-{n}.log"
-                text, wall = run_cli(["train", *common, "--backend", "ray", "--ray-address",
-                                      addr, "--model", tmp / f"r{n}.npz"], log)
-            finally:
-                stop_cluster(p)
-            r = {**parse(text), "wall": wall, "nodes": n}
+        if not a.skip_one:
+            log = out / f"cluster-{data}-one.log"
+            text, wall = run_cli(["train", *common, "--threads", 2, "--model",
+                                  tmp / "one.npz"], log)
+            runs["one machine, p=2"] = {**parse(text), "wall": wall}
             if data == "ewt":
-                r["accuracy"] = accuracy(tmp / f"r{n}.npz", tmp / "ev.log")
-            runs[f"{n} node{'s' if n > 1 else ''} x {a.cpus_per_node} CPU"] = r
+                runs["one machine, p=2"]["accuracy"] = accuracy(tmp / "one.npz",
+                                                                tmp / "ev.log")
+        for cpus in (int(x) for x in a.cpus_per_node.split(",")):
+            for n in (int(x) for x in a.nodes.split(",")):
+                p, addr = start_cluster(n, cpus, tmp)
+                try:
+                    log = out / f"cluster-{data}-{n}x{cpus}.log"
+                    text, wall = run_cli(["train", *common, "--backend", "ray",
+                                          "--ray-address", addr, "--model",
+                                          tmp / f"r{n}.npz"], log)
+                finally:
+                    stop_cluster(p)
+                r = {**parse(text), "wall": wall, "nodes": n, "cpus": cpus}
+                if data == "ewt":
+                    r["accuracy"] = accuracy(tmp / f"r{n}.npz", tmp / "ev.log")
+                runs[f"{n} node{'s' if n > 1 else ''} x {cpus} CPU"] = r
         results["runs"][data] = runs
         rows = []
         for name, r in runs.items():
@@ -170,10 +187,15 @@ def main(argv: list[str] | None = None) -> int:
                          ", ".join(f"{x:.0f}" for x in r["node_peaks_mib"]) or
                          (f"{r['peak_mib']:.0f}" if r["peak_mib"] else "-"),
                          r["merge_mib_per_s"] if r["merge_mib_per_s"] is not None else "-",
+                         f"{r['updates_per_s'] / max(r.get('nodes', 1), 1):,.0f}"
+                         if r.get("updates_per_s") else "-",
+                         "; ".join(", ".join(f"{x:.0f}" for x in t)
+                                   for t in r.get("thread_cpu_s", [])) or "-",
                          r.get("accuracy", "-")])
         say(f"\n### {data} ({a.limit:g} s per run; times under whatever load the machine had)")
         say(markdown_table(["run", "s to 1% gap", "final gap", "final primal",
-                            "peak MiB (per node)", "merge MiB/s", "test acc"], rows))
+                            "peak MiB (per node)", "merge MiB/s", "updates/s per node",
+                            "thread CPU s (per node)", "test acc"], rows))
         results["projection"] = projection(runs, a.limit)
         say("\nPROJECTION (a model, not a measurement): " + results["projection"]["text"])
     write_json(out / "cluster.json", results)
@@ -182,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def projection(runs: dict, limit: float) -> dict:
     """8 nodes x 16 cores on 10 Gb/s from the 1..3-node runs (module docstring)."""
-    cl = {r["nodes"]: r for r in runs.values() if "nodes" in r}
+    cl = {r["nodes"]: r for r in runs.values() if "nodes" in r and r.get("cpus") == 1}
     if 1 not in cl:
-        return {"text": "needs a 1-node run"}
+        return {"text": "needs a 1-node run of 1 CPU"}
     t1 = cl[1]["time_to_1pct_gap"] or limit
     ks = sorted(cl)
     infl = [(cl[k]["time_to_1pct_gap"] or limit) * k / t1 for k in ks]  # work per node-second

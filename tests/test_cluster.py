@@ -302,3 +302,230 @@ def test_a_node_flags_partial_labels_and_reads_the_columns_state(tmp_path):
             node.read(str(bad), r2, "columns", None, (), "utf-8", 5000, "?", state)
     finally:
         node.monitor.stop()
+
+
+# ---------------------------------------------------------------------- a node's threads
+def test_lane_bounds_cut_the_examples_by_tokens():
+    from demidcd.solvers.cocoa import lane_bounds
+
+    task, n = _problem()
+    for lanes in (1, 2, 3, 7):
+        b = lane_bounds(task(0, n), lanes)
+        assert b[0] == 0 and b[-1] == n and len(b) == lanes + 1
+        assert all(x < y for x, y in zip(b, b[1:], strict=False))  # every lane has examples
+        tok = np.diff(np.asarray(task(0, n).sent_ptr)[b])
+        assert tok.max() - tok.min() <= 15 * 2, tok  # about equal tokens (a sentence or two)
+    assert lane_bounds(task(0, 3), 8) == [0, 1, 2, 3]  # fewer examples than lanes
+
+
+def _run_lanes(part, seconds):
+    """Every lane of ``part`` trains for ``seconds`` in its own thread at once (the numba
+    kernels release the GIL: they truly overlap on several cores)."""
+    import threading
+
+    ts = [threading.Thread(target=part.work, args=(seconds, j)) for j in range(part.n_lanes)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def test_lanes_in_threads_keep_w_the_sum_of_alpha_phi_with_commits_beside_them():
+    """Two parts of 3 lanes each, the lanes' threads running while the main thread commits
+    and applies at the same time (atomic adds on both sides): the driver's w (the sum of
+    the commits) is Σ α φ of every part after every round (a replay), as with one lane."""
+    import threading
+
+    task, n = _problem(n=120)
+    cfg = SolverConfig(C=0.5, tol=1e-4)
+    parts = [LocalPart(task(0, 60), cfg, 2, [0, 0], lanes=3),
+             LocalPart(task(60, 120), cfg, 2, [0, 1], lanes=3)]
+    assert [p.n_lanes for p in parts] == [3, 3] and all(p.shared for p in parts)
+    w = np.zeros(parts[0].task.dim)
+    for p in parts:
+        p.reset(w)
+    commits = 0
+    for r in range(40):
+        ts = [threading.Thread(target=p.work, args=(0.02, j)) for p in parts
+              for j in range(p.n_lanes)]
+        for t in ts:
+            t.start()
+        while any(t.is_alive() for t in ts):  # commits and merges while the lanes train
+            for k, p in enumerate(parts):
+                idx, val = p.commit()
+                commits += len(idx) > 0
+                np.add.at(w, idx, val)
+                parts[1 - k].apply(idx, val)
+        for t in ts:
+            t.join()
+        for k, p in enumerate(parts):
+            idx, val = p.commit()
+            np.add.at(w, idx, val)
+            parts[1 - k].apply(idx, val)
+        rebuilt = sum(p.own_w() for p in parts)
+        assert np.allclose(w, rebuilt, atol=1e-9), (r, np.abs(w - rebuilt).max())
+        for p in parts:
+            assert np.allclose(p.view(), w, atol=1e-9)
+    assert commits > 40 and np.abs(w).sum() > 0
+
+
+def test_two_parts_of_two_lanes_reach_the_one_dcd_optimum():
+    task, n = _problem()
+    cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=500)
+    one = train_dcd(task(0, n), cfg)
+    p_one = 0.5 * one.w @ one.w + LocalPart(task(0, n), cfg, 1, 0).loss_part(
+        one.w, final=True)[0]
+    cl = _Cluster([task(0, 40), task(40, n)], cfg, per_coordinate=False)
+    cl.parts = [LocalPart(t, cfg, 2, [0, k], lanes=2)
+                for k, t in enumerate([task(0, 40), task(40, n)])]
+    for p in cl.parts:
+        p.reset(cl.w)
+    for _ in range(700):
+        out = []
+        for k, p in enumerate(cl.parts):
+            _run_lanes(p, 0.002)
+            idx, val = p.commit()
+            np.add.at(cl.w, idx, val)
+            out.append((k, idx, val))
+        for k, idx, val in out:
+            cl.parts[1 - k].apply(idx, val)
+    p, d = cl.primal(), cl.dual()
+    assert d <= p + 1e-9
+    assert abs(p - p_one) / p_one < 1e-3, (p, p_one)
+    assert (p - d) / p < 2e-3
+
+
+@pytest.mark.parametrize("lanes", [(2, 1), (1, 3), (3, 2)])
+def test_a_checkpoint_of_lanes_restores_into_any_number_of_lanes(lanes):
+    task, n = _problem()
+    cfg = SolverConfig(C=0.5, tol=1e-4)
+    old = LocalPart(task(40, n), cfg, 2, [0, 1], lanes=lanes[0])
+    old.reset(np.zeros(old.task.dim))
+    for _ in range(60):
+        _run_lanes(old, 0.002)
+        old.commit()
+    pieces = max(3, old.n_lanes)
+    ck = [old.checkpoint(j, pieces) for j in range(pieces)]
+    got = sorted(np.concatenate([c["examples"] for c in ck]).tolist())
+    assert got == list(range(n - 40))  # every example once, in the part's ids
+    assert len({old.piece_lane(j, pieces) for j in range(pieces)}) == old.n_lanes
+    new = LocalPart(task(40, n), cfg, 2, [1, 1], lanes=lanes[1])
+    assert sum(new.restore_checkpoint(c) for c in ck) == old.size > 0
+    a, b = old.state(), new.state()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    assert np.allclose(new.own_w(), old.own_w(), atol=1e-12)
+    assert np.allclose(new.dual_terms(), old.dual_terms(), rtol=1e-12)
+
+
+def _nodes(tmp_path, k, lanes, n=160):
+    """``k`` in-process ClusterNodes set up as ClusterRun.set_up sets them up (no Ray)."""
+    path = tmp_path / "c.txt"
+    c = _corpus_file(path, n=n, seed=5)
+    ranges = node_parts(str(path), k, False, "utf-8")
+    nodes = [ClusterNode(j) for j in range(k)]
+    for nd, (p, r) in zip(nodes, ranges, strict=True):
+        nd.read(p, r, "columns", None, (), "utf-8", 5000, "?", None)
+    counted = [nd.count((1, 0, "base")) for nd in nodes]
+    driver = SequenceFeaturizer(min_count=1)
+    maps = driver.merge_parts(counted)
+    classes = sorted({t for s in c.tags for t in s})
+    for nd, m in zip(nodes, maps, strict=True):
+        nd.encode(m, driver.n_features, classes, False)
+    nodes[0].setup = (ranges, maps)  # (to set a lost part up again)
+    return nodes, c, driver, classes
+
+
+def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatch):
+    """Two in-process nodes of 2 learner threads each, driven as ClusterRun.train drives them
+    (pulls, changes added to w and offered to the other node, checkpoints taken by the thread
+    whose examples they hold); node 2 is lost after its checkpoint and its part restarts on a
+    new node of 2 threads from it, w rebuilt as Σ α φ (ClusterRun._restart and _resync: pauses
+    park every thread): the threads run, w is Σ α φ at the end and the run reaches 1-DCD's
+    optimum on all the data."""
+    import time as _t
+
+    import demidcd.estimators.cluster_node as CN
+
+    monkeypatch.setattr(CN, "SLICE_SECONDS", 0.005)  # rounds of a tiny problem: short ones
+    monkeypatch.setattr(CN, "COMMIT_SECONDS", 0.005)
+    nodes, c, driver, classes = _nodes(tmp_path, 2, 2, n=60)
+    cfg = SolverConfig(C=0.5, tol=1e-4)
+    lost = None
+    try:
+        # the one machine's optimum on all the data, in the merged feature space
+        enc = concat_encoded([nd.enc for nd in nodes])
+        y = np.concatenate([nd.y for nd in nodes])
+        whole = SequenceTask(enc, y, len(classes), driver.n_features)
+        best = train_dcd(whole, SolverConfig(C=0.5, tol=1e-4, max_epochs=500))
+        ref = LocalPart(whole, cfg, 1, 0)
+
+        def primal(x):
+            return 0.5 * x @ x + ref.loss_part(x, final=True)[0]
+
+        p_best = primal(best.w)
+        bound = [nd.bind(None, cfg, 2, None, 0, lanes=2) for nd in nodes]
+        dim = bound[0][0]
+        assert [b[1] for b in bound] == [2, 2]
+        assert all(len(nd.threads) == 2 and nd.part.shared for nd in nodes)
+        w = np.zeros(dim)
+        for nd in nodes:
+            nd.resume(0, w.copy())
+        epochs = [0, 0]
+
+        t0 = _t.perf_counter()
+        cks, look, G, lost = None, 2.0, 0, None
+        while _t.perf_counter() < t0 + 30:
+            for k, nd in enumerate(nodes):
+                gen, idx, val, tm, eps, evs, err = nd.pull(0.005)
+                assert err is None, err
+                if gen == G and len(idx):
+                    np.add.at(w, idx, val)
+                    nodes[1 - k].offer(gen, (idx, val))
+                for ep in eps:
+                    epochs[k] = ep["epoch"]
+            if cks is None and _t.perf_counter() > t0 + 0.5:
+                P = max(8, nodes[1].part.n_lanes)
+                cks = [nodes[1].checkpoint(j, P) for j in range(P)]
+                assert all(x is not None for x in cks)
+            if lost is None and _t.perf_counter() > t0 + 1.0:  # node 2 lost: its work since
+                lost = nodes[1]  # the checkpoint goes; its part restarts on a new node
+                lost.stop()
+                (path, r), m = nodes[0].setup[0][1], nodes[0].setup[1][1]
+                new = ClusterNode(1)
+                new.read(path, r, "columns", None, (), "utf-8", 5000, "?", None)
+                new.count((1, 0, "base"))
+                new.encode(m, driver.n_features, classes, False)
+                assert new.bind(None, cfg, 2, None, 7, lanes=2)[1] == 2
+                assert sum(new.restore(x) for x in cks) > 0
+                nodes[1] = new
+                G += 1
+                own = [nd.pause(G) for nd in nodes]  # (every thread parked)
+                assert not np.allclose(own[0] + lost.part.own_w(), w)  # (w had more)
+                w = own[0] + own[1]
+                for nd in nodes:
+                    nd.resume(G, w.copy())
+                epochs = [0, 0]
+            if lost is not None and _t.perf_counter() > t0 + look:  # near: stop
+                look += 1.0
+                if (primal(w) - p_best) / p_best < 1e-3:
+                    break
+        finals = [nd.stop() for nd in nodes]
+        for f in finals:
+            np.add.at(w, f[1], f[2])
+        assert lost is not None and min(epochs) > 3  # (a node's epoch: all its threads')
+        assert all(not t.is_alive() for nd in nodes for t in nd.threads)
+        own = sum(nd.part.own_w() for nd in nodes)
+        assert np.allclose(w, own, atol=1e-8)  # w = Σ α φ over both nodes
+        assert sorted(np.concatenate([x["examples"] for x in cks]).tolist()) == \
+            list(range(nodes[1].part.task.n_examples))
+        p_got = primal(w)
+        lin = sum(f[3][0] for f in finals)
+        sq = sum(f[3][1] for f in finals)
+        dual = lin - sq / (4 * cfg.C) - 0.5 * w @ w
+        assert dual <= p_best * (1 + 1e-9)  # the dual of the merged α is a dual
+        assert abs(p_got - p_best) / p_best < 2e-3, (p_got, p_best)
+    finally:
+        for nd in nodes + ([lost] if lost is not None else []):
+            nd.stopping = True
+            nd.monitor.stop()

@@ -21,9 +21,17 @@ final id" and encodes its part with it (``encode_part``). The seen (feature, lab
 the union of the parts'. With ``--hashing`` there is no dictionary to merge. The result is the
 serial set-up's feature space, id for id.
 
-**What a node runs.** One actor (one process) holding the node's CPUs, with one learner
-thread: a core's work, whatever its cores (the log's node line says so; the local engine's
-N processes per node are not built yet).
+**What a node runs.** One actor (one process) holding the node's CPUs (Ray's ``CPU``
+resource of the node), with as many learner threads (fewer when its part has fewer
+examples; the log's node line says how many): Hybrid-DCA's asynchronous cores inside the
+node. The part's examples are cut into one contiguous range a thread (about equal tokens);
+each thread runs the part's local DCD on its range with its own active sets and φ pool,
+all on the node's one local u (v for inference), every add atomic, so the node's change
+u − base stays Φ_k Δα to rounding; thread 0 also merges (applies the others' changes,
+commits the node's summed change, evaluates, pauses) while the others train on
+(:class:`~demidcd.solvers.cocoa.LocalPart`, ``lanes``). One σ′ = K across nodes: the
+threads share their node's subproblem, they do not add parts. The numba kernels release the
+GIL; the Python between them runs once a chunk of ``--batch`` examples.
 
 **Merges.** Each node solves CoCoA+'s local subproblem on its part
 (:mod:`demidcd.solvers.cocoa`) and its change Δw_k is *added* to w (γ = 1) with CoCoA+'s
@@ -231,11 +239,7 @@ class ClusterRun:
                             self.options.encoding)
         reads = ray.get([a.read.remote(p, r, *self.read_args)
                          for a, (p, r) in zip(self.actors, self.parts, strict=True)])
-        for k, r in enumerate(reads):
-            cpus = _cpus(self.nodes[k])
-            self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores (1 learner thread: a "
-                     f"core's work), {r['examples']:,} examples, {r['tokens']:,} tokens (pid "
-                     f"{self.infos[k]['pid']})")
+        self.reads = reads
         if not any(r["examples"] for r in reads):
             raise OptionError(f"--train {self.options.train}: no sentences found")
         if any(r["partial"] for r in reads):
@@ -286,9 +290,17 @@ class ClusterRun:
         est.seen_pairs_ = pairs
         self.pairs_ref = ray.put(pairs)
         self.nf_ref = None  # one σ′ = K (module docstring, "Merges")
-        dims = ray.get([a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
-                                      self.config.seed) for a in self.actors])
-        self.dim = dims[0]
+        bound = ray.get([a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
+                                       self.config.seed, _cpus(n))
+                         for a, n in zip(self.actors, self.nodes, strict=True)])
+        self.dim = bound[0][0]
+        self.lanes = [b[1] for b in bound]  # training threads per node (its cores)
+        self.pieces = [max(CHECKPOINT_PIECES, L) for L in self.lanes]
+        for k, r in enumerate(self.reads):
+            cpus, L = _cpus(self.nodes[k]), self.lanes[k]
+            self.say(f"node {k + 1}: {self.where[k]}, {cpus} cores, {L} learner "
+                     f"thread{'s' if L != 1 else ''}, {r['examples']:,} examples, "
+                     f"{r['tokens']:,} tokens (pid {self.infos[k]['pid']})")
         one = float((nf == 1).mean()) if F else 0.0
         how = f"σ′ = {self.K} (CoCoA+'s safe σ′ = K; {one:.0%} of the features on one node)"
         self.say(f"cluster: {self.K} nodes, features counted on each and merged ({F:,} "
@@ -401,7 +413,7 @@ class ClusterRun:
                     next_eval = now + every
                 if now >= next_ckpt and not ckpts:
                     for k in range(self.K):
-                        ckpts[self.actors[k].checkpoint.remote(0, CHECKPOINT_PIECES)] = (k, 0)
+                        ckpts[self.actors[k].checkpoint.remote(0, self.pieces[k])] = (k, 0)
                         ckpt_began[k] = now
                     next_ckpt = now + CHECKPOINT_SECONDS
                 if ckpts:
@@ -415,7 +427,7 @@ class ClusterRun:
                         if st is not None and self._save_piece(k, j, st):
                             self.ckpt_at[k] = ckpt_began[k]
                         elif st is not None:
-                            ckpts[self.actors[k].checkpoint.remote(j + 1, CHECKPOINT_PIECES)] \
+                            ckpts[self.actors[k].checkpoint.remote(j + 1, self.pieces[k])] \
                                 = (k, j + 1)
                         del st
                 if snap is not None:
@@ -450,10 +462,14 @@ class ClusterRun:
             if p is None:
                 continue
             cpus = _cpus(self.nodes[k]) if k < len(self.nodes) else 1
+            tc = p.get("thread_cpu") or []
             lines.append(f"node {k + 1} peak memory: {p['peak_mib']:,.0f} MiB (PSS of its "
-                         f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%")
+                         f"process), average CPU {p['cpu']:.0f}% of {100 * max(cpus, 1)}%; "
+                         f"{len(tc)} learner thread{'s' if len(tc) != 1 else ''}, CPU "
+                         + ", ".join(f"{x:.1f}" for x in tc) + " s")
             nodes.append({"node": k + 1, "address": self.where[k], "peak_mib": p["peak_mib"],
-                          "cpu_pct": p["cpu"]})
+                          "cpu_pct": p["cpu"], "learner_threads": len(tc),
+                          "thread_cpu_s": tc})
         for line in lines:
             self.say(line)
         top = max((n["peak_mib"] for n in nodes), default=0.0)
@@ -474,9 +490,9 @@ class ClusterRun:
         checkpoint by the new one (a restart reads only a whole one). Returns whether it was
         the last."""
         np.savez(self._piece_path(k, j, new=True), **st)
-        if j + 1 < CHECKPOINT_PIECES:
+        if j + 1 < self.pieces[k]:
             return False
-        for i in range(CHECKPOINT_PIECES):
+        for i in range(self.pieces[k]):
             os.replace(self._piece_path(k, i, new=True), self._piece_path(k, i))
         return True
 
@@ -569,9 +585,11 @@ class ClusterRun:
         ray.get(a.count.remote(self.count_params))  # (the same counts: the same map applies)
         ray.get(a.encode.remote(self.payload_refs[k], self.F, self.classes, False))
         ray.get(a.bind.remote(self.pairs_ref, self.config, self.K, self.nf_ref,
-                              self.config.seed + 1000 * (len(self.lost))))
+                              self.config.seed + 1000 * (len(self.lost)), self.lanes[k]))
+        # (its threads as before: they share node j's cores with node j's own; any number
+        # of threads restores the checkpoint, LocalPart.restore_checkpoint)
         ck = at is not None
-        for i in range(CHECKPOINT_PIECES if ck else 0):  # one piece at a time
+        for i in range(self.pieces[k] if ck else 0):  # one piece at a time
             with np.load(self._piece_path(k, i), allow_pickle=False) as z:
                 ray.get(a.restore.remote({name: z[name] for name in z.files}))
         self.node_ids[k] = self.node_ids[j]

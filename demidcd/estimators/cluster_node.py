@@ -15,9 +15,14 @@ malloc thresholds fixed, the compiler's pages released once every kernel is load
 trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices (what each step saved:
 docs/learners-and-tasks.md).
 
-Training runs in a thread of the actor (:meth:`ClusterNode._main`): slices of local DCD, a
-commit of Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox,
-the others' merged changes applied from the inbox between slices; a node whose last epoch was
+Training runs in one thread a CPU of the node (:meth:`~ClusterNode.bind` ``lanes``; each on
+its own contiguous range of the part's examples, :class:`~demidcd.solvers.cocoa.LocalPart`):
+thread 0 (:meth:`ClusterNode._main`) runs slices of local DCD and, between them, commits
+Δw_k every :data:`COMMIT_SECONDS` (longer when a commit is dear) into the outbox, applies the
+others' merged changes from the inbox and answers evaluations; threads 1… (:meth:`_lane`)
+run slices of local DCD meanwhile, all on the node's one u with atomic adds. A checkpoint
+piece is taken by the thread whose examples it holds, between two of its slices; a pause
+(a resynchronisation) parks every thread between two slices. A thread whose last epoch was
 quiet waits for news instead of spinning. The driver keeps one :meth:`~ClusterNode.pull`
 in flight (it returns once a commit is there) and never waits for a node; nothing here waits
 for another node either. Changes carry a generation: a resynchronisation after a lost node
@@ -117,6 +122,9 @@ class ClusterNode:
         self.stopping = False
         self.error: str | None = None
         self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
+        self.hold = False  # the lanes park at their next slice boundary (pause)
+        self.thread_cpu: list[float] = []  # each learner thread's CPU seconds, at its end
         self.terms = (0.0, 0.0)
 
     # ------------------------------------------------------------------ set-up
@@ -205,23 +213,37 @@ class ClusterNode:
         return codes, encoded_bytes(self.enc), fired
 
     def bind(self, pairs: tuple | None, config: Any, parts: int,
-             parts_of_feature: np.ndarray | None, seed: int) -> int:
+             parts_of_feature: np.ndarray | None, seed: int, lanes: int = 1
+             ) -> tuple[int, int]:
         """The part's task and local engine (paused until :meth:`resume`), with one σ′ =
         ``parts`` for every coordinate (``parts_of_feature`` None: φ stays ±1 in the packed
         pool) or σ′_j the number of parts that fire coordinate j's feature
-        (:func:`coordinate_sigma`). Returns the dimension of w."""
+        (:func:`coordinate_sigma`), trained by ``lanes`` threads (the node's cores; fewer
+        when the part has fewer examples). Returns (the dimension of w, the threads)."""
         if pairs is not None:
             pairs = (np.array(pairs[0]), np.array(pairs[1]))
         task = SequenceTask(self.enc, self.y, self.K, self.F, n_bigram_obs=0, pairs=pairs)
         sig = parts if parts_of_feature is None else \
             coordinate_sigma(parts_of_feature, self.K, task.dim, parts, pairs)
-        self.part = LocalPart(task, config, sig, [seed, self.k])
+        self.part = LocalPart(task, config, sig, [seed, self.k], lanes=max(1, int(lanes)))
+        L = self.part.n_lanes
+        self.lane_epoch, self.lane_quiet = [0] * L, [False] * L
+        self.lane_terms = [(0.0, 0.0)] * L
+        self.lane_ckpt: list[tuple[int, int] | None] = [None] * L
+        self.parked: set[int] = set()
+        self.thread_cpu = [0.0] * L
         warm_kernels()
         warm_up(task, "dcd", 1, config.loss, state=True)  # every kernel the part calls, then
         release_library_pages()  # the compiler's pages go (as a one-machine learner's do)
-        self.thread = threading.Thread(target=self._main, name=f"node-{self.k}", daemon=True)
-        self.thread.start()
-        return task.dim
+        self.threads = [threading.Thread(target=self._main, name=f"node-{self.k}",
+                                         daemon=True)]
+        self.threads += [threading.Thread(target=self._lane, args=(j,), daemon=True,
+                                          name=f"node-{self.k}-lane-{j}")
+                         for j in range(1, L)]
+        self.thread = self.threads[0]
+        for t in self.threads:
+            t.start()
+        return task.dim, L
 
     # ------------------------------------------------------------------ the driver's calls
     def offer(self, gen: int, change: tuple[np.ndarray, np.ndarray]) -> None:
@@ -269,13 +291,16 @@ class ClusterNode:
                    ) -> dict | None:
         """Piece ``piece`` of ``pieces`` of the part's α (:meth:`LocalPart.checkpoint`: φ as
         the pool stores it, in pieces: a copy of the whole pool at once was a spike of twice
-        its size on the node and on the driver), taken between two slices."""
+        its size on the node and on the driver; ``pieces`` at least the node's threads), taken
+        by the thread whose examples it holds between two of its slices (the others train
+        on)."""
+        j = self.part.piece_lane(piece, pieces)
         with self.cv:
-            self.ckpt, self.ckpt_req = None, (piece, pieces)
+            self.ckpt, self.lane_ckpt[j] = None, (piece, pieces)
             self.cv.notify_all()
             t_end = time.perf_counter() + timeout
-            while self.ckpt is None and not self.error and self.thread is not None and \
-                    self.thread.is_alive() and time.perf_counter() < t_end:
+            while self.ckpt is None and not self.error and \
+                    all(t.is_alive() for t in self.threads) and time.perf_counter() < t_end:
                 self.cv.wait(0.05)
             ck, self.ckpt = self.ckpt, None
             return ck
@@ -310,8 +335,8 @@ class ClusterNode:
         with self.cv:
             self.stopping = True
             self.cv.notify_all()
-        if self.thread is not None:
-            self.thread.join(timeout)
+        for t in self.threads:
+            t.join(timeout)
         with self.cv:
             return self._take()
 
@@ -319,15 +344,84 @@ class ClusterNode:
         """This part's loss term of the primal at ``w`` (after :meth:`stop`)."""
         return self.part.loss_part(w, final=True)
 
-    def peak(self) -> dict[str, float]:
-        """Peak memory (PSS of this node's process, MiB) and its average CPU (%, 100 = one
-        busy core)."""
+    def peak(self) -> dict[str, Any]:
+        """Peak memory (PSS of this node's process, MiB), its average CPU (%, 100 = one
+        busy core) and the CPU seconds each learner thread used (the threads that ran)."""
         self.monitor.stop()
         return {"peak_mib": self.monitor.peak_pss / 2**20, "pid": os.getpid(),
-                "cpu": self.monitor.average()}
+                "cpu": self.monitor.average(), "thread_cpu": list(self.thread_cpu)}
 
-    # ------------------------------------------------------------------ the training thread
+    # ------------------------------------------------------------------ the training threads
+    def _lane_done(self, j: int, info: dict | None) -> None:
+        """Lane j's slice ended (under the lock): its dual terms, and its epoch's record as
+        the node's (the node's epoch: the fewest any lane has finished; quiet: every lane's
+        last epoch was)."""
+        if info is None:
+            return
+        self.lane_epoch[j], self.lane_quiet[j] = info["epoch"], info["quiet"]
+        self.epochs.append({**info, "epoch": min(self.lane_epoch),
+                            "quiet": all(self.lane_quiet)})
+
+    def _lane_checkpoint(self, j: int) -> None:
+        """Take lane j's checkpoint piece if one is asked for (lane j's thread)."""
+        with self.cv:
+            want, self.lane_ckpt[j] = self.lane_ckpt[j], None
+        if want is not None:
+            ck = self.part.checkpoint(*want)
+            with self.cv:
+                self.ckpt = ck
+                self.cv.notify_all()
+
+    def _lane(self, j: int) -> None:
+        """Lane j ≥ 1: slices of DCD on its examples beside lane 0 (:meth:`_main`), which
+        merges; parks while the node is paused or a pause is under way."""
+        part = self.part
+        quiet = False
+        try:
+            while True:
+                with self.cv:
+                    while (self.paused or self.hold) and not self.stopping and \
+                            self.lane_ckpt[j] is None:
+                        self.parked.add(j)
+                        self.cv.notify_all()
+                        self.cv.wait(0.05)
+                    self.parked.discard(j)
+                    if self.stopping:
+                        break
+                self._lane_checkpoint(j)
+                if quiet:  # converged here: wait for news
+                    with self.cv:
+                        if not self.inbox:
+                            self.cv.wait(SLICE_SECONDS)
+                    quiet = False
+                    continue
+                info = part.work(SLICE_SECONDS, j)
+                terms = part.dual_terms(j)
+                with self.cv:
+                    self.lane_terms[j] = terms
+                    self._lane_done(j, info)
+                if info is not None:
+                    quiet = info["quiet"]
+        except BaseException:  # noqa: BLE001 - reported to the driver by pull
+            with self.cv:
+                self.error = traceback.format_exc()
+                self.cv.notify_all()
+        finally:
+            with self.cv:
+                self.thread_cpu[j] = time.thread_time()
+                self.parked.add(j)
+                self.cv.notify_all()
+
+    def _park_lanes(self) -> None:
+        """Wait (under the lock) until every other lane is parked between two slices."""
+        others = set(range(1, self.part.n_lanes))
+        while not others <= self.parked and not self.error:
+            self.cv.wait(0.05)
+
     def _main(self) -> None:
+        """Lane 0: its slices of DCD, and between them the node's merges (the others'
+        changes applied, its own committed), evaluations, its checkpoint pieces and pauses;
+        the other lanes train meanwhile (:meth:`_lane`)."""
         part = self.part
         last = time.perf_counter()
         quiet = False  # the last epoch had no violator and max |PG| < tol
@@ -337,13 +431,16 @@ class ClusterNode:
             while True:
                 with self.cv:
                     if self.pause_req is not None:
+                        self.hold = True
+                        self.cv.notify_all()
+                        self._park_lanes()
                         part.commit()  # in α (own_w) already: not sent
                         self.gen, self.pause_req = self.pause_req, None
                         self.inbox, self.outbox = [], []
-                        self.paused = True
+                        self.paused, self.hold = True, False
                         self.own = part.own_w()
                         self.cv.notify_all()
-                    while (self.paused and not self.stopping and self.ckpt_req is None
+                    while (self.paused and not self.stopping and self.lane_ckpt[0] is None
                            and self.pause_req is None):
                         self.cv.wait(0.05)
                     if self.pause_req is not None:
@@ -352,7 +449,6 @@ class ClusterNode:
                         break
                     inbox, self.inbox = self.inbox, []
                     evals, self.eval_req = self.eval_req, []
-                    want_ckpt, self.ckpt_req = self.ckpt_req, None
                 for gen, idx, val in inbox:
                     if gen == self.gen:
                         part.apply(idx, val)
@@ -361,11 +457,7 @@ class ClusterNode:
                     with self.cv:
                         self.evals.append((eid, loss, nv))
                         self.cv.notify_all()
-                if want_ckpt is not None:
-                    ck = part.checkpoint(*want_ckpt)
-                    with self.cv:
-                        self.ckpt = ck
-                        self.cv.notify_all()
+                self._lane_checkpoint(0)
                 if self.paused:
                     continue
                 if quiet and not inbox and not evals:  # converged here: wait for news
@@ -378,7 +470,7 @@ class ClusterNode:
                 if info is not None:
                     quiet = info["quiet"]
                     with self.cv:
-                        self.epochs.append(info)
+                        self._lane_done(0, info)
                 now = time.perf_counter()
                 if now - last >= max(COMMIT_SECONDS, COMMIT_COST_RATIO * cost):
                     self._commit()
@@ -392,14 +484,21 @@ class ClusterNode:
                 self.error = traceback.format_exc()
                 self.cv.notify_all()
         finally:
+            for t in self.threads[1:]:  # (stopping or failed: they end after their slice)
+                t.join(SLICE_SECONDS * 200)
             if self.error is None and not self.paused:
                 self._commit()
+            self.thread_cpu[0] = time.thread_time()
 
     def _commit(self) -> None:
         idx, val = self.part.commit()
-        terms = self.part.dual_terms()
+        shared = self.part.shared
+        terms = self.part.dual_terms(0 if shared else None)
         with self.cv:
             if len(idx):
                 self.outbox.append((idx, val))
+            if shared:
+                self.lane_terms[0] = terms
+                terms = (sum(t[0] for t in self.lane_terms), sum(t[1] for t in self.lane_terms))
             self.terms = terms
             self.cv.notify_all()

@@ -44,7 +44,9 @@ after which v = base_v = base_v + Δw_k (a new subproblem starts at the merged p
 
 from __future__ import annotations
 
+import itertools
 import time
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -53,6 +55,7 @@ from ..tasks.base import InferenceInterrupted, Task
 from .activeset import ActiveSets, SweepPlan
 from .common import SolverConfig
 from .kernels import dual_terms
+from .phi_pool import atomic_add
 
 
 @njit(cache=True, nogil=True)
@@ -82,6 +85,42 @@ def _commit(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
             base[j] += d / (r * r)
             u[j] = base[j]
     return n
+
+
+@njit(cache=True, nogil=True)
+def _commit_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
+                   out_idx: np.ndarray, out_val: np.ndarray) -> int:
+    """:func:`_commit` on a u that training threads add to at the same time (atomic adds):
+    u_j is read once, d = u_j − base_j is sent and u_j moves by the atomic add
+    d/σ_j − d, so an add made meanwhile stays in u − base (sent by the next commit). Stops
+    once ``out_idx`` is full (entries changed since :func:`_changed` counted wait)."""
+    n = 0
+    cap = out_idx.shape[0]
+    for j in range(u.shape[0]):
+        if n == cap:
+            break
+        uj = u[j]
+        if uj != base[j]:
+            d = uj - base[j]
+            r = root[sig[j]]
+            out_idx[n] = j
+            out_val[n] = d / r
+            n += 1
+            step = d / (r * r)
+            base[j] += step
+            atomic_add(u, j, step - d)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _apply_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
+                  idx: np.ndarray, val: np.ndarray) -> None:
+    """:func:`_apply` with atomic adds to u (training threads add to it meanwhile)."""
+    for q in range(idx.shape[0]):
+        j = idx[q]
+        d = val[q] / root[sig[j]]
+        atomic_add(u, j, d)
+        base[j] += d
 
 
 @njit(cache=True, nogil=True)
@@ -149,6 +188,8 @@ def warm_kernels() -> None:
         idx = np.zeros(4, t)
         _commit(u, base, sig, root, idx, val)
         _apply(u, base, sig, root, idx[:1], val[:1])
+        _commit_shared(u, base, sig, root, idx, val)
+        _apply_shared(u, base, sig, root, idx[:1], val[:1])
     _to_v(u, sig, root, v)
     _to_u(u, sig, root, u, base)
     ptr = np.array([0, 1], np.int64)
@@ -173,14 +214,57 @@ def coordinate_sigma(n_parts_of_feature: np.ndarray, K: int, dim: int, parts: in
     return sig
 
 
+def lane_bounds(task: Task, lanes: int) -> list[int]:
+    """Cut the part's examples into ``lanes`` contiguous ranges of about equal tokens (one
+    example at least each; fewer ranges than ``lanes`` when there are fewer examples):
+    returns the bounds b_0 = 0 < b_1 < … < b_L = n."""
+    n = task.n_examples
+    lanes = max(1, min(int(lanes), n))
+    ptr = getattr(task, "sent_ptr", None)
+    cost = np.asarray(ptr, np.int64)[1:] if ptr is not None and len(ptr) == n + 1 \
+        else np.arange(1, n + 1, dtype=np.int64)
+    cuts = np.searchsorted(cost, cost[-1] * np.arange(1, lanes) / lanes, side="left") + 1 \
+        if n else np.zeros(0, np.int64)
+    bounds = [0]
+    for c in cuts.tolist():  # strictly increasing, a last range left non-empty
+        bounds.append(min(max(c, bounds[-1] + 1), n - (lanes - len(bounds))))
+    bounds.append(n)
+    return bounds
+
+
+class _Lane:
+    """One training thread's examples [lo, hi) of a part: their active sets (over the part's
+    one u), sweep plan, shuffling and place in the epoch (local example ids i − lo)."""
+
+    def __init__(self, lo: int, hi: int, act: ActiveSets, config: SolverConfig, rng: Any):
+        self.lo, self.hi, self.n = lo, hi, hi - lo
+        self.act, self.plan, self.rng = act, SweepPlan(act, config.skip), rng
+        self.epoch = 0
+        self.order: np.ndarray | None = None  # the inference pass under way
+        self.at = 0
+        self.ep: dict = {}
+
+
 class LocalPart:
     """The local subproblem of one part (module docstring): ``task`` holds that part's
     examples only; ``sigma`` is σ′, one number for every coordinate (K for K parts) or a
-    uint8 array of σ′_j (:func:`coordinate_sigma`)."""
+    uint8 array of σ′_j (:func:`coordinate_sigma`).
+
+    ``lanes``: training threads (Hybrid-DCA's cores of a node): the examples are cut into
+    that many contiguous ranges of about equal tokens (:func:`lane_bounds`), each with its
+    own active sets, φ pool and sweep plan, all updating the part's one u (and reading its
+    one v) at the same time, every add atomic (:func:`~.phi_pool.atomic_add`), so
+    u − base = S^{-1/2} Φ_k Δα holds to rounding and :meth:`commit` (with atomic adds too)
+    sends exactly Φ_k Δα: w = Σ α φ is kept as with one lane. The lanes do not change the
+    subproblem (one σ′ for the part): they are PASSCoDe's asynchronous threads on it
+    (Hsieh et al. 2015; atomic: no lost update). :meth:`work` ``(lane=l)`` runs lane l and may
+    run in a thread beside the others and beside :meth:`commit`, :meth:`apply` and
+    :meth:`loss_part`; everything else wants the lanes stopped (:meth:`dual_terms` of one lane
+    and :meth:`checkpoint` of a piece: that lane only)."""
 
     def __init__(self, task: Task, config: SolverConfig, sigma: float | np.ndarray,
-                 seed: int | list[int]):
-        n, dim = task.n_examples, task.dim
+                 seed: int | list[int], lanes: int = 1):
+        dim = task.dim
         self.s: float | None = None  # one σ′ for every coordinate: s = √σ′ (module docstring)
         if np.ndim(sigma) == 0:
             if not 1 <= float(sigma) <= 255 or float(sigma) != int(sigma):
@@ -196,99 +280,120 @@ class LocalPart:
         # one σ′: the pool keeps φ itself (±1: packed), Δ/s, C·s² (L1: C·s) and thresholds
         # in α̃ = s·α's units; per coordinate: φ' = s ⊙ φ (module docstring)
         k = self.s or 1.0
-        self.act = ActiveSets(n, dim, config.C * (k * k if config.loss == "l2" else k),
-                              config.delta / k, config.max_active, sweeps=config.sweeps,
-                              loss=config.loss, tol=config.tol / k)
+        self.bounds = lane_bounds(task, lanes)
+        self.shared = len(self.bounds) > 2  # several lanes: atomic adds to u
+        self.u = np.zeros(dim)  # the lanes' one w
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+        self.lanes = [_Lane(lo, hi, ActiveSets(
+            hi - lo, dim, config.C * (k * k if config.loss == "l2" else k), config.delta / k,
+            config.max_active, w=self.u, hot=self.shared or None, sweeps=config.sweeps,
+            loss=config.loss, tol=config.tol / k), config,
+            np.random.default_rng(seed if not self.shared else seeds + [1 << 20, j]))
+            for j, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:], strict=True))]
+        self.act = self.lanes[0].act  # (one lane: the part's active sets)
         self.base = np.zeros(dim)  # u's units
         # s ⊙ u, what inference reads, in float32 as DEMI-DCD's workers read w̄ (the steps
         # and the admission test use u in float64), fresh where each chunk reads it
         self.v = np.zeros(dim, np.float32)
-        self.plan = SweepPlan(self.act, config.skip)
-        self.rng = np.random.default_rng(seed)
-        self.epoch = 0
-        self._order: np.ndarray | None = None  # the inference pass under way
-        self._at = 0
-        self._ep: dict = {}
         self.updates = self.inferences = 0
         self._stamp = np.zeros(getattr(task, "F", 0), np.int64)
         self._idx = np.int32 if dim < 2**31 else np.int64  # a change's index type
-        self._tick = 0
+        self._ticks = itertools.count(1)  # (next() is atomic under the GIL: a tick a chunk)
+
+    @property
+    def n_lanes(self) -> int:
+        return len(self.lanes)
+
+    @property
+    def epoch(self) -> int:
+        """Epochs every lane has finished (the part's)."""
+        return min(ln.epoch for ln in self.lanes)
 
     def _fresh(self, chunk: np.ndarray) -> None:
-        """v fresh where inference on ``chunk`` reads it (a chain task; any other: all)."""
+        """v fresh where inference on ``chunk`` reads it (a chain task; any other: all).
+        ``stamp`` is shared by the lanes: each chunk takes a tick no other chunk has, so
+        another lane's stamp only makes a row refreshed twice."""
         t = self.task
         if not hasattr(t, "feat_idx"):
-            self.view()
+            _to_v(self.u, self.sig, self.root, self.v)
             return
         off = t.pairs[0] if t.pairs is not None else np.zeros(0, np.int64)
-        self._tick += 1
-        _refresh_rows(self.act.w, self.v, self.sig, self.root, t.sent_ptr, t.feat_ptr,
-                      t.feat_idx, chunk, t.K, off, t.u_rows * t.K, self._stamp, self._tick)
+        _refresh_rows(self.u, self.v, self.sig, self.root, t.sent_ptr, t.feat_ptr,
+                      t.feat_idx, chunk, t.K, off, t.u_rows * t.K, self._stamp,
+                      next(self._ticks))
 
     def _s(self, idx: np.ndarray) -> np.ndarray:
         return self.root[self.sig[idx]]
 
     # ------------------------------------------------------------------ the merge
     def reset(self, w: np.ndarray) -> None:
-        """v = base = w (the start, or a resynchronisation after a part was lost)."""
-        _to_u(np.asarray(w, np.float64), self.sig, self.root, self.act.w, self.base)
+        """v = base = w (the start, or a resynchronisation after a part was lost; the lanes
+        stopped)."""
+        _to_u(np.asarray(w, np.float64), self.sig, self.root, self.u, self.base)
 
     def apply(self, idx: np.ndarray, val: np.ndarray) -> None:
         """Add other parts' merged change (idx, val) to v and base."""
-        _apply(self.act.w, self.base, self.sig, self.root, np.asarray(idx, self._idx),
-               np.asarray(val, np.float64))
+        f = _apply_shared if self.shared else _apply
+        f(self.u, self.base, self.sig, self.root, np.asarray(idx, self._idx),
+          np.asarray(val, np.float64))
 
     def commit(self) -> tuple[np.ndarray, np.ndarray]:
         """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
         base: (indices (int32 while w has fewer than 2^31 entries: a change travels as 12
         bytes an entry), values), copies."""
-        m = _changed(self.act.w, self.base)
+        m = _changed(self.u, self.base)
         idx, val = np.empty(m, self._idx), np.empty(m)
-        _commit(self.act.w, self.base, self.sig, self.root, idx, val)
-        return idx, val
+        if not self.shared:
+            _commit(self.u, self.base, self.sig, self.root, idx, val)
+            return idx, val
+        got = _commit_shared(self.u, self.base, self.sig, self.root, idx, val)
+        return (idx, val) if got == m else (idx[:got].copy(), val[:got].copy())
 
     def view(self) -> np.ndarray:
         """v = base + σ′ ⊙ Δw_k (float64, a new array): the w this part's inference reads."""
-        v = np.empty(self.act.w.shape[0])
-        _to_v(self.act.w, self.sig, self.root, v)
+        v = np.empty(self.u.shape[0])
+        _to_v(self.u, self.sig, self.root, v)
         return v
 
     # ------------------------------------------------------------------ the work
-    def work(self, seconds: float) -> dict | None:
-        """DCD-SSVM on this part for about ``seconds``: at an epoch's start r passes over the
-        active sets, then chunks of the shuffled inference pass (v made fresh where each
-        chunk's inference reads it, :func:`_refresh_rows`). Returns the epoch's record when
-        its inference pass ended within this call, else None."""
-        cfg, act, task = self.config, self.act, self.task
-        n = task.n_examples
+    def work(self, seconds: float, lane: int = 0) -> dict | None:
+        """DCD-SSVM on lane ``lane``'s examples for about ``seconds``: at an epoch's start r
+        passes over the active sets, then chunks of the shuffled inference pass (v made fresh
+        where each chunk's inference reads it, :func:`_refresh_rows`). Returns the lane's
+        epoch record when its inference pass ended within this call, else None."""
+        cfg, task, ln = self.config, self.task, self.lanes[lane]
+        act, n, lo = ln.act, ln.n, ln.lo
         t_end = time.perf_counter() + seconds
         if n == 0:
             time.sleep(min(seconds, 0.05))
             return None
-        if self._order is None:
-            self.epoch += 1
+        if ln.order is None:
+            ln.epoch += 1
             ep = {"max_pg": 0.0, "updates": 0, "certified": False, "violators": 0,
                   "admitted": 0, "pass_pg": 0.0}
             for _ in range(cfg.inner_passes):
-                st = act.update(self.rng.permutation(n).astype(np.int64),
-                                skip_below=self.plan.threshold())
+                st = act.update(ln.rng.permutation(n).astype(np.int64),
+                                skip_below=ln.plan.threshold())
                 pg = st.max_pg * (self.s or 1.0)
                 ep["max_pg"], ep["updates"] = pg, ep["updates"] + st.updates
-                ep["certified"] = self.plan.certifies(pg, cfg.tol)
-            self._ep, self._at = ep, 0
-            self._order = self.rng.permutation(n).astype(np.int64)
-        ep, order, b = self._ep, self._order, max(1, cfg.batch)
+                ep["certified"] = ln.plan.certifies(pg, cfg.tol)
+            ln.ep, ln.at = ep, 0
+            ln.order = ln.rng.permutation(n).astype(np.int64)
+        ep, order, b = ln.ep, ln.order, max(1, cfg.batch)
         v = self.v
         k = self.s or 1.0
         tol = cfg.tol / k
         admit = cfg.admit / k
-        while self._at < n:
-            chunk = order[self._at:self._at + b]
-            self._fresh(chunk)
+        while ln.at < n:
+            chunk = order[ln.at:ln.at + b]
+            glob = chunk + lo if lo else chunk  # the task's example ids
+            self._fresh(glob)
             try:
-                batch = task.loss_augmented(v, chunk)
+                batch = task.loss_augmented(v, glob)
             except InferenceInterrupted:
                 break
+            if lo:
+                batch.ex = batch.ex - lo  # the lane's ids
             if self.s is None:
                 batch.val = batch.val * self._s(batch.idx)  # φ' = s ⊙ φ: u·φ' = v·φ
             else:  # Δ/s and v·φ/s = u·φ: violations (and |PG|) in 1/s of their units
@@ -299,37 +404,48 @@ class LocalPart:
             st = act.update(chunk)
             ep["pass_pg"] = max(ep["pass_pg"], st.max_pg * k)
             ep["updates"] += st.updates
-            self.updates += st.updates
+            self.updates += st.updates  # (racy across lanes: a progress figure)
             self.inferences += len(chunk)
-            self._at += len(chunk)
+            ln.at += len(chunk)
             if time.perf_counter() >= t_end:
                 break
-        if self._at < n:
+        if ln.at < n:
             return None
-        self._order = None
+        ln.order = None
         if cfg.inner_passes == 0 or (not ep["certified"] and ep["pass_pg"] < cfg.tol):
             ep["max_pg"], ep["certified"] = ep["pass_pg"], ep["pass_pg"] < cfg.tol
-        return {"epoch": self.epoch, "violators": ep["violators"], "admitted": ep["admitted"],
+        return {"epoch": ln.epoch, "violators": ep["violators"], "admitted": ep["admitted"],
                 "max_pg": max(ep["max_pg"], ep["pass_pg"]), "updates": ep["updates"],
                 "quiet": ep["violators"] == 0 and bool(ep["certified"]),
-                "active": act.size}
+                "active": act.size, "lane": lane}
 
     # ------------------------------------------------------------------ objective, state
-    def dual_terms(self) -> tuple[float, float]:
-        """(Σ Δ·α, Σ A_i²) of this part (the dual is the sum over parts of Σ Δα − Σ A²/(4C),
-        minus ½‖w‖²; for the L1 loss the A² term is not used)."""
-        sq, lin = dual_terms(self.act.slots, self.act.count, self.act.alpha_sum, self.act.s_f)
+    def dual_terms(self, lane: int | None = None) -> tuple[float, float]:
+        """(Σ Δ·α, Σ A_i²) of this part, or of lane ``lane`` only (the dual is the sum over
+        parts of Σ Δα − Σ A²/(4C), minus ½‖w‖²; for the L1 loss the A² term is not used)."""
+        lin = sq = 0.0
+        for ln in self.lanes if lane is None else [self.lanes[lane]]:
+            a = ln.act
+            q, li = dual_terms(a.slots, a.count, a.alpha_sum, a.s_f)
+            sq, lin = sq + q, lin + li
         return lin, sq / (self.s or 1.0) ** 2  # (one σ′: Σ (Δ/s)(sα) = Σ Δα, Σ (sA)²)
 
     def loss_part(self, w: np.ndarray, chunk: int = 512, final: bool = False
                   ) -> tuple[float, int]:
         """(C Σ_i ξ_i² (L2; C Σ ξ_i for L1), #ξ_i > 0) over this part's examples at ``w``:
         the primal is ½‖w‖² plus the sum of the parts'. During training w is read in float32
-        (in v's buffer, made fresh again where each chunk reads it); ``final``: in float64, in
-        base's buffer (the part trains no more)."""
+        (one lane: in v's buffer, made fresh again where each chunk reads it; several: a copy,
+        as the other lanes read v meanwhile); ``final``: in float64, in base's buffer (the
+        part trains no more)."""
         task, total, nv = self.task, 0.0, 0
-        buf = self.base if final else self.v
-        buf[:] = w
+        if final:
+            buf = self.base
+            buf[:] = w
+        elif self.shared:
+            buf = np.asarray(w, np.float32).copy()
+        else:
+            buf = self.v
+            buf[:] = w
         w = buf
         for s in range(0, task.n_examples, chunk):
             b = task.loss_augmented(w, np.arange(s, min(s + chunk, task.n_examples)))
@@ -339,14 +455,48 @@ class LocalPart:
         return self.config.C * total, nv
 
     def own_w(self) -> np.ndarray:
-        """Σ_{i∈part} α_i φ_i, rebuilt from the stored structures (φ' / s)."""
-        w = self.act.rebuilt_w()
+        """Σ_{i∈part} α_i φ_i, rebuilt from the stored structures (φ' / s; the lanes
+        stopped)."""
+        w = self.lanes[0].act.rebuilt_w()
+        for ln in self.lanes[1:]:
+            w += ln.act.rebuilt_w()
         w /= self.root[self.sig]
         return w
 
+    @property
+    def size(self) -> int:
+        """Structures in every lane's active sets."""
+        return sum(ln.act.size for ln in self.lanes)
+
+    def _whole(self, parts: list[tuple[_Lane, dict]], ptr: str, data: tuple[str, ...],
+               rows: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Lanes' states (local ids) as one of the part (its example ids, per-example arrays
+        of every example, ``ptr`` rebased)."""
+        if len(parts) == 1 and parts[0][0].lo == 0 and parts[0][0].n == self.task.n_examples:
+            return parts[0][1]
+        n = self.task.n_examples
+        out: dict[str, np.ndarray] = {}
+        for name in ("alpha_sum", "xi", "ex_pg"):
+            full = np.zeros(n)
+            for ln, st in parts:
+                full[ln.lo:ln.hi] = st[name]
+            out[name] = full
+        for name in ("example", "examples"):
+            if name in parts[0][1]:
+                out[name] = np.concatenate([st[name] + ln.lo for ln, st in parts])
+        for name in rows + data:
+            out[name] = np.concatenate([st[name] for _, st in parts])
+        at, ptrs = 0, [np.zeros(1, np.int64)]
+        for _, st in parts:
+            ptrs.append(st[ptr][1:] + at)
+            at += int(st[ptr][-1])
+        out[ptr] = np.concatenate(ptrs)
+        return out
+
     def state(self) -> dict[str, np.ndarray]:
         """The part's dual state (:meth:`ActiveSets.state` arrays, φ unscaled)."""
-        s = self.act.state()
+        s = self._whole([(ln, ln.act.state()) for ln in self.lanes], "phi_ptr",
+                        ("phi_idx", "phi_val"), ("hash", "delta", "alpha"))
         val = s["phi_val"]
         if self.s is None:
             val /= self.root[self.sig[s["phi_idx"]]]  # in place: a checkpoint is large
@@ -358,14 +508,28 @@ class LocalPart:
         s["phi_val"] = val.astype(np.float32)  # (the chain's φ: small integers, exact)
         return s
 
+    def piece_lane(self, piece: int, pieces: int) -> int:
+        """The lane whose examples piece ``piece`` of ``pieces`` (at least :attr:`n_lanes`)
+        takes: lane j holds pieces ⌊j·pieces/L⌋ … ⌊(j+1)·pieces/L⌋ − 1."""
+        L = self.n_lanes
+        if pieces < L:
+            raise ValueError(f"a checkpoint of {L} lanes is taken in {L} pieces at least")
+        return max(j for j in range(L) if j * pieces // L <= piece)
+
     def checkpoint(self, piece: int = 0, pieces: int = 1) -> dict[str, np.ndarray]:
-        """Piece ``piece`` of ``pieces`` (its share of the examples, in order) of the part's
-        dual state with φ as the pool stores it (:meth:`ActiveSets.words_state`, α, Δ, A, ξ̂
-        and |PG| in α's units): loaded by :meth:`restore_checkpoint` into a part of the same
-        σ′ (with one σ′ the words are φ itself, ±1)."""
-        n = self.task.n_examples
-        lo, hi = n * piece // pieces, n * (piece + 1) // pieces
-        st = self.act.words_state(np.arange(lo, hi, dtype=np.int64))
+        """Piece ``piece`` of ``pieces`` (at least one a lane; its share of one lane's
+        examples, in order) of the part's dual state with φ as the pool stores it
+        (:meth:`ActiveSets.words_state`, α, Δ, A, ξ̂ and |PG| in α's units, the part's
+        example ids): loaded by :meth:`restore_checkpoint` into a part of the same σ′, any
+        number of lanes (with one σ′ the words are φ itself, ±1). Only that lane must be
+        stopped."""
+        j = self.piece_lane(piece, pieces)
+        ln, L = self.lanes[j], self.n_lanes
+        first, last = j * pieces // L, (j + 1) * pieces // L
+        q, m = piece - first, last - first
+        lo, hi = ln.n * q // m, ln.n * (q + 1) // m
+        st = self._whole([(ln, ln.act.words_state(np.arange(lo, hi, dtype=np.int64)))],
+                         "w_ptr", ("words",), ("hash", "f", "s_len"))
         if self.s is not None:
             st["f"][:, 0] /= self.s
             st["f"][:, 1] *= self.s
@@ -375,7 +539,8 @@ class LocalPart:
         return st
 
     def restore_checkpoint(self, arrays: dict[str, np.ndarray]) -> int:
-        """Add one piece of a :meth:`checkpoint`; w is left to the caller (:meth:`reset`)."""
+        """Add one piece of a :meth:`checkpoint` (each lane its examples' structures); w is
+        left to the caller (:meth:`reset`)."""
         a = {k: np.asarray(v) for k, v in arrays.items()}
         if self.s is not None:
             a["f"] = a["f"].copy()
@@ -384,11 +549,29 @@ class LocalPart:
             a["alpha_sum"] = a["alpha_sum"] * self.s
             a["xi"] = a["xi"] / self.s
             a["ex_pg"] = a["ex_pg"] / self.s
-        return self.act.restore_words(a)
+        ex = np.asarray(a["example"], np.int64)
+        exs = np.asarray(a["examples"], np.int64)
+        loaded = 0
+        for ln in self.lanes:
+            mine = exs[(exs >= ln.lo) & (exs < ln.hi)]
+            if not mine.shape[0]:
+                continue
+            s0, s1 = np.searchsorted(ex, [ln.lo, ln.hi])  # (grouped by example, in order)
+            p = a["w_ptr"]
+            part = {"example": ex[s0:s1] - ln.lo, "hash": a["hash"][s0:s1],
+                    "f": a["f"][s0:s1], "s_len": a["s_len"][s0:s1],
+                    "w_ptr": p[s0:s1 + 1] - p[s0], "words": a["words"][p[s0]:p[s1]],
+                    "examples": mine - ln.lo}
+            for name in ("alpha_sum", "xi", "ex_pg"):
+                part[name] = a[name][ln.lo:ln.hi]
+            loaded += ln.act.restore_words(part)
+        return loaded
 
     def restore(self, arrays: dict[str, np.ndarray]) -> int:
-        """Load a :meth:`state` of this part's examples; w is left to the caller
+        """Load a :meth:`state` of this part's examples (one lane); w is left to the caller
         (:meth:`reset` with the resynchronised w)."""
+        if self.shared:
+            raise ValueError("restore: one lane (a checkpoint restores any number)")
         a = dict(arrays)
         a["phi_val"] = np.asarray(a["phi_val"], np.float64)
         if self.s is None:
