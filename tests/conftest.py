@@ -19,6 +19,20 @@ def pytest_sessionstart(session) -> None:
 
     compileall.compile_dir(os.path.dirname(demidcd.__file__), quiet=1)
 
+
+def pytest_collection_finish(session) -> None:
+    """Once every test module is imported: collect, then move what survives (the modules the
+    tests import, numpy's, numba's, hypothesis' and the package's: most of this process's
+    objects) out of the cyclic collector's reach (``gc.freeze``). A full collection in this
+    large interpreter (an automatic one, the package's own in cluster nodes and large fits,
+    one in a forked worker, which also copies every page it touches) then visits only what the
+    tests made since; nothing the tests make is kept from collection."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 from small_fit import conll04_task, small_corpus, tiny_sequence_task  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

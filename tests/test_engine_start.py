@@ -108,7 +108,7 @@ def test_cli_warning_and_learners_agree_with_more_threads_than_cores(corpus):
     learner, `threads - 1` inference workers), and every fork before the first iteration."""
     threads = usable_cores() + 1
     r = cli("train", "--train", str(corpus / "train.txt"), "--threads", str(threads),
-            "--time-limit", "2", "--min-count", "1")
+            "--time-limit", "2", "--max-epochs", "2", "--min-count", "1")
     assert r.returncode == 0, r.stderr
     warn = [s for s in r.stderr.splitlines() if "warning" in s]
     assert len(warn) == 1 and f"the {threads - 1} inference workers share" in warn[0], r.stderr

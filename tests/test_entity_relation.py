@@ -138,26 +138,36 @@ def test_split_is_seeded(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- solvers
 
-_PAIR_SPACE: dict[int, np.ndarray] = {}
+_PAIR_SPACE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def brute_force(U: np.ndarray, P: np.ndarray) -> float:
     """max over the FULL variable space (every entity × every pair labelling), constraints
-    checked on every combination (vectorised over the pair labellings)."""
+    checked on every combination (vectorised over the pair labellings: for pair k, whether
+    each labelling's relation r_k is allowed between the entity labels (e_a, e_b), i.e.
+    r_k = 0 or RELATION_ARGS[r_k] = (e_a, e_b), tabulated once per number of pairs for the 16
+    label pairs)."""
     n = U.shape[0]
     pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
     m = len(pairs)
     if m not in _PAIR_SPACE:
-        _PAIR_SPACE[m] = np.array(list(itertools.product(range(6), repeat=m)),
-                                  np.int64).reshape(6**m, m)
-    space = _PAIR_SPACE[m]  # (6^m, m)
+        space = np.array(list(itertools.product(range(6), repeat=m)),
+                         np.int64).reshape(6**m, m)
+        allowed = np.empty((m, 4, 4, space.shape[0]), bool)  # [k, e_a, e_b, labelling]
+        for k in range(m):
+            r = space[:, k]
+            for ea in range(4):
+                for eb in range(4):
+                    allowed[k, ea, eb] = (r == 0) | ((RELATION_ARGS[r, 0] == ea) &
+                                                     (RELATION_ARGS[r, 1] == eb))
+        _PAIR_SPACE[m] = space, allowed
+    space, allowed = _PAIR_SPACE[m]  # (6^m, m)
     pscore = P[np.arange(m), space].sum(axis=1) if m else np.zeros(1)
     best = -np.inf
     for ent in itertools.product(range(4), repeat=n):
         ok = np.ones(space.shape[0], bool)
         for k, (a, b) in enumerate(pairs):
-            r = space[:, k]
-            ok &= (r == 0) | ((RELATION_ARGS[r, 0] == ent[a]) & (RELATION_ARGS[r, 1] == ent[b]))
+            ok &= allowed[k, ent[a], ent[b]]
         base = sum(U[a, ent[a]] for a in range(n))
         best = max(best, base + pscore[ok].max())
     return best

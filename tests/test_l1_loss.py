@@ -169,6 +169,8 @@ def test_cli_trains_with_loss_l1_and_rejects_l3(tmp_path) -> None:
 
 
 # ----------------------------------------------------------------------------- (e) expensive
+@pytest.mark.slow  # ~5 s of ILP solves; DEMI-DCD L1 on this problem (exact solver): the
+# convergence matrix; ILP inference in a worker: test_learners_with_cbc_inference[pegasos]
 def test_entity_relation_with_an_ilp_solver_trains_with_demi_dcd_l1(optimum, shm_guard) -> None:
     """Expensive inference (an ILP solver per example): DEMI-DCD with the L1 loss converges to
     the optimum 1-DCD L1 reaches with the exact solver (the same ILP, so the same SSVM): the
