@@ -113,24 +113,17 @@ def _commit_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.nd
 
 
 @njit(cache=True, nogil=True)
-def _apply_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
-                  idx: np.ndarray, val: np.ndarray) -> None:
-    """:func:`_apply` with atomic adds to u (training threads add to it meanwhile)."""
-    for q in range(idx.shape[0]):
-        j = idx[q]
-        d = val[q] / root[sig[j]]
-        atomic_add(u, j, d)
-        base[j] += d
-
-
-@njit(cache=True, nogil=True)
 def _apply(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
-           idx: np.ndarray, val: np.ndarray) -> None:
-    """v += Δ and base_v += Δ (in u's units: Δ/s) on the entries of a merged change."""
+           idx: np.ndarray, val: np.ndarray, atomic: bool) -> None:
+    """v += Δ and base_v += Δ (in u's units: Δ/s) on the entries of a merged change; with
+    ``atomic``, atomic adds to u (training threads add to it meanwhile)."""
     for q in range(idx.shape[0]):
         j = idx[q]
         d = val[q] / root[sig[j]]
-        u[j] += d
+        if atomic:
+            atomic_add(u, j, d)
+        else:
+            u[j] += d
         base[j] += d
 
 
@@ -187,9 +180,8 @@ def warm_kernels() -> None:
     for t in (np.int32, np.int64):  # (a change's index type: LocalPart._idx)
         idx = np.zeros(4, t)
         _commit(u, base, sig, root, idx, val)
-        _apply(u, base, sig, root, idx[:1], val[:1])
         _commit_shared(u, base, sig, root, idx, val)
-        _apply_shared(u, base, sig, root, idx[:1], val[:1])
+        _apply(u, base, sig, root, idx[:1], val[:1], False)
     _to_v(u, sig, root, v)
     _to_u(u, sig, root, u, base)
     ptr = np.array([0, 1], np.int64)
@@ -333,9 +325,8 @@ class LocalPart:
 
     def apply(self, idx: np.ndarray, val: np.ndarray) -> None:
         """Add other parts' merged change (idx, val) to v and base."""
-        f = _apply_shared if self.shared else _apply
-        f(self.u, self.base, self.sig, self.root, np.asarray(idx, self._idx),
-          np.asarray(val, np.float64))
+        _apply(self.u, self.base, self.sig, self.root, np.asarray(idx, self._idx),
+               np.asarray(val, np.float64), self.shared)
 
     def commit(self) -> tuple[np.ndarray, np.ndarray]:
         """This part's change since the last commit, Δw_k = Φ_k Δα (sparse), now counted in
