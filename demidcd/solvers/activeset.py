@@ -83,16 +83,16 @@ class UpdateStats:
 class ActiveSets:
     """Active sets for ``n`` examples over a weight vector of length ``dim``.
 
-    Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9), at most ``tol``
-    (also the admission threshold of Eq. 11), ``max_active`` the bound on |A_i| (the smallest-α
-    structure is evicted when a new one arrives), ``track_changes`` to mark the lines of 8
-    entries of w that some admitted φ touches (``mark``, one byte per line, set at admission and
-    never cleared): w changes only there, so copying the marked lines publishes w exactly, and
-    the update kernel marks nothing (see :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given
-    as (zeroed) views, e.g. of one buffer [w, A] that is published as a whole. ``hot``: how the
-    kernels change a w shared by several learners (:func:`~.kernels.shared_axpy`): None, plain
-    stores (one learner); ``True``, every add atomic; a line mask (``mark_array(dim)``), atomic
-    adds on its nonzero lines only.
+    Parameters: ``C`` (Eq. 1), ``delta`` the shrinking threshold of Eq. (9) (the learners pass
+    :attr:`~.common.SolverConfig.admit`: δ at most tol; also the admission threshold of Eq. 11),
+    ``max_active`` the bound on |A_i| (the smallest-α structure is evicted when a new one
+    arrives), ``track_changes`` to mark the lines of 8 entries of w that some admitted φ touches
+    (``mark``, one byte per line, set at admission and never cleared): w changes only there, so
+    copying the marked lines publishes w exactly, and the update kernel marks nothing (see
+    :mod:`.kernels`). ``w`` and ``alpha_sum`` may be given as (zeroed) views, e.g. of one buffer
+    [w, A] that is published as a whole. ``hot``: how the kernels change a w shared by several
+    learners (:func:`~.kernels.shared_axpy`): None, plain stores (one learner); ``True``, every
+    add atomic; a line mask (``mark_array(dim)``), atomic adds on its nonzero lines only.
 
     ``loss``: ``"l2"`` (Eq. 1–11) or ``"l1"``, the hinge loss: α is then the SDM's λ with
     Σ_y λ_{i,y} ≤ C (the gold structure holds λ0 = C − A_i), :meth:`update` runs the SMO with
@@ -115,10 +115,7 @@ class ActiveSets:
         if loss not in ("l1", "l2"):
             raise ValueError(f"unknown loss {loss!r}")
         self.hot = hot
-        # δ at most tol: a structure admitted with a violation between them would be shrunk
-        # (α = 0, violation < δ) before its first step, while the stop rule counts it as a
-        # violator (> tol): with --tol below --delta no run could certify
-        self.n, self.dim, self.C, self.delta = n, dim, float(C), min(float(delta), float(tol))
+        self.n, self.dim, self.C, self.delta = n, dim, float(C), float(delta)
         self.loss, self.tau = loss, SMO_TAU_SHARE * float(tol)
         self.sweeps = int(sweeps)
         self.w = np.zeros(dim) if w is None else w

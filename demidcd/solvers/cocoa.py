@@ -70,30 +70,14 @@ def _changed(u: np.ndarray, base: np.ndarray) -> int:
 
 @njit(cache=True, nogil=True)
 def _commit(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
-            out_idx: np.ndarray, out_val: np.ndarray) -> int:
+            out_idx: np.ndarray, out_val: np.ndarray, atomic: bool) -> int:
     """Δw_j = (u_j − base_j)/s_j on every entry where u ≠ base (s_j = √σ_j = root[sig[j]]),
-    into out_idx/out_val (sized by :func:`_changed`); then u_j = base_j = base_j +
-    (u_j − base_j)/σ_j (that is v = base_v + Δw). Returns the number of entries."""
-    n = 0
-    for j in range(u.shape[0]):
-        if u[j] != base[j]:
-            d = u[j] - base[j]
-            r = root[sig[j]]
-            out_idx[n] = j
-            out_val[n] = d / r
-            n += 1
-            base[j] += d / (r * r)
-            u[j] = base[j]
-    return n
-
-
-@njit(cache=True, nogil=True)
-def _commit_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.ndarray,
-                   out_idx: np.ndarray, out_val: np.ndarray) -> int:
-    """:func:`_commit` on a u that training threads add to at the same time (atomic adds):
-    u_j is read once, d = u_j − base_j is sent and u_j moves by the atomic add
-    d/σ_j − d, so an add made meanwhile stays in u − base (sent by the next commit). Stops
-    once ``out_idx`` is full (entries changed since :func:`_changed` counted wait)."""
+    into out_idx/out_val (sized by :func:`_changed`); then base_j += (u_j − base_j)/σ_j and
+    u_j = base_j (that is v = base_v + Δw). Returns the number of entries. ``atomic``: on a
+    u that training threads add to at the same time: u_j is read once and moves by the
+    atomic add (its new value − the value read), so an add made meanwhile stays in
+    u − base (sent by the next commit); stops once ``out_idx`` is full (entries changed
+    since :func:`_changed` counted wait)."""
     n = 0
     cap = out_idx.shape[0]
     for j in range(u.shape[0]):
@@ -106,9 +90,11 @@ def _commit_shared(u: np.ndarray, base: np.ndarray, sig: np.ndarray, root: np.nd
             out_idx[n] = j
             out_val[n] = d / r
             n += 1
-            step = d / (r * r)
-            base[j] += step
-            atomic_add(u, j, step - d)
+            base[j] += d / (r * r)
+            if atomic:
+                atomic_add(u, j, base[j] - uj)
+            else:
+                u[j] = base[j]
     return n
 
 
@@ -179,8 +165,7 @@ def warm_kernels() -> None:
     _changed(u, base)
     for t in (np.int32, np.int64):  # (a change's index type: LocalPart._idx)
         idx = np.zeros(4, t)
-        _commit(u, base, sig, root, idx, val)
-        _commit_shared(u, base, sig, root, idx, val)
+        _commit(u, base, sig, root, idx, val, False)
         _apply(u, base, sig, root, idx[:1], val[:1], False)
     _to_v(u, sig, root, v)
     _to_u(u, sig, root, u, base)
@@ -277,7 +262,7 @@ class LocalPart:
         self.u = np.zeros(dim)  # the lanes' one w
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
         self.lanes = [_Lane(lo, hi, ActiveSets(
-            hi - lo, dim, config.C * (k * k if config.loss == "l2" else k), config.delta / k,
+            hi - lo, dim, config.C * (k * k if config.loss == "l2" else k), config.admit / k,
             config.max_active, w=self.u, hot=self.shared or None, sweeps=config.sweeps,
             loss=config.loss, tol=config.tol / k), config,
             np.random.default_rng(seed if not self.shared else seeds + [1 << 20, j]))
@@ -334,10 +319,7 @@ class LocalPart:
         bytes an entry), values), copies."""
         m = _changed(self.u, self.base)
         idx, val = np.empty(m, self._idx), np.empty(m)
-        if not self.shared:
-            _commit(self.u, self.base, self.sig, self.root, idx, val)
-            return idx, val
-        got = _commit_shared(self.u, self.base, self.sig, self.root, idx, val)
+        got = _commit(self.u, self.base, self.sig, self.root, idx, val, self.shared)
         return (idx, val) if got == m else (idx[:got].copy(), val[:got].copy())
 
     def view(self) -> np.ndarray:
@@ -374,7 +356,6 @@ class LocalPart:
         v = self.v
         k = self.s or 1.0
         tol = cfg.tol / k
-        admit = cfg.admit / k
         while ln.at < n:
             chunk = order[ln.at:ln.at + b]
             glob = chunk + lo if lo else chunk  # the task's example ids
@@ -391,7 +372,7 @@ class LocalPart:
                 batch.delta, batch.margin = batch.delta / k, batch.margin / k
             ep["violators"] += int((batch.delta - batch.margin > tol).sum()) \
                 if cfg.loss == "l1" else int((act.violation(batch) > tol).sum())
-            ep["admitted"] += act.insert(batch, admit).admitted
+            ep["admitted"] += act.insert(batch).admitted
             st = act.update(chunk)
             ep["pass_pg"] = max(ep["pass_pg"], st.max_pg * k)
             ep["updates"] += st.updates

@@ -131,6 +131,10 @@ class SolverConfig:
 
     @property
     def admit(self) -> float:
+        """The DCD learners' shrinking threshold of Eq. (9) and admission threshold of
+        Eq. (11): δ, at most the tolerance. A δ above tol would shrink a structure admitted
+        with a violation between them (α = 0, violation < δ) before its first step, at every
+        visit, while the stop rule counts it as a violator (> tol): no run could certify."""
         return min(self.delta, self.tol)
 
 

@@ -77,7 +77,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
     name = "dcd-light" if light else "dcd"
     recorder = Recorder(task, config, callback, tick=tick, prior=start.prior if start else None)
     rng = saved_rng(start, (name,), config.seed)
-    act = ActiveSets(task.n_examples, task.dim, config.C, config.delta, config.max_active,
+    act = ActiveSets(task.n_examples, task.dim, config.C, config.admit, config.max_active,
                      sweeps=config.sweeps, loss=config.loss, tol=config.tol)
     begin(act, start)
     plan = SweepPlan(act, config.skip)
@@ -128,7 +128,7 @@ def train_dcd(task: Task, config: SolverConfig, callback: Callback | None = None
                     break
                 violators += task.unproven - unproven  # a solver's time cap proves nothing
                 violators += int((act.violation(batch) > config.tol).sum())
-                admitted += act.insert(batch, config.admit).admitted
+                admitted += act.insert(batch).admitted
                 st = act.update(chunk)
                 pass_pg = max(pass_pg, st.max_pg)
                 shrunk, updates = shrunk + st.shrunk, updates + st.updates

@@ -55,7 +55,7 @@ class DcdLearner:
         self.tick = tick
         self.wa = self.shared.wa  # [w, A], published as one vector (L1 loss: [w, ξ̂])
         tail = {"xi": self.wa[dim:]} if config.loss == "l1" else {"alpha_sum": self.wa[dim:]}
-        self.act = ActiveSets(n, dim, config.C, config.delta, config.max_active,
+        self.act = ActiveSets(n, dim, config.C, config.admit, config.max_active,
                               track_changes=True, w=self.wa[:dim], sweeps=config.sweeps,
                               loss=config.loss, tol=config.tol, **tail)
         self.transport.learner_only = self.learner_arrays  # not the workers' to keep
@@ -158,7 +158,7 @@ class DcdLearner:
     def _insert(self, batch):
         """Admit the records of ``batch`` (Eq. 11), counting and timing it."""
         t = time.perf_counter()
-        st = self.act.insert(batch, self.config.admit)
+        st = self.act.insert(batch)
         self.seconds["insert"] += time.perf_counter() - t
         for k in ("admitted", "duplicates", "rejected", "evicted"):
             self.cnt[k] += getattr(st, k)

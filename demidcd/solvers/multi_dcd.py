@@ -145,7 +145,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
         hot = mode == "atomic"  # else plain stores
-        act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.delta, cfg.max_active, w=w,
+        act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.admit, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True, loss=cfg.loss,
                          tol=cfg.tol)
         act.mark = g.arrays["mark"]  # lines some learner's admitted φ touches (w is 0 elsewhere)
@@ -240,7 +240,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                         violators += count_violators(w, act.alpha_sum, cfg.C, cfg.tol,
                                                      batch.ex, batch.delta, batch.ptr,
                                                      batch.idx, batch.val)
-                    st[M.ADMITTED] += act.insert(batch, cfg.admit).admitted
+                    st[M.ADMITTED] += act.insert(batch).admitted
                 u = act.update(chunk)
                 pass_pg = max(pass_pg, u.max_pg)
                 st[M.UPDATES] += u.updates
