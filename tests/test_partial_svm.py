@@ -429,3 +429,35 @@ def test_cccp_keeps_to_the_time_limit(monkeypatch):
     res = train(task, "dcd", SolverConfig(C=0.5, time_limit=limit, tol=1e-6))
     assert len(shares) >= 4  # several later steps ran (5 s each at least, but the last)
     assert res.seconds <= limit + 0.5, (shares, res.extra["cccp"])
+
+
+@pytest.mark.parametrize("algorithm,threads,capped", [("dcd", 1, True),
+                                                       ("demi-dcd", 2, False)])
+def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capped):
+    """Under a time limit every convex step but the resumed last one stops after
+    ``STEP_EPOCHS`` epochs when an epoch of the plan infers every example once (1-DCD), so a
+    long limit does not make the early steps, whose targets are provisional, long; DEMI-DCD's
+    one learner, whose epochs are update passes, keeps its time shares. The user's smaller
+    ``max_epochs`` still holds."""
+    import demidcd.solvers as solvers
+    from demidcd.solvers import cccp
+
+    rng = np.random.default_rng(6)
+    K, F = 3, 20
+    X, Y = random_data(rng, 80, K, F, lens=(2, 6))
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.6, 0.0, X.sent_ptr, range(40, 80)))
+    convex, seen = solvers._run_convex, []
+
+    def spy(task_r, plan, *a, **kw):
+        seen.append(plan.config.max_epochs)
+        return convex(task_r, plan, *a, **kw)
+
+    monkeypatch.setattr(solvers, "_run_convex", spy)
+    train(task, algorithm, SolverConfig(C=0.5, time_limit=600.0, tol=1e-3), threads=threads)
+    assert len(seen) >= 3
+    want = cccp.STEP_EPOCHS if capped else None
+    assert seen[:-1] == [want] * (len(seen) - 1), seen
+    seen.clear()
+    train(task, algorithm, SolverConfig(C=0.5, time_limit=600.0, tol=1e-3, max_epochs=4),
+          threads=threads)
+    assert set(seen[:-1]) == {4}, seen

@@ -50,6 +50,9 @@ class Learner:
     resume from, keeping the final state; the DCD family). ``partial``: how it trains on
     partially labelled data (a task whose ``partial`` is true): ``"cccp"``, the convex steps
     of :func:`.cccp.run_cccp`; ``"native"``, as it trains on any data; ``""``: refused.
+    ``sweep_epochs``: one of its epochs (what ``max_epochs`` counts) infers every example once
+    (False for DEMI-DCD's one learner, whose epochs are update passes beside its workers'
+    sweeps; its several learners' epochs are sweeps: :attr:`.plan.TrainingPlan.sweep_epochs`).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Learner:
     needs: tuple[str, ...] = ()
     partial: str = ""  # partially labelled data: "cccp" (the latent SSVM, .cccp), "native"
     # (the learner's own objective takes it), "" (refused)
+    sweep_epochs: bool = True  # one of its epochs (``max_epochs``) infers every example once
 
     def function(self, what: str | None = None) -> Callable[..., Any]:
         """The function ``what`` ("module:function" of this package) names, imported: by
@@ -105,7 +109,7 @@ register(Learner("demi-dcd", "demi_dcd:train_demi_dcd", "DEMI-DCD: one learner p
                  min_threads=2,
                  options=("learners", "loss", *_ENGINE),
                  inference=("augmented", "workers"), active_sets=True,
-                 objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))
+                 objective=_DCD_OBJECTIVE, resumable=True, partial="cccp", sweep_epochs=False))
 register(Learner("ms-dcd", "ms_dcd:train_ms_dcd", "MS-DCD: master-slave DCD with a barrier",
                  min_threads=2, options=("loss", *_ENGINE), inference=("augmented", "workers"),
                  active_sets=True, objective=_DCD_OBJECTIVE, resumable=True, partial="cccp"))

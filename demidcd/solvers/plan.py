@@ -277,6 +277,13 @@ class TrainingPlan:
         """Whether the run has several DEMI-DCD learners on one shared w (:mod:`.multi_dcd`)."""
         return isinstance(self.learners, int) and self.learners > 1
 
+    @property
+    def sweep_epochs(self) -> bool:
+        """Whether one epoch of the run (what ``config.max_epochs`` counts) infers every
+        example once: the learner's own (:attr:`~demidcd.solvers.Learner.sweep_epochs`), or
+        several DEMI-DCD learners (each an inference pass over its part and its updates)."""
+        return self.several_learners or self.learner.sweep_epochs
+
     def schedule_options(self) -> dict[str, Any]:
         """The keyword options the schedule takes (its ``learners`` for several learners)."""
         opts = dict(self.engine)
