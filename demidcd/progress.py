@@ -156,6 +156,8 @@ def _cccp_stop(c: dict, name: Callable[[str], str]) -> str:
         step = f"reached its tolerance ({state})"
     elif c["step_reason"] == "time-limit":
         step = f"stopped at its share of the time before its tolerance ({state})"
+    elif c["step_reason"] == "max-epochs":
+        step = f"stopped at its epoch limit before its tolerance ({state})"
     else:
         step = f"stopped ({c['step_reason']}) before its tolerance ({state})"
     return f"{head}; the returned round's convex step {step}"

@@ -305,6 +305,10 @@ def test_cccp_stop_line_says_each_reason_once():
     assert "not converged" not in line and line.count("converged") == 1
     assert "largest projected gradient 0.00799, --tol 0.01" in line
     assert "share of the time" in line
+    res.extra["cccp_stop"] = stop_summary("time-limit", 2, dataclasses_replace(
+        step, stop_reason="max-epochs"), cfg)  # a round's step, cut at its STEP_EPOCHS
+    assert "stopped at its epoch limit before its tolerance" in stop_line(
+        res, cfg.tol, cfg.loss, cli_flag)
     res.stop_reason = "time-limit"
     res.extra["cccp_stop"] = stop_summary("time-limit", 2, dataclasses_replace(
         step, finished=True, stop_reason="converged"), cfg)
