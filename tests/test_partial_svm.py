@@ -438,11 +438,12 @@ def test_cccp_keeps_to_the_time_limit(monkeypatch):
 @pytest.mark.parametrize("algorithm,threads,capped", [("dcd", 1, True),
                                                        ("demi-dcd", 2, False)])
 def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capped):
-    """Under a time limit every convex step but the resumed last one stops after
-    ``STEP_EPOCHS`` epochs when an epoch of the plan infers every example once (1-DCD), so a
-    long limit does not make the early steps, whose targets are provisional, long; DEMI-DCD's
-    one learner, whose epochs are update passes, keeps its time shares. The user's smaller
-    ``max_epochs`` still holds."""
+    """Under a time limit every convex step between the first (the labelled examples, whose
+    targets never move: the first imputation's model, trained for its share) and the resumed
+    last one stops after ``STEP_EPOCHS`` epochs when an epoch of the plan infers every
+    example once (1-DCD), so a long limit does not make the steps whose targets are
+    provisional long; DEMI-DCD's one learner, whose epochs are update passes, keeps its time
+    shares. The user's smaller ``max_epochs`` still holds."""
     import demidcd.solvers as solvers
     from demidcd.solvers import cccp
 
@@ -460,7 +461,7 @@ def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capp
     train(task, algorithm, SolverConfig(C=0.5, time_limit=600.0, tol=1e-3), threads=threads)
     assert len(seen) >= 3
     want = cccp.STEP_EPOCHS if capped else None
-    assert seen[:-1] == [want] * (len(seen) - 1), seen
+    assert seen[0] is None and seen[1:-1] == [want] * (len(seen) - 2), seen
     seen.clear()
     train(task, algorithm, SolverConfig(C=0.5, time_limit=600.0, tol=1e-3, max_epochs=4),
           threads=threads)
