@@ -21,8 +21,7 @@ of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`) and stops at a loose
 epochs, whichever comes first (inexact CCCP, the targets of a step being provisional); when
 the objective stops decreasing (inexact steps need not decrease it), the best round's step is
 resumed where it stopped (its own targets and state) in all the time left, to the learner's
-tolerance.
-Without a time limit every step is solved to the tolerance.
+tolerance. Without a time limit every step is solved to the tolerance.
 
 **Start.** Imputing under w = 0 ties every tagging. When some examples are fully labelled the
 first step trains on them alone (the others ``inert``: no records), whose α are α of the full
@@ -352,12 +351,12 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             rest = limit if first else max((left() or 0.0) - overhead[0]
                                            - (overhead[1] if last else 0.0), 1e-3)
             share = 1.0 if last else FIRST_SHARE if first else ROUND_SHARE
-            cfg = dataclasses.replace(config, time_limit=max(share * rest,
-                                                             min(rest, MIN_ROUND_SECONDS)),
-                                      tol=config.tol if last else config.tol * STEP_TOL_FACTOR,
-                                      max_epochs=config.max_epochs if last or first
-                                      or not plan.sweep_epochs else min(
-                                          STEP_EPOCHS, config.epochs(STEP_EPOCHS)))
+            provisional = not (first or last) and plan.sweep_epochs  # (STEP_EPOCHS)
+            cfg = dataclasses.replace(
+                config, time_limit=max(share * rest, min(rest, MIN_ROUND_SECONDS)),
+                tol=config.tol if last else config.tol * STEP_TOL_FACTOR,
+                max_epochs=min(STEP_EPOCHS, config.epochs(STEP_EPOCHS)) if provisional
+                else config.max_epochs)
         origin = since[0] if since[0] is not None else time.perf_counter()
         kw["since"], since[0] = since[0], None
         kw["warm"] = warm_all if first else None
