@@ -203,40 +203,8 @@ def loss_augmented_kernel(w, F, K, G, X, gold, examples, augment=1.0, prune_from
     Returns (ex, hash as uint64, delta, margin, ptr, idx, val) trimmed to the records found;
     the φ arrays grow by doubling (at most O(log nnz) reallocations per call).
     """
-    n_ex = examples.shape[0]
-    max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
-    tr, trT, start, end = transitions(w, F, K)
-    prune = prune_from
-    if prune < 0:
-        prune = PRUNE_FROM_LABELS if augment == 0 else PRUNE_FROM_LABELS_AUGMENTED
-    tmax, order = pruning(tr, K, prune)
-    keys, tmp, vals, vtmp, counts = _phi_buffers(max_keys, X)
-    nbits = key_bits(F * K + (K + 1) * (K + 1) + G * K * K)
-    r_ex, r_hash, r_delta, r_margin, r_ptr, cap, out_idx, out_val = _record_buffers(n_ex,
-                                                                                   max_keys)
-    nrec = 0
-    pos = 0
-    for e in range(n_ex):
-        i = examples[e]
-        a = X.sent_ptr[i]
-        n = X.sent_ptr[i + 1] - a
-        if n == 0:
-            continue
-        chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y, gold,
-                       augment, tmax, order)
-        m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
-        if ham == 0:
-            continue
-        out_idx, out_val, cap = grow(out_idx, out_val, pos, m, cap)
-        pos, margin = phi_merge(keys, vals, tmp, vtmp, counts, m, nbits, w, out_idx, out_val,
-                                 pos)
-        r_ex[nrec] = i
-        r_hash[nrec] = hash_tags(y, n)
-        r_delta[nrec] = ham
-        r_margin[nrec] = margin
-        nrec += 1
-        r_ptr[nrec] = pos
-    return _trimmed(nrec, pos, r_ex, r_hash, r_delta, r_margin, r_ptr, out_idx, out_val)
+    return _records_kernel(w, F, K, G, X, gold, np.zeros(0, np.int64), np.zeros(0, np.int32),
+                           examples, augment, prune_from)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -285,6 +253,18 @@ def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, ex
     Φ(x_i, y) against the imputed complete tagging ŷ = ``target`` (consistent: Δ(ŷ) = 0). A
     record is made for every example whose argmax differs from ŷ, Δ = 0 included (y may differ
     from ŷ on unknown tokens only: the constraint w·Φ(ŷ) ≥ w·Φ(y) − ξ_i). Same outputs."""
+    return _records_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, examples, augment,
+                           prune_from)
+
+
+@nb.njit(cache=True, nogil=True)
+def _records_kernel(w, F, K, G, X, gold, allowed_ptr, allowed_idx, examples, augment,
+                    prune_from):
+    """The loop of :func:`loss_augmented_kernel` (``allowed_ptr`` empty: Δ the Hamming loss
+    against ``gold``, fused into Viterbi) and :func:`partial_augmented_kernel` (Δ the
+    annotation's :func:`set_loss`, added to the emissions first; φ against ``gold``, the
+    imputed targets)."""
+    partial = allowed_ptr.shape[0] > 0
     n_ex = examples.shape[0]
     max_keys, em, scratch, y, trb, slots = _workspace(w, K, X, examples)
     tr, trT, start, end = transitions(w, F, K)
@@ -305,12 +285,16 @@ def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, ex
         n = X.sent_ptr[i + 1] - a
         if n == 0:
             continue
-        token_emissions(w, K, X, a, n, em)
-        if augment != 0:
-            _augment_sets(K, allowed_ptr, allowed_idx, a, n, em, augment, keep)
-        viterbi_emissions(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y,
-                          tmax, order)
-        m, ham = _phi_keys(F, K, X, target, a, n, y, keys, vals)
+        if partial:
+            token_emissions(w, K, X, a, n, em)
+            if augment != 0:
+                _augment_sets(K, allowed_ptr, allowed_idx, a, n, em, augment, keep)
+            viterbi_emissions(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots,
+                              y, tmax, order)
+        else:
+            chain_viterbi(w, F, K, X, a, n, tr, trT, start, end, em, scratch, trb, slots, y,
+                          gold, augment, tmax, order)
+        m, ham = _phi_keys(F, K, X, gold, a, n, y, keys, vals)
         if ham == 0:
             continue
         out_idx, out_val, cap = grow(out_idx, out_val, pos, m, cap)
@@ -318,7 +302,7 @@ def partial_augmented_kernel(w, F, K, G, X, target, allowed_ptr, allowed_idx, ex
                                  pos)
         r_ex[nrec] = i
         r_hash[nrec] = hash_tags(y, n)
-        r_delta[nrec] = set_loss(allowed_ptr, allowed_idx, a, n, y)
+        r_delta[nrec] = set_loss(allowed_ptr, allowed_idx, a, n, y) if partial else ham
         r_margin[nrec] = margin
         nrec += 1
         r_ptr[nrec] = pos
