@@ -558,6 +558,21 @@ def test_million_tokens_synthetic_end_to_end(tmp_path):
     assert res["generator"]["n_tags"] == 45 and res["generator"]["vocab_size"] == 2000
 
 
+@pytest.mark.parametrize("parts,sigma", [(1, 1), (2, 2)])
+def test_cocoa_lag_parts_raise_the_dual_every_report(tmp_path, parts, sigma):
+    """One part is DCD; two parts with CoCoA+'s safe σ′ = 2, merged after each round (both
+    started it from the same w), never lower the dual either (Ma et al. 2015)."""
+    cocoa_lag = importlib.import_module("cocoa_lag")
+    out = tmp_path / "c.json"
+    assert cocoa_lag.main(["--synthetic", "200", "--parts", str(parts), "--sigma",
+                           str(sigma), "--updates", "4000", "--slice", "0.002", "--out",
+                           str(out)]) == 0
+    res = json.loads(out.read_text())
+    duals = [c["dual"] for c in res["curve"]]
+    assert (res["parts"], res["sigma"]) == (parts, sigma) and len(duals) >= 4
+    assert duals[0] > 0 and all(b >= a - 1e-9 for a, b in zip(duals, duals[1:], strict=False))
+
+
 # end to end (processes, signals, Ray, benchmarks): deselected by default, CI's second step
 # (python -m pytest -q -m slow)
 pytestmark = pytest.mark.slow

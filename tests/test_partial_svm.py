@@ -468,6 +468,73 @@ def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capp
     assert set(seen[:-1]) == {4}, seen
 
 
+def test_cccp_step_cut_short_goes_on_before_the_objective_is_judged(monkeypatch):
+    """Under a time limit, a provisional step stopped by its epoch limit after which the
+    latent objective did not decrease goes on (its targets and state kept, up to
+    ``STEP_EXTENSIONS`` times) instead of ending CCCP with the round before's model: here the
+    objective after the first imputed step is made to rise, and the next convex step is that
+    step again (provisional, the same targets), not the polish of the best round (the
+    learner's own tolerance, no epoch cap)."""
+    import demidcd.solvers as solvers
+    from demidcd.solvers import cccp
+
+    rng = np.random.default_rng(8)
+    K, F = 3, 20
+    X, Y = random_data(rng, 80, K, F, lens=(2, 6))
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.6, 0.0, X.sent_ptr, range(40, 80)))
+    monkeypatch.setattr(cccp, "STEP_EPOCHS", 1)  # (every provisional step cut by epochs)
+    convex, calls = solvers._run_convex, []
+
+    def spy(task_r, plan, *a, **kw):
+        calls.append((plan.config.max_epochs, plan.config.tol, task_r.Y.copy()))
+        return convex(task_r, plan, *a, **kw)
+
+    objective, rounds = cccp.latent_objective, [0]
+
+    def rising(*a, **kw):  # round 2's objective: 10x round 1's
+        rounds[0] += 1
+        obj, task_w = objective(*a, **kw)
+        return (obj * 10 if rounds[0] == 3 else obj), task_w
+
+    monkeypatch.setattr(solvers, "_run_convex", spy)
+    monkeypatch.setattr(cccp, "latent_objective", rising)
+    res = train(task, "dcd", SolverConfig(C=0.5, time_limit=600.0, tol=1e-9))
+    assert len(calls) >= 4
+    (ep1, tol1, y1), (ep2, tol2, y2) = calls[1], calls[2]
+    assert ep1 == ep2 == 1 and tol1 == tol2 == 1e-9 * cccp.STEP_TOL_FACTOR
+    assert np.array_equal(y1, y2)  # the same step, gone on
+    assert res.extra["cccp"][3]["objective"] < res.extra["cccp"][2]["objective"]
+
+
+@pytest.mark.parametrize("algorithm,threads", [("dcd", 1), ("demi-dcd", 2)])
+def test_cccp_polishes_the_best_step_after_it_went_on(monkeypatch, algorithm, threads):
+    """A step that goes on (cut short, the objective decreasing by less than ``CCCP_TOL``)
+    may be the best round's own step; its state is kept (parked) before it goes on, so the
+    polish of the best round that follows starts from that intact state (the engine takes
+    its start's arrays: DEMI-DCD's learners found it damaged)."""
+    from demidcd.solvers import cccp
+
+    rng = np.random.default_rng(9)
+    K, F = 3, 20
+    X, Y = random_data(rng, 80, K, F, lens=(2, 6))
+    task = partial_task(X, Y, K, F, hide(rng, Y, K, 0.6, 0.0, X.sent_ptr, range(40, 80)))
+    monkeypatch.setattr(cccp, "STEP_EPOCHS", 1)
+    objective, seen = cccp.latent_objective, []
+
+    def creeping(*a, **kw):  # round 1 half of round 0; round 2 a hair below round 1 (the
+        obj, task_w = objective(*a, **kw)  # best, but not by CCCP_TOL: its step goes on);
+        if seen:  # every later round above it
+            obj = seen[0] * (0.5 if len(seen) == 1 else 0.5 * (1 - 1e-4) if len(seen) == 2
+                             else 0.75)
+        seen.append(obj)
+        return obj, task_w
+
+    monkeypatch.setattr(cccp, "latent_objective", creeping)
+    res = train(task, algorithm, SolverConfig(C=0.5, time_limit=600.0, tol=1e-9),
+                threads=threads)
+    assert res.stop_reason == "converged" and len(seen) >= 4 and np.isfinite(res.w).all()
+
+
 def test_cccp_compiles_the_reexpression_before_the_clock(monkeypatch):
     """The re-expression's kernel is compiled (called once on an empty state) in the first
     step's warm-up, before the time limit's clock starts, not at the first round (2.3 s on

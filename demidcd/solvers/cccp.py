@@ -18,10 +18,12 @@ loop stops when L decreases by less than :data:`CCCP_TOL` (relative), at the tim
 :data:`CCCP_ROUNDS` rounds; the best w met is returned. Under a time limit each step gets a share
 of the time left (:data:`FIRST_SHARE`, :data:`ROUND_SHARE`) and stops at a looser tolerance
 (:data:`STEP_TOL_FACTOR` times the learner's) or, but the first, after :data:`STEP_EPOCHS`
-epochs, whichever comes first (inexact CCCP, the targets of a step being provisional); when
-the objective stops decreasing (inexact steps need not decrease it), the best round's step is
-resumed where it stopped (its own targets and state) in all the time left, to the learner's
-tolerance. Without a time limit every step is solved to the tolerance.
+epochs, whichever comes first (inexact CCCP, the targets of a step being provisional). A step
+so cut short after which the objective did not decrease goes on first (its targets and state
+kept, :data:`STEP_EXTENSIONS` times at most); when the objective still stops decreasing
+(inexact steps need not decrease it), the best round's step is resumed where it stopped (its
+own targets and state) in all the time left, to the learner's tolerance. Without a time
+limit every step is solved to the tolerance.
 
 **Start.** Imputing under w = 0 ties every tagging. When some examples are fully labelled the
 first step trains on them alone (the others ``inert``: no records), whose α are α of the full
@@ -65,6 +67,10 @@ ROUND_SHARE = 0.1  # and each later step's share of the time left (warm-started,
 STEP_TOL_FACTOR = 10.0  # with a time limit, every step but the last stops at this multiple of
 # the learner's tolerance (inexact CCCP: a step's targets are provisional, its early epochs do
 # most of its good); the best round's step is then resumed to the tolerance itself
+STEP_EXTENSIONS = 2  # with a time limit, a step cut short (its epochs or its share) after
+# which the latent objective did not decrease goes on this many times at most (its targets
+# kept) before the decrease is judged: its re-expressed start can put w above where the last
+# round ended, and its epochs need not recover that (benchmarks/README.md, issue 55)
 STEP_EPOCHS = 10  # with a time limit, every step but the first and the last also stops after
 # this many of the learner's epochs when an epoch infers every example once (plan.sweep_epochs),
 # whatever the limit: their targets are provisional, so the imputations come as soon as each
@@ -341,6 +347,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         n = task.n_examples  # and the re-expression (2.3 s to compile, else on the clock)
         reexpress(DualState(empty_state(n), {}), task, task.known_targets(), np.zeros(n, bool))
 
+    history: list[dict] = []
+
     def step(task_r: Task, state: DualState | None, last: bool = False,
              release: bool = False) -> TrainResult:
         first = clock[0] == t0  # the first convex step: its set-up is outside the limit
@@ -373,6 +381,7 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
                               - run_clock.offset - float(res.seconds))
         run_clock.step_done(res)
         epochs[0] += int(res.epochs)
+        history.extend(res.history)  # (every step's records, the run's history)
         return res
 
     rounds: list[dict] = []
@@ -380,7 +389,6 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
     complete = task.complete_examples()
     targets = task.known_targets()
     state: DualState | None = None
-    history: list[dict] = []
     if n_part == 0:  # every token known: one convex step, today's training exactly
         res = step(task.with_targets(targets), None)
         res.extra["partial"] = counts
@@ -393,12 +401,11 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         cur = task.with_targets(targets, inert=~complete)
         res = step(cur, None)
         w, state = res.w, res.state
-        history += res.history
     else:
         res, cur = None, None
         w = np.zeros(task.dim) if w0 is None else w0.astype(np.float64)
     best_w, best_obj, best_res, best_task = w, np.inf, res, cur
-    prev = np.inf
+    prev, extended = np.inf, 0
     reason, polish = "max-rounds", False
     for r in range(CCCP_ROUNDS + 1):
         t_obj = time.perf_counter()
@@ -424,6 +431,19 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             reason = "converged" if polish else "time-limit" if out_of_time else "max-rounds"
             break
         if np.isfinite(prev) and obj >= prev - CCCP_TOL * abs(prev):
+            if extended < STEP_EXTENSIONS and limit is not None and res is not None \
+                    and res.stop_reason in ("max-epochs", "time-limit") and state is not None:
+                # the step was cut short (its epochs or its share), not solved: the objective
+                # at its w says little of CCCP's yet. It goes on with its targets and state
+                extended += 1
+                parked.park(best_res)  # (the step may take its state's arrays: the best's,
+                # if it is this step's, go to disk first, as before any step)
+                say(f"cccp: the last step stopped at its {res.stop_reason.replace('-', ' ')} "
+                    f"and the latent objective decreased by less than {CCCP_TOL:g} (relative): "
+                    "that step goes on (its targets kept)")
+                res = step(cur, state, release=True)
+                w, state = res.w, res.state
+                continue
             if res is None or limit is None or best_res is None \
                     or not parked.has_state(best_res) or best_task is None:
                 reason = "converged"
@@ -436,9 +456,8 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
             polish, cur = True, best_task
             res = step(best_task, parked.unpark(best_res), last=True, release=not keep_state)
             w, state = res.w, res.state
-            history += res.history
             continue
-        prev = obj
+        prev, extended = obj, 0
         if state is not None:
             arrays, _dropped = reexpress(state, task.with_targets(targets), new, changed,
                                          config.loss == "l1", w0)
@@ -451,7 +470,6 @@ def run_cccp(task: Task, plan: Any, convex: Callable[..., TrainResult], log: Any
         parked.park(best_res)  # (on disk while the step runs: needed again only to resume it)
         res = step(task_r, state, release=state is not None)
         w, state = res.w, res.state
-        history += res.history
     final = best_res if best_res is not None else res
     if keep_state and final is not None:
         parked.unpark(final)
