@@ -38,7 +38,7 @@ def optimum(small):
     return p1
 
 
-@pytest.mark.parametrize("mode", ["atomic", "plain"])
+@pytest.mark.parametrize("mode", ["atomic", "hot", "plain"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard, experimental):
     experimental(update_mode=mode, check_rebuild=True, rebuild_every=0.2)
@@ -54,8 +54,11 @@ def test_k_learners_reach_the_1dcd_optimum(task, optimum, k, mode, shm_guard, ex
         assert r.extra["atomic_from"] is not None and r.extra["atomic_from"] <= r.seconds
     else:
         assert r.extra["atomic_from"] is None
-    if mode == "atomic":  # no update is ever lost: only rounding separates w from Σ α φ
+    if mode != "plain":  # no update is ever lost: only rounding separates w from Σ α φ
         assert r.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(r.w).sum()))
+    if mode == "hot":  # w's hot pages were private to each learner; no periodic rebuild
+        assert r.extra["hot_pages"] >= 1
+        assert r.extra["rebuilds"] == r.extra["certifications"] + (r.stop_reason != "converged")
 
 
 @pytest.mark.slow  # processes and a clock: CI's second step
@@ -191,7 +194,7 @@ def test_the_update_mode_is_an_experimental_setting(task, experimental):
 
     assert EXPERIMENTAL.update_mode == "plain" and EXPERIMENTAL.transport is None
     experimental(update_mode="hybrid")
-    with pytest.raises(ValueError, match="^EXPERIMENTAL.update_mode must be one of atomic, "
+    with pytest.raises(ValueError, match="^EXPERIMENTAL.update_mode must be one of atomic, hot, "
                                          "plain, got 'hybrid'"):
         train(task, "demi-dcd", SolverConfig(C=0.1), threads=2, learners=2)
 

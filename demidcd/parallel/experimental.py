@@ -7,7 +7,9 @@ default is what a user's run does.
 
 * ``update_mode``: how the learners of the multi-learner schedule
   (:mod:`demidcd.parallel.coordinator`) write the shared w: ``"plain"`` loads and stores (the
-  default; a lost update is repaired at the next rebuild) or ``"atomic"`` adds from the start.
+  default; a lost update is repaired at the next rebuild), ``"atomic"`` adds from the start, or
+  ``"hot"``: the pages of w nearly every φ writes private to each learner and merged by atomic
+  adds, the rest atomic adds, no periodic rebuild (:mod:`demidcd.parallel.hot_pages`).
 * ``rebuild_every``: seconds between the coordinator's periodic rebuilds of w = Σ α φ
   (:data:`~demidcd.parallel.coordinator.REBUILD_EVERY`; tests shorten it to see many).
 * ``check_rebuild``: after the final rebuild each learner also sums its α φ sequentially into
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-UPDATE_MODES = ("atomic", "plain")
+UPDATE_MODES = ("atomic", "hot", "plain")
 REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
 
 

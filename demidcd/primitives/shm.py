@@ -315,6 +315,10 @@ class SharedArena:
     def __getitem__(self, key: str) -> np.ndarray:
         return self._arrays[key]
 
+    def segment_name(self, key: str) -> str:
+        """The segment name (with the leading '/') of array ``key``."""
+        return self._segments[key][0]
+
     def names(self) -> list[str]:
         """Segment names (with the leading '/') of all live arrays."""
         return [v[0] for v in self._segments.values()]

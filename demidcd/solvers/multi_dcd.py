@@ -79,6 +79,7 @@ from ..parallel.coordinator import (
     warm_up_kernels,
 )
 from ..parallel.experimental import EXPERIMENTAL
+from ..parallel.hot_pages import PrivatePages, merge_pages, sample_hot_pages
 from ..primitives.records import RecordBatch
 from ..primitives.seqlock import load_word, store_word
 from ..primitives.vectors import dot
@@ -134,17 +135,18 @@ def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
 
 
 def _learner_body(task: Task, config: SolverConfig, mode: str,
-                  start: Start | None = None, state_dir: str | None = None
-                  ) -> Callable[[M.LearnerGroup, int], None]:
+                  start: Start | None = None, state_dir: str | None = None,
+                  pages: np.ndarray | None = None) -> Callable[[M.LearnerGroup, int], None]:
     """DCD-SSVM on part k of the examples over the shared w (runs in learner process k).
     ``start``: the prior and/or saved state (:mod:`.state`): a learner's first start loads the
     saved structures of its part (the coordinator has set w = w₀ + Σ α φ); a restarted one
-    begins empty, as ever. ``state_dir``: where the STATE command writes part k's state."""
+    begins empty, as ever. ``state_dir``: where the STATE command writes part k's state.
+    ``pages``: the hot mode's private pages of w (:mod:`~demidcd.parallel.hot_pages`)."""
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]
         st, fs = g.stats[k], g.fstats[k]
-        hot = mode == "atomic"  # else plain stores
+        hot = mode != "plain"  # atomic adds (the hot mode: on the pages it shares)
         act = ActiveSets(task.n_examples, task.dim, cfg.C, cfg.admit, cfg.max_active, w=w,
                          sweeps=cfg.sweeps, hot=hot, track_changes=True, loss=cfg.loss,
                          tol=cfg.tol)
@@ -163,7 +165,12 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                                     else [*seed, start.epoch])
         blocks = [0]
 
+        pp = PrivatePages(w, g.arena.segment_name("w"), pages) \
+            if mode == "hot" and pages is not None and len(pages) else None
+
         def run(code: int) -> None:
+            if pp is not None:  # w is one shared array while the learners are paused
+                pp.share()
             if code == ADD:  # this part's share of w = Σ α φ, into the zeroed w
                 KK.add_alpha_phi(w, act.slots, act.count, act.s_ptr, act.s_len, act.s_f,
                                  act.p_idx, act.p_val, True)
@@ -192,12 +199,17 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
 
         def poll() -> None:
             blocks[0] += 1
-            g.poll_command(k, run)
+            if pp is not None:
+                pp.merge()
+            if g.poll_command(k, run) and pp is not None:  # resumed
+                pp.privatize()
 
         fs[F_PASS_PG] = np.inf  # no pass yet: nothing is certified
         st[M.ACTIVE] = act.size  # a restored state's structures; a restart's empty sets
         if g.start_paused:
             g.poll_command(k, run, wait=True)
+        if pp is not None:
+            pp.privatize()
         r, b = cfg.inner_passes, max(cfg.batch, 1)
         epoch = int(st[M.EPOCHS])  # a restarted learner goes on counting
         while True:
@@ -294,6 +306,7 @@ def warm_up_shared(dim: int, loss: str, b: RecordBatch) -> None:
                      act.p_val, True)
     act.max_pg(np.zeros(1, np.int64))
     count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
+    merge_pages(w, w, np.zeros(1), np.array([[0, 1]], np.int64))
     warm_up_kernels(w)
 
 
@@ -329,8 +342,9 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     cnt = {"certifications": 0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
+    pages = sample_hot_pages(task, dim) if mode == "hot" else None
     co = Coordinator(task.n_examples, task.costs(), dim, k,
-                     _learner_body(task, config, mode, start, state_dir), config.seed, log,
+                     _learner_body(task, config, mode, start, state_dir, pages), config.seed, log,
                      debug, base=np.zeros(0) if prior is None else prior, mode=mode)
     group, w = co.group, co.w
     if start and start.state is not None:
@@ -343,8 +357,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
-    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
-        f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
+    if pages is None:
+        log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
+            f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
+    else:
+        log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
+            f"atomic adds to one shared w but for {len(pages)} hot pages private to each "
+            "learner, merged by atomic adds between blocks of work; no periodic rebuild")
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
@@ -372,7 +391,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
         after every rebuild, so the stop rule never certifies. ``why``:
         switch now, for this reason (the time limit is near, :data:`FINAL_TAIL`; every
         learner's last pass was clean)."""
-        if mode == "atomic" or co.atomic_from is not None or group.missing():
+        if mode != "plain" or co.atomic_from is not None or group.missing():
             return
         s = group.stats
         if why or all(0 <= s[j, M.VIOLATORS] <= TAIL_SHARE * len(group.parts[j])
@@ -457,13 +476,13 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 if group.missing():  # one died while certifying: w without its α first
                     record(rebuild())
                 resume()
-            elif (final_tail is not None and mode != "atomic" and co.atomic_from is None
+            elif (final_tail is not None and mode == "plain" and co.atomic_from is None
                   and clock.elapsed() >= final_tail):
                 record(rebuild())
                 co.rebuilt(clock.elapsed())
                 tail("the time limit is near")
                 resume()
-            elif co.periodic_due(clock.elapsed()):
+            elif mode != "hot" and co.periodic_due(clock.elapsed()):
                 paused = clock.elapsed()
                 record(rebuild())
                 co.rebuilt(clock.elapsed(), began=paused)
@@ -499,6 +518,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                  "memory_line": mon.memory_line(), "peak_rss": mon.peak_rss,
                  "peak_pss": mon.peak_pss, **started,
                  "learners": k, "update_mode": mode, "updates": int(s[:, M.UPDATES].sum()),
+                 "hot_pages": 0 if pages is None else len(pages),
                  "nonzero_steps": int(s[:, M.STEPS].sum()),
                  "inferences": int(s[:, M.INFER].sum()), "admitted": int(s[:, M.ADMITTED].sum()),
                  "learner_infer_seconds": float(f[:, F_INFER_S].sum()),
