@@ -43,7 +43,9 @@ __all__ = ["HOT_SHARE", "MAX_PAGES", "PAGE_ENTRIES", "PrivatePages", "hot_pages"
            "merge_pages"]
 
 PAGE_ENTRIES = mmap.PAGESIZE // 8  # float64 entries of w per page
-HOT_SHARE = 0.5  # a page is hot when at least this share of the sampled records touch it
+HOT_SHARE = 0.9  # a page is hot when at least this share of the sampled records touch it (0.5
+# took 40 pages on EWT, whose merges cost a third of the time: benchmarks/README.md, "Where p = 2
+# loses on the 2-core AMD EPYC guest")
 MAX_PAGES = 64  # at most this many hot pages (each merge reads every entry of them)
 SAMPLE = 500  # examples whose records at w = 0 choose the pages
 _MAP_FIXED = 0x10  # <sys/mman.h>; the mmap module does not export it

@@ -24,6 +24,11 @@ on one shared w" and "Evidence behind the defaults and design choices"). Private
 most-touched pages, exchanged with the shared w every block of updates, raised throughput with
 atomic adds but made the learners read stale values and were slower with plain stores, so they
 are not used.
+A third mode, ``"hot"`` (:mod:`demidcd.parallel.hot_pages`), keeps the few pages of w nearly
+every φ writes (transitions, bias, the most frequent features) private to each learner, merged by
+atomic adds between blocks of work, and adds atomically elsewhere: no update is lost, so there is
+no periodic rebuild; at p = 2 it was slower than plain stores (benchmarks/README.md, "Where p = 2
+loses on the 2-core AMD EPYC guest") and it waits for a 16-core measurement.
 In the tail (every learner's last pass found violators in at most 1% of its part) plain stores
 turn to atomic adds (the TAIL command, logged): the few updates left then lose nothing, so a
 rebuild no longer undoes the last steps and the stop rule can certify.
