@@ -267,25 +267,33 @@ def add_data_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--split-seed", type=int, default=0)
 
 
-def demidcd_cmd() -> list[str]:
-    """The ``demidcd`` command of this interpreter (works without the console script)."""
+def demidcd_cmd(experimental: dict[str, Any] | None = None) -> list[str]:
+    """The ``demidcd`` command of this interpreter (works without the console script); with
+    ``experimental`` settings, through ``benchmarks/experimental_cli.py``."""
+    if experimental:
+        return [sys.executable, str(ROOT / "benchmarks" / "experimental_cli.py"),
+                *(f"{k}={v}" for k, v in experimental.items()), "--"]
     return [sys.executable, "-m", "demidcd"]
 
 
-def execute_cli(args: list[str], log_path: str | os.PathLike[str], timeout: float) -> int:
+def execute_cli(args: list[str], log_path: str | os.PathLike[str], timeout: float,
+                experimental: dict[str, Any] | None = None) -> int:
     """``demidcd ARGS`` in a new interpreter, stdout and stderr to ``log_path``; its exit
     status. The tests replace it with a faster launcher of the same command."""
     with open(log_path, "w") as f:
-        return subprocess.run([*demidcd_cmd(), *args], stdout=f, stderr=subprocess.STDOUT,
-                              timeout=timeout, cwd=str(ROOT)).returncode
+        return subprocess.run([*demidcd_cmd(experimental), *args], stdout=f,
+                              stderr=subprocess.STDOUT, timeout=timeout,
+                              cwd=str(ROOT)).returncode
 
 
-def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: float = 3600
-            ) -> tuple[str, float]:
+def run_cli(args: Sequence[str], log_path: str | os.PathLike[str], timeout: float = 3600,
+            experimental: dict[str, Any] | None = None) -> tuple[str, float]:
     """Run ``demidcd ARGS`` to completion, stdout+stderr to ``log_path``; return (log text,
-    wall seconds). Raises RuntimeError with the last log line on a non-zero exit."""
+    wall seconds). Raises RuntimeError with the last log line on a non-zero exit.
+    ``experimental``: the engine's experimental settings for this run (:func:`demidcd_cmd`)."""
     t0 = time.perf_counter()
-    returncode = execute_cli([str(a) for a in args], log_path, timeout)
+    returncode = execute_cli([str(a) for a in args], log_path, timeout) if not experimental \
+        else execute_cli([str(a) for a in args], log_path, timeout, experimental)
     wall = time.perf_counter() - t0
     text = Path(log_path).read_text()
     if returncode != 0:

@@ -112,13 +112,14 @@ def decompose(p: int, t1: float, w1: float, tp: float, wp: float) -> dict[str, f
 # --------------------------------------------------------------------------- runs
 def train_run(train: str, opts: list[str], work: Path, label: str, threads: int,
               algorithm: str | None, learners: str | None, budget: float, every: float,
-              seed: int = 0, extra: list[str] | None = None, max_epochs: int | None = None
-              ) -> dict:
+              seed: int = 0, extra: list[str] | None = None, max_epochs: int | None = None,
+              update_mode: str | None = None) -> dict:
     """``demidcd train`` with snapshots (``algorithm`` None: the default one at ``threads``,
     ``learners`` None: the default layout); returns the command's wall seconds, the solver's
     seconds, the set-up (wall less solver: reading, features, encoding, starting the
     processes, saving), the average CPU and the snapshot directory (evaluated by
-    :func:`evaluate_run`)."""
+    :func:`evaluate_run`). ``update_mode``: the several learners' experimental update mode
+    (:mod:`demidcd.parallel.experimental`; None: the default)."""
     d = work / label
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -133,14 +134,16 @@ def train_run(train: str, opts: list[str], work: Path, label: str, threads: int,
         cmd += ["--learners", str(learners)]
     if max_epochs:  # the same work whatever the load: each learner's epochs over its part
         cmd += ["--max-epochs", str(max_epochs)]
-    text, wall = run_cli(cmd, d / "train.log", timeout=budget * 4 + 900)
+    text, wall = run_cli(cmd, d / "train.log", timeout=budget * 4 + 900,
+                         experimental={"update_mode": update_mode} if update_mode else None)
     summ = read_summary(d / "summary.json") or {}
     x = summ.get("extra", {})
     solver = float(summ.get("seconds") or math.nan)
     layout = next((ln for ln in text.splitlines() if "learner process" in ln and "because" in ln),
                   None)
     return {"label": label, "threads": threads, "algorithm": algorithm or "default",
-            "learners": learners, "wall": wall, "solver_seconds": solver,
+            "learners": learners, "update_mode": update_mode, "wall": wall,
+            "solver_seconds": solver,
             "setup": wall - solver if math.isfinite(solver) else None,
             "cpu_percent": x.get("cpu_average"), "cpu_of_percent": 100 * threads,
             "stop_reason": summ.get("stop_reason"), "learner_processes": x.get("learners"),

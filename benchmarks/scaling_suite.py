@@ -109,15 +109,32 @@ def budget_of(corpus: str, p: int, scale: float) -> float:
     return max(3.0, BUDGET.get(corpus, 30.0) * BUDGET_SHARE.get(p, 0.35) * scale)
 
 
-def corpus_table(runs: dict[int, dict]) -> dict:
+def corpus_table(runs: dict[int, dict], modes: dict[str, dict[int, dict]] | None = None
+                 ) -> dict:
     """The issue's per-corpus figures from the runs (p → :func:`inflation.train_run` with its
     rows evaluated): f* the lowest primal of all; per p (as a string key) speed-up, time to
-    1%, wall, set-up, CPU, throughput and inflation (None where 1% was not reached)."""
-    fstar = min(r["primal"] for run in runs.values() for r in run["rows"]
+    1%, wall, set-up, CPU, throughput and inflation (None where 1% was not reached).
+    ``modes``: runs with another update mode of the several learners (mode → p → run), whose
+    figures go to ``update_modes[mode]`` in the same form, against the same f* and p = 1."""
+    every = [*runs.values(), *(r for m in (modes or {}).values() for r in m.values())]
+    fstar = min(r["primal"] for run in every for r in run["rows"]
                 if r.get("primal") is not None and math.isfinite(r["primal"]))
+    base = work_to_gap(runs[1]["rows"], fstar) if 1 in runs else None
+    out = _figures(runs, fstar, base)
+    out["fstar"] = fstar
+    if base is None:
+        out["note"] = ("1-DCD at p = 1 did not reach 1% of f* within its budget: no speed-up "
+                       "(raise --budget-scale)")
+    if modes:
+        out["update_modes"] = {m: _figures(r, fstar, base) for m, r in modes.items()}
+    return out
+
+
+def _figures(runs: dict[int, dict], fstar: float, base: dict | None) -> dict:
+    """:func:`corpus_table`'s figures of ``runs`` (p → run) against f* and p = 1's crossing
+    ``base`` (:func:`inflation.work_to_gap`)."""
     at = {p: work_to_gap(run["rows"], fstar) for p, run in runs.items()}
     out: dict = {k: {} for k in KEYS}
-    base = at.get(1)
     for p, run in sorted(runs.items()):
         a, key = at[p], str(p)
         out["time_to_1pct"][key] = a["seconds"] if a else None
@@ -131,13 +148,10 @@ def corpus_table(runs: dict[int, dict]) -> dict:
         out["throughput"][key] = d["throughput"] if d and math.isfinite(d["throughput"]) \
             else None
         out["inflation"][key] = d["inflation"] if d and math.isfinite(d["inflation"]) else None
-    out["fstar"] = fstar
     out["runs"] = {str(p): {k: run.get(k) for k in (
         "algorithm", "learners", "learner_processes", "layout_line", "solver_seconds",
-        "stop_reason", "cpu_of_percent")} | {"work_at_1pct": at[p]} for p, run in runs.items()}
-    if base is None:
-        out["note"] = ("1-DCD at p = 1 did not reach 1% of f* within its budget: no speed-up "
-                       "(raise --budget-scale)")
+        "stop_reason", "cpu_of_percent", "update_mode")} | {"work_at_1pct": at[p]}
+        for p, run in runs.items()}
     return out
 
 
@@ -158,7 +172,10 @@ def warm_up(train: str, opts: list[str], work: Path) -> float:
 
 
 def run_corpus(name: str, train: str, test: str | None, opts: list[str], threads: list[int],
-               scale: float, work: Path, every: float, quiet: bool) -> dict:
+               scale: float, work: Path, every: float, quiet: bool,
+               modes: tuple[list[str], list[int]] = ([], [])) -> dict:
+    """The runs of one corpus at each p, evaluated; ``modes``: (update modes, the p at which
+    each also runs with ``--learners p``: :func:`corpus_table`'s ``update_modes``)."""
     warm = warm_up(train, opts, work / name)
     say(f"{name}: warm-up (kernels compiled or loaded, untimed) {warm:.0f} s", quiet)
     runs: dict[int, dict] = {}
@@ -171,10 +188,20 @@ def run_corpus(name: str, train: str, test: str | None, opts: list[str], threads
         say(f"  {r['stop_reason']} after {r['solver_seconds']:.1f} s of {r['wall']:.1f} s; CPU "
             f"{r['cpu_percent']}% of {100 * p}%" + (f"; {r['layout_line']}" if r["layout_line"]
                                                    else ""), quiet)
+    extra: dict[str, dict[int, dict]] = {}
+    for mode in modes[0]:
+        for p in (q for q in modes[1] if q >= 2):
+            b = budget_of(name, p, scale)
+            say(f"{name}: p = {p} learners, update mode {mode}, {b:.0f} s", quiet)
+            r = train_run(train, opts, work / name, f"p{p}-{mode}", p, "demi-dcd", str(p), b,
+                          every, update_mode=mode)
+            extra.setdefault(mode, {})[p] = r
+            say(f"  {r['stop_reason']} after {r['solver_seconds']:.1f} s", quiet)
     say(f"{name}: evaluating the snapshots", quiet)
-    evaluate_all(list(runs.values()), train, test, opts, max(1, (os.cpu_count() or 2) // 2),
-                 min(1.0, 2 * every), SNAPSHOT_CAP.get(name))
-    out = corpus_table(runs)
+    evaluate_all([*runs.values(), *(r for m in extra.values() for r in m.values())], train,
+                 test, opts, max(1, (os.cpu_count() or 2) // 2), min(1.0, 2 * every),
+                 SNAPSHOT_CAP.get(name))
+    out = corpus_table(runs, extra)
     out["warm_up_seconds"] = warm
     return out
 
@@ -291,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-merge", action="store_true",
                     help="replace the output file instead of merging into it (same commit)")
     ap.add_argument("--quick", action="store_true", help="dry run: p = 1, 2, tiny budgets")
+    ap.add_argument("--modes", default="",
+                    help="the several learners' experimental update modes (plain, atomic, hot) "
+                         "to run too, with --learners p, at each p of --modes-at")
+    ap.add_argument("--modes-at", default="", help="the p of --modes (default: the largest p)")
     ap.add_argument("--work-dir")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -303,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         threads = [p for p in threads if p <= 2] or [1, 2]
         a.budget_scale = min(a.budget_scale, 0.3)
         a.crf_iterations = min(a.crf_iterations, 4)
+    modes = ([m.strip() for m in a.modes.split(",") if m.strip()],
+             [int(x) for x in a.modes_at.split(",") if x.strip()] or [max(threads)])
     out = Path(a.out) if a.out else RESULTS / ("scaling_quick.json" if a.quick
                                                else "scaling16.json")
     if out.name == "scaling16.json" and cores < 16:
@@ -347,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 res["corpora"][name] = {"skipped": msg, **{k: {} for k in KEYS}}
                 continue
             res["corpora"][name] = run_corpus(name, *paths, threads, a.budget_scale,
-                                              work, a.snapshot_every, a.quiet)
+                                              work, a.snapshot_every, a.quiet, modes)
             write_json(out, res)  # what is measured so far survives a later failure
         for name in (x.strip() for x in a.crf.split(",") if x.strip()):
             src = {"spanish": data / "conll2002", "conll2000": data / "conll2000"}.get(name)

@@ -588,3 +588,22 @@ def test_partial_labels_time_to_final_accuracy():
                  "last_seconds": 6.0}
     assert pl.time_to_final(curve, 0.2)["seconds_to_final"] == 2.0
     assert pl.time_to_final([(1.0, 50.0)], 0.1)["seconds_to_final"] == 1.0
+
+
+def test_experimental_cli_sets_the_engine_settings_then_runs_the_command(monkeypatch, capsys):
+    """benchmarks/experimental_cli.py (scaling.py --modes): the named EXPERIMENTAL fields are
+    set before the command runs; an unknown one, or no ``--``, is refused with status 2."""
+    from demidcd.parallel.experimental import EXPERIMENTAL
+
+    xcli = importlib.import_module("experimental_cli")
+    monkeypatch.setattr(EXPERIMENTAL, "update_mode", "plain")
+    monkeypatch.setattr(EXPERIMENTAL, "rebuild_every", 5.0)
+    seen = []
+    monkeypatch.setattr("demidcd.cli.main", lambda argv: seen.append(
+        (argv, EXPERIMENTAL.update_mode, EXPERIMENTAL.rebuild_every)) or 0)
+    assert xcli.main(["update_mode=hot", "rebuild_every=2", "--", "train", "--threads", "2"]) == 0
+    assert seen == [(["train", "--threads", "2"], "hot", 2.0)]
+    assert xcli.main(["no_such=1", "--", "train"]) == 2
+    assert xcli.main(["update_mode=hot", "train"]) == 2
+    assert len(seen) == 1
+    assert common.demidcd_cmd({"update_mode": "hot"})[-2:] == ["update_mode=hot", "--"]
