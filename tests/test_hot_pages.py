@@ -1,4 +1,4 @@
-"""The hot mode's private pages of the shared w (demidcd.parallel.hot_pages): private until
+"""The hot mode's private pages of the shared w (demidcd.solvers.hot_pages): private until
 merged, every change merged once (w = the serial sum after K processes' random adds), the pages
 chosen by how many records touch them."""
 
@@ -6,9 +6,9 @@ import multiprocess as mp
 import numpy as np
 from numba import njit
 
-from demidcd.parallel.hot_pages import PAGE_ENTRIES, PrivatePages, hot_pages
 from demidcd.primitives.records import RecordBatch
 from demidcd.primitives.shm import SharedArena
+from demidcd.solvers.hot_pages import PAGE_ENTRIES, PrivatePages, hot_pages
 from demidcd.solvers.phi_pool import atomic_add
 
 CTX = mp.get_context("fork")

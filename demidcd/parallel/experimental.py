@@ -9,7 +9,7 @@ default is what a user's run does.
   (:mod:`demidcd.parallel.coordinator`) write the shared w: ``"plain"`` loads and stores (the
   default; a lost update is repaired at the next rebuild), ``"atomic"`` adds from the start, or
   ``"hot"``: the pages of w nearly every φ writes private to each learner and merged by atomic
-  adds, the rest atomic adds, no periodic rebuild (:mod:`demidcd.parallel.hot_pages`).
+  adds, the rest atomic adds, no periodic rebuild (:mod:`demidcd.solvers.hot_pages`).
 * ``rebuild_every``: seconds between the coordinator's periodic rebuilds of w = Σ α φ
   (:data:`~demidcd.parallel.coordinator.REBUILD_EVERY`; tests shorten it to see many).
 * ``check_rebuild``: after the final rebuild each learner also sums its α φ sequentially into

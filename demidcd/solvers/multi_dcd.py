@@ -24,7 +24,7 @@ on one shared w" and "Evidence behind the defaults and design choices"). Private
 most-touched pages, exchanged with the shared w every block of updates, raised throughput with
 atomic adds but made the learners read stale values and were slower with plain stores, so they
 are not used.
-A third mode, ``"hot"`` (:mod:`demidcd.parallel.hot_pages`), keeps the few pages of w nearly
+A third mode, ``"hot"`` (:mod:`demidcd.solvers.hot_pages`), keeps the few pages of w nearly
 every φ writes (transitions, bias, the most frequent features) private to each learner, merged by
 atomic adds between blocks of work, and adds atomically elsewhere: no update is lost, so there is
 no periodic rebuild; at p = 2 it was slower than plain stores (benchmarks/README.md, "Where p = 2
@@ -84,7 +84,6 @@ from ..parallel.coordinator import (
     warm_up_kernels,
 )
 from ..parallel.experimental import EXPERIMENTAL
-from ..parallel.hot_pages import PrivatePages, merge_pages, sample_hot_pages
 from ..primitives.records import RecordBatch
 from ..primitives.seqlock import load_word, store_word
 from ..primitives.vectors import dot
@@ -93,6 +92,7 @@ from . import kernels as KK
 from .activeset import ActiveSets, SweepPlan
 from .common import Callback, Clock, SolverConfig, StopRequest, TrainResult, objective, stop_reason
 from .dcd import begin
+from .hot_pages import PrivatePages, merge_pages, sample_hot_pages
 from .state import DualState, Start, empty_state, merge_parts, state_w
 
 BLOCK = 256  # examples per update call between command polls (a pause waits at most one)
@@ -146,7 +146,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
     ``start``: the prior and/or saved state (:mod:`.state`): a learner's first start loads the
     saved structures of its part (the coordinator has set w = w₀ + Σ α φ); a restarted one
     begins empty, as ever. ``state_dir``: where the STATE command writes part k's state.
-    ``pages``: the hot mode's private pages of w (:mod:`~demidcd.parallel.hot_pages`)."""
+    ``pages``: the hot mode's private pages of w (:mod:`~demidcd.solvers.hot_pages`)."""
 
     def body(g: M.LearnerGroup, k: int) -> None:
         cfg, w, part = config, g.w, g.parts[k]

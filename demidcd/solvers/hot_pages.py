@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from ..primitives.records import RecordBatch
-from ..solvers.phi_pool import atomic_add
+from .phi_pool import atomic_add
 
 __all__ = ["HOT_SHARE", "MAX_PAGES", "PAGE_ENTRIES", "PrivatePages", "hot_pages",
            "merge_pages"]
