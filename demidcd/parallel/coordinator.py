@@ -125,7 +125,7 @@ class Coordinator:
     """K learner processes running ``body(group, k)`` on one shared w (module docstring).
 
     ``base``: w₀, what w is before Σ α φ is added (empty: 0). ``mode``: the learners' update
-    mode, ``"plain"`` or ``"atomic"`` (:mod:`.experimental`)."""
+    mode, ``"plain"``, ``"atomic"`` or ``"hot"`` (:mod:`.experimental`)."""
 
     def __init__(self, n_examples: int, costs: np.ndarray, dim: int, k: int,
                  body: Callable[[LearnerGroup, int], None], seed: int,
