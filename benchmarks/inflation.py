@@ -194,17 +194,18 @@ def corpus_paths(name: str, data_dir: Path) -> tuple[str, str, list[str]] | None
 
 def measure_inflation(train: str, test: str | None, opts: list[str], ks: list[int],
                       budget: float, every: float, work: Path, quiet: bool,
-                      epochs: int | None = None, one_learner: list[int] | None = None) -> dict:
+                      epochs: int | None = None, one_learner: list[int] | None = None,
+                      update_mode: str | None = None) -> dict:
     """1-DCD and K learners for each K in ``ks`` on one corpus, each stopped after ``epochs``
     epochs (each learner's, over its part: the same work whatever the machine's load) or
     ``budget`` seconds; the counts at 1% gap and the work inflation of each K (module
-    docstring)."""
+    docstring). ``update_mode``: the K learners' experimental update mode (None: default)."""
     runs = {"1": train_run(train, opts, work, "dcd", 1, "dcd", None, budget, every,
                            max_epochs=epochs)}
     say(f"  1-DCD: {runs['1']['stop_reason']} after {runs['1']['solver_seconds']:.1f} s", quiet)
     for k in ks:
         runs[str(k)] = r = train_run(train, opts, work, f"K{k}", k, "demi-dcd", str(k), budget,
-                                     every, max_epochs=epochs)
+                                     every, max_epochs=epochs, update_mode=update_mode)
         say(f"  K={k}: {r['stop_reason']} after {r['solver_seconds']:.1f} s, CPU "
             f"{r['cpu_percent']}% of {100 * k}%", quiet)
     for p in one_learner or ():  # DEMI-DCD's one learner and p − 1 workers ("1L" + p)
@@ -296,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                          "results named NAME_quick")
     ap.add_argument("--summarise-only", metavar="WORK_DIR",
                     help="no runs: summarise the runs a --work-dir kept (one folder per corpus)")
+    ap.add_argument("--update-mode", choices=("plain", "atomic", "hot"),
+                    help="the K learners' experimental update mode (default: the engine's)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     ks = sorted({int(x) for x in a.K.split(",") if x.strip()})
@@ -307,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                  "command": "python benchmarks/inflation.py " + " ".join(
                      argv if argv is not None else sys.argv[1:]),
                  "budget_seconds": a.budget, "epochs": a.epochs, "K": ks, "corpora": {},
+                 "update_mode": a.update_mode,
                  "skipped": {},
                  "note": ("K learner processes time-share this machine's cores: the work "
                           "(updates + inferences to 1% gap) is what is measured; times, CPU "
@@ -342,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {epochs.get(c) or 'no'} epoch limit", a.quiet)
             res["corpora"][c] = measure_inflation(
                 tr, te, opts, ks, a.budget, a.snapshot_every, work / c, a.quiet,
-                epochs.get(c) or None, [int(x) for x in a.one_learner.split(",") if x.strip()])
+                epochs.get(c) or None, [int(x) for x in a.one_learner.split(",") if x.strip()],
+                a.update_mode)
             res["corpora"][c]["epochs"] = epochs.get(c)
     finally:
         if not a.work_dir:
