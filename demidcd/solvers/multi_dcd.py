@@ -69,7 +69,6 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from numba import njit
 
 from ..parallel import multi as M
 from ..parallel.coordinator import (
@@ -124,19 +123,6 @@ class _PartPlan(SweepPlan):
         pg = self.act.ex_pg[self.part]
         k = min(int(self.skip * pg.shape[0]), pg.shape[0] - 1)
         return float(np.partition(pg, k)[k])
-
-
-@njit(cache=True, nogil=True)
-def count_violators(w, alpha_sum, C, tol, ex, delta, ptr, idx, val):
-    """Records whose violation Δ − w·φ − A_i/(2C) (Eq. 11), recomputed with the float64 ``w``,
-    exceeds ``tol``."""
-    inv2c = 1.0 / (2.0 * C)
-    out = 0
-    for r in range(ex.shape[0]):
-        v = delta[r] - KK.sparse_dot(w, idx, val, ptr[r], ptr[r + 1]) - alpha_sum[ex[r]] * inv2c
-        if v > tol:
-            out += 1
-    return out
 
 
 def _learner_body(task: Task, config: SolverConfig, mode: str,
@@ -250,13 +236,10 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
                     break
                 t_inf += time.perf_counter() - t
                 violators += task.unproven - u0
-                if len(batch):
-                    if act.l1:  # ξ̂ refreshed with the current w (as insert needs)
-                        violators += int((act.violation(batch) > cfg.tol).sum())
-                    else:
-                        violators += count_violators(w, act.alpha_sum, cfg.C, cfg.tol,
-                                                     batch.ex, batch.delta, batch.ptr,
-                                                     batch.idx, batch.val)
+                if len(batch):  # the margins of the w inference read (the other learners'
+                    # updates since: a stale count only moves when a certificate is tried,
+                    # and the certificate itself runs on the paused, rebuilt w)
+                    violators += int((act.violation(batch) > cfg.tol).sum())
                     st[M.ADMITTED] += act.insert(batch).admitted
                 u = act.update(chunk)
                 pass_pg = max(pass_pg, u.max_pg)
@@ -310,7 +293,6 @@ def warm_up_shared(dim: int, loss: str, b: RecordBatch) -> None:
     KK.add_alpha_phi(w, act.slots, act.count, act.s_ptr, act.s_len, act.s_f, act.p_idx,
                      act.p_val, True)
     act.max_pg(np.zeros(1, np.int64))
-    count_violators(w, act.alpha_sum, 1.0, 0.0, b.ex, b.delta, b.ptr, b.idx, b.val)
     merge_pages(w, w, np.zeros(1), np.array([[0, 1]], np.int64))
     warm_up_kernels(w)
 
