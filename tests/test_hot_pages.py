@@ -4,27 +4,20 @@ chosen by how many records touch them."""
 
 import multiprocess as mp
 import numpy as np
-from numba import njit
 
 from demidcd.primitives.records import RecordBatch
 from demidcd.primitives.shm import SharedArena
 from demidcd.solvers.hot_pages import PAGE_ENTRIES, PrivatePages, hot_pages
-from demidcd.solvers.phi_pool import atomic_add
+from demidcd.solvers.phi_pool import atomic_axpy
 
 CTX = mp.get_context("fork")
-
-
-@njit(cache=True)
-def _adds(w, idx, val, lo, hi):
-    for q in range(lo, hi):
-        atomic_add(w, idx[q], val[q])
 
 
 def _writer(w, name, pages, idx, val, every):
     pp = PrivatePages(w, name, pages)
     pp.privatize()
     for s in range(0, idx.shape[0], every):
-        _adds(w, idx, val, s, min(s + every, idx.shape[0]))
+        atomic_axpy(w, 1.0, idx, val, s, min(s + every, idx.shape[0]))
         pp.merge()
     pp.share()
     pp.close()
@@ -70,7 +63,7 @@ def test_k_processes_merged_adds_equal_the_serial_sum(shm_guard):
     arena = SharedArena()
     try:
         w = arena.create("w", (dim,), np.float64)
-        _adds(np.zeros(1), np.zeros(1, np.int64), np.zeros(1), 0, 1)  # compiled before forking
+        atomic_axpy(np.zeros(1), 1.0, np.zeros(1, np.int64), np.zeros(1), 0, 1)  # compiled
         procs = [CTX.Process(target=_writer, args=(w, arena.segment_name("w"), pages, idx, val,
                                                    1)) for idx, val in parts]
         for p in procs:

@@ -35,6 +35,7 @@ learn, with no w̄ to publish and no records to drain (see :mod:`.transport`).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -131,7 +132,8 @@ class Coordinator:
                  body: Callable[[LearnerGroup, int], None], seed: int,
                  log: Callable[[str], None], debug: bool, base: np.ndarray, mode: str):
         self.check = EXPERIMENTAL.check_rebuild
-        self.rebuild_every = float(EXPERIMENTAL.rebuild_every)
+        # the hot mode loses no update: nothing for a periodic rebuild to repair
+        self.rebuild_every = math.inf if mode == "hot" else float(EXPERIMENTAL.rebuild_every)
         self.k, self.log, self.base, self.mode = k, log, base, mode
         self.group = LearnerGroup(n_examples, costs, dim, k, body, seed, log, debug,
                                   arrays={"mark": (mark_array(dim).shape, np.uint8),

@@ -37,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from ..primitives.records import RecordBatch
+from ..tasks.base import Task
 from .phi_pool import atomic_add
 
 __all__ = ["HOT_SHARE", "MAX_PAGES", "PAGE_ENTRIES", "PrivatePages", "hot_pages",
@@ -88,11 +89,11 @@ def hot_pages(batches: Iterable[RecordBatch], dim: int, share: float = HOT_SHARE
     return hot
 
 
-def sample_hot_pages(task, dim: int) -> np.ndarray:
+def sample_hot_pages(task: Task) -> np.ndarray:
     """:func:`hot_pages` of the records of loss-augmented inference at w = 0 on the first
-    :data:`SAMPLE` examples of ``task`` (a :class:`~demidcd.tasks.base.Task`)."""
+    :data:`SAMPLE` examples of ``task``."""
     sample = np.arange(min(task.n_examples, SAMPLE), dtype=np.int64)
-    return hot_pages([task.loss_augmented(np.zeros(dim), sample)], dim)
+    return hot_pages([task.loss_augmented(np.zeros(task.dim), sample)], task.dim)
 
 
 class PrivatePages:
@@ -117,7 +118,6 @@ class PrivatePages:
                               for a, b in runs], np.int64).reshape(-1, 2)
         self.base = np.zeros(int((self.runs[:, 1] - self.runs[:, 0]).sum()))
         self.private = False
-        self.merges = 0
 
     def _remap(self, private: bool) -> None:
         rw = mmap.PROT_READ | mmap.PROT_WRITE
@@ -149,7 +149,6 @@ class PrivatePages:
         """Add this learner's changes to the shared pages since the last merge; read theirs."""
         if self.private:
             merge_pages(self.w, self.shared, self.base, self.runs)
-            self.merges += 1
 
     def share(self) -> None:
         """Merge, then map the pages shared again (before a command: w is then one array)."""

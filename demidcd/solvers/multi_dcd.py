@@ -157,7 +157,7 @@ def _learner_body(task: Task, config: SolverConfig, mode: str,
         blocks = [0]
 
         pp = PrivatePages(w, g.arena.segment_name("w"), pages) \
-            if mode == "hot" and pages is not None and len(pages) else None
+            if pages is not None and len(pages) else None
 
         def run(code: int) -> None:
             if pp is not None:  # w is one shared array while the learners are paused
@@ -329,7 +329,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     cnt = {"certifications": 0}
     drift_log: list[tuple[float, float, int]] = []  # (seconds, drift, entries with drift)
     history: list[dict] = []
-    pages = sample_hot_pages(task, dim) if mode == "hot" else None
+    pages = sample_hot_pages(task) if mode == "hot" else None
     co = Coordinator(task.n_examples, task.costs(), dim, k,
                      _learner_body(task, config, mode, start, state_dir, pages), config.seed, log,
                      debug, base=np.zeros(0) if prior is None else prior, mode=mode)
@@ -344,13 +344,11 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
-    if pages is None:
-        log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
-            f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s")
-    else:
-        log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), "
-            f"atomic adds to one shared w but for {len(pages)} hot pages private to each "
-            "learner, merged by atomic adds between blocks of work; no periodic rebuild")
+    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), " + (
+        f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s"
+        if pages is None else f"atomic adds to one shared w but for {len(pages)} hot pages "
+        "private to each learner, merged by atomic adds between blocks of work; no periodic "
+        "rebuild"))
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
@@ -469,7 +467,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                 co.rebuilt(clock.elapsed())
                 tail("the time limit is near")
                 resume()
-            elif mode != "hot" and co.periodic_due(clock.elapsed()):
+            elif co.periodic_due(clock.elapsed()):
                 paused = clock.elapsed()
                 record(rebuild())
                 co.rebuilt(clock.elapsed(), began=paused)
