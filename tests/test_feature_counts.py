@@ -10,8 +10,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from demidcd.tasks.chain.feature_counts import frequency_order
-from demidcd.tasks.chain.features import SequenceFeaturizer
+from demidcd.tasks.chain.feature_counts import (
+    _summed_rows,
+    base_counts,
+    frequency_order,
+    kept_features,
+    merge_base_counts,
+)
+from demidcd.tasks.chain.features import SequenceFeaturizer, _types, split_attributes
+from demidcd.tasks.chain.part_tables import encode_part_tokens, part_tables
 
 WORDS = ["the", "The", "THE", "a|b", "A|B", "a", "b|c", "b", "c", "|", "||", "<s>", "</s>",
          "<S>", "New-York", "3.14", "café", "CAFÉ", "Émile", "x", "-", "A1"]
@@ -86,3 +93,64 @@ def test_frequency_order_breaks_ties_by_string():
     names = ["b", "a", "c|d", "é", "A", "c"]
     counts = np.array([2, 2, 5, 2, 1, 5])
     assert frequency_order(names, counts) == ["c", "c|d", "a", "b", "é", "A"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n_attr", [0, 2])
+@pytest.mark.parametrize("n_parts", [2, 3, 5])
+def test_parts_counts_merged_give_the_whole_corpus_dictionary_and_encoding(seed, n_attr,
+                                                                           n_parts):
+    """A set-up in parts counts each part (:func:`base_counts`, no feature string but the
+    words' own) and merges: the counts, and so the kept features, are the whole corpus', and
+    each part encoded from numbers alone (:mod:`~demidcd.tasks.chain.part_tables`) gets the
+    serial encoding's rows (words and values holding ``|``, ``<s>``, case variants; parts may
+    be empty)."""
+    X, feats = _sentences(seed, n_attr)
+    counts = Counter(f for sent in feats for tok in sent for f in tok)
+    fz = SequenceFeaturizer()
+    cuts = sorted(random.Random(seed).choices(range(len(X) + 1), k=n_parts - 1))
+    cuts = [0, *cuts, len(X)]
+    parts, typed = [], []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        words, attrs, _ = split_attributes(X[a:b]) if n_attr else (X[a:b], None, 0)
+        typed.append(_types(words))
+        parts.append(base_counts(*typed[-1], attrs, n_attr, fz._word_features))
+    merged, maps = merge_base_counts([c for c, _ in parts])
+    for min_count in (1, 2, 4):
+        names, got, kept = kept_features(merged, min_count)
+        assert len(set(names)) == len(names)
+        assert dict(zip(names, got.tolist(), strict=True)) == \
+            {f: c for f, c in counts.items() if c >= min_count}
+        serial = SequenceFeaturizer(min_count=min_count).fit(X)
+        final = np.full(len(names), -1, np.int64)
+        index = {f: i for i, f in enumerate(serial.features)}
+        final[:] = [index[f] for f in names]
+        whole = serial.transform(X)
+        for (a, b), (sent_ptr, tok_type, _), (_, ids), tables in zip(
+                zip(cuts, cuts[1:], strict=False), typed, parts,
+                part_tables(merged, kept, final, maps), strict=True):
+            ptr, idx = encode_part_tokens(sent_ptr, tok_type, ids, tables)
+            t0, t1 = whole.sent_ptr[a], whole.sent_ptr[b]
+            assert ptr.tolist() == (whole.feat_ptr[t0:t1 + 1] - whole.feat_ptr[t0]).tolist()
+            assert idx.tolist() == whole.feat_idx[whole.feat_ptr[t0]:whole.feat_ptr[t1]].tolist()
+
+
+@pytest.mark.parametrize("width", [3, 4])
+def test_summed_rows_of_parts_against_a_counter(width):
+    """The merge of the parts' n-gram rows (ids mapped, counts summed) by int64 keys and,
+    where a key would not fit, by rows: both against a Counter."""
+    rng = np.random.default_rng(width)
+    grams, maps, expect = [], [], Counter()
+    for _ in range(3):
+        n_local = int(rng.integers(3, 9))
+        ids = rng.permutation(12)[:n_local]  # the part's values among the merged 12
+        rows = np.unique(np.column_stack([rng.integers(0, 4, 40)] + [
+            rng.integers(0, n_local, 40) for _ in range(width - 1)]), axis=0)
+        counts = rng.integers(1, 5, rows.shape[0])
+        grams.append((rows, counts))
+        maps.append(ids)
+        for r, c in zip(rows.tolist(), counts.tolist(), strict=True):
+            expect[(r[0], *(int(ids[v]) for v in r[1:]))] += c
+    for radix in (12, 2**31):  # (2**31: 8·radix² passes 2**62, the rows' way)
+        rows, counts = _summed_rows(list(grams), maps, radix)  # (it spends its list)
+        assert dict(zip(map(tuple, rows.tolist()), counts.tolist(), strict=True)) == expect

@@ -381,18 +381,15 @@ def test_cli_parts_name_a_bad_line_as_the_serial_reader(tmp_path):
     assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
 
 
-@needs_fork
-def test_builtin_features_set_up_serially_unless_asked(monkeypatch):
-    """The built-in features' parts doubled the set-up's peak for a tenth of its CPU time
-    (parts.BUILTIN_PARTS): they set up serially; a template and feature dicts take parts."""
-    import demidcd.estimators.parts as parts
+def test_what_sets_up_in_parts():
+    """Every feature kind of the sequence tagger sets up in parts (the built-in features
+    since their parts count words, not feature strings); a resume or a warm start does not
+    (their vocabulary is the saved model's)."""
+    from demidcd.estimators.parts import parts_supported
 
-    assert not parts.parts_pay(SequenceTagger())
-    assert not parts.parts_pay(SequenceTagger(), "columns")
-    assert parts.parts_pay(SequenceTagger(), "dict")
-    assert parts.parts_pay(SequenceTagger(template="pos"))
-    monkeypatch.setattr(parts, "BUILTIN_PARTS", True)
-    assert parts.parts_pay(SequenceTagger())
+    assert parts_supported(SequenceTagger())
+    assert parts_supported(SequenceTagger(template="pos"))
+    assert not parts_supported(SequenceTagger(resume="m.npz"))
 
 
 def test_token_slices_balance_tokens_and_leave_none_empty():

@@ -271,11 +271,11 @@ def _trained(args, peak) -> int:
         :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
         up serially)."""
         from ..errors import PartialLabelError
-        from ..estimators.parts import PartsUnsupported, parts_pay, prepare_fit_parts
+        from ..estimators.parts import PartsUnsupported, parts_supported, prepare_fit_parts
 
         cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
         if cores < 2 or not options.train or options.split_test is not None or \
-                not hasattr(spec, "read_part") or not parts_pay(est):
+                not hasattr(spec, "read_part") or not parts_supported(est):
             return None
         from ..io.shards import byte_ranges
         from ..io.tagged import first_columns_state

@@ -46,7 +46,7 @@ import numpy as np
 from ..io.shards import ByteRange
 from ..io.tagged import read_tagged, read_tagged_part
 from ..primitives.monitor import CpuMonitor
-from ..primitives.pages import fixed_malloc_thresholds, release_library_pages
+from ..primitives.pages import fixed_malloc_thresholds, release_library_pages, trim_heap
 from ..solvers import warm_up
 from ..solvers.cocoa import LocalPart, coordinate_sigma, warm_kernels
 from ..tasks.chain.features import EncodedSequences, SequenceFeaturizer
@@ -62,16 +62,6 @@ COMMIT_COST_RATIO = 4.0  # CoCoA+: rounds, not local epochs, set the pace), and 
 
 
 TRIM_SECONDS = 2.0  # the training thread hands freed heap back this often (malloc_trim)
-
-
-def _trim() -> None:
-    """glibc's malloc_trim(0), where there is one."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _warm_setup() -> None:
@@ -204,7 +194,7 @@ class ClusterNode:
         self.F, self.K = F, len(classes)
         self.X = self.Y = self.f = None
         gc.collect()
-        _trim()  # the set-up's freed heap back to the system (it stays resident otherwise)
+        trim_heap()  # the set-up's freed heap back to the system (it stays resident otherwise)
         codes = None
         if pairs and self.enc.n_sentences:
             off, lab = seen_pairs(self.enc, self.y, self.F, self.K)
@@ -477,7 +467,7 @@ class ClusterNode:
                     last = time.perf_counter()
                     cost = last - now
                 if now - trimmed >= TRIM_SECONDS:  # the messages' freed heap (Ray's
-                    _trim()  # threads' arenas too) back to the system
+                    trim_heap()  # threads' arenas too) back to the system
                     trimmed = time.perf_counter()
         except BaseException:  # noqa: BLE001 - reported to the driver by pull
             with self.cv:

@@ -33,6 +33,7 @@ context over the whole text).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import time
 from collections import Counter
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..parallel.forked import fork_stages
+from ..primitives.pages import trim_heap
 from ..tasks.chain.partial import encode_partial, has_partial, partial_counts
 from .base import check_sentences, check_tags, token_kind
 
@@ -103,25 +105,6 @@ def parts_supported(est: Any) -> bool:
     if not hasattr(est, "_label_summary"):  # (a sequence tagger's hooks)
         return False
     return getattr(est, "_template", "base") == "base" or est.template is not None
-
-
-BUILTIN_PARTS = False
-"""Whether the built-in features (``template="base"``) set up in parts outside
-:func:`prepare_fit_parts`'s own callers' tests. Off: their parts format every feature string
-of their tokens before the cut-off, so on a million synthetic tokens with 83 tags the set-up
-peaked at 954 MiB (PSS, the whole process tree) in 2 parts against 530 MiB serially, for about
-a tenth of its CPU time (benchmarks/README.md, "Set-up in parts"); templates and feature dicts,
-whose counting scales, take the parts. On once parts merge word types before they format
-features."""
-
-
-def parts_pay(est: Any, kind: str | None = None) -> bool:
-    """Whether a set-up in parts is worth it for ``est`` (:func:`parts_supported`) on tokens
-    of ``kind`` (``"dict"``: feature dicts; None or ``"columns"``: words): a template or feature
-    dicts, or the built-in features where :data:`BUILTIN_PARTS` says so."""
-    if not parts_supported(est):
-        return False
-    return est.template is not None or kind == "dict" or BUILTIN_PARTS
 
 
 def concat_encoded(encs: list[Any]) -> Any:
@@ -239,6 +222,9 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
                "n_tokens": sum(map(len, Y)),
                "partial": partial_counts(Y) if has_partial(Y) else (0, 0),
                "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
+        del X
+        gc.collect()  # (the part's token strings: freed, and their pages handed back while
+        trim_heap()  # the merge runs; what stage 2 needs is arrays)
         out["cpu"] = time.process_time() - c0
         return out
 

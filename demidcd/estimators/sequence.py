@@ -256,7 +256,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         from .parts import (
             PARTS_MIN_TOKENS,
             PartsUnsupported,
-            parts_pay,
+            parts_supported,
             prepare_fit_parts,
             token_slices,
         )
@@ -264,7 +264,7 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
         n = self.threads if isinstance(self.threads, int) else 1  # (checked later, once)
         if n < 2 or not hasattr(os, "fork") or not isinstance(X, list | tuple) or \
                 not isinstance(Y, list | tuple) or len(X) != len(Y) or \
-                not parts_pay(self, token_kind(X)):
+                not parts_supported(self):
             return None
         cuts = token_slices(X, n, PARTS_MIN_TOKENS)
         if cuts is None:

@@ -74,7 +74,9 @@ def _child(k: int, first, second, out, inbox, up_w: int, down_r: int) -> None:
                     value = (_RAISED, (PartFailed, (f"part {k}: {type(e).__name__}: {e}",), {}))
             _send(out, value)
             os.write(up_w, value[0])
-            if value[0] == _RAISED:
+            failed = value[0] == _RAISED
+            del value  # (not kept while the merge runs)
+            if failed:
                 break
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent sees a failed child

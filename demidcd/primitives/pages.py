@@ -122,3 +122,12 @@ def release_tail(a: np.ndarray, start: int, end: int) -> int:
     if hi <= lo or madvise(lo, hi - lo, MADV_DONTNEED) != 0:
         return 0
     return hi - lo
+
+
+def trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``, where there is one: the heap's free pages back to the
+    system (a process's freed Python objects otherwise stay resident)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

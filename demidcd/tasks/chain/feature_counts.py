@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
+
+from ...io.shards import PackedStrings, merge_counts
 
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
@@ -145,12 +148,7 @@ def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
 def _key_rows(key: np.ndarray, radix: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_unique_rows` of the rows coded as ``key`` (sorted in place)."""
     uniq, counts = _unique_counts(key, in_place=True)
-    out = np.empty((uniq.shape[0], width), np.int64)
-    for c in range(width - 1, 0, -1):
-        out[:, c] = uniq % radix
-        uniq //= radix
-    out[:, 0] = uniq
-    return out, counts
+    return _decoded(uniq, radix, width), counts
 
 
 def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -165,38 +163,51 @@ def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...])
 
 class _Kept:
     """The features found so far with their counts (≥ min_count, or any count for the
-    strings that may still be summed: :meth:`add_summed`)."""
+    strings that may still be summed: :meth:`add_summed`). Each ``add`` returns where its
+    items went: their positions in :attr:`names` (−1: not kept)."""
 
     def __init__(self, min_count: int):
         self.min_count = min_count
         self.names: list[str] = []
         self.counts: list[np.ndarray] = []
 
-    def add(self, names: list[str], counts: np.ndarray) -> None:
-        """Features already known to be distinct from every other (counts not yet filtered)."""
+    def add(self, names: list[str] | PackedStrings, counts: np.ndarray) -> np.ndarray:
+        """Features already known to be distinct from every other (counts not yet filtered;
+        packed names are unpacked only where kept)."""
         keep = np.flatnonzero(counts >= self.min_count)
-        self.names.extend(names if len(keep) == len(names) else
-                          [names[i] for i in keep.tolist()])
+        pos = np.full(counts.shape[0], -1, np.int64)
+        pos[keep] = np.arange(len(self.names), len(self.names) + keep.shape[0])
+        if isinstance(names, PackedStrings):
+            self.names.extend(names.strings(keep))
+        else:
+            self.names.extend(names if len(keep) == len(names) else
+                              [names[i] for i in keep.tolist()])
         self.counts.append(counts[keep])
+        return pos
 
-    def add_summed(self, names: list[str], counts: np.ndarray) -> None:
+    def add_summed(self, names: list[str], counts: np.ndarray) -> np.ndarray:
         """Features whose strings may repeat (their counts are summed by string)."""
         total: dict[str, int] = {}
         for f, c in zip(names, counts.tolist(), strict=True):
             total[f] = total.get(f, 0) + c
-        self.add(list(total), np.fromiter(total.values(), np.int64, count=len(total)))
+        at = dict(zip(total, range(len(total)), strict=True))
+        pos = self.add(list(total), np.fromiter(total.values(), np.int64, count=len(total)))
+        return pos[np.fromiter(map(at.__getitem__, names), np.int64, count=len(names))]
 
     def ngrams(self, rows: np.ndarray, counts: np.ndarray, values: list[str],
-               easy: np.ndarray, prefixes: tuple[str, ...]) -> None:
+               easy: np.ndarray, prefixes: tuple[str, ...]) -> np.ndarray:
         """The n-gram features of the distinct ``rows`` (kind, value ids…) with ``counts``:
         ``prefixes[kind]`` and the values joined by ``|``; ``easy[v]``: value v holds no
         ``|`` (its n-grams' strings are unique)."""
         ok = easy[rows[:, 1:]].all(axis=1)
+        pos = np.full(rows.shape[0], -1, np.int64)
         sel = np.flatnonzero(ok & (counts >= self.min_count))
-        self.add(_ngram_names(rows[sel], values, prefixes), counts[sel])
+        pos[sel] = self.add(_ngram_names(rows[sel], values, prefixes), counts[sel])
         hard = np.flatnonzero(~ok)
         if hard.shape[0]:
-            self.add_summed(_ngram_names(rows[hard], values, prefixes), counts[hard])
+            pos[hard] = self.add_summed(_ngram_names(rows[hard], values, prefixes),
+                                        counts[hard])
+        return pos
 
     def result(self) -> tuple[list[str], np.ndarray]:
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
@@ -211,18 +222,59 @@ def _intern(values, first: tuple[str, ...] = (_BOS, _EOS)) -> tuple[dict[str, in
     return index, ids
 
 
-def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
-                        attrs: list[list[tuple]] | None, n_attr: int,
-                        word_features: Callable[[str], list[str]], min_count: int
-                        ) -> tuple[list[str], np.ndarray, tuple[list[str], np.ndarray,
-                                                                np.ndarray]]:
-    """(names, counts, own) of the ``base`` template's features firing on ≥ ``min_count`` of
-    the tokens (sentences ``sent_ptr``, token t of type ``types[tok_type[t]]``, attribute
-    columns ``attrs``), each counted once per token that fires it; ``word_features(word)``: a
-    word's own features, which ``own`` gives back as (strings, the string of each feature of
-    each type, in turn, as an index into them, how many each type has). Raises ValueError for
-    a word that holds a newline."""
-    kept = _Kept(min_count)
+@dataclass
+class Column:
+    """An attribute column's windows: its distinct ``values`` (``<s>`` 0, ``</s>`` 1), ``uni``
+    (int64[len(values), 5]: tokens with value v at offset o − 2) and the distinct bigram and
+    trigram rows (kind, value ids…) with their counts."""
+
+    values: list[str]
+    uni: np.ndarray
+    bi: tuple[np.ndarray, np.ndarray]
+    tri: tuple[np.ndarray, np.ndarray]
+
+
+@dataclass
+class BaseCounts:
+    """What a corpus, or one part of it, gives the ``base`` template's dictionary, in terms of
+    its distinct words, own-feature strings and attribute values only (no string per
+    feature of the other groups, none per token): the distinct own-feature strings and the
+    tokens that fire each; the lower-cased types (``<s>`` 0, ``</s>`` 1) with ``ctx``
+    (int64[len(lowers), 4], :func:`context_counts`) and the distinct word-bigram rows (kind,
+    a, b) over them with their counts; one :class:`Column` per attribute column.
+
+    Counts of consecutive parts of a corpus add up to the corpus' counts
+    (:func:`merge_base_counts`) since no feature looks past its sentence, so the dictionary
+    of :func:`kept_features` is the serial one."""
+
+    own: list[str] | PackedStrings
+    own_counts: np.ndarray
+    lowers: list[str]
+    ctx: np.ndarray
+    pairs: tuple[np.ndarray, np.ndarray]
+    columns: list[Column]
+
+
+@dataclass
+class PartIds:
+    """A corpus part's own ids, for encoding it once the dictionary is known
+    (:mod:`~demidcd.tasks.chain.part_tables`): its types' own features in turn as indices
+    into :attr:`BaseCounts.own` (``own_ids``; ``lens[k]`` of them for type k), each type's
+    lower-cased word (an index into :attr:`BaseCounts.lowers`), each token's value of each
+    attribute column (indices into :attr:`Column.values`)."""
+
+    own_ids: np.ndarray
+    lens: np.ndarray
+    low_of_type: np.ndarray
+    values: list[np.ndarray]
+
+
+def base_counts(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
+                attrs: list[list[tuple]] | None, n_attr: int,
+                word_features: Callable[[str], list[str]]) -> tuple[BaseCounts, PartIds]:
+    """(counts, ids) of the tokens of sentences ``sent_ptr``, token t of type
+    ``types[tok_type[t]]``, attribute columns ``attrs``. Raises ValueError for a word that
+    holds a newline."""
     n_types = len(types)
     type_count = np.bincount(tok_type, minlength=n_types)
 
@@ -244,43 +296,209 @@ def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[
     del index, setdefault
     own_ids = np.frombuffer(own_list, np.int64).copy() if own_list else np.zeros(0, np.int64)
     del own_list
-    pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * max(len(names), 1) + own_ids
+    width = max(len(names), 1)
+    pairs = np.repeat(np.arange(n_types, dtype=np.int64), lens) * width + own_ids
     pairs = _unique_counts(pairs, in_place=True)[0]  # a type's features once each
-    counts = np.bincount(pairs % max(len(names), 1),
-                         type_count[pairs // max(len(names), 1)].astype(np.float64), len(names))
-    kept.add(names, np.rint(counts).astype(np.int64))
-    own = (names, own_ids, lens)
+    own_counts = np.rint(np.bincount(pairs % width, type_count[pairs // width].astype(
+        np.float64), len(names))).astype(np.int64)
 
     # context words and word bigrams, over the lower-cased types (<s> 0, </s> 1)
     low_index, low_of_type = _intern(w.lower() for w in types)
     lowers = list(low_index)
     tok_low = low_of_type[tok_type] if n_types else np.zeros(0, np.int64)
     ctx = context_counts(sent_ptr, tok_low, len(lowers), 0, 1)
-    for j, o in enumerate(_OFFSETS):
-        sel = np.flatnonzero(ctx[:, j] >= min_count)
-        kept.add([f"w{o:+d}={lowers[i]}" for i in sel.tolist()], ctx[sel, j])
     radix = len(lowers)
     if 8 * radix ** 2 < 2**62:
-        rows, counts = _key_rows(word_pair_keys(sent_ptr, tok_low, 0, 1, radix), radix, 3)
+        word_pairs = _key_rows(word_pair_keys(sent_ptr, tok_low, 0, 1, radix), radix, 3)
     else:
-        rows, counts = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), radix)
-    easy = np.fromiter(("|" not in w for w in lowers), bool, count=len(lowers))
-    kept.ngrams(rows, counts, lowers, easy, ("b-1=", "b+1="))
+        word_pairs = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), radix)
 
-    # attribute windows, per column
+    columns, token_values = [], []
     for j in range(n_attr):
         index, vals = _intern(str(a[j]) for s in attrs for a in s)
         values = list(index)
         uni, bi, tri = value_window_rows(sent_ptr, vals, len(values), 0, 1)
+        columns.append(Column(values, uni, _unique_rows(bi, len(values)),
+                              _unique_rows(tri, len(values))))
+        token_values.append(vals)
+    return (BaseCounts(names, own_counts, lowers, ctx, word_pairs, columns),
+            PartIds(own_ids, lens, low_of_type, token_values))
+
+
+@dataclass
+class KeptPositions:
+    """Where the items of a :class:`BaseCounts` went in :func:`kept_features`'s names (−1:
+    not kept): each own-feature string, each (lower-cased word, offset) of ``ctx``, each
+    word-bigram row; per column ``(uni, bi, tri)`` likewise."""
+
+    own: np.ndarray
+    ctx: np.ndarray
+    pairs: np.ndarray
+    columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def kept_features(c: BaseCounts, min_count: int
+                  ) -> tuple[list[str], np.ndarray, KeptPositions]:
+    """(names, counts, positions) of the features that fire on ≥ ``min_count`` of the tokens
+    counted in ``c``, each counted once per token that fires it (in no particular order)."""
+    kept = _Kept(min_count)
+    own = kept.add(c.own, c.own_counts)
+    ctx = np.empty(c.ctx.shape, np.int64)
+    for j, o in enumerate(_OFFSETS):
+        sel = np.flatnonzero(c.ctx[:, j] >= min_count)
+        ctx[:, j] = -1
+        ctx[sel, j] = kept.add([f"w{o:+d}={c.lowers[i]}" for i in sel.tolist()],
+                               c.ctx[sel, j])
+    easy = np.fromiter(("|" not in w for w in c.lowers), bool, count=len(c.lowers))
+    pairs = kept.ngrams(*c.pairs, c.lowers, easy, ("b-1=", "b+1="))
+    columns = []
+    for j, col in enumerate(c.columns):
+        uni = np.full(col.uni.shape, -1, np.int64)
         for o in range(5):
-            sel = np.flatnonzero(uni[:, o] >= min_count)
-            kept.add([f"a{j}[{o - 2}]={values[v]}" for v in sel.tolist()], uni[sel, o])
-        easy = np.fromiter(("|" not in v for v in values), bool, count=len(values))
-        kept.ngrams(*_unique_rows(bi, len(values)), values, easy,
-                    tuple(f"a{j}[{spec}]=" for spec in _BIGRAM_SPECS))
-        kept.ngrams(*_unique_rows(tri, len(values)), values, easy,
-                    tuple(f"a{j}[{spec}]=" for spec in _TRIGRAM_SPECS))
-    return (*kept.result(), own)
+            sel = np.flatnonzero(col.uni[:, o] >= min_count)
+            uni[sel, o] = kept.add([f"a{j}[{o - 2}]={col.values[v]}" for v in sel.tolist()],
+                                   col.uni[sel, o])
+        easy = np.fromiter(("|" not in v for v in col.values), bool, count=len(col.values))
+        columns.append((uni, kept.ngrams(*col.bi, col.values, easy,
+                                         tuple(f"a{j}[{spec}]=" for spec in _BIGRAM_SPECS)),
+                        kept.ngrams(*col.tri, col.values, easy,
+                                    tuple(f"a{j}[{spec}]=" for spec in _TRIGRAM_SPECS))))
+    return (*kept.result(), KeptPositions(own, ctx, pairs, columns))
+
+
+def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
+                        attrs: list[list[tuple]] | None, n_attr: int,
+                        word_features: Callable[[str], list[str]], min_count: int
+                        ) -> tuple[list[str], np.ndarray, tuple[list[str], np.ndarray,
+                                                                np.ndarray]]:
+    """(names, counts, own) of the ``base`` template's features firing on ≥ ``min_count`` of
+    the tokens (:func:`base_counts`, :func:`kept_features`)."""
+    counts, ids = base_counts(sent_ptr, tok_type, types, attrs, n_attr, word_features)
+    return (*kept_features(counts, min_count)[:2], (counts.own, ids.own_ids, ids.lens))
+
+
+@nb.njit(cache=True, nogil=True)
+def _global_keys(rows, ids, radix):
+    """One key per row (kind, a, b[, c]) of a part, its value ids mapped by ``ids``:
+    (kind·radix + ids[a])·radix + ids[b] (·radix + ids[c])."""
+    m, width = rows.shape
+    out = np.empty(m, np.int64)
+    for i in range(m):
+        k = rows[i, 0]
+        for c in range(1, width):
+            k = k * radix + ids[rows[i, c]]
+        out[i] = k
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge_sorted(ka, ca, kb, cb):
+    """Two increasing arrays of distinct keys with counts as one (counts of equal keys
+    summed)."""
+    out_k = np.empty(ka.shape[0] + kb.shape[0], np.int64)
+    out_c = np.empty(ka.shape[0] + kb.shape[0], np.int64)
+    i = j = n = 0
+    while i < ka.shape[0] or j < kb.shape[0]:
+        if j == kb.shape[0] or (i < ka.shape[0] and ka[i] < kb[j]):
+            out_k[n], out_c[n] = ka[i], ca[i]
+            i += 1
+        elif i == ka.shape[0] or kb[j] < ka[i]:
+            out_k[n], out_c[n] = kb[j], cb[j]
+            j += 1
+        else:
+            out_k[n], out_c[n] = ka[i], ca[i] + cb[j]
+            i += 1
+            j += 1
+        n += 1
+    return out_k[:n].copy(), out_c[:n].copy()
+
+
+def _summed_rows(grams: list[tuple[np.ndarray, np.ndarray]], maps: list[np.ndarray],
+                 radix: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of the parts' n-gram rows (``grams``: each part's distinct rows,
+    first column below 8, and their counts; spent), their value ids mapped by the part's
+    ``maps`` into ids below ``radix``, with their counts summed. One int64 key per row where it
+    fits (each part's keys sorted, then merged: a few arrays of 8 bytes a row at once)."""
+    width = grams[0][0].shape[1]
+    if 8 * radix ** (width - 1) >= 2**62:
+        rows = np.concatenate([_remapped(r, m) for (r, _), m in zip(grams, maps, strict=True)])
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        total = np.zeros(uniq.shape[0], np.int64)
+        np.add.at(total, inverse.reshape(-1), np.concatenate([c for _, c in grams]))
+        return uniq, total
+    keys = counts = None
+    for i, m in enumerate(maps):
+        (r, c), grams[i] = grams[i], None  # (each part's rows let go once keyed)
+        k = _global_keys(r, m, radix)
+        del r
+        order = np.argsort(k)
+        k, c = k[order], c[order]
+        del order
+        keys, counts = (k, c) if keys is None else _merge_sorted(keys, counts, k, c)
+    return _decoded(keys, radix, width), counts
+
+
+def _decoded(key: np.ndarray, radix: int, width: int) -> np.ndarray:
+    """The rows (kind, a, b[, c]) of keys (kind·radix + a)·radix + b … (``key`` is spent)."""
+    out = np.empty((key.shape[0], width), np.int64)
+    for c in range(width - 1, 0, -1):
+        out[:, c] = key % radix
+        key //= radix
+    out[:, 0] = key
+    return out
+
+
+def _merged_values(values: list[list[str]]) -> tuple[list[str], list[np.ndarray]]:
+    """The distinct strings of the parts' ``values`` (each starting ``<s>``, ``</s>``) in
+    order of first occurrence, and each part's ids among them."""
+    m = merge_counts([(v, np.zeros(len(v), np.int64)) for v in values])
+    return m.packed.strings(), m.maps
+
+
+def _remapped(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    out = rows.copy()
+    out[:, 1:] = ids[rows[:, 1:]]
+    return out
+
+
+@dataclass
+class PartMaps:
+    """Where a part's strings went in :func:`merge_base_counts`: its own-feature strings,
+    lower-cased words and (per column) attribute values, as indices into the merged ones."""
+
+    own: np.ndarray
+    lowers: np.ndarray
+    values: list[np.ndarray]
+
+
+def merge_base_counts(parts: list[BaseCounts]) -> tuple[BaseCounts, list[PartMaps]]:
+    """The :class:`BaseCounts` of consecutive parts of a corpus together (strings merged by
+    :func:`~demidcd.io.shards.merge_counts`, counts summed) and where each part's strings
+    went. The parts' own strings and word bigrams are spent (their arrays are let go as
+    soon as they are merged: the merge's peak holds one copy of them, not two)."""
+    own = merge_counts([(p.own, p.own_counts) for p in parts])
+    lowers, low_maps = _merged_values([p.lowers for p in parts])
+    ctx = np.zeros((len(lowers), 4), np.int64)
+    for p, m in zip(parts, low_maps, strict=True):
+        ctx[m] += p.ctx  # (a part's lowers are distinct: no id twice)
+        p.own = p.own_counts = None
+    grams = [p.pairs for p in parts]
+    for p in parts:
+        p.pairs = None
+    pairs = _summed_rows(grams, low_maps, len(lowers))
+    columns, value_maps = [], []
+    for j in range(len(parts[0].columns)):
+        cols = [p.columns[j] for p in parts]
+        values, maps = _merged_values([c.values for c in cols])
+        uni = np.zeros((len(values), 5), np.int64)
+        for c, m in zip(cols, maps, strict=True):
+            uni[m] += c.uni
+        columns.append(Column(values, uni, _summed_rows([c.bi for c in cols], maps, len(values)),
+                              _summed_rows([c.tri for c in cols], maps, len(values))))
+        value_maps.append(maps)
+    merged = BaseCounts(own.packed, own.counts, lowers, ctx, pairs, columns)
+    return merged, [PartMaps(own.maps[k], low_maps[k], [m[k] for m in value_maps])
+                    for k in range(len(parts))]
 
 
 def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:

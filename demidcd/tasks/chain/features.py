@@ -61,10 +61,17 @@ from dataclasses import dataclass, field
 import numba as nb
 import numpy as np
 
-from ...io.shards import merge_counts, pack_strings
 from ...primitives.monitor import PROGRESS_EVERY, timed_step
-from .feature_counts import count_base_features, frequency_order, frequency_permutation
+from .feature_counts import (
+    base_counts,
+    count_base_features,
+    frequency_order,
+    frequency_permutation,
+    kept_features,
+    merge_base_counts,
+)
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
+from .part_tables import encode_part_tokens, part_tables
 
 # 2 drops the singletons (about half the features, so of w) at no measurable accuracy cost
 # (benchmarks/README.md, "Evidence behind the defaults").
@@ -670,25 +677,24 @@ class SequenceFeaturizer:
         return self.template == "base"
 
     def count_part(self, tokens: list[list]) -> dict:
-        """Stage 1 of a set-up in parts: this part's feature counts (every feature, no
-        cut-off: the cut-off applies to the merged counts), its tokens and features kept for
-        :meth:`encode_part`."""
+        """Stage 1 of a set-up in parts: this part's :class:`~.feature_counts.BaseCounts` (its
+        distinct words, own-feature strings, lower-cased words and attribute values, and
+        n-grams of their ids, counted; no other feature string is made before the merge); its
+        ids kept for :meth:`encode_part` (the tokens themselves only when hashing)."""
         words, attrs, n_attr = split_attributes(tokens)
-        self._part = (tokens, None, None)
         if self.hashing:
-            return {"n_attr": n_attr, "names": pack_strings([]), "counts": np.zeros(0, np.int64)}
-        _, _, types = typed = _types(words)
-        names, counts, own = count_base_features(*typed, attrs, n_attr, self._word_features, 1)
-        packed = pack_strings(names)  # (kept packed: a Python string per feature is ~60 bytes)
-        del names
-        self._part = (tokens, (types, *own), packed)
-        return {"n_attr": n_attr, "names": packed, "counts": counts}
+            self._part = tokens
+            return {"n_attr": n_attr, "counts": None}
+        sent_ptr, tok_type, types = typed = _types(words)
+        counts, ids = base_counts(*typed, attrs, n_attr, self._word_features)
+        self._part = (sent_ptr, tok_type, ids)
+        return {"n_attr": n_attr, "counts": counts}
 
     def merge_parts(self, parts: list[dict]) -> list[object]:
         """The merge: this featurizer (part 0's) takes the dictionary of the summed counts
         (≥ ``min_count``, by decreasing count then string, as :meth:`fit` builds it); returns
-        what each part's :meth:`encode_part` needs: the final id of each of its features
-        (−1: dropped)."""
+        what each part's :meth:`encode_part` needs: the final ids of its items
+        (:func:`~.part_tables.part_tables`)."""
         n_attr = {p["n_attr"] for p in parts}
         if len(n_attr) != 1:
             raise ValueError(f"tokens carry different numbers of attribute columns: {n_attr}")
@@ -696,51 +702,37 @@ class SequenceFeaturizer:
         self.clusters = {}
         if self.hashing:
             return [(None, n_attr)] * len(parts)
-        m = merge_counts([(p["names"], p["counts"]) for p in parts])
-        keep = np.flatnonzero(m.counts >= self.min_count)
-        names = m.packed.strings(keep)
-        order = frequency_permutation(names, m.counts[keep])
+        merged, maps = merge_base_counts([p["counts"] for p in parts])
+        names, counts, kept = kept_features(merged, self.min_count)
+        order = frequency_permutation(names, counts)
+        final = np.empty(order.shape[0], np.int64)
+        final[order] = np.arange(order.shape[0])
         # the dictionary packed, as a loaded model holds it (split into a list and an index
-        # only if something here encodes with it: a dev set)
-        blob = np.frombuffer("\n".join([names[i] for i in order.tolist()]).encode("utf-8"),
-                             np.uint8)
+        # only where something encodes with strings: a dev set)
+        self._take_packed(np.frombuffer("\n".join([names[i] for i in order.tolist()]).encode(
+            "utf-8"), np.uint8), int(order.shape[0]))
+        return [(t, n_attr) for t in part_tables(merged, kept, final, maps)]
+
+    def _take_packed(self, blob: np.ndarray, n: int) -> None:
+        """Take the dictionary of ``n`` strings packed in ``blob`` (:meth:`state`'s: in id
+        order, newline-joined, for the type tables); read-only as the input blocks are, so
+        that the kernels reading both are compiled (and loaded) once."""
         self.features = None
         self._type_tables = None
-        self._blob = blob
-        self._packed = (blob, int(order.shape[0]))
-        final = np.full(m.counts.shape[0], -1, np.int32)
-        final[keep[order]] = np.arange(order.shape[0], dtype=np.int32)
-        return [(final[mk], n_attr) for mk in m.maps]
+        self._blob = blob.view()
+        self._blob.flags.writeable = False
+        self._packed = (self._blob, n)
 
     def encode_part(self, payload: tuple) -> EncodedSequences:
-        """Stage 2: this part's tokens encoded with the merged ids (``payload``:
-        :meth:`merge_parts`'s for this part), through type tables of this part's features
-        only (a token fires only features of its part), then mapped to the final ids."""
-        tokens, own, names = self._part
-        self._part = None
-        ids, self.n_attributes = payload
-        if ids is None:  # hashing
-            return self._encode(tokens, None)
-        from .type_tables import MAX_TYPES, TypeTables
-
-        # the part's kept features in id order, numbered 0, 1, … (the tables number their
-        # features by position): local ids increase with the final ones, so a token's sorted
-        # local ids map to its sorted final ids
-        sel = np.flatnonzero(ids >= 0)
-        sel = sel[np.argsort(ids[sel], kind="stable")]
-        final = np.ascontiguousarray(ids[sel], np.int32)
-        index = dict(zip(names.strings(sel), range(sel.shape[0]), strict=True))
-        tables = TypeTables(index, self._word_features, self.n_attributes)
-        types, own_names, own_ids, lens = own
-        if len(types) <= MAX_TYPES:
-            got = np.fromiter(map(index.get, own_names, itertools.repeat(-1)), np.int32,
-                              count=len(own_names))
-            with tables.lock:
-                tables.add_types(types, got[own_ids], lens)
-        words, attrs, n_attr = split_attributes(tokens)
-        enc = self._encode_types(words, attrs, n_attr, tables)
-        enc.feat_idx = final[enc.feat_idx]
-        return enc
+        """Stage 2: this part's tokens encoded with the merged dictionary (``payload``:
+        :meth:`merge_parts`'s for this part), the ids :meth:`transform` gives, from numbers
+        alone (:func:`~.part_tables.encode_part_tokens`)."""
+        part, self._part = self._part, None
+        tables, self.n_attributes = payload
+        if tables is None:  # hashing
+            return self._encode(part, None)
+        sent_ptr, tok_type, ids = part
+        return EncodedSequences(sent_ptr, *encode_part_tokens(sent_ptr, tok_type, ids, tables))
 
     def _adopt(self, features: list[str]) -> None:
         """Take ``features`` (in id order) as the dictionary."""
@@ -812,11 +804,7 @@ class SequenceFeaturizer:
         if found != n:
             raise ValueError(f"expected {n} feature strings, found {found}")
         raw.tobytes().decode("utf-8")  # (bad bytes fail here, not at first use)
-        # the strings in id order, newline-joined (for the type tables); read-only as the
-        # input blocks are, so that the kernels reading both are compiled (and loaded) once
-        obj._blob = raw.view()
-        obj._blob.flags.writeable = False
-        obj._packed = (obj._blob, n)
+        obj._take_packed(raw, n)
         if not packed:
             obj._unpack()
         return obj
