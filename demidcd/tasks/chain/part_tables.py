@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .feature_counts import BaseCounts, KeptPositions, PartIds, PartMaps
-from .type_tables import _KINDS_PER_ATTR, assemble_kernel, build_table, known_rows
+from .type_tables import KINDS_PER_ATTR, assemble_kernel, build_table, known_rows
 
 
 @dataclass
@@ -71,7 +71,7 @@ def part_tables(merged: BaseCounts, kept: KeptPositions, final: np.ndarray,
     blocks = [_ngram_rows(merged.pairs[0], _final(kept.pairs, final), 0)]
     unis = []
     for j, (col, (uni, bi, tri)) in enumerate(zip(merged.columns, kept.columns, strict=True)):
-        base = 2 + _KINDS_PER_ATTR * j
+        base = 2 + KINDS_PER_ATTR * j
         blocks.append(_ngram_rows(col.bi[0], _final(bi, final), base))
         blocks.append(_ngram_rows(col.tri[0], _final(tri, final), base + 4))
         unis.append(_final(uni, final))

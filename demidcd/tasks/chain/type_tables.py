@@ -41,7 +41,7 @@ MAX_TYPES = 1 << 21  # types (and attribute values) kept before the tables start
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
 _ATTR_OFFSETS = (-2, -1, 0, 1, 2)
-_KINDS_PER_ATTR = 7  # 4 bigram windows (o = −2 … 1) and 3 trigram windows (o = −2 … 0)
+KINDS_PER_ATTR = 7  # 4 bigram windows (o = −2 … 1) and 3 trigram windows (o = −2 … 0)
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -139,7 +139,7 @@ def assemble_kernel(sent_ptr, tok_type, type_ptr, type_ids, ctx, bos, eos, lw, b
                     if v >= 0:
                         feat_idx[pos] = v
                         pos += 1
-                base = 2 + _KINDS_PER_ATTR * j
+                base = 2 + KINDS_PER_ATTR * j
                 for o in range(4):
                     c0 = cid[win[o]]
                     c1 = cid[win[o + 1]]
@@ -445,4 +445,4 @@ def _attr_kind(f: str) -> tuple[int, int, int]:
     k = pos.get(spec, -1)
     if k < 0:
         return -1, 0, 0
-    return 2 + _KINDS_PER_ATTR * j + k, j, 2 if k < 4 else 3
+    return 2 + KINDS_PER_ATTR * j + k, j, 2 if k < 4 else 3
