@@ -6,19 +6,23 @@ set given in parts (``read(k)`` → the sentences and tags of part k, e.g. a byt
 file: :func:`demidcd.io.shards.byte_ranges`), the parts in order making the whole training
 set. In the stages of :func:`demidcd.parallel.forked.fork_stages`:
 
-    1. process k reads part k, checks it, and counts its features (every feature, no cut-off)
-       and labels (the featurizer's ``count_part``);
-    2. here: the counts merged by sum (:func:`demidcd.io.shards.merge_counts`), the cut-off
-       ``min_count`` applied to the sums, the ids given by decreasing count then string,
-       the labels sorted — exactly the dictionary and labels of the serial set-up, since
-       both depend only on the whole corpus' counts;
-    3. process k encodes part k with those ids (``encode_part``) and its tags; the parts'
-       arrays are concatenated here in order.
+    1. process k reads part k, checks it, and counts its features and labels (the
+       featurizer's ``count_part``: templates and feature dicts count every feature string,
+       no cut-off; the built-in features count the part's words, their own feature strings
+       and n-grams of word ids, :class:`~demidcd.tasks.chain.feature_counts.BaseCounts`, and
+       make no other string);
+    2. here: the counts merged by sum (:func:`demidcd.io.shards.merge_counts` for strings),
+       the cut-off ``min_count`` applied to the sums, the ids given by decreasing count then
+       string, the labels sorted — exactly the dictionary and labels of the serial set-up,
+       since both depend only on the whole corpus' counts;
+    3. process k encodes part k with those ids (``encode_part``: the built-in features from
+       the final ids of its own items alone, :mod:`demidcd.tasks.chain.part_tables`) and its
+       tags; the parts' arrays are concatenated here in order.
 
 A token's feature ids depend only on its sentence and the dictionary, so the encoding is the
 serial one array for array (tests/test_setup_parts.py checks ids and, trained with one
-process, the weights bit for bit). Only counts (per distinct feature), the dictionary and the
-encoded arrays travel between processes, never an object per token.
+process, the weights bit for bit). Only counts, the dictionary and the encoded arrays travel
+between processes, never an object per token.
 
 The chunkers' label-scheme check reads per-part counts (``_label_summary``: chunks, and those
 opened by I-X), summed. Partially labelled parts (unknown or set cells) carry the serial
@@ -33,7 +37,6 @@ context over the whole text).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import time
 from collections import Counter
@@ -44,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from ..parallel.forked import fork_stages
-from ..primitives.pages import trim_heap
 from ..tasks.chain.partial import encode_partial, has_partial, partial_counts
 from .base import check_sentences, check_tags, token_kind
 
@@ -222,9 +224,6 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
                "n_tokens": sum(map(len, Y)),
                "partial": partial_counts(Y) if has_partial(Y) else (0, 0),
                "label_summary": est._label_summary(Y), "counts": f.count_part(X)}
-        del X
-        gc.collect()  # (the part's token strings: freed, and their pages handed back while
-        trim_heap()  # the merge runs; what stage 2 needs is arrays)
         out["cpu"] = time.process_time() - c0
         return out
 
