@@ -286,3 +286,60 @@ def test_a_compiling_child_dies_with_its_parent(tmp_path):
     else:
         os.kill(pid, 9)
         raise AssertionError(f"the compiling child {pid} outlived its parent")
+
+
+def test_load_jobs_loads_and_never_compiles():
+    """The head start beside the set-up (``solvers.preload``) runs jobs with compiling
+    forbidden: a kernel not yet compiled stays so (the job stops), one in memory runs."""
+    import numba
+    import numpy as np
+
+    from demidcd.solvers.compiling import load_jobs
+
+    @numba.njit(cache=False)
+    def double(x):
+        return 2 * x
+
+    ran = []
+    job = ("double", lambda: ran.append(double(np.ones(3))), 1.0)
+    assert load_jobs([job]) == 0 and not ran and double.signatures == []
+    double(np.ones(3))
+    assert load_jobs([job, job]) == 2 and len(ran) == 2
+
+
+_SIGNATURES = textwrap.dedent("""
+    import sys
+    from numba.core.registry import CPUDispatcher
+    from demidcd.estimators.sequence import ChunkTagger, SequenceTagger
+    from demidcd.solvers import warm_up
+    from demidcd.synthetic import generate
+
+    def signatures():
+        return {(m, k): len(v.signatures) for m, mod in list(sys.modules.items())
+                if m.startswith("demidcd") for k, v in vars(mod).items()
+                if isinstance(v, CPUDispatcher)}
+
+    c = generate(n_sentences=40, n_tags=4, vocab_size=60, seed=2)
+    tags = [["B-X" if t == c.tags[0][0] else "O" for t in s] for s in c.tags]
+    for cls, kw, Y in [(SequenceTagger, {}, c.tags), (SequenceTagger, {"weights": "seen"}, c.tags),
+                       (ChunkTagger, {}, tags)]:
+        est = cls(threads=2, verbose=0, **kw)
+        plan = est.plan()
+        warm_up(est._warm_task(), plan.algorithm, plan.threads, plan.config.loss, several=None)
+        before = signatures()
+        p = est._prepare(c.tokens, Y, None, None)
+        warm_up(est._bound(p.train, p.y), plan.algorithm, plan.threads, plan.config.loss,
+                several=None)
+        new = {k: v for k, v in signatures().items() if v != before.get(k, 0)}
+        print(cls.__name__, kw, new)
+        assert not new, new
+""")
+
+
+def test_the_made_up_task_loads_the_kernels_a_real_task_calls():
+    """``_warm_task``'s two sentences give a task of the real task's array types: after the
+    warm-up on it (compiling where needed), the warm-up on a real task (words, every pair or
+    the seen pairs, a chunker's tags) adds no kernel signature. In a fresh interpreter."""
+    r = subprocess.run([sys.executable, "-c", _SIGNATURES], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -8,6 +8,7 @@ run's peak to at least that, even when no reading of the process tree falls in t
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -90,3 +91,21 @@ def test_the_train_commands_peak_line_is_the_larger_of_set_up_and_training(tmp_p
     assert len(lines) == 1, r.stdout + r.stderr
     total, training, setup = (int(x.replace(",", "")) for x in lines[0])
     assert setup > 0 and training > 0 and total == max(setup, training)
+
+
+def test_meanwhile_runs_beside_the_child_and_ends_before_return():
+    """``run_in_child(fn, meanwhile)``: ``meanwhile`` runs in a thread here while the child
+    works and has finished when the call returns (no thread left to be copied by a later
+    fork), even when it outlasts the child."""
+    import threading
+    import time
+
+    seen = []
+
+    def beside() -> None:
+        time.sleep(0.5)
+        seen.append(os.getpid())
+
+    threads = threading.active_count()
+    assert run_in_child(lambda: 7, beside) == (True, 7)
+    assert seen == [os.getpid()] and threading.active_count() == threads

@@ -387,7 +387,9 @@ def _trained(args, peak) -> int:
                  f"{plan.ray_address}, each its own part")
     else:
         child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
-        done, out = run_in_child(lambda: set_up(True)) if child else (False, None)
+        # (on two cores or more the fit's kernels load here while the child sets up)
+        beside = (lambda: est.preload_kernels(plan)) if plan.threads > 1 else None
+        done, out = run_in_child(lambda: set_up(True), beside) if child else (False, None)
         source, dev, test, data = out if done else set_up(False)
         del out
 

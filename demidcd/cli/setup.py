@@ -22,17 +22,21 @@ import pickle
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
 _OK, _RAISED = "ok", "raised"
 
 
-def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
+def run_in_child(fn: Callable[[], Any], meanwhile: Callable[[], None] | None = None
+                 ) -> tuple[bool, Any]:
     """(True, ``fn()`` computed in a forked child process and unpickled here), or
     (False, None) when there is no ``fork`` or the child failed without an exception that
     travels (the caller then runs ``fn`` itself). An exception raised by ``fn`` in the child
-    (KeyboardInterrupt included) is raised here.
+    (KeyboardInterrupt included) is raised here. ``meanwhile()`` runs in a thread of this
+    process while the child works (started after the fork, finished before this returns, so
+    that no later fork copies it half-way; it must not fork itself).
 
     The result travels through an unnamed temporary file, read once the child has exited: the
     child's memory is returned before this process allocates the result's, so the two are
@@ -45,11 +49,17 @@ def run_in_child(fn: Callable[[], Any]) -> tuple[bool, Any]:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _child(fn, tmp.fileno())
+        beside = threading.Thread(target=meanwhile, daemon=True) if meanwhile else None
         try:
+            if beside is not None:
+                beside.start()
             status = _wait(pid)
         except BaseException:  # Ctrl-C while waiting: the child goes too
             _kill(pid)
             raise
+        finally:
+            if beside is not None:
+                beside.join()
         tmp.seek(0)
         try:
             tag, payload = pickle.load(tmp)

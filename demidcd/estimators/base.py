@@ -690,6 +690,25 @@ class StructuredEstimator:
                     result.state.meta["model_weights"] = weights_digest(result.w)
         return result
 
+    def preload_kernels(self, plan: Any) -> None:
+        """Load from numba's cache, never compile, the kernels a fit by ``plan`` will call,
+        on a task of a few made-up examples (:meth:`_warm_task`; None: nothing to do): the
+        command line runs it while another process reads and encodes the data, so that the
+        fit's warm-up finds them in memory (:func:`demidcd.solvers.preload`). An estimator
+        whose made-up task cannot be built loses only that head start."""
+        from ..solvers import preload
+
+        try:
+            task = self._warm_task()
+            if task is not None:
+                preload(task, plan)
+        except Exception:  # noqa: BLE001, S110 - the fit's own warm-up loads what is missing
+            pass
+
+    def _warm_task(self) -> Any:
+        """A task of a few made-up examples bound as this estimator binds its data, or None."""
+        return None
+
     def _warm_decode(self, task: Any) -> None:
         """Decode example 0 of ``task`` at w = 0, as the dev evaluation decodes: its kernels
         compile (or load) with the learner's, before the clock starts."""

@@ -201,6 +201,17 @@ class SequenceTagger(WeightInspection, StructuredEstimator):
                             n_bigram_obs=self._n_bfeatures,
                             pairs=getattr(self, "seen_pairs_", None))
 
+    def _warm_task(self) -> SequenceTask:
+        """Two made-up sentences (tags a chunker accepts too) prepared by a silent copy of
+        this estimator: its task has the real task's array types."""
+        params = {**self.get_params(deep=False), "verbose": 0, "log": None, "callback": None,
+                  "snapshot_dir": None, "resume": None, "init": None, "threads": 1}
+        proxy = type(self)(**{k: v for k, v in params.items()
+                              if k in self._get_param_names()})
+        p = proxy._prepare([["a", "b"], ["b", "c", "a"]], [["B-X", "I-X"], ["O", "B-X", "I-X"]],
+                           None, None)
+        return proxy._bound(p.train, p.y)
+
     def _fit_pairs(self, enc, y: np.ndarray | None) -> None:
         """``seen_pairs_`` of the training data (None unless ``weights`` asks for them)."""
         F, K = self.featurizer_.n_features, len(self.classes_)

@@ -268,6 +268,19 @@ def warm_up(task: Task, algorithm: str, threads: int, loss: str = "l2",
                  processes=max(int(threads), 1))
 
 
+def preload(task: Task, plan: Any) -> int:
+    """Load from numba's cache (never compile) the kernels :func:`warm_up` will want for a run
+    of ``plan`` on a task like ``task`` (kernels' argument types, hence what is loaded, depend
+    on the task's dtypes only, not on its size): the command line runs it on a few made-up
+    examples while another process sets up the data, so that the run's warm-up finds them in
+    memory. Returns the jobs fully loaded."""
+    from .compiling import load_jobs
+
+    several = None if plan.learners == "auto" else plan.several_learners
+    return load_jobs(warm_up_jobs(task, plan.algorithm, plan.threads, plan.config.loss,
+                                  several))
+
+
 def _one_record() -> Any:
     """A batch of one record with the dtypes every task's records have (a kernel's argument
     types, hence what numba compiles, depend on them only)."""

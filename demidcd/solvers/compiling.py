@@ -107,6 +107,13 @@ def _probe(fn: Callable[[], Any]) -> bool:
     return True
 
 
+def load_jobs(jobs: list[Job]) -> int:
+    """Run every job with compiling forbidden (what is in numba's cache is loaded, a job stops
+    at its first compile); the number of jobs that ran to their end. Safe beside other work
+    in this process: it never compiles nor forks."""
+    return sum(_probe(job[1]) for job in jobs)
+
+
 def cache_writable() -> bool:
     """Whether numba can write its cache where this install's kernels are cached (the
     ``NUMBA_CACHE_DIR``, else beside the package's sources); children compile for nothing
