@@ -696,6 +696,7 @@ class StructuredEstimator:
         command line runs it while another process reads and encodes the data, so that the
         fit's warm-up finds them in memory (:func:`demidcd.solvers.preload`). An estimator
         whose made-up task cannot be built loses only that head start."""
+        from ..primitives.pages import release_library_pages
         from ..solvers import preload
 
         try:
@@ -704,6 +705,7 @@ class StructuredEstimator:
                 preload(task, plan)
         except Exception:  # noqa: BLE001, S110 - the fit's own warm-up loads what is missing
             pass
+        release_library_pages()  # (what loading touched of the compiler, as before a fork)
 
     def _warm_task(self) -> Any:
         """A task of a few made-up examples bound as this estimator binds its data, or None."""
