@@ -49,7 +49,8 @@ def run_in_child(fn: Callable[[], Any], meanwhile: Callable[[], None] | None = N
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _child(fn, tmp.fileno())
-        beside = threading.Thread(target=meanwhile, daemon=True) if meanwhile else None
+        beside = threading.Thread(target=_idle_priority, args=(meanwhile,), daemon=True) \
+            if meanwhile else None
         try:
             if beside is not None:
                 beside.start()
@@ -70,6 +71,16 @@ def run_in_child(fn: Callable[[], Any], meanwhile: Callable[[], None] | None = N
     if tag != _OK or status != 0:
         return False, None
     return True, payload
+
+
+def _idle_priority(fn: Callable[[], None]) -> None:
+    """``fn()`` in this thread at the lowest priority (Linux: a thread's own nice value), so
+    that it takes the cores the child and its parts leave idle, not theirs."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+    fn()
 
 
 def _wait(pid: int) -> int:
