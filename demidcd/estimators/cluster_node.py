@@ -11,8 +11,8 @@ ids (``encode_part``; and returns its seen (feature, label) pairs as codes f·K 
 moves here from a lost node). A node's memory is kept as a one-machine learner's: glibc's
 malloc thresholds fixed, the compiler's pages released once every kernel is loaded
 (:mod:`demidcd.primitives.pages`), the set-up's kernels loaded before the part is read
-(:func:`_warm_setup`), the part's feature names packed and its labels coded, the heap
-trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices (what each step saved:
+(:func:`~.parts.warm_builtin_parts`), the part's feature names packed and its labels coded,
+the heap trimmed every :data:`TRIM_SECONDS`, changes sent with int32 indices (what each step saved:
 docs/learners-and-tasks.md).
 
 Training runs in one thread a CPU of the node (:meth:`~ClusterNode.bind` ``lanes``; each on
@@ -54,6 +54,7 @@ from ..tasks.chain.partial import has_partial
 from ..tasks.chain.records import seen_pairs
 from ..tasks.chain.task import SequenceTask
 from .layout import encoded_bytes
+from .parts import warm_builtin_parts
 
 SLICE_SECONDS = 0.05  # local work between looks at the inbox
 COMMIT_SECONDS = 0.05  # a node's change goes to the merge this often at most (a round of
@@ -62,18 +63,6 @@ COMMIT_COST_RATIO = 4.0  # CoCoA+: rounds, not local epochs, set the pace), and 
 
 
 TRIM_SECONDS = 2.0  # the training thread hands freed heap back this often (malloc_trim)
-
-
-def _warm_setup() -> None:
-    """Load the set-up's kernels (count, merge, encode, seen pairs) on two sentences, before
-    the part is read: what loading them keeps (numba's type and dispatcher objects, small and
-    long-lived) then lies in the heap below the part's tokens, not among them, where it had
-    pinned the freed token strings to the end of the run."""
-    f = SequenceFeaturizer(1, 0, "base")
-    tokens = [["a", "b", "c"], ["b", "d"]]
-    merged = SequenceFeaturizer(1, 0, "base").merge_parts([f.count_part(tokens)])
-    enc = f.encode_part(merged[0])
-    seen_pairs(enc, np.zeros(enc.n_tokens, np.int32), int(enc.feat_idx.max()) + 1, 1)
 
 
 def versions() -> dict[str, str]:
@@ -132,7 +121,8 @@ class ClusterNode:
         of a list (``state``: the columns parser's after the file's first token line)."""
         from ..tasks import get_task
 
-        _warm_setup()
+        warm_builtin_parts()  # (before the part is read: what loading keeps, numba's type and
+        # dispatcher objects, then lies in the heap below the part's tokens, not among them)
         gc.collect()
         if isinstance(path, list):
             corpora = [read_tagged(p, fmt=fmt, column=column, encoding=encoding,

@@ -109,6 +109,20 @@ def parts_supported(est: Any) -> bool:
     return getattr(est, "_template", "base") == "base" or est.template is not None
 
 
+def warm_builtin_parts() -> None:
+    """Load the built-in features' set-up kernels (count, merge, encode, seen pairs) on two
+    sentences here, before the parts fork: they then share this process's loaded code instead
+    of each loading its own copy."""
+    from ..tasks.chain.features import SequenceFeaturizer
+    from ..tasks.chain.records import seen_pairs
+
+    f = SequenceFeaturizer(1, 0, "base")
+    merged = SequenceFeaturizer(1, 0, "base").merge_parts([f.count_part([["a", "b", "c"],
+                                                                         ["b", "d"]])])
+    enc = f.encode_part(merged[0])
+    seen_pairs(enc, np.zeros(enc.n_tokens, np.int32), int(enc.feat_idx.max()) + 1, 1)
+
+
 def concat_encoded(encs: list[Any]) -> Any:
     """The encodings of consecutive parts as one (same class; pointers offset, values filled
     with 1 where a part has none and another has some)."""
@@ -277,6 +291,8 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
         del Y
         return enc, y, (ap, ai), time.process_time() - c0
 
+    if n > 1 and est.template is None and getattr(est, "_template", "base") == "base":
+        warm_builtin_parts()
     out = fork_stages(n, first, merge, second)
     c_end = time.process_time()
     enc = concat_encoded([e for e, _, _, _ in out])
