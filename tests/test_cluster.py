@@ -382,6 +382,7 @@ def test_lanes_in_threads_keep_w_the_sum_of_alpha_phi_with_commits_beside_them()
     assert commits > 40 and np.abs(w).sum() > 0
 
 
+@pytest.mark.slow  # (~4 s; two parts of one lane reach it in the default run)
 def test_two_parts_of_two_lanes_reach_the_one_dcd_optimum():
     task, n = _problem()
     cfg = SolverConfig(C=0.5, tol=1e-4, max_epochs=500)
@@ -449,6 +450,7 @@ def _nodes(tmp_path, k, lanes, n=160):
     return nodes, c, driver, classes
 
 
+@pytest.mark.slow  # (~4.6 s; the lanes' w = Σαφ test and two parts' optimum run by default)
 def test_nodes_of_two_threads_reach_the_one_machine_optimum(tmp_path, monkeypatch):
     """Two in-process nodes of 2 learner threads each, driven as ClusterRun.train drives them
     (pulls, changes added to w and offered to the other node, checkpoints taken by the thread

@@ -435,8 +435,9 @@ def test_cccp_keeps_to_the_time_limit(monkeypatch):
     assert res.seconds <= limit + 0.5, (shares, res.extra["cccp"])
 
 
-@pytest.mark.parametrize("algorithm,threads,capped", [("dcd", 1, True),
-                                                       ("demi-dcd", 2, False)])
+@pytest.mark.parametrize("algorithm,threads,capped", [
+    ("dcd", 1, True),
+    pytest.param("demi-dcd", 2, False, marks=pytest.mark.slow)])  # (~6 s)
 def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capped):
     """Under a time limit every convex step between the first (the labelled examples, whose
     targets never move: the first imputation's model, trained for its share) and the resumed
@@ -468,6 +469,7 @@ def test_cccp_steps_stop_after_step_epochs(monkeypatch, algorithm, threads, capp
     assert set(seen[:-1]) == {4}, seen
 
 
+@pytest.mark.slow  # (~5 s)
 def test_cccp_step_cut_short_goes_on_before_the_objective_is_judged(monkeypatch):
     """Under a time limit, a provisional step stopped by its epoch limit after which the
     latent objective did not decrease goes on (its targets and state kept, up to
