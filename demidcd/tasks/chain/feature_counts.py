@@ -130,13 +130,18 @@ def _unique_counts(keys: np.ndarray, in_place: bool = False) -> tuple[np.ndarray
     return keys[first], np.diff(np.append(first, keys.shape[0]))
 
 
+def _keyed(radix: int, width: int) -> bool:
+    """Whether rows (kind < 8, ``width`` − 1 ids below ``radix``) fit one int64 key each."""
+    return 8 * radix ** (width - 1) < 2**62
+
+
 def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
     """(distinct rows, their counts) of an int64 array whose first column is below 8 and the
     others below ``radix``; one int64 key per row where the product fits."""
     if rows.shape[0] == 0:
         return rows, np.zeros(0, np.int64)
     width = rows.shape[1]
-    if 8 * radix ** (width - 1) >= 2**62:
+    if not _keyed(radix, width):
         return np.unique(rows, axis=0, return_counts=True)
     key = rows[:, 0].copy()
     for c in range(1, width):
@@ -308,7 +313,7 @@ def base_counts(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
     tok_low = low_of_type[tok_type] if n_types else np.zeros(0, np.int64)
     ctx = context_counts(sent_ptr, tok_low, len(lowers), 0, 1)
     radix = len(lowers)
-    if 8 * radix ** 2 < 2**62:
+    if _keyed(radix, 3):
         word_pairs = _key_rows(word_pair_keys(sent_ptr, tok_low, 0, 1, radix), radix, 3)
     else:
         word_pairs = _unique_rows(word_pair_rows(sent_ptr, tok_low, 0, 1), radix)
@@ -420,7 +425,7 @@ def _summed_rows(grams: list[tuple[np.ndarray, np.ndarray]], maps: list[np.ndarr
     ``maps`` into ids below ``radix``, with their counts summed. One int64 key per row where it
     fits (each part's keys sorted, then merged: a few arrays of 8 bytes a row at once)."""
     width = grams[0][0].shape[1]
-    if 8 * radix ** (width - 1) >= 2**62:
+    if not _keyed(radix, width):
         rows = np.concatenate([_remapped(r, m) for (r, _), m in zip(grams, maps, strict=True)])
         uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
         total = np.zeros(uniq.shape[0], np.int64)
