@@ -497,7 +497,7 @@ class SequenceFeaturizer:
         state = self.__dict__.copy()
         state.pop("_type_tables", None)  # caches, rebuilt on first use
         state.pop("_blob", None)
-        state.pop("_part", None)  # (a set-up in parts' tokens, process-local)
+        state.pop("_part", None)  # (a set-up in parts' ids of its tokens, process-local)
         return state
 
     def _word_features(self, word: str) -> list[str]:
