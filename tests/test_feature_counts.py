@@ -9,15 +9,17 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from demidcd.tasks.chain.feature_counts import (
     _summed_rows,
     base_counts,
-    frequency_order,
     kept_features,
     merge_base_counts,
 )
 from demidcd.tasks.chain.features import SequenceFeaturizer, _types, split_attributes
+from demidcd.tasks.chain.kept_names import KeptNames, frequency_order, frequency_permutation
 from demidcd.tasks.chain.part_tables import encode_part_tokens, part_tables
 
 WORDS = ["the", "The", "THE", "a|b", "A|B", "a", "b|c", "b", "c", "|", "||", "<s>", "</s>",
@@ -117,7 +119,11 @@ def test_parts_counts_merged_give_the_whole_corpus_dictionary_and_encoding(seed,
         parts.append(base_counts(*typed[-1], attrs, n_attr, fz._word_features))
     merged, maps = merge_base_counts([c for c, _ in parts])
     for min_count in (1, 2, 4):
-        names, got, kept = kept_features(merged, min_count)
+        packed, got, kept = kept_features(merged, min_count)
+        names = packed.strings()
+        order = packed.permutation(got)
+        assert order.tolist() == frequency_permutation(names, got).tolist()
+        assert packed.joined(order).tobytes().decode() == "\n".join(frequency_order(names, got))
         assert len(set(names)) == len(names)
         assert dict(zip(names, got.tolist(), strict=True)) == \
             {f: c for f, c in counts.items() if c >= min_count}
@@ -154,3 +160,40 @@ def test_summed_rows_of_parts_against_a_counter(width):
     for radix in (12, 2**31):  # (2**31: 8·radix² passes 2**62, the rows' way)
         rows, counts = _summed_rows(list(grams), maps, radix)  # (it spends its list)
         assert dict(zip(map(tuple, rows.tolist()), counts.tolist(), strict=True)) == expect
+
+
+_CHARS = "ab|{}~=-[é\u00ff\u4e2d"  # around "|" (0x7c) in code-point order, a multi-byte few
+_texts = st.text(alphabet=_CHARS, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(_texts, min_size=1, max_size=8, unique=True),
+       free=st.lists(_texts, max_size=6, unique=True),
+       rows=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7), st.integers(0, 7),
+                               st.integers(0, 7)), max_size=25),
+       width=st.sampled_from([2, 3, 4]), lead=st.sampled_from(["", "w", "a0[", "b"]),
+       counts_seed=st.integers(0, 1000))
+def test_kept_names_order_and_packing_are_the_sorted_strings(values, free, rows, width, lead,
+                                                             counts_seed):
+    """:class:`KeptNames` orders and packs from value ranks what sorting every string gives:
+    values that are prefixes of others, hold ``|`` or sort around it, multi-byte characters;
+    free strings that start with a group's prefix (put among its rows) or are prefixes of
+    one; counts with many ties."""
+    prefixes = (f"{lead}x-1=", f"{lead}x+1=", f"{lead}y=")
+    rows = np.array([r[:width] for r in rows], np.int64).reshape(-1, width)
+    rows[:, 1:] %= len(values)
+    one = width == 2 or all("|" not in v for v in values)
+    names = KeptNames()
+    strings: list[str] = []
+    if one:  # a group's strings must be distinct (a `|` in n-gram values: free strings)
+        rows = np.unique(rows, axis=0)
+        names.add_rows(prefixes, rows, values)
+        strings += [prefixes[r[0]] + "|".join(values[v] for v in r[1:]) for r in rows.tolist()]
+    extra = [f for f in [*free, prefixes[0], prefixes[2][:-1], f"{lead}y=a"] if f not in strings]
+    names.add_strings(extra)
+    strings += extra
+    assert names.strings() == strings
+    counts = np.random.default_rng(counts_seed).integers(1, 3, len(strings))
+    order = names.permutation(counts)
+    assert order.tolist() == frequency_permutation(strings, counts).tolist()
+    assert names.joined(order).tobytes().decode() == "\n".join(frequency_order(strings, counts))

@@ -28,6 +28,7 @@ import numba as nb
 import numpy as np
 
 from ...io.shards import PackedStrings, merge_counts
+from .kept_names import KeptNames
 
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
@@ -156,38 +157,42 @@ def _key_rows(key: np.ndarray, radix: int, width: int) -> tuple[np.ndarray, np.n
     return _decoded(uniq, radix, width), counts
 
 
-def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
-    """The strings of n-gram rows (kind, value ids…): ``prefixes[kind]`` and the values
-    joined by ``|``."""
-    cols = [c.tolist() for c in rows.T]  # lists of ints: no container per row for the gc
-    if rows.shape[1] == 3:
-        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in zip(*cols, strict=True)]
-    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}"
-            for k, a, b, c in zip(*cols, strict=True)]
-
-
 class _Kept:
     """The features found so far with their counts (≥ min_count, or any count for the
-    strings that may still be summed: :meth:`add_summed`). Each ``add`` returns where its
-    items went: their positions in :attr:`names` (−1: not kept)."""
+    strings that may still be summed: :meth:`add_summed`), their strings in a
+    :class:`~.kept_names.KeptNames`. Each ``add`` returns where its items went: their
+    positions there (−1: not kept)."""
 
     def __init__(self, min_count: int):
         self.min_count = min_count
-        self.names: list[str] = []
+        self.names = KeptNames()
         self.counts: list[np.ndarray] = []
+
+    def _positions(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the items kept, the positions of all: −1 where not kept)."""
+        keep = np.flatnonzero(counts >= self.min_count)
+        pos = np.full(counts.shape[0], -1, np.int64)
+        pos[keep] = np.arange(len(self.names), len(self.names) + keep.shape[0])
+        self.counts.append(counts[keep])
+        return keep, pos
 
     def add(self, names: list[str] | PackedStrings, counts: np.ndarray) -> np.ndarray:
         """Features already known to be distinct from every other (counts not yet filtered;
         packed names are unpacked only where kept)."""
-        keep = np.flatnonzero(counts >= self.min_count)
-        pos = np.full(counts.shape[0], -1, np.int64)
-        pos[keep] = np.arange(len(self.names), len(self.names) + keep.shape[0])
+        keep, pos = self._positions(counts)
         if isinstance(names, PackedStrings):
-            self.names.extend(names.strings(keep))
+            self.names.add_strings(names.strings(keep))
         else:
-            self.names.extend(names if len(keep) == len(names) else
-                              [names[i] for i in keep.tolist()])
-        self.counts.append(counts[keep])
+            self.names.add_strings(names if len(keep) == len(names) else
+                                   [names[i] for i in keep.tolist()])
+        return pos
+
+    def add_rows(self, prefixes: tuple[str, ...], rows: np.ndarray, values: list[str],
+                 counts: np.ndarray) -> np.ndarray:
+        """Features ``prefixes[kind]`` + their ``values`` joined by ``|`` for ``rows`` (kind,
+        value ids…), distinct from every other (counts not yet filtered)."""
+        keep, pos = self._positions(counts)
+        self.names.add_rows(prefixes, rows[keep], values)
         return pos
 
     def add_summed(self, names: list[str], counts: np.ndarray) -> np.ndarray:
@@ -206,17 +211,27 @@ class _Kept:
         ``|`` (its n-grams' strings are unique)."""
         ok = easy[rows[:, 1:]].all(axis=1)
         pos = np.full(rows.shape[0], -1, np.int64)
-        sel = np.flatnonzero(ok & (counts >= self.min_count))
-        pos[sel] = self.add(_ngram_names(rows[sel], values, prefixes), counts[sel])
+        sel = np.flatnonzero(ok)
+        pos[sel] = self.add_rows(prefixes, rows[sel], values, counts[sel])
         hard = np.flatnonzero(~ok)
         if hard.shape[0]:
-            pos[hard] = self.add_summed(_ngram_names(rows[hard], values, prefixes),
-                                        counts[hard])
+            rows = rows[hard]
+            pos[hard] = self.add_summed(_ngram_names(rows, values, prefixes), counts[hard])
         return pos
 
-    def result(self) -> tuple[list[str], np.ndarray]:
+    def result(self) -> tuple[KeptNames, np.ndarray]:
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
         return self.names, counts
+
+
+def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    """The strings of n-gram rows (kind, value ids…): ``prefixes[kind]`` and the values
+    joined by ``|``."""
+    cols = [c.tolist() for c in rows.T]  # lists of ints: no container per row for the gc
+    if rows.shape[1] == 3:
+        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in zip(*cols, strict=True)]
+    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}"
+            for k, a, b, c in zip(*cols, strict=True)]
 
 
 def _intern(values, first: tuple[str, ...] = (_BOS, _EOS)) -> tuple[dict[str, int], np.ndarray]:
@@ -342,27 +357,32 @@ class KeptPositions:
     columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
+def _single(n: int) -> np.ndarray:
+    """Rows (0, v) for the values v < n of a one-value group."""
+    rows = np.zeros((n, 2), np.int64)
+    rows[:, 1] = np.arange(n)
+    return rows
+
+
 def kept_features(c: BaseCounts, min_count: int
-                  ) -> tuple[list[str], np.ndarray, KeptPositions]:
+                  ) -> tuple[KeptNames, np.ndarray, KeptPositions]:
     """(names, counts, positions) of the features that fire on ≥ ``min_count`` of the tokens
-    counted in ``c``, each counted once per token that fires it (in no particular order)."""
+    counted in ``c``, each counted once per token that fires it (in no particular order;
+    :meth:`~.kept_names.KeptNames.permutation` gives the dictionary's)."""
     kept = _Kept(min_count)
     own = kept.add(c.own, c.own_counts)
     ctx = np.empty(c.ctx.shape, np.int64)
     for j, o in enumerate(_OFFSETS):
-        sel = np.flatnonzero(c.ctx[:, j] >= min_count)
-        ctx[:, j] = -1
-        ctx[sel, j] = kept.add([f"w{o:+d}={c.lowers[i]}" for i in sel.tolist()],
-                               c.ctx[sel, j])
+        ctx[:, j] = kept.add_rows((f"w{o:+d}=",), _single(c.ctx.shape[0]), c.lowers,
+                                  c.ctx[:, j])
     easy = np.fromiter(("|" not in w for w in c.lowers), bool, count=len(c.lowers))
     pairs = kept.ngrams(*c.pairs, c.lowers, easy, ("b-1=", "b+1="))
     columns = []
     for j, col in enumerate(c.columns):
         uni = np.full(col.uni.shape, -1, np.int64)
         for o in range(5):
-            sel = np.flatnonzero(col.uni[:, o] >= min_count)
-            uni[sel, o] = kept.add([f"a{j}[{o - 2}]={col.values[v]}" for v in sel.tolist()],
-                                   col.uni[sel, o])
+            uni[:, o] = kept.add_rows((f"a{j}[{o - 2}]=",), _single(col.uni.shape[0]),
+                                      col.values, col.uni[:, o])
         easy = np.fromiter(("|" not in v for v in col.values), bool, count=len(col.values))
         columns.append((uni, kept.ngrams(*col.bi, col.values, easy,
                                          tuple(f"a{j}[{spec}]=" for spec in _BIGRAM_SPECS)),
@@ -374,12 +394,15 @@ def kept_features(c: BaseCounts, min_count: int
 def count_base_features(sent_ptr: np.ndarray, tok_type: np.ndarray, types: list[str],
                         attrs: list[list[tuple]] | None, n_attr: int,
                         word_features: Callable[[str], list[str]], min_count: int
-                        ) -> tuple[list[str], np.ndarray, tuple[list[str], np.ndarray,
-                                                                np.ndarray]]:
-    """(names, counts, own) of the ``base`` template's features firing on ≥ ``min_count`` of
-    the tokens (:func:`base_counts`, :func:`kept_features`)."""
+                        ) -> tuple[list[str], tuple[list[str], np.ndarray, np.ndarray]]:
+    """(dictionary, own): the ``base`` template's features firing on ≥ ``min_count`` of the
+    tokens by decreasing count, ties in string order (:func:`base_counts`,
+    :func:`kept_features`), and the types' own features (strings, ids, lengths)."""
     counts, ids = base_counts(sent_ptr, tok_type, types, attrs, n_attr, word_features)
-    return (*kept_features(counts, min_count)[:2], (counts.own, ids.own_ids, ids.lens))
+    names, kept_counts, _ = kept_features(counts, min_count)
+    strings = names.strings()
+    return ([strings[i] for i in names.permutation(kept_counts).tolist()],
+            (counts.own, ids.own_ids, ids.lens))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -504,14 +527,3 @@ def merge_base_counts(parts: list[BaseCounts]) -> tuple[BaseCounts, list[PartMap
     merged = BaseCounts(own.packed, own.counts, lowers, ctx, pairs, columns)
     return merged, [PartMaps(own.maps[k], low_maps[k], [m[k] for m in value_maps])
                     for k in range(len(parts))]
-
-
-def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:
-    """``names`` (distinct) by decreasing count, ties in string order."""
-    return [names[i] for i in frequency_permutation(names, counts).tolist()]
-
-
-def frequency_permutation(names: list[str], counts: np.ndarray) -> np.ndarray:
-    """The indices of ``names`` (distinct) by decreasing count, ties in string order."""
-    by_name = np.array(sorted(range(len(names)), key=names.__getitem__), np.int64)
-    return by_name[np.argsort(-counts[by_name], kind="stable")]

@@ -65,12 +65,11 @@ from ...primitives.monitor import PROGRESS_EVERY, timed_step
 from .feature_counts import (
     base_counts,
     count_base_features,
-    frequency_order,
-    frequency_permutation,
     kept_features,
     merge_base_counts,
 )
 from .feature_rows import add_ids, add_word_ids, feature_rows, sort_unique
+from .kept_names import frequency_order
 from .part_tables import encode_part_tokens, part_tables
 
 # 2 drops the singletons (about half the features, so of w) at no measurable accuracy cost
@@ -622,10 +621,10 @@ class SequenceFeaturizer:
         """The dictionary of :meth:`fit` (features firing on ≥ min_count tokens)."""
         if self.template == "base":  # counted per type and n-gram (no string per token)
             _, _, types = typed = _types(words)
-            names, counts, (own, own_ids, lens) = count_base_features(
+            features, (own, own_ids, lens) = count_base_features(
                 *typed, attrs, n_attr, self._word_features, self.min_count)
             self.n_attributes = n_attr
-            self._adopt(frequency_order(names, counts))
+            self._adopt(features)
             self._seed_tables(types, own, own_ids, lens, n_attr)
             return
         # Every feature that fires on the training data, with a provisional id.
@@ -704,13 +703,12 @@ class SequenceFeaturizer:
             return [(None, n_attr)] * len(parts)
         merged, maps = merge_base_counts([p["counts"] for p in parts])
         names, counts, kept = kept_features(merged, self.min_count)
-        order = frequency_permutation(names, counts)
+        order = names.permutation(counts)
         final = np.empty(order.shape[0], np.int64)
         final[order] = np.arange(order.shape[0])
         # the dictionary packed, as a loaded model holds it (split into a list and an index
         # only where something encodes with strings: a dev set)
-        self._take_packed(np.frombuffer("\n".join([names[i] for i in order.tolist()]).encode(
-            "utf-8"), np.uint8), int(order.shape[0]))
+        self._take_packed(names.joined(order), int(order.shape[0]))
         return [(t, n_attr) for t in part_tables(merged, kept, final, maps)]
 
     def _take_packed(self, blob: np.ndarray, n: int) -> None:
