@@ -157,6 +157,27 @@ def _key_rows(key: np.ndarray, radix: int, width: int) -> tuple[np.ndarray, np.n
     return _decoded(uniq, radix, width), counts
 
 
+@nb.njit(cache=True, nogil=True)
+def _easy_kept(rows, counts, easy, min_count):
+    """(the rows whose values are all ``easy`` and whose count is ≥ ``min_count``, the rows
+    with a value that is not): indices, in one pass."""
+    kept = np.empty(rows.shape[0], np.int64)
+    hard = np.empty(rows.shape[0], np.int64)
+    nk = nh = 0
+    for i in range(rows.shape[0]):
+        ok = True
+        for c in range(1, rows.shape[1]):
+            if not easy[rows[i, c]]:
+                ok = False
+        if not ok:
+            hard[nh] = i
+            nh += 1
+        elif counts[i] >= min_count:
+            kept[nk] = i
+            nk += 1
+    return kept[:nk].copy(), hard[:nh].copy()
+
+
 class _Kept:
     """The features found so far with their counts (≥ min_count, or any count for the
     strings that may still be summed: :meth:`add_summed`), their strings in a
@@ -209,11 +230,9 @@ class _Kept:
         """The n-gram features of the distinct ``rows`` (kind, value ids…) with ``counts``:
         ``prefixes[kind]`` and the values joined by ``|``; ``easy[v]``: value v holds no
         ``|`` (its n-grams' strings are unique)."""
-        ok = easy[rows[:, 1:]].all(axis=1)
+        sel, hard = _easy_kept(rows, counts, easy, self.min_count)
         pos = np.full(rows.shape[0], -1, np.int64)
-        sel = np.flatnonzero(ok)
         pos[sel] = self.add_rows(prefixes, rows[sel], values, counts[sel])
-        hard = np.flatnonzero(~ok)
         if hard.shape[0]:
             rows = rows[hard]
             pos[hard] = self.add_summed(_ngram_names(rows, values, prefixes), counts[hard])
