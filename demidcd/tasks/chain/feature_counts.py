@@ -234,8 +234,8 @@ class _Kept:
         pos = np.full(rows.shape[0], -1, np.int64)
         pos[sel] = self.add_rows(prefixes, rows[sel], values, counts[sel])
         if hard.shape[0]:
-            rows = rows[hard]
-            pos[hard] = self.add_summed(_ngram_names(rows, values, prefixes), counts[hard])
+            pos[hard] = self.add_summed(_ngram_names(rows[hard], values, prefixes),
+                                        counts[hard])
         return pos
 
     def result(self) -> tuple[KeptNames, np.ndarray]:

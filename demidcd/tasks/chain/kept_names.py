@@ -100,11 +100,15 @@ def _joined(blob, ends, order):
     return out
 
 
+def _by_string(keys: list[str]) -> np.ndarray:
+    """The indices of ``keys`` in string order (ties: the first first)."""
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
+
+
 def _ranks(keys: list[str]) -> np.ndarray:
     """The rank of each of ``keys`` in string order (ties: the first first)."""
     out = np.empty(len(keys), np.int64)
-    out[np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)] = \
-        np.arange(len(keys))
+    out[_by_string(keys)] = np.arange(len(keys))
     return out
 
 
@@ -115,7 +119,7 @@ def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:
 
 def frequency_permutation(names: list[str], counts: np.ndarray) -> np.ndarray:
     """The indices of ``names`` (distinct) by decreasing count, ties in string order."""
-    by_name = np.array(sorted(range(len(names)), key=names.__getitem__), np.int64)
+    by_name = _by_string(names)
     return by_name[np.argsort(-counts[by_name], kind="stable")]
 
 
@@ -193,10 +197,9 @@ class KeptNames:
         blocks.sort(key=lambda b: b.prefix)
         if any(b.prefix.startswith(a.prefix) for a, b in pairwise(blocks)):
             return frequency_permutation(self.strings(), counts)  # (not the built-in groups)
-        by_string = sorted(range(len(free)), key=free.__getitem__)
-        ordered = [free[i] for i in by_string]
-        where = np.concatenate(free_at)[np.array(by_string, np.int64)] if free_at else \
-            np.zeros(0, np.int64)
+        by_string = _by_string(free)
+        ordered = [free[i] for i in by_string.tolist()]
+        where = np.concatenate(free_at)[by_string] if free_at else np.zeros(0, np.int64)
         head = np.empty(self._size, np.int64)
         within = np.zeros(self._size, np.int64)
         inside = np.zeros(len(ordered), bool)  # free strings placed in a block
