@@ -13,7 +13,13 @@ import pytest
 
 from demidcd.api import SequenceTagger
 from demidcd.estimators.parts import PartsUnsupported, concat_encoded, prepare_fit_parts
-from demidcd.io.shards import byte_ranges, merge_counts, read_range
+from demidcd.io.shards import (
+    byte_ranges,
+    concat_packed,
+    merge_counts,
+    pack_strings,
+    read_range,
+)
 from demidcd.io.tagged import read_tagged, read_tagged_part
 from demidcd.parallel.forked import fork_stages
 from demidcd.synthetic import generate
@@ -566,3 +572,19 @@ def test_cli_parts_name_an_infeasible_partial_line_as_the_serial_reader(tmp_path
         assert r.returncode == 2, r.stderr
         errs[t] = r.stderr.strip().splitlines()[-1]
     assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
+
+
+def test_packed_strings_take_join_and_concatenate_as_python_does():
+    """:class:`~demidcd.io.shards.PackedStrings`: ``take``, ``joined`` and
+    :func:`concat_packed` give what slicing, ``"\\n".join`` and ``+`` give on the strings
+    (empty strings, multi-byte characters, repeats and reversals among the indices)."""
+    rng = random.Random(3)
+    alphabet = ["a", "|", "é", "中", "-", ""]
+    words = ["".join(rng.choices(alphabet, k=rng.randrange(4))) for _ in range(40)]
+    a, b = pack_strings(words[:25]), pack_strings(words[25:])
+    assert concat_packed([a, b]).strings() == words
+    assert concat_packed([]).strings() == []
+    which = np.array([rng.randrange(25) for _ in range(30)] + [24, 0], np.int64)
+    assert a.take(which).strings() == [words[i] for i in which]
+    assert a.joined(which).tobytes().decode() == "\n".join(words[i] for i in which)
+    assert a.joined(np.zeros(0, np.int64)).tobytes() == b""

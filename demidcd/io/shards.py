@@ -37,8 +37,8 @@ import numpy as np
 from .stream import transparent
 from .text_source import STDIN, decode_block
 
-__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "file_parts",
-           "merge_counts", "pack_strings", "read_range", "splittable"]
+__all__ = ["ByteRange", "MergedCounts", "PackedStrings", "byte_ranges", "concat_packed",
+           "file_parts", "merge_counts", "pack_strings", "read_range", "splittable"]
 
 _DOCSTART = np.frombuffer(b"-DOCSTART-", np.uint8)
 
@@ -154,17 +154,44 @@ class PackedStrings:
     def __len__(self) -> int:
         return int(self.ends.shape[0])
 
+    def starts(self) -> np.ndarray:
+        """The start offset of each string."""
+        starts = np.zeros(self.ends.shape[0], np.int64)
+        starts[1:] = self.ends[:-1]
+        return starts
+
+    def take(self, which: np.ndarray) -> PackedStrings:
+        """The strings at the indices ``which``, in that order."""
+        starts = self.starts()[which]
+        lens = self.ends[which] - starts
+        return PackedStrings(_gather(self.blob, starts, lens, -1), np.cumsum(lens))
+
+    def joined(self, which: np.ndarray, sep: int = 10) -> np.ndarray:
+        """The UTF-8 bytes of the strings at ``which``, in that order, the byte ``sep``
+        (a newline) between them."""
+        starts = self.starts()[which]
+        return _gather(self.blob, starts, self.ends[which] - starts, sep)
+
     def strings(self, which: np.ndarray | None = None) -> list[str]:
         """The strings (those at the indices ``which``, in that order)."""
         ends = self.ends if which is None else self.ends[which]
-        starts = np.concatenate(([0], self.ends[:-1]))
-        starts = starts if which is None else starts[which]
+        starts = self.starts() if which is None else self.starts()[which]
         raw = self.blob.tobytes()
         if raw.isascii():  # one decode; byte offsets are character offsets
             text = raw.decode("ascii")
             return [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
         return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
                                                           strict=True)]
+
+
+def concat_packed(parts: list[PackedStrings]) -> PackedStrings:
+    """The strings of ``parts`` one after another, as one :class:`PackedStrings`."""
+    if not parts:
+        return PackedStrings(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    byte_off = np.cumsum([0] + [int(p.blob.shape[0]) for p in parts])
+    return PackedStrings(np.concatenate([p.blob for p in parts]),
+                         np.concatenate([p.ends + b for p, b in zip(parts, byte_off,
+                                                                     strict=False)]))
 
 
 def pack_strings(strings: list[str]) -> PackedStrings:
@@ -260,34 +287,29 @@ def merge_counts(parts: list[tuple[PackedStrings | list[str], np.ndarray]]) -> M
     packed = [p if isinstance(p, PackedStrings) else pack_strings(p) for p, _ in parts]
     sizes = [len(p) for p in packed]
     off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    byte_off = np.cumsum([0] + [int(p.blob.shape[0]) for p in packed])
-    blob = np.concatenate([p.blob for p in packed]) if packed else np.zeros(0, np.uint8)
-    ends = np.concatenate([p.ends + b for p, b in zip(packed, byte_off, strict=False)]) \
-        if packed else np.zeros(0, np.int64)
-    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    out = concat_packed(packed)
+    blob, ends, starts = out.blob, out.ends, out.starts()
     counts = np.concatenate([np.asarray(c, np.int64) for _, c in parts]) if parts else \
         np.zeros(0, np.int64)
     merged_of, keep = _merge_table(blob, starts, ends, _hashes(blob, ends))
     total = np.bincount(merged_of, counts.astype(np.float64), keep.shape[0]).astype(np.int64)
-    out = PackedStrings(blob, ends)
-    kept = PackedStrings(*_take(out, keep))
+    kept = out.take(keep)
     maps = [merged_of[off[k]:off[k + 1]] for k in range(len(parts))]
     return MergedCounts(kept, total, maps)
 
 
-def _take(p: PackedStrings, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(blob, ends) of the strings of ``p`` at ``which``."""
-    starts = np.concatenate(([0], p.ends[:-1])).astype(np.int64)[which]
-    lens = p.ends[which] - starts
-    new_ends = np.cumsum(lens)
-    return _gather(p.blob, starts, lens, int(new_ends[-1]) if lens.shape[0] else 0), new_ends
-
-
 @nb.njit(cache=True, nogil=True)
-def _gather(blob, starts, lens, total):
+def _gather(blob, starts, lens, sep):
+    """The byte ranges (``starts``, ``lens``) of ``blob`` one after another, the byte ``sep``
+    between two of them (−1: nothing)."""
+    n = starts.shape[0]
+    total = lens.sum() + (max(n - 1, 0) if sep >= 0 else 0)
     out = np.empty(total, np.uint8)
     pos = 0
-    for i in range(starts.shape[0]):
+    for i in range(n):
+        if sep >= 0 and i > 0:
+            out[pos] = sep
+            pos += 1
         out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
         pos += lens[i]
     return out

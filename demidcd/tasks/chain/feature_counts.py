@@ -28,7 +28,7 @@ import numba as nb
 import numpy as np
 
 from ...io.shards import PackedStrings, merge_counts
-from .kept_names import KeptNames
+from .kept_names import KeptNames, format_rows
 
 _BOS, _EOS = "<s>", "</s>"
 _OFFSETS = (-2, -1, 1, 2)
@@ -199,10 +199,10 @@ class _Kept:
 
     def add(self, names: list[str] | PackedStrings, counts: np.ndarray) -> np.ndarray:
         """Features already known to be distinct from every other (counts not yet filtered;
-        packed names are unpacked only where kept)."""
+        packed names stay packed, those kept taken)."""
         keep, pos = self._positions(counts)
         if isinstance(names, PackedStrings):
-            self.names.add_strings(names.strings(keep))
+            self.names.add_strings(names.take(keep))
         else:
             self.names.add_strings(names if len(keep) == len(names) else
                                    [names[i] for i in keep.tolist()])
@@ -234,23 +234,13 @@ class _Kept:
         pos = np.full(rows.shape[0], -1, np.int64)
         pos[sel] = self.add_rows(prefixes, rows[sel], values, counts[sel])
         if hard.shape[0]:
-            pos[hard] = self.add_summed(_ngram_names(rows[hard], values, prefixes),
+            pos[hard] = self.add_summed(format_rows(prefixes, rows[hard], values),
                                         counts[hard])
         return pos
 
     def result(self) -> tuple[KeptNames, np.ndarray]:
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
         return self.names, counts
-
-
-def _ngram_names(rows: np.ndarray, values: list[str], prefixes: tuple[str, ...]) -> list[str]:
-    """The strings of n-gram rows (kind, value ids…): ``prefixes[kind]`` and the values
-    joined by ``|``."""
-    cols = [c.tolist() for c in rows.T]  # lists of ints: no container per row for the gc
-    if rows.shape[1] == 3:
-        return [f"{prefixes[k]}{values[a]}|{values[b]}" for k, a, b in zip(*cols, strict=True)]
-    return [f"{prefixes[k]}{values[a]}|{values[b]}|{values[c]}"
-            for k, a, b, c in zip(*cols, strict=True)]
 
 
 def _intern(values, first: tuple[str, ...] = (_BOS, _EOS)) -> tuple[dict[str, int], np.ndarray]:

@@ -20,7 +20,8 @@ gives the order and the packed dictionary from numbers:
   rows by bisection (a few of them formatted).
 
 The packed strings are formatted by a kernel from the value tables' bytes
-(:func:`_format_rows`) and gathered in the dictionary's order (:func:`_joined`). The result is
+(:func:`_format_rows`) and gathered in the dictionary's order
+(:meth:`~demidcd.io.shards.PackedStrings.joined`). The result is
 the one sorting every string would give (tests compare the two on adversarial values).
 """
 
@@ -33,9 +34,9 @@ from itertools import pairwise
 import numba as nb
 import numpy as np
 
-from ...io.shards import PackedStrings, pack_strings
+from ...io.shards import PackedStrings, concat_packed, pack_strings
 
-__all__ = ["KeptNames", "frequency_order", "frequency_permutation"]
+__all__ = ["KeptNames", "format_rows", "frequency_order", "frequency_permutation"]
 
 
 @dataclass
@@ -81,23 +82,12 @@ def _format_rows(pre_blob, pre_ends, val_blob, val_ends, rows):
     return out, ends
 
 
-@nb.njit(cache=True, nogil=True)
-def _joined(blob, ends, order):
-    """The strings ``order[0]``, ``order[1]``, … of (blob, ends) joined by newlines."""
-    total = max(order.shape[0] - 1, 0)
-    for i in order:
-        total += ends[i] - (ends[i - 1] if i > 0 else 0)
-    out = np.empty(total, np.uint8)
-    q = 0
-    for j in range(order.shape[0]):
-        if j > 0:
-            out[q] = 10
-            q += 1
-        i = order[j]
-        for b in range(ends[i - 1] if i > 0 else 0, ends[i]):
-            out[q] = blob[b]
-            q += 1
-    return out
+def format_rows(prefixes: tuple[str, ...], rows: np.ndarray, values: list[str]) -> list[str]:
+    """The strings of ``rows`` (kind, value ids…): ``prefixes[kind]`` and the ``values``
+    joined by ``|``."""
+    names = KeptNames()
+    names.add_rows(prefixes, rows, values)
+    return names.strings()
 
 
 def _by_string(keys: list[str]) -> np.ndarray:
@@ -130,13 +120,13 @@ class KeptNames:
     groups' strings in Python (module docstring)."""
 
     def __init__(self) -> None:
-        self._parts: list[list[str] | _Group] = []
+        self._parts: list[list[str] | PackedStrings | _Group] = []
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
-    def add_strings(self, names: list[str]) -> None:
+    def add_strings(self, names: list[str] | PackedStrings) -> None:
         self._parts.append(names)
         self._size += len(names)
 
@@ -149,24 +139,19 @@ class KeptNames:
     # -- strings -----------------------------------------------------------------------------
     def packed(self) -> PackedStrings:
         """Every string, in position order, packed."""
-        blobs, ends, at = [], [], 0
-        packs: dict[int, PackedStrings] = {}  # value tables shared by several groups
+        out = []
+        tables: dict[int, PackedStrings] = {}  # value tables shared by several groups
         for part in self._parts:
             if isinstance(part, _Group):
-                table = packs.get(id(part.values))
+                table = tables.get(id(part.values))
                 if table is None:
-                    table = packs[id(part.values)] = pack_strings(part.values)
+                    table = tables[id(part.values)] = pack_strings(part.values)
                 pre = pack_strings(list(part.prefixes))
-                b, e = _format_rows(pre.blob, pre.ends, table.blob, table.ends, part.rows)
+                out.append(PackedStrings(*_format_rows(pre.blob, pre.ends, table.blob,
+                                                       table.ends, part.rows)))
             else:
-                p = pack_strings(part)
-                b, e = p.blob, p.ends
-            blobs.append(b)
-            ends.append(e + at)
-            at += b.shape[0]
-        if not blobs:
-            return PackedStrings(np.zeros(0, np.uint8), np.zeros(0, np.int64))
-        return PackedStrings(np.concatenate(blobs), np.concatenate(ends))
+                out.append(part if isinstance(part, PackedStrings) else pack_strings(part))
+        return concat_packed(out)
 
     def strings(self) -> list[str]:
         """Every string, in position order."""
@@ -174,8 +159,7 @@ class KeptNames:
 
     def joined(self, order: np.ndarray) -> np.ndarray:
         """The strings at positions ``order``, newline-joined UTF-8 (uint8)."""
-        p = self.packed()
-        return _joined(p.blob, p.ends, np.ascontiguousarray(order, np.int64))
+        return self.packed().joined(np.ascontiguousarray(order, np.int64))
 
     # -- order -------------------------------------------------------------------------------
     def permutation(self, counts: np.ndarray) -> np.ndarray:
@@ -191,7 +175,7 @@ class KeptNames:
                 blocks += _blocks(part, at, ranks)
                 at += part.rows.shape[0]
             else:
-                free += part
+                free += part.strings() if isinstance(part, PackedStrings) else part
                 free_at.append(np.arange(at, at + len(part), dtype=np.int64))
                 at += len(part)
         blocks.sort(key=lambda b: b.prefix)
