@@ -142,16 +142,19 @@ def test_parts_counts_merged_give_the_whole_corpus_dictionary_and_encoding(seed,
 
 
 @pytest.mark.parametrize("width", [3, 4])
-def test_summed_rows_of_parts_against_a_counter(width):
-    """The merge of the parts' n-gram rows (ids mapped, counts summed) by int64 keys and,
-    where a key would not fit, by rows: both against a Counter."""
-    rng = np.random.default_rng(width)
+@pytest.mark.parametrize("n_parts", [1, 3, 17])
+def test_summed_rows_of_parts_against_a_counter(width, n_parts):
+    """The merge of the parts' n-gram rows (ids mapped, counts summed) by int64 keys (a k-way
+    merge of the parts' sorted keys, some parts empty) and, where a key would not fit, by
+    rows: both against a Counter."""
+    rng = np.random.default_rng(width + n_parts)
     grams, maps, expect = [], [], Counter()
-    for _ in range(3):
+    for k in range(n_parts):
         n_local = int(rng.integers(3, 9))
         ids = rng.permutation(12)[:n_local]  # the part's values among the merged 12
-        rows = np.unique(np.column_stack([rng.integers(0, 4, 40)] + [
-            rng.integers(0, n_local, 40) for _ in range(width - 1)]), axis=0)
+        m = 0 if k % 5 == 1 else int(rng.integers(1, 60))
+        rows = np.unique(np.column_stack([rng.integers(0, 4, m)] + [
+            rng.integers(0, n_local, m) for _ in range(width - 1)]).reshape(m, width), axis=0)
         counts = rng.integers(1, 5, rows.shape[0])
         grams.append((rows, counts))
         maps.append(ids)

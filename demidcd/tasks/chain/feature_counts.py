@@ -429,25 +429,53 @@ def _global_keys(rows, ids, radix):
 
 
 @nb.njit(cache=True, nogil=True)
-def _merge_sorted(ka, ca, kb, cb):
-    """Two increasing arrays of distinct keys with counts as one (counts of equal keys
-    summed)."""
-    out_k = np.empty(ka.shape[0] + kb.shape[0], np.int64)
-    out_c = np.empty(ka.shape[0] + kb.shape[0], np.int64)
-    i = j = n = 0
-    while i < ka.shape[0] or j < kb.shape[0]:
-        if j == kb.shape[0] or (i < ka.shape[0] and ka[i] < kb[j]):
-            out_k[n], out_c[n] = ka[i], ca[i]
-            i += 1
-        elif i == ka.shape[0] or kb[j] < ka[i]:
-            out_k[n], out_c[n] = kb[j], cb[j]
-            j += 1
+def _merge_runs(keys, counts, starts):
+    """The distinct keys of ``keys`` and their summed ``counts``, where ``keys[starts[r]:
+    starts[r + 1]]`` is run r, increasing and distinct: a k-way merge through a binary heap
+    of the runs' heads (O(n log k); the outputs are allocated once and not copied: their
+    untouched tail costs no memory)."""
+    k = starts.shape[0] - 1
+    pos = starts[:-1].copy()
+    heap = np.empty(k, np.int64)  # runs, a min-heap on their head keys
+    size = 0
+    for r in range(k):
+        if pos[r] < starts[r + 1]:
+            heap[size] = r
+            size += 1
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, size, i, keys, pos)
+    out_k = np.empty(keys.shape[0], np.int64)
+    out_c = np.empty(keys.shape[0], np.int64)
+    n = 0
+    while size > 0:
+        r = heap[0]
+        key = keys[pos[r]]
+        if n > 0 and out_k[n - 1] == key:
+            out_c[n - 1] += counts[pos[r]]
         else:
-            out_k[n], out_c[n] = ka[i], ca[i] + cb[j]
-            i += 1
-            j += 1
-        n += 1
-    return out_k[:n].copy(), out_c[:n].copy()
+            out_k[n] = key
+            out_c[n] = counts[pos[r]]
+            n += 1
+        pos[r] += 1
+        if pos[r] == starts[r + 1]:
+            size -= 1
+            heap[0] = heap[size]
+        _sift_down(heap, size, 0, keys, pos)
+    return out_k[:n], out_c[:n]
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _sift_down(heap, size, i, keys, pos):
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            return
+        if a + 1 < size and keys[pos[heap[a + 1]]] < keys[pos[heap[a]]]:
+            a += 1
+        if keys[pos[heap[i]]] <= keys[pos[heap[a]]]:
+            return
+        heap[i], heap[a] = heap[a], heap[i]
+        i = a
 
 
 def _summed_rows(grams: list[tuple[np.ndarray, np.ndarray]], maps: list[np.ndarray],
@@ -455,7 +483,7 @@ def _summed_rows(grams: list[tuple[np.ndarray, np.ndarray]], maps: list[np.ndarr
     """The distinct rows of the parts' n-gram rows (``grams``: each part's distinct rows,
     first column below 8, and their counts; spent), their value ids mapped by the part's
     ``maps`` into ids below ``radix``, with their counts summed. One int64 key per row where it
-    fits (each part's keys sorted, then merged: a few arrays of 8 bytes a row at once)."""
+    fits: each part's keys sorted into one array, then merged at once (:func:`_merge_runs`)."""
     width = grams[0][0].shape[1]
     if not _keyed(radix, width):
         rows = np.concatenate([_remapped(r, m) for (r, _), m in zip(grams, maps, strict=True)])
@@ -463,15 +491,18 @@ def _summed_rows(grams: list[tuple[np.ndarray, np.ndarray]], maps: list[np.ndarr
         total = np.zeros(uniq.shape[0], np.int64)
         np.add.at(total, inverse.reshape(-1), np.concatenate([c for _, c in grams]))
         return uniq, total
-    keys = counts = None
+    starts = np.cumsum([0] + [r.shape[0] for r, _ in grams])
+    keys = np.empty(starts[-1], np.int64)
+    counts = np.empty(starts[-1], np.int64)
     for i, m in enumerate(maps):
         (r, c), grams[i] = grams[i], None  # (each part's rows let go once keyed)
         k = _global_keys(r, m, radix)
         del r
         order = np.argsort(k)
-        k, c = k[order], c[order]
-        del order
-        keys, counts = (k, c) if keys is None else _merge_sorted(keys, counts, k, c)
+        keys[starts[i]:starts[i + 1]] = k[order]
+        counts[starts[i]:starts[i + 1]] = c[order]
+        del k, order
+    keys, counts = _merge_runs(keys, counts, starts)
     return _decoded(keys, radix, width), counts
 
 
