@@ -10,6 +10,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from demidcd.api import SequenceTagger
 from demidcd.estimators.parts import PartsUnsupported, concat_encoded, prepare_fit_parts
@@ -588,3 +590,16 @@ def test_packed_strings_take_join_and_concatenate_as_python_does():
     assert a.take(which).strings() == [words[i] for i in which]
     assert a.joined(which).tobytes().decode() == "\n".join(words[i] for i in which)
     assert a.joined(np.zeros(0, np.int64)).tobytes() == b""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="a\x00|é\U0001f600", max_size=40), max_size=60), st.data())
+def test_packed_strings_order_is_pythons_string_order(words, data):
+    """``PackedStrings.order`` (a ``lexsort`` of the leading bytes, then the ties that hold a
+    longer string sorted by all their bytes) is ``sorted`` of the strings, stable: code
+    points above U+FFFF, NUL bytes, equal strings and long shared prefixes (past the 24
+    leading bytes: prefixes repeated to the length drawn)."""
+    stem = data.draw(st.sampled_from(["", "x" * 23, "é" * 12, "a" * 30]))
+    words = [stem + w for w in words]
+    order = pack_strings(words).order()
+    assert order.tolist() == sorted(range(len(words)), key=words.__getitem__)

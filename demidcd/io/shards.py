@@ -172,6 +172,22 @@ class PackedStrings:
         starts = self.starts()[which]
         return _gather(self.blob, starts, self.ends[which] - starts, sep)
 
+    def order(self) -> np.ndarray:
+        """The indices of the strings in string order (Python's order of ``str``: UTF-8 bytes
+        compare as the code points they encode), equal strings first first: a ``lexsort`` of
+        each string's first :data:`ORDER_BYTES` bytes as big-endian words and its length, then
+        the runs that tie there and hold a longer string sorted by all their bytes."""
+        n = len(self)
+        if n == 0:
+            return np.zeros(0, np.int64)
+        starts = self.starts()
+        lens = self.ends - starts
+        keys = _leading_words(self.blob, starts, lens, ORDER_BYTES // 8)
+        order = np.lexsort((lens, *keys[::-1]))
+        if int(lens.max()) > ORDER_BYTES:
+            _sort_long_ties(order, keys, self.blob, starts, lens, ORDER_BYTES)
+        return order
+
     def strings(self, which: np.ndarray | None = None) -> list[str]:
         """The strings (those at the indices ``which``, in that order)."""
         ends = self.ends if which is None else self.ends[which]
@@ -313,6 +329,94 @@ def _gather(blob, starts, lens, sep):
         out[pos:pos + lens[i]] = blob[starts[i]:starts[i] + lens[i]]
         pos += lens[i]
     return out
+
+
+ORDER_BYTES = 24
+"""The leading bytes of each string that :meth:`PackedStrings.order` sorts by as numbers."""
+
+
+@nb.njit(cache=True, nogil=True)
+def _leading_words(blob, starts, lens, width):
+    """(width, n) uint64: the first 8·width bytes of each string as big-endian words, zero
+    padded (a shorter string's words are those of its bytes and zeros)."""
+    n = starts.shape[0]
+    out = np.zeros((width, n), np.uint64)
+    for i in range(n):
+        for q in range(min(lens[i], 8 * width)):
+            c = q >> 3
+            out[c, i] |= np.uint64(blob[starts[i] + q]) << np.uint64(8 * (7 - (q & 7)))
+    return out
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _bytes_less(blob, starts, lens, a, b):
+    """Whether string a sorts before string b (bytes, then the shorter first)."""
+    m = min(lens[a], lens[b])
+    for q in range(m):
+        x = blob[starts[a] + q]
+        y = blob[starts[b] + q]
+        if x != y:
+            return x < y
+    return lens[a] < lens[b]
+
+
+@nb.njit(cache=True, nogil=True)
+def _sort_long_ties(order, keys, blob, starts, lens, limit):
+    """In ``order`` (sorted by ``keys``, then length), each run of equal keys that holds a
+    string longer than ``limit`` bytes sorted by all its bytes (stable: an insertion sort
+    into a merge sort of the run)."""
+    n = order.shape[0]
+    width = keys.shape[0]
+    tmp = np.empty(n, np.int64)
+    a = 0
+    while a < n:
+        b = a + 1
+        long = lens[order[a]] > limit
+        while b < n:
+            same = True
+            for c in range(width):
+                if keys[c, order[b]] != keys[c, order[a]]:
+                    same = False
+                    break
+            if not same:
+                break
+            long = long or lens[order[b]] > limit
+            b += 1
+        if long and b - a > 1:
+            _merge_sort(order, tmp, a, b, blob, starts, lens)
+        a = b
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge_sort(order, tmp, lo, hi, blob, starts, lens):
+    """order[lo:hi] sorted by :func:`_bytes_less`, stably (runs of 16 by insertion, then
+    merged bottom-up through ``tmp``)."""
+    run = 16
+    for s in range(lo, hi, run):
+        e = min(s + run, hi)
+        for i in range(s + 1, e):
+            v = order[i]
+            j = i - 1
+            while j >= s and _bytes_less(blob, starts, lens, v, order[j]):
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = v
+    width = run
+    while width < hi - lo:
+        for s in range(lo, hi, 2 * width):
+            m = min(s + width, hi)
+            e = min(s + 2 * width, hi)
+            i, j = s, m
+            for o in range(s, e):
+                if j >= e or (i < m and not _bytes_less(blob, starts, lens, order[j],
+                                                         order[i])):
+                    tmp[o] = order[i]
+                    i += 1
+                else:
+                    tmp[o] = order[j]
+                    j += 1
+        order[lo:hi] = tmp[lo:hi]
+        width *= 2
 
 
 def file_parts(spec: str, k: int) -> list[list[str]]:

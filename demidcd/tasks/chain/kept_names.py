@@ -107,9 +107,9 @@ def frequency_order(names: list[str], counts: np.ndarray) -> list[str]:
     return [names[i] for i in frequency_permutation(names, counts).tolist()]
 
 
-def frequency_permutation(names: list[str], counts: np.ndarray) -> np.ndarray:
+def frequency_permutation(names: list[str] | PackedStrings, counts: np.ndarray) -> np.ndarray:
     """The indices of ``names`` (distinct) by decreasing count, ties in string order."""
-    by_name = _by_string(names)
+    by_name = names.order() if isinstance(names, PackedStrings) else _by_string(names)
     return by_name[np.argsort(-counts[by_name], kind="stable")]
 
 
@@ -165,7 +165,7 @@ class KeptNames:
     def permutation(self, counts: np.ndarray) -> np.ndarray:
         """The positions by decreasing ``counts``, ties in string order
         (:func:`frequency_permutation` of :meth:`strings`, from the groups' value ranks)."""
-        free: list[str] = []
+        free: list[PackedStrings] = []
         free_at: list[np.ndarray] = []
         blocks: list[_Block] = []
         at = 0
@@ -175,14 +175,15 @@ class KeptNames:
                 blocks += _blocks(part, at, ranks)
                 at += part.rows.shape[0]
             else:
-                free += part.strings() if isinstance(part, PackedStrings) else part
+                free.append(part if isinstance(part, PackedStrings) else pack_strings(part))
                 free_at.append(np.arange(at, at + len(part), dtype=np.int64))
                 at += len(part)
         blocks.sort(key=lambda b: b.prefix)
         if any(b.prefix.startswith(a.prefix) for a, b in pairwise(blocks)):
-            return frequency_permutation(self.strings(), counts)  # (not the built-in groups)
-        by_string = _by_string(free)
-        ordered = [free[i] for i in by_string.tolist()]
+            return frequency_permutation(self.packed(), counts)  # (not the built-in groups)
+        packed_free = concat_packed(free)
+        by_string = packed_free.order()
+        ordered = packed_free.strings(by_string)
         where = np.concatenate(free_at)[by_string] if free_at else np.zeros(0, np.int64)
         head = np.empty(self._size, np.int64)
         within = np.zeros(self._size, np.int64)

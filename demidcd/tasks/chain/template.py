@@ -41,6 +41,7 @@ import numpy as np
 from ...errors import InputValueError, OptionError
 from ...io.shards import PackedStrings, merge_counts, pack_strings
 from .features import DEFAULT_MIN_COUNT, EncodedSequences, space_size
+from .kept_names import frequency_permutation
 from .template_kernels import csr_sorted, dense_ids, gather
 from .template_language import Macro, Template, TemplateLine, boundary, tokens_width
 
@@ -168,15 +169,34 @@ def _unpack_strings(blob: np.ndarray, ends: np.ndarray, n: int) -> list[str]:
 
 
 class _FeatureSpace:
-    """The ids of one feature space: a dictionary (after fit) or hashing mod ``hashing``."""
+    """The ids of one feature space: a dictionary (after fit) or hashing mod ``hashing``. A
+    dictionary built from packed strings (the set-up in parts) stays packed until its
+    strings or its index are asked for."""
 
     def __init__(self, hashing: int):
         self.hashing = int(hashing)
-        self.features: list[str] | None = None
-        self.index: dict[str, int] | None = None
+        self._packed: PackedStrings | None = None  # the dictionary by id, packed
+        self._features: list[str] | None = None  # the same, decoded
+        self._index: dict[str, int] | None = None
+
+    @property
+    def features(self) -> list[str] | None:
+        """The feature strings by id (None before fit and when hashing)."""
+        if self._features is None and self._packed is not None:
+            self._features = self._packed.strings()
+        return self._features
+
+    @property
+    def index(self) -> dict[str, int] | None:
+        """Feature string → id (None before fit and when hashing)."""
+        if self._index is None and self.features is not None:
+            self._index = dict(zip(self._features, range(len(self._features)), strict=True))
+        return self._index
 
     @property
     def size(self) -> int:
+        if self._packed is not None and not self.hashing:
+            return len(self._packed)
         return space_size(self.hashing, self.features, "feature space")
 
     def lookup(self, strings: list[str], seen: dict[str, int] | None) -> np.ndarray:
@@ -206,25 +226,29 @@ class _FeatureSpace:
     def adopt_counts(self, names: list[str] | PackedStrings, counts: np.ndarray,
                      min_count: int) -> np.ndarray:
         """:meth:`finalize` from the distinct feature strings ``names`` (a list, or packed:
-        only the kept ones are decoded) and the number of tokens each fires on (``counts``);
-        returns the map index in ``names`` → final id."""
+        then ordered as bytes, :meth:`~demidcd.io.shards.PackedStrings.order`, and kept
+        packed) and the number of tokens each fires on (``counts``); returns the map index in
+        ``names`` → final id."""
         keep = np.flatnonzero(counts >= min_count)
-        kept = names.strings(keep) if hasattr(names, "strings") else \
+        kept = names.take(keep) if isinstance(names, PackedStrings) else \
             list(map(names.__getitem__, keep.tolist()))
-        rank = np.empty(len(kept), np.int64)
-        rank[sorted(range(len(kept)), key=kept.__getitem__)] = np.arange(len(kept))
-        by = np.lexsort((rank, -counts[keep]))
-        order = keep[by]
-        self.features = list(map(kept.__getitem__, by.tolist()))
-        self.index = dict(zip(self.features, range(len(self.features)), strict=True))
+        by = frequency_permutation(kept, counts[keep])
+        self._index = None
+        if isinstance(kept, PackedStrings):
+            self._packed, self._features = kept.take(by), None
+        else:
+            self._packed, self._features = None, list(map(kept.__getitem__, by.tolist()))
         remap = np.full(len(names), -1, np.int32)
-        remap[order] = np.arange(order.shape[0], dtype=np.int32)
+        remap[keep[by]] = np.arange(by.shape[0], dtype=np.int32)
         return remap
 
     def state(self, prefix: str) -> dict[str, np.ndarray]:
         if self.hashing:
             return {}
-        blob, ends = _pack_strings(self.features)
+        if self._packed is not None:
+            blob, ends = self._packed.blob, self._packed.ends
+        else:
+            blob, ends = _pack_strings(self.features)
         return {f"{prefix}_strings": blob, f"{prefix}_ends": ends}
 
     def restore(self, arrays: dict[str, np.ndarray], prefix: str, n: int) -> None:
@@ -234,9 +258,9 @@ class _FeatureSpace:
                 raise ValueError(f"{prefix}: size does not match hashing")
             return
         feats = _unpack_strings(arrays[f"{prefix}_strings"], arrays[f"{prefix}_ends"], n)
-        self.features = feats
-        self.index = dict(zip(feats, range(n), strict=True))
-        if len(self.index) != n:
+        self._packed, self._features = None, feats
+        self._index = dict(zip(feats, range(n), strict=True))
+        if len(self._index) != n:
             raise ValueError(f"{prefix}: duplicate feature strings")
 
 
