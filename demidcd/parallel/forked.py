@@ -4,7 +4,8 @@
 forked children), hands the ``n`` results to ``merge`` here, sends ``merge``'s k-th output to
 process k, which runs ``second(k, that)`` and hands its result back. A child keeps what it
 made in ``first`` for ``second`` (it is the same process), so only the small results travel:
-through unnamed temporary files, pickled once each (arrays, not objects per token).
+through unnamed files in memory (``memfd_create``; a temporary file where that is missing),
+pickled once each (arrays, not objects per token).
 
 A child that raises makes the whole call raise (the same exception type and arguments); one
 that dies raises :class:`PartFailed`. Children die with this process (``PR_SET_PDEATHSIG``),
@@ -36,6 +37,18 @@ class PartFailed(RuntimeError):
 def can_fork() -> bool:
     """Whether :func:`fork_stages` can run parts in other processes."""
     return hasattr(os, "fork")
+
+
+def _scratch_file() -> Any:
+    """An unnamed read-write file for one result: in memory where the system allows
+    (``memfd_create``: no disk's page cache written back, gone with its descriptors), else a
+    temporary file."""
+    if hasattr(os, "memfd_create"):
+        try:
+            return os.fdopen(os.memfd_create("demidcd-part", os.MFD_CLOEXEC), "w+b")
+        except OSError:
+            pass
+    return tempfile.TemporaryFile()
 
 
 def _send(f, value: Any) -> None:
@@ -111,7 +124,7 @@ def fork_stages(n: int, first: Callable[[int], Any], merge: Callable[[list[Any]]
     finished = False
     try:
         for k in range(1, n):
-            out, inbox = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            out, inbox = _scratch_file(), _scratch_file()
             up_r, up_w = os.pipe()
             down_r, down_w = os.pipe()
             pid = os.fork()
