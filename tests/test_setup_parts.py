@@ -174,6 +174,41 @@ def test_fork_stages_runs_each_part_in_its_own_process():
 
 
 @needs_fork
+@pytest.mark.parametrize("memfd", [True, False])
+def test_fork_stages_hand_results_through_memory_files_or_temporary_ones(monkeypatch, memfd):
+    """The parts' results travel through unnamed files in memory (``memfd_create``), and
+    through temporary files where the system has none: the same results, no file left."""
+    import tempfile
+
+    from demidcd.parallel import forked
+
+    made = []
+    real = forked._scratch_file
+
+    def recording():
+        f = real()
+        made.append(os.readlink(f"/proc/self/fd/{f.fileno()}"))
+        return f
+
+    monkeypatch.setattr(forked, "_scratch_file", recording)
+    if not memfd:
+        monkeypatch.delattr(os, "memfd_create", raising=False)
+    big = np.arange(300_000, dtype=np.int64)  # (an array, as the encodings are)
+
+    def second(k, m):
+        return m + k
+
+    out = fork_stages(3, lambda k: big * k, lambda a: [sum(a)] * 3, second)
+    for k, a in enumerate(out):
+        assert np.array_equal(a, 3 * big + k)
+    assert len(made) == 4  # an outbox and an inbox for each forked part
+    if memfd and hasattr(os, "memfd_create"):
+        assert all(name.startswith("/memfd:demidcd-part") for name in made), made
+    else:
+        assert all(name.startswith(tempfile.gettempdir()) for name in made), made
+
+
+@needs_fork
 @pytest.mark.parametrize("where", ["first", "second"])
 def test_fork_stages_raises_a_part_s_error(where):
     before = _children()
