@@ -183,14 +183,14 @@ def test_fork_stages_hand_results_through_memory_files_or_temporary_ones(monkeyp
     from demidcd.parallel import forked
 
     made = []
-    real = forked._scratch_file
+    real = forked.scratch_file
 
     def recording():
         f = real()
         made.append(os.readlink(f"/proc/self/fd/{f.fileno()}"))
         return f
 
-    monkeypatch.setattr(forked, "_scratch_file", recording)
+    monkeypatch.setattr(forked, "scratch_file", recording)
     if not memfd:
         monkeypatch.delattr(os, "memfd_create", raising=False)
     big = np.arange(300_000, dtype=np.int64)  # (an array, as the encodings are)
@@ -202,6 +202,9 @@ def test_fork_stages_hand_results_through_memory_files_or_temporary_ones(monkeyp
     for k, a in enumerate(out):
         assert np.array_equal(a, 3 * big + k)
     assert len(made) == 4  # an outbox and an inbox for each forked part
+    still_open = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not still_open & set(made)  # every file closed: none left behind
     if memfd and hasattr(os, "memfd_create"):
         assert all(name.startswith("/memfd:demidcd-part") for name in made), made
     else:

@@ -7,7 +7,8 @@ the way) hold on to nearly every pymalloc arena. The processes that train are fo
 command's process, so whatever it holds they share, and the run's peak memory counts it for the
 whole training. :func:`run_in_child` therefore runs the set-up in a forked child, which hands
 back only arrays and metadata (a :class:`~demidcd.estimators.sequence.PreparedFit`, the
-dev and test corpora) through a temporary file and exits, returning its memory to the system.
+dev and test corpora) through an unnamed file (:func:`~demidcd.parallel.forked.scratch_file`)
+and exits, returning its memory to the system.
 
 What the child prints (the ``data:`` line, warnings, the dictionary's progress lines) goes to the
 same stdout and stderr as the parent's would, in the same order. An exception in the child is
@@ -21,7 +22,6 @@ import os
 import pickle
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,14 +38,17 @@ def run_in_child(fn: Callable[[], Any], meanwhile: Callable[[], None] | None = N
     process while the child works (started after the fork, finished before this returns, so
     that no later fork copies it half-way; it must not fork itself).
 
-    The result travels through an unnamed temporary file, read once the child has exited: the
-    child's memory is returned before this process allocates the result's, so the two are
-    never held at once (through a pipe they would be, for the whole transfer)."""
+    The result travels through an unnamed file (in memory where the system allows), read
+    once the child has exited: the child's memory is returned before this process allocates
+    the result's, so the two are never held at once (through a pipe they would be, for the
+    whole transfer); the pickled bytes are, as a file's pages outside any process."""
     if not hasattr(os, "fork"):
         return False, None
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         stream.flush()
-    with tempfile.TemporaryFile() as tmp:
+    from ..parallel.forked import scratch_file
+
+    with scratch_file() as tmp:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _child(fn, tmp.fileno())

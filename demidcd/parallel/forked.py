@@ -25,7 +25,7 @@ from typing import Any
 
 from .supervisor import PR_SET_PDEATHSIG, prctl
 
-__all__ = ["PartFailed", "can_fork", "fork_stages"]
+__all__ = ["PartFailed", "can_fork", "fork_stages", "scratch_file"]
 
 _OK, _RAISED = b"o", b"r"
 
@@ -39,10 +39,10 @@ def can_fork() -> bool:
     return hasattr(os, "fork")
 
 
-def _scratch_file() -> Any:
-    """An unnamed read-write file for one result: in memory where the system allows
-    (``memfd_create``: no disk's page cache written back, gone with its descriptors), else a
-    temporary file."""
+def scratch_file() -> Any:
+    """An unnamed read-write file for a result handed between forked processes: in memory
+    where the system allows (``memfd_create``: no disk's page cache written back, gone with
+    its descriptors), else a temporary file."""
     if hasattr(os, "memfd_create"):
         try:
             return os.fdopen(os.memfd_create("demidcd-part", os.MFD_CLOEXEC), "w+b")
@@ -124,7 +124,7 @@ def fork_stages(n: int, first: Callable[[int], Any], merge: Callable[[list[Any]]
     finished = False
     try:
         for k in range(1, n):
-            out, inbox = _scratch_file(), _scratch_file()
+            out, inbox = scratch_file(), scratch_file()
             up_r, up_w = os.pipe()
             down_r, down_w = os.pipe()
             pid = os.fork()
