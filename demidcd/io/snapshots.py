@@ -8,7 +8,8 @@ The learner only copies w (a memcpy); a background thread writes the file (tempo
 then rename) and hands the copy back, to be copied into at the next snapshot: a fresh array
 for each (glibc maps every block this large afresh, :mod:`~demidcd.primitives.pages`) paid a
 page fault per 4 KiB page, about 40 ms of the learner's or coordinator's CPU per 44 MiB w
-against 5 ms copied into the array kept (benchmarks/README.md, "Snapshots copy into the array already written").
+against 5 ms copied into the array kept (benchmarks/README.md, "Snapshots copy into the
+array already written").
 
 Where the learner counts its work (1-DCD, DEMI-DCD, several learners), ``work.csv`` holds one
 line ``seconds,updates,inferences`` per snapshot: the run's cumulative coordinate updates and
