@@ -233,3 +233,33 @@ def test_cpu_log_is_written(cli, tmp_path):
     code, _, err = cli("train", "--threads", "1", "--max-epochs", "2", "--cpu-log", cpu, "--quiet")
     assert code == 0, err
     assert cpu.read_text().startswith("seconds,total")
+
+
+def test_the_train_command_sets_numba_up_without_scipy(corpus_dir, tmp_path):
+    """The command's own process hides SciPy while numba imports and sets its compiler up
+    (kernels call no BLAS; the import cost a quarter of a second of every start-up), before
+    the set-up child forks, and SciPy is importable again afterwards. One learner: no kernels
+    load beside the set-up, so the training process sets numba up itself unless it did first."""
+    import subprocess
+    import sys
+    import textwrap
+
+    pytest.importorskip("scipy.linalg")
+    code = textwrap.dedent("""
+        import atexit, sys
+        def report():
+            seen = "scipy.linalg" in sys.modules
+            import scipy.linalg  # noqa: F401
+            print(f"scipy.linalg imported during the command: {seen}", file=sys.stderr)
+        atexit.register(report)
+        sys.argv = ["demidcd"] + sys.argv[1:]
+        from demidcd.__main__ import run
+        run()
+    """)
+    for threads in ("1", "2"):
+        r = subprocess.run([sys.executable, "-c", code, "train", "--train",
+                            str(corpus_dir / "train.txt"), "--threads", threads,
+                            "--max-epochs", "1", "--model", str(tmp_path / "m.npz")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "scipy.linalg imported during the command: False" in r.stderr, r.stderr

@@ -25,6 +25,8 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -389,6 +391,8 @@ def _trained(args, peak) -> int:
         child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
         # (on two cores or more the fit's kernels load here while the child sets up)
         beside = (lambda: est.preload_kernels(plan)) if plan.threads > 1 else None
+        if _OWN_PROCESS:  # the child and its parts inherit numba's compiler, set up once
+            _numba_without_blas()
         done, out = run_in_child(lambda: set_up(True), beside) if child else (False, None)
         source, dev, test, data = out if done else set_up(False)
         del out
@@ -555,28 +559,37 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _scipy_hidden() -> Iterator[None]:
+    """SciPy unimportable inside the block (a ``None`` in ``sys.modules``: ImportError), and
+    as it was after. numba imports it at its own import only to check its version, and at its
+    compiler's set-up only so that kernels it compiles may call BLAS (np.dot & co.), which no
+    kernel of this package does; that set-up took 0.33 s with SciPy 1.17 and 0.17 s without,
+    in every process that did it (benchmarks/README.md, "numba without SciPy"). Only for the
+    process of the command itself (:data:`_OWN_PROCESS`), never for a caller of :func:`main`,
+    whose own kernels may want BLAS; SciPy stays importable afterwards."""
+    if not _OWN_PROCESS or "scipy.linalg" in sys.modules:  # nothing to save
+        yield
+        return
+    name = "scipy.linalg" if "scipy" in sys.modules else "scipy"
+    sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get(name, 0) is None:
+            del sys.modules[name]
+
+
 def _numba_without_blas() -> None:
-    """Set numba's compiler up (its first kernel call does) without SciPy's linear algebra:
-    numba imports scipy.linalg then only to let kernels it compiles call BLAS (np.dot & co.),
-    which no kernel of the chain taggers' predict does; that import is a sizable share of a
-    short ``predict``'s start-up. Only when the process is the command's own (not that
-    of a caller of :func:`main`, whose own kernels may want BLAS); SciPy stays importable
-    afterwards."""
+    """Set numba's compiler up now (its first kernel call would) with SciPy hidden
+    (:func:`_scipy_hidden`): before a fork, so that the children inherit it."""
     if "numba.np.arraymath" in sys.modules:
         return  # already set up
-    missing = object()
-    saved = sys.modules.get("scipy.linalg", missing)
-    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # import -> ImportError
-    try:
+    with _scipy_hidden():
         from numba.core.registry import cpu_target
 
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
-    finally:
-        if saved is missing:
-            del sys.modules["scipy.linalg"]
-        else:
-            sys.modules["scipy.linalg"] = saved
 
 
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
@@ -806,11 +819,15 @@ _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
 
 
 def _load_heavy() -> None:
-    """Import numpy, numba and the kernels' modules (:mod:`demidcd.api`); numba's compiler
+    """Import numpy and numba (SciPy hidden: :func:`_scipy_hidden`) and :mod:`demidcd.api`
+    (whose estimators load on first use); numba's compiler
     library (llvmlite) that cannot be loaded, as under a small address-space limit
     (``prlimit --as``, ``ulimit -v``), is one line saying so."""
     try:
-        from .. import api  # noqa: F401
+        with _scipy_hidden():
+            import numba  # noqa: F401
+
+            from .. import api  # noqa: F401
     except OSError as e:
         if "llvmlite" not in str(e):
             raise
