@@ -391,8 +391,6 @@ def _trained(args, peak) -> int:
         child = _OWN_PROCESS and not args.debug and hasattr(est, "prepare_fit")
         # (on two cores or more the fit's kernels load here while the child sets up)
         beside = (lambda: est.preload_kernels(plan)) if plan.threads > 1 else None
-        if _OWN_PROCESS:  # the child and its parts inherit numba's compiler, set up once
-            _numba_without_blas()
         done, out = run_in_child(lambda: set_up(True), beside) if child else (False, None)
         source, dev, test, data = out if done else set_up(False)
         del out
@@ -537,8 +535,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _check_outputs(("--out", args.out))
     spec, est, options, output = load_model(args)
     streamed = hasattr(spec, "predict_stream")
-    if streamed and _OWN_PROCESS:
-        _numba_without_blas()
     threads = vars(args).get("threads")
     if threads is not None:
         from ..solvers.plan import check_threads_value
@@ -582,7 +578,7 @@ def _scipy_hidden() -> Iterator[None]:
 
 def _numba_without_blas() -> None:
     """Set numba's compiler up now (its first kernel call would) with SciPy hidden
-    (:func:`_scipy_hidden`): before a fork, so that the children inherit it."""
+    (:func:`_scipy_hidden`)."""
     if "numba.np.arraymath" in sys.modules:
         return  # already set up
     with _scipy_hidden():
@@ -755,7 +751,7 @@ def _main(argv: list[str], debug: bool) -> int:
 
         sweep_once()  # every command removes the segments a killed run left (cheap: a listdir)
         if args.command in _HEAVY:  # load numpy, numba and the kernels' modules now
-            _load_heavy()
+            _load_heavy(args.command)
         # Ctrl-C / SIGINT stops gracefully and saves the partial model, even when the shell
         # that started us in the background set SIGINT to "ignore" (Python then keeps it
         # ignored); SIGTERM behaves the same way.
@@ -816,18 +812,23 @@ def _main(argv: list[str], debug: bool) -> int:
 
 
 _HEAVY = ("train", "predict", "evaluate", "evaluate-snapshots", "dump")
+_KERNELS = ("train", "predict", "evaluate", "evaluate-snapshots")  # those that call kernels
 
 
-def _load_heavy() -> None:
-    """Import numpy and numba (SciPy hidden: :func:`_scipy_hidden`) and :mod:`demidcd.api`
-    (whose estimators load on first use); numba's compiler
-    library (llvmlite) that cannot be loaded, as under a small address-space limit
-    (``prlimit --as``, ``ulimit -v``), is one line saying so."""
+def _load_heavy(command: str) -> None:
+    """Import numpy and numba and :mod:`demidcd.api` (whose estimators load on first use),
+    and for a command that calls kernels set numba's compiler up, both with SciPy hidden
+    (:func:`_scipy_hidden`), in the command's own process: before ``train`` forks its set-up
+    child, whose parts and learners then inherit it. numba's compiler library (llvmlite) that
+    cannot be loaded, as under a small address-space limit (``prlimit --as``, ``ulimit -v``),
+    is one line saying so."""
     try:
         with _scipy_hidden():
             import numba  # noqa: F401
 
             from .. import api  # noqa: F401
+        if _OWN_PROCESS and command in _KERNELS:
+            _numba_without_blas()
     except OSError as e:
         if "llvmlite" not in str(e):
             raise
