@@ -239,7 +239,9 @@ def test_the_train_command_sets_numba_up_without_scipy(corpus_dir, tmp_path):
     """The command's own process hides SciPy while numba imports and sets its compiler up
     (kernels call no BLAS; the import cost a quarter of a second of every start-up), before
     the set-up child forks, and SciPy is importable again afterwards. One learner: no kernels
-    load beside the set-up, so the training process sets numba up itself unless it did first."""
+    load beside the set-up, so the training process sets numba up itself unless it did first.
+    The report is an exit handler: it runs although the command leaves without the
+    interpreter's shutdown (the handlers are shared memory's and temporary files' safety nets)."""
     import subprocess
     import sys
     import textwrap
