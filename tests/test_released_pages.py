@@ -208,3 +208,35 @@ def test_active_sets_name_every_array_of_their_own():
                  "mark", "ex_pg"):
         assert any(x is getattr(act, name) for x in own), name
     assert not any(np.shares_memory(x, act.w) for x in own)
+
+
+@linux_only
+def test_the_set_up_child_takes_its_temporaries_from_the_heap():
+    """The command fixes malloc's thresholds at 128 KiB for its training processes; its set-up
+    child (cli.setup.run_in_child) at SETUP_MALLOC_THRESHOLD, so that an array of 1.5 MiB
+    comes from the heap there (not a mapping of its own, faulted in page by page and unmapped
+    once freed: the merge's 64 k page faults) and from a mapping in the command's process."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from demidcd.cli.setup import run_in_child
+        from demidcd.primitives.pages import SETUP_MALLOC_THRESHOLD, fixed_malloc_thresholds
+
+        def on_heap():
+            a = np.ones(3 << 19, np.uint8)  # 1.5 MiB
+            at = a.ctypes.data
+            for line in open("/proc/self/maps"):
+                if line.rstrip().endswith("[heap]"):
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    if lo <= at < hi:
+                        return True
+            return False
+
+        assert 3 << 19 < SETUP_MALLOC_THRESHOLD
+        assert fixed_malloc_thresholds()  # what python -m demidcd does
+        done, child = run_in_child(on_heap)
+        print(done, child, on_heap())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "False"]

@@ -103,8 +103,10 @@ def _wait(pid: int) -> int:
 def _child(fn: Callable[[], Any], fd: int) -> None:
     """The forked child: run ``fn``, write (tag, payload) to the file ``fd``, leave without
     running the parent's clean-up (its model lock is the parent's) or exit handlers."""
+    from ..primitives.pages import SETUP_MALLOC_THRESHOLD, fixed_malloc_thresholds
     from .log import CLEANUP
 
+    fixed_malloc_thresholds(SETUP_MALLOC_THRESHOLD)  # its temporaries (primitives.pages)
     CLEANUP.clear()  # (the parent's lock and files: not the child's to undo)
     code = 1
     try:

@@ -18,7 +18,8 @@ whose freed chunks stay resident and whose pages both processes of a fork then d
 worker's and the learner's per-chunk arrays (records, inference outputs) did so: on a million
 synthetic tokens with 83 tags the inference worker held 43 MiB of private heap at its first
 sweep, 2 MiB with the thresholds fixed (the run's peak 343 -> 314 MiB at 20 s, under load;
-issue 56, defect 9).
+issue 56, defect 9). The command's set-up child, which exits before training, fixes them at
+:data:`SETUP_MALLOC_THRESHOLD` instead.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ madvise = _madvise()
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MALLOC_THRESHOLD = 128 * 1024
+SETUP_MALLOC_THRESHOLD = 2 * 1024 * 1024
+"""The command's set-up child's (and its parts') fixed thresholds: its temporaries up to 2 MiB
+come from the heap again. With the training processes' 128 KiB, every array of the merge above
+that was a fresh mapping, faulted in page by page and unmapped: Brown's merge took 64 k page
+faults and 0.42 s of CPU against 0.35 s here (4 MiB: 0.30 s, but 30-50 MiB more set-up peak on
+synthetic 4 M tokens; benchmarks/README.md, "The set-up's heap")."""
 
 
 def fixed_malloc_thresholds(threshold: int = MALLOC_THRESHOLD) -> bool:
