@@ -197,3 +197,22 @@ def test_backend_ray_without_ray_is_a_one_line_error(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("demidcd: error: --backend ray needs"), \
         p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.float64])
+def test_balanced_shards_are_the_longest_processing_time_greedy(dtype):
+    """Every example in exactly one shard, each shard sorted, and the shards those of the LPT
+    rule written out (heaviest first, stable among equal costs; to the lightest shard, the
+    first of equal loads), ties and k > n included."""
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n, k = int(rng.integers(0, 200)), int(rng.integers(1, 18))
+        costs = (rng.integers(1, 4, n) if dtype is np.int64 else rng.random(n)).astype(dtype)
+        load, owner = [0.0] * k, [0] * n
+        for e in sorted(range(n), key=lambda e: -float(costs[e])):
+            j = min(range(k), key=lambda q: load[q])
+            owner[e], load[j] = j, load[j] + float(costs[e])
+        got = balanced_shards(costs, k)
+        assert len(got) == k
+        assert [s.tolist() for s in got] == [[e for e in range(n) if owner[e] == j]
+                                              for j in range(k)]

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from ..errors import OptionError, WorkerError
 from ..primitives.ring import RING_WORDS
@@ -65,15 +66,27 @@ __all__ = ["Transport", "WorkerError", "make_transport", "concat_batches", "TRAN
 
 def balanced_shards(costs: np.ndarray, k: int, seed: int = 0) -> list[np.ndarray]:
     """Split examples into k shards of nearly equal total cost (longest-processing-time
-    greedy: heaviest example first, to the lightest shard). Each shard sorted."""
-    order = np.argsort(-np.asarray(costs, np.float64), kind="stable")
+    greedy: heaviest example first, to the lightest shard, the first of equals). Each shard
+    sorted."""
+    costs = np.asarray(costs, np.float64)
+    owner = _lpt_owners(np.argsort(-costs, kind="stable"), costs, k)
+    return [np.flatnonzero(owner == j).astype(np.int64) for j in range(k)]
+
+
+@njit(cache=True, nogil=True)
+def _lpt_owners(order: np.ndarray, costs: np.ndarray, k: int) -> np.ndarray:
+    """The shard of each example, given to the lightest shard in ``order`` (a loop of Python
+    calls to np.argmin took 0.05 s on Brown's 45,829 sentences before the learners started)."""
     load = np.zeros(k)
-    owner = np.empty(len(order), np.int64)
+    owner = np.empty(order.shape[0], np.int64)
     for e in order:
-        j = int(np.argmin(load))
+        j = 0
+        for q in range(1, k):
+            if load[q] < load[j]:
+                j = q
         owner[e] = j
         load[j] += costs[e]
-    return [np.flatnonzero(owner == j).astype(np.int64) for j in range(k)]
+    return owner
 
 
 def concat_batches(parts: list[RecordBatch]) -> RecordBatch:
