@@ -25,7 +25,7 @@ def run() -> None:
         print("demidcd: interrupted", file=sys.stderr)
         code = 130
     try:
-        atexit._run_exitfuncs()
+        atexit._run_exitfuncs()  # (CPython's: what its own exit would run first)
     finally:
         from .cli.setup import exit_now
 
