@@ -93,7 +93,9 @@ def test_byte_ranges_conllu_keep_comments_with_their_sentence(tmp_path):
 def test_byte_ranges_refuse_what_cannot_be_cut(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("a X\n\nb Y\n\n")
-    assert byte_ranges(str(path), 1, conllu=False) is None
+    assert byte_ranges(str(path), 0, conllu=False) is None
+    whole = byte_ranges(str(path), 1, conllu=False)  # one part: the whole file
+    assert [(r.start, r.end, r.line0) for r in whole] == [(0, path.stat().st_size, 0)]
     assert byte_ranges("-", 2, conllu=False) is None
     assert byte_ranges(str(path), 2, conllu=False, encoding="utf-16") is None
     one = tmp_path / "one.txt"
@@ -303,7 +305,8 @@ def _cases():
 
 @needs_fork
 @pytest.mark.parametrize(("case", "n"), [(c, 3) for c in _cases()] + [("base", 2),
-                                                                      ("dicts", 2)])
+                                                                      ("dicts", 2)]
+                         + [(c, 1) for c in _cases()])
 def test_parts_give_the_serial_feature_ids_and_encoding(case, n):
     X, Y, kw = _cases()[case]
     serial = SequenceTagger(**kw).prepare_fit(X, Y, X[:15], Y[:15])
@@ -371,23 +374,31 @@ def test_concat_fills_values_of_parts_without_them():
 
 def _one_and_two_threads(path, tmp_path) -> dict[int, str]:
     """``demidcd train`` on ``path`` with the pos template at ``--threads`` 1 and 2 (DCD, 3
-    epochs): asserts both succeed and write the same model byte for byte (but meta.json,
-    which names --threads); returns each run's output."""
+    epochs; key 1: set up in one part, 2: in two) and serially (key 0: ``--debug`` keeps the
+    set-up in the command's process, where it is serial): asserts all succeed and write the
+    same model byte for byte (but meta.json, which names --threads); returns each run's
+    output, and checks that each said how it set up."""
     from cli_run import run
 
     outs, models = {}, {}
-    for t in (1, 2):
+    for t, extra in ((0, ("--threads", "1", "--debug")), (1, ("--threads", "1")),
+                     (2, ("--threads", "2"))):
         models[t] = tmp_path / f"m{t}.npz"
-        r = run("train", "--train", str(path), "--template", "pos", "--threads", str(t),
+        r = run("train", "--train", str(path), "--template", "pos", *extra,
                 "--algorithm", "dcd", "--max-epochs", "3", "--seed", "0",
                 "--model", str(models[t]))
         assert r.returncode == 0, r.stderr
         outs[t] = r.stdout + r.stderr
-    a, b = np.load(models[1]), np.load(models[2])
-    assert sorted(a.files) == sorted(b.files)
-    for k in a.files:
-        if k != "meta.json":
-            assert a[k].tobytes() == b[k].tobytes(), k
+    assert "with its features" not in outs[0]
+    assert "in 1 part)" in outs[1] and "set-up in 1 process:" in outs[1]
+    assert "in 2 parts)" in outs[2] and "set-up in 2 processes:" in outs[2]
+    a = np.load(models[0])
+    for t in (1, 2):
+        b = np.load(models[t])
+        assert sorted(a.files) == sorted(b.files)
+        for k in a.files:
+            if k != "meta.json":
+                assert a[k].tobytes() == b[k].tobytes(), (t, k)
     return outs
 
 
@@ -396,14 +407,14 @@ def _one_and_two_threads(path, tmp_path) -> dict[int, str]:
 @pytest.mark.slow
 def test_cli_sets_up_in_parts_and_writes_the_serial_model(tmp_path):
     """``--threads 2 --algorithm dcd`` with a template: set-up in 2 processes, training in
-    one; the model's weights and dictionary are the ``--threads 1`` run's, byte for byte."""
+    one; ``--threads 1``: set-up in one part; the model's weights and dictionary are the
+    serial set-up's, byte for byte (:func:`_one_and_two_threads`)."""
 
     X, Y = _corpus(200)
     attrs = [[w[-1:] for w in s] for s in X]
     path = tmp_path / "train.txt"
     _write_columns(path, X, Y, attrs)
-    for t, out in _one_and_two_threads(path, tmp_path).items():
-        assert ("in 2 parts" in out) == (t == 2)
+    _one_and_two_threads(path, tmp_path)
 
 
 @needs_fork
@@ -425,6 +436,7 @@ def test_cli_parts_name_a_bad_line_as_the_serial_reader(tmp_path):
         assert r.returncode == 2
         errs[t] = r.stderr.strip().splitlines()[-1]
     assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
+    _the_serial_reader_says(errs[1], "--template", "pos", "--train", str(path))
 
 
 def test_what_sets_up_in_parts():
@@ -569,16 +581,15 @@ def test_parts_carry_the_serial_admitted_labels_of_partial_data():
 @pytest.mark.slow
 def test_cli_sets_up_partial_data_in_parts(tmp_path):
     """A file with '?' cells and a template, ``--threads 2``: set up in 2 parts (not read
-    again serially), the model the ``--threads 1`` run's byte for byte."""
+    again serially), ``--threads 1`` in one; the model the serial set-up's byte for byte."""
 
     X, Y = _corpus(300)
     rng = random.Random(1)
     Yp = [[t if k < 150 or rng.random() > 0.5 else "?" for t in s] for k, s in enumerate(Y)]
     path = tmp_path / "partial.txt"
     _write_columns(path, X, Yp, [[w[-1:] for w in s] for s in X])
-    for t, out in _one_and_two_threads(path, tmp_path).items():
-        assert ("in 2 parts" in out) == (t == 2) and "with an unknown label" in out
-        assert "CCCP" in out
+    for out in _one_and_two_threads(path, tmp_path).values():
+        assert "with an unknown label" in out and "CCCP" in out
 
 
 @needs_fork
@@ -612,6 +623,19 @@ def test_cli_parts_name_an_infeasible_partial_line_as_the_serial_reader(tmp_path
         assert r.returncode == 2, r.stderr
         errs[t] = r.stderr.strip().splitlines()[-1]
     assert errs[1] == errs[2] and f"bad.txt:{k + 1}:" in errs[2]
+    _the_serial_reader_says(errs[1], "--task", "chunking", "--label-scheme", "iob2",
+                            "--template", "chunking", "--train", str(path))
+
+
+def _the_serial_reader_says(line: str, *args: str) -> None:
+    """The error ``line`` (``demidcd: error: …``) is the serial set-up's: ``--debug`` keeps
+    the set-up in the command's process, serial, and ends with the exception's traceback."""
+    from cli_run import run
+
+    r = run("train", *args, "--threads", "1", "--algorithm", "dcd", "--max-epochs", "1",
+            "--debug")
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1].split(": ", 1)[1] == line.split(": error: ", 1)[1]
 
 
 def test_packed_strings_take_join_and_concatenate_as_python_does():
@@ -641,3 +665,27 @@ def test_packed_strings_order_is_pythons_string_order(words, data):
     words = [stem + w for w in words]
     order = pack_strings(words).order()
     assert order.tolist() == sorted(range(len(words)), key=words.__getitem__)
+
+
+@needs_fork
+@pytest.mark.parametrize(("text", "extra", "says"), [
+    ("a\nb\n\n" * 3000, (), ":1: expected at least 2 columns, found 1"),
+    ("a B\nc D\n\n" * 3000, ("--column", "5"), ":1: expected 5 (label column) columns, found 2"),
+    ("# sent_id = 1\n# text =\n\n" * 3000, ("--format", "conllu"), ": no sentences found")])
+def test_cli_parts_check_the_first_line_and_emptiness_as_the_serial_reader(tmp_path, text, extra,
+                                                                           says):
+    """Files cut into parts whose first token line is too narrow (one column; fewer than the
+    label column), or which hold no sentence: the serial reader's one line at every
+    ``--threads`` (the parts took the first line's width without checking it: a one-column
+    file trained, the label column raised IndexError; no sentence raised IndexError)."""
+    from cli_run import run
+
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    for t in ("1", "2"):
+        r = run("train", "--train", str(path), *extra, "--threads", t, "--max-epochs", "1")
+        assert r.returncode == 2, (t, r.stdout[-500:], r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("demidcd: error: "), r.stderr
+        assert f"{path}{says}" in lines[0], lines[0]
+    _the_serial_reader_says(lines[0], "--train", str(path), *extra)

@@ -270,13 +270,14 @@ def _trained(args, peak) -> int:
     def set_up_in_parts() -> tuple[str, Any, Any, Any] | None:
         """:func:`set_up` with the training file read, its features counted and encoded in
         ``--threads`` processes (the cores given, also for a one-process learner;
-        :mod:`demidcd.estimators.parts`); None where it does not apply (the caller then sets
-        up serially)."""
+        :mod:`demidcd.estimators.parts`; with one, in one part here: the same model as the
+        serial set-up's, sooner and in less memory); None where it does not apply (the
+        caller then sets up serially)."""
         from ..errors import PartialLabelError
         from ..estimators.parts import PartsUnsupported, parts_supported, prepare_fit_parts
 
         cores = max(plan.threads, threads)  # (--threads 2 --algorithm dcd: set-up on 2)
-        if cores < 2 or not options.train or options.split_test is not None or \
+        if not options.train or options.split_test is not None or \
                 not hasattr(spec, "read_part") or not parts_supported(est):
             return None
         from ..io.shards import byte_ranges
@@ -286,7 +287,7 @@ def _trained(args, peak) -> int:
         t0 = time.perf_counter()
         fmt = spec.read_plan(options.train, options)[0]
         ranges = byte_ranges(options.train, cores, fmt == "conllu", options.encoding)
-        if ranges is None or len(ranges) < 2:
+        if not ranges:
             return None
         state = first_columns_state(options.train, options.encoding) \
             if fmt == "columns" else None
@@ -312,17 +313,17 @@ def _trained(args, peak) -> int:
                 for k, v in p["labels"].items():
                     known[k] = known.get(k, 0) + v
             n_sent = sum(p["n_sentences"] for p in parts)
+            if not n_sent:
+                from ..errors import InputError
+
+                raise InputError(options.train, None, "no sentences found (empty file?)")
             unknown, sets = (sum(p["partial"][j] for p in parts) for j in (0, 1))
             partial = (f" ({unknown:,} with an unknown label, {sets:,} with a set of labels)"
                        if unknown or sets else "")
             log.info(f"data: {options.train}: {n_sent:,} sentences, "
                      f"{sum(p['n_tokens'] for p in parts):,} tokens{partial} (read in "
                      f"{time.perf_counter() - t0:.1f}s, with its features, in "
-                     f"{len(parts)} parts)")
-            if not n_sent:
-                from ..errors import InputError
-
-                raise InputError(options.train, None, "no sentences found (empty file?)")
+                     f"{len(parts)} part{'s' if len(parts) > 1 else ''})")
             if not args.quiet:
                 for line in _label_warnings(spec, None, {"--dev": dev, "--test": test},
                                             options.train, known):

@@ -317,7 +317,7 @@ def prepare_fit_parts(est: Any, read: Callable[[int], tuple[list, list]], n: int
     def cpu(xs: list[float]) -> str:
         return ", ".join(f"{x:.2f}" for x in xs)
 
-    est._say()(f"set-up in {n} processes: read and counted in "
+    est._say()(f"set-up in {n} process{'es' if n > 1 else ''}: read and counted in "
                f"{clock['counted'] - clock['start']:.1f} s (CPU s per part: "
                f"{cpu(clock['cpu_read'])}), merged in "
                f"{clock['merged'] - clock['counted']:.1f} s (CPU {clock['cpu_merge']:.2f} s), "

@@ -106,8 +106,9 @@ def byte_ranges(path: str, n: int, conllu: bool, encoding: str = "utf-8"
                 ) -> list[ByteRange] | None:
     """At most ``n`` ranges tiling ``path``, each ending just after a blank line that ends a
     sentence (so a parser started at a range's start is in its initial state), of about
-    equal size; None when the file cannot be cut (:func:`splittable`) or ``n`` < 2."""
-    if n < 2 or not splittable(path, encoding):
+    equal size (``n`` = 1: the whole file); None when the file cannot be cut
+    (:func:`splittable`) or ``n`` < 1."""
+    if n < 1 or not splittable(path, encoding):
         return None
     size = os.path.getsize(path)
     if size == 0:

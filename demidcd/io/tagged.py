@@ -542,6 +542,11 @@ def line_separator(fields: list[str]) -> str:
     return "\t" if isinstance(fields, TabFields) else " "
 
 
+def _too_few_columns(min_cols: int, li: int | None, n: int) -> str:
+    what = f"at least {min_cols}" if li is None else f"{min_cols} (label column)"
+    return f"expected {what} columns, found {n}"
+
+
 def _parse_columns(
     text: str, path: str, li: int | None, max_len: int, labelled: bool, keep_raw: bool,
     line0: int = 0, state: dict | None = None
@@ -556,6 +561,8 @@ def _parse_columns(
     min_cols = 2 if labelled else 1
     if li is not None:
         min_cols = max(min_cols, li + 1) if labelled else 1
+    if 0 < ncols < min_cols:  # the file's first token line, found before this block
+        raise InputError(path, ncols_line, _too_few_columns(min_cols, li, ncols))
     lines = text.split("\n")
     same = {}.setdefault  # one string object per distinct word and label (_Sentences)
     for idx, line in enumerate(lines, 1):
@@ -576,8 +583,7 @@ def _parse_columns(
         n = len(f)
         if ncols == 0:
             if n < min_cols:
-                what = f"at least {min_cols}" if li is None else f"{min_cols} (label column)"
-                raise InputError(path, lineno, f"expected {what} columns, found {n}")
+                raise InputError(path, lineno, _too_few_columns(min_cols, li, n))
             ncols, ncols_line = n, lineno
         elif n != ncols:
             raise InputError(

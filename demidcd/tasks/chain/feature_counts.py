@@ -127,6 +127,8 @@ def _unique_counts(keys: np.ndarray, in_place: bool = False) -> tuple[np.ndarray
         keys.sort()
     else:
         keys = np.sort(keys)
+    if not keys.shape[0]:  # (a part without sentences)
+        return keys, np.zeros(0, np.int64)
     first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[first], np.diff(np.append(first, keys.shape[0]))
 
