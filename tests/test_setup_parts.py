@@ -689,3 +689,52 @@ def test_cli_parts_check_the_first_line_and_emptiness_as_the_serial_reader(tmp_p
         assert len(lines) == 1 and lines[0].startswith("demidcd: error: "), r.stderr
         assert f"{path}{says}" in lines[0], lines[0]
     _the_serial_reader_says(lines[0], "--train", str(path), *extra)
+
+
+_ODD = "the Dog runs fast 3 a-b É".split()
+
+
+def _odd_file(kind: str) -> bytes:
+    """A small columns file with one oddity of ``kind``."""
+    rng = random.Random(kind)
+    body = "".join("".join(f"{rng.choice(_ODD)} {rng.choice('XYZ')}\n" for _ in range(3)) + "\n"
+                   for _ in range(60))
+    text = {"bom": "\ufeff" + body, "crlf": body.replace("\n", "\r\n"),
+            "spaces-blank": body.replace("\n\n", "\n   \n"),
+            "docstart": body.replace("\n\n", "\n\n-DOCSTART- -X-\n\n", 5),
+            "no-final-newline": body.rstrip("\n"), "tabs": body.replace(" ", "\t"),
+            "leading-blank-lines": "\n\n\n" + body, "nbsp": body + "a\u00a0b X\nc Y\n\n",
+            "width-change-late": body + "a b X\n\n"}.get(kind, body)
+    data = text.encode("utf-8")
+    return data[:300] + b"\xff\xfe" + data[300:] if kind == "bad-utf8" else data
+
+
+@needs_fork
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bom", "crlf", "spaces-blank", "docstart", "no-final-newline",
+                                  "tabs", "leading-blank-lines", "nbsp", "width-change-late",
+                                  "bad-utf8"])
+def test_one_part_reads_odd_files_as_the_serial_set_up(tmp_path, kind):
+    """``--threads 1`` sets up in one part: on files with a byte-order mark, CRLF, blank lines
+    of spaces, -DOCSTART- lines, no final newline, tabs, leading blank lines, a no-break space
+    inside a word, the model is the serial set-up's byte for byte (``--debug`` keeps it
+    serial); a late line of another width and invalid UTF-8, the serial reader's line."""
+    from cli_run import run
+
+    path = tmp_path / f"{kind}.txt"
+    path.write_bytes(_odd_file(kind))
+    got = {}
+    for mode, extra in (("parts", ()), ("serial", ("--debug",))):
+        r = run("train", "--train", str(path), "--format", "columns", "--threads", "1",
+                "--algorithm", "dcd", "--max-epochs", "2", "--model",
+                str(tmp_path / f"{mode}.npz"), *extra)
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        got[mode] = (r.returncode == 0, last.split(": ", 1)[1] if r.returncode else "")
+    assert got["parts"][0] == got["serial"][0], got
+    if kind in ("width-change-late", "bad-utf8"):
+        assert not got["parts"][0] and got["parts"][1].split(": ", 1)[1] == got["serial"][1]
+        assert f"{kind}.txt:" in got["serial"][1]
+        return
+    a, b = np.load(tmp_path / "parts.npz"), np.load(tmp_path / "serial.npz")
+    assert sorted(a.files) == sorted(b.files)
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a.files if k != "meta.json")
