@@ -577,18 +577,6 @@ def _scipy_hidden() -> Iterator[None]:
             del sys.modules[name]
 
 
-def _numba_without_blas() -> None:
-    """Set numba's compiler up now (its first kernel call would) with SciPy hidden
-    (:func:`_scipy_hidden`)."""
-    if "numba.np.arraymath" in sys.modules:
-        return  # already set up
-    with _scipy_hidden():
-        from numba.core.registry import cpu_target
-
-        cpu_target.typing_context.refresh()
-        cpu_target.target_context.refresh()
-
-
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     from ..io.model import atomic_write
     from ..io.snapshots import list_snapshots, load_snapshot, read_work
@@ -818,18 +806,20 @@ _KERNELS = ("train", "predict", "evaluate", "evaluate-snapshots")  # those that 
 
 def _load_heavy(command: str) -> None:
     """Import numpy and numba and :mod:`demidcd.api` (whose estimators load on first use),
-    and for a command that calls kernels set numba's compiler up, both with SciPy hidden
-    (:func:`_scipy_hidden`), in the command's own process: before ``train`` forks its set-up
-    child, whose parts and learners then inherit it. numba's compiler library (llvmlite) that
-    cannot be loaded, as under a small address-space limit (``prlimit --as``, ``ulimit -v``),
-    is one line saying so."""
+    and for a command that calls kernels set numba's compiler up now (its first kernel call
+    would), both with SciPy hidden (:func:`_scipy_hidden`), in the command's own process:
+    before ``train`` forks its set-up child, whose parts and learners then inherit it.
+    numba's compiler library (llvmlite) that cannot be loaded, as under a small address-space
+    limit (``prlimit --as``, ``ulimit -v``), is one line saying so."""
     try:
         with _scipy_hidden():
-            import numba  # noqa: F401
+            from numba.core.registry import cpu_target
 
             from .. import api  # noqa: F401
-        if _OWN_PROCESS and command in _KERNELS:
-            _numba_without_blas()
+
+            if _OWN_PROCESS and command in _KERNELS:
+                cpu_target.typing_context.refresh()
+                cpu_target.target_context.refresh()
     except OSError as e:
         if "llvmlite" not in str(e):
             raise
