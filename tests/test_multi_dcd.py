@@ -82,6 +82,27 @@ def test_time_limit_turns_to_atomic_adds_before_the_final_rebuild(task, mode, sh
     assert at >= r.extra["atomic_from"] and entries == 0
 
 
+def test_atomic_adds_record_progress_without_pausing_the_learners(task, shm_guard, experimental):
+    """The default (atomic adds): no update is lost, so the periodic record is a progress line
+    that pauses no one (no rebuild before the stop), and w is Σ α φ up to rounding at the final
+    rebuild; where eval_every asks for the primal, a rebuild gives the record its exact dual."""
+    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=1.5)
+    experimental(rebuild_every=0.2)
+    res = train(task, "demi-dcd", cfg, threads=2, learners=2)
+    assert res.extra["update_mode"] == "atomic" and res.stop_reason == "time-limit"
+    assert len(res.history) >= 4, res.history  # a line every 0.2 s
+    assert res.extra["rebuilds"] == res.extra["certifications"] + 1  # the final one only
+    assert res.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(res.w).sum()))
+    assert all(rec["updates"] <= later["updates"]
+               for rec, later in zip(res.history, res.history[1:], strict=False))
+    res = train(task, "demi-dcd", SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6,
+                                              time_limit=1.5, eval_every=0.4), threads=2,
+                learners=2)
+    evaluated = [rec for rec in res.history if "primal" in rec]
+    assert len(evaluated) >= 2 and res.extra["rebuilds"] >= len(evaluated)
+    assert all(rec["dual"] <= rec["primal"] + 1e-9 for rec in evaluated)
+
+
 def test_dual_between_rebuilds_with_plain_stores(task, shm_guard, experimental):
     recs = []
     experimental(update_mode="plain", rebuild_every=0.02)
@@ -133,7 +154,7 @@ def test_a_second_ctrl_c_mid_rebuild_keeps_the_w_from_before_it(task, shm_guard,
 
     monkeypatch.setattr(LearnerGroup, "command", interrupted)
     cfg = SolverConfig(C=0.1, tol=1e-9, delta=1e-3, max_epochs=100000, time_limit=60)
-    experimental(rebuild_every=0.2)
+    experimental(update_mode="plain", rebuild_every=0.2)  # periodic rebuilds
     r = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert r.stop_reason == "interrupted" and sum(adds) == 2
     zero = primal_objective(task, np.zeros_like(r.w), 0.1)[0]
@@ -192,7 +213,7 @@ def test_the_update_mode_is_an_experimental_setting(task, experimental):
     experimental hook, checked before any learner starts."""
     from demidcd.parallel.experimental import EXPERIMENTAL
 
-    assert EXPERIMENTAL.update_mode == "plain" and EXPERIMENTAL.transport is None
+    assert EXPERIMENTAL.update_mode == "atomic" and EXPERIMENTAL.transport is None
     experimental(update_mode="hybrid")
     with pytest.raises(ValueError, match="^EXPERIMENTAL.update_mode must be one of atomic, hot, "
                                          "plain, got 'hybrid'"):
@@ -350,7 +371,7 @@ def test_a_rebuild_touches_only_the_lines_that_can_be_non_zero(shm_guard, experi
     task = SpreadToyTask(n=40, m=6, dim=20, density=0.5, seed=5)  # w: 16M entries, 128 MiB
     cfg = SolverConfig(C=0.1, tol=1e-9, delta=1e-9, max_epochs=10**6, time_limit=1.5)
     before, mapped = shmem(), []
-    experimental(rebuild_every=0.3)
+    experimental(update_mode="plain", rebuild_every=0.3)  # periodic rebuilds
     res = train_multi_dcd(task, cfg, 2,  # (solvers.train's callback copies w)
                           callback=lambda rec, w: mapped.append(shmem() - before))
     assert res.extra["rebuilds"] >= 2 and res.extra["updates"] > 0 and np.abs(res.w).max() > 0
@@ -377,7 +398,7 @@ def test_costly_rebuilds_come_less_often(task, shm_guard, monkeypatch, experimen
 
     monkeypatch.setattr(LearnerGroup, "command", slow_add)
     cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=3.0)
-    experimental(rebuild_every=0.05)
+    experimental(update_mode="plain", rebuild_every=0.05)  # periodic rebuilds
     res = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert res.stop_reason == "time-limit"
     # periodic ones at 0.05 s, then 0.1 / REBUILD_SHARE = 2 s later at the earliest; the time

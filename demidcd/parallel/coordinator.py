@@ -19,9 +19,11 @@ involves the processes:
   the updates lost since the last rebuild (:func:`drift`);
 * the switch of every learner from plain stores to atomic adds (:meth:`Coordinator.to_atomic`,
   ``TAIL``; a learner restarted later gets it too);
-* the periodic rebuilds' schedule (:meth:`Coordinator.periodic_due`): every
-  :attr:`~.experimental.Experimental.rebuild_every` seconds, less often where a rebuild
-  paused the learners for more than :data:`REBUILD_SHARE` of that;
+* the periodic records' schedule (:meth:`Coordinator.periodic_due`): every
+  :attr:`~.experimental.Experimental.rebuild_every` seconds; with plain stores each is a
+  rebuild (the repair of lost updates), less often where one paused the learners for more
+  than :data:`REBUILD_SHARE` of that, and with atomic adds a progress record that pauses no
+  one (the schedule's, :mod:`demidcd.solvers.multi_dcd`);
 * collecting the learners' dual states (``STATE``, one file per part) and the rebuild check
   (``CHECK``);
 * the w to return (:meth:`Coordinator.w_out`: a second Ctrl-C mid-rebuild returns the w from
@@ -146,7 +148,7 @@ class Coordinator:
         # the first rebuild that lacked a learner lost at the stop (w_out returns it)
         self.atomic_from: float | None = None  # when the learners turned to atomic adds
         self.counts = {"rebuilds": 0, "restarts": 0, "rebuild_seconds": 0.0}
-        self.interval, self.last_rebuild = self.rebuild_every, 0.0
+        self.interval, self.last_record = self.rebuild_every, 0.0
 
     def set_w(self, w0: np.ndarray) -> None:
         """w ← ``w0`` (w₀ + Σ α φ of a saved state, or w₀) before any learner moves it; its
@@ -204,14 +206,15 @@ class Coordinator:
         self.atomic_from = now
 
     def periodic_due(self, now: float) -> bool:
-        """A periodic rebuild is due at ``now`` (seconds on the run's clock)."""
-        return now - self.last_rebuild >= self.interval
+        """A periodic record (a rebuild, or a progress record) is due at ``now`` (seconds on
+        the run's clock)."""
+        return now - self.last_record >= self.interval
 
-    def rebuilt(self, now: float, began: float | None = None) -> None:
-        """A rebuild ended at ``now``; ``began``: it was a periodic one that began then, and the
-        next comes after :attr:`rebuild_every` s or later, so that they pause the learners at
-        most :data:`REBUILD_SHARE` of the time."""
-        self.last_rebuild = now
+    def recorded(self, now: float, began: float | None = None) -> None:
+        """A record (a rebuild, or a progress record) was made at ``now``; ``began``: it was a
+        periodic rebuild that began then, and the next comes after :attr:`rebuild_every` s or
+        later, so that they pause the learners at most :data:`REBUILD_SHARE` of the time."""
+        self.last_record = now
         if began is not None:
             self.interval = max(min(2.0 * self.interval, self.rebuild_every),
                                 (now - began) / REBUILD_SHARE)

@@ -6,12 +6,13 @@ puts it back afterwards) before it trains, and forked processes inherit it. Ever
 default is what a user's run does.
 
 * ``update_mode``: how the learners of the multi-learner schedule
-  (:mod:`demidcd.parallel.coordinator`) write the shared w: ``"plain"`` loads and stores (the
-  default; a lost update is repaired at the next rebuild), ``"atomic"`` adds from the start, or
-  ``"hot"``: the pages of w nearly every φ writes private to each learner and merged by atomic
-  adds, the rest atomic adds, no periodic rebuild (:mod:`demidcd.solvers.hot_pages`).
-* ``rebuild_every``: seconds between the coordinator's periodic rebuilds of w = Σ α φ
-  (:data:`~demidcd.parallel.coordinator.REBUILD_EVERY`; tests shorten it to see many).
+  (:mod:`demidcd.parallel.coordinator`) write the shared w: ``"atomic"`` adds (the default: no
+  update is lost, so w = Σ α φ up to rounding and no periodic rebuild pauses the learners),
+  ``"plain"`` loads and stores (PASSCoDe-Wild: a lost update is repaired at the next periodic
+  rebuild), or ``"hot"``: the pages of w nearly every φ writes private to each learner and
+  merged by atomic adds, the rest atomic adds (:mod:`demidcd.solvers.hot_pages`).
+* ``rebuild_every``: seconds between the schedule's periodic records: with plain stores each
+  is a rebuild of w = Σ α φ, with atomic adds a progress record (tests shorten it to see many).
 * ``check_rebuild``: after the final rebuild each learner also sums its α φ sequentially into
   a shared array, and the result's ``extra["rebuild_error"]`` is the largest difference from
   the rebuilt w (tests of the rebuild; None otherwise).
@@ -27,14 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 UPDATE_MODES = ("atomic", "hot", "plain")
-REBUILD_EVERY = 5.0  # seconds between rebuilds of w (drift measurement and repair)
+REBUILD_EVERY = 5.0  # seconds between periodic records (plain stores: rebuilds of w)
 
 
 @dataclass
 class Experimental:
     """The settings of :data:`EXPERIMENTAL` (see the module docstring)."""
 
-    update_mode: str = "plain"
+    update_mode: str = "atomic"
     rebuild_every: float = REBUILD_EVERY
     check_rebuild: bool = False
     transport: Callable[..., Any] | None = None

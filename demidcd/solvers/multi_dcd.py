@@ -13,33 +13,37 @@ both infers and learns (K = p); K = 1 is DEMI-DCD; 1 < K < p is not implemented.
 tail ξ̂_i, the stop measure the KKT gap and the dual Σ Δλ − ½‖w‖² (no A² term).
 
 Updates to w (:attr:`~demidcd.parallel.experimental.Experimental.update_mode`, an experimental
-setting): ``"atomic"`` makes every w += d φ an LLVM ``atomicrmw fadd``
-(:func:`~.kernels.atomic_add`); ``"plain"`` uses ordinary loads and stores, so two learners
-adding to one entry at the same moment may lose one of the adds (a *lost update*; PASSCoDe's
-"Wild" variant). Either way w drifts from Σ α φ only by lost updates and rounding. Plain stores are
-the default: an atomic add is a locked instruction, and a lost add is small and repaired at the
-next rebuild; they reached a 1% relative primal gap sooner than atomic adds or a hybrid (atomic
-adds on the lines where a rebuild found lost updates), benchmarks/README.md ("Several learners
-on one shared w" and "Evidence behind the defaults and design choices"). Private copies of w's
+setting): ``"atomic"``, the default, makes every w += d φ an LLVM ``atomicrmw fadd``
+(:func:`~.kernels.atomic_add`): no update is lost, so w = Σ α φ up to rounding at every moment
+(every snapshot and certificate reads it) and no periodic rebuild pauses the learners; the
+schedule's periodic record is then a progress line that pauses no one (a rebuild only where
+``eval_every`` asks for the exact dual). ``"plain"`` uses ordinary loads and stores, so two
+learners adding to one entry at the same moment may lose one of the adds (a *lost update*;
+PASSCoDe's "Wild" variant), repaired by a rebuild every
+:attr:`~demidcd.parallel.experimental.Experimental.rebuild_every` seconds. On the 2-core EPYC
+guest atomic adds reached a 1% relative primal gap sooner than plain stores in 5 of 6
+interleaved triples (EWT XPOS, Brown universal) and inflated the work of 16 learners 1.02x
+where plain stores did not reach 1% of the optimum their own rebuilt w found
+(benchmarks/README.md, "Atomic adds by default"); plain stores were the default before, from
+an older 2-core Xeon measurement ("Evidence behind the defaults"). Private copies of w's
 most-touched pages, exchanged with the shared w every block of updates, raised throughput with
-atomic adds but made the learners read stale values and were slower with plain stores, so they
-are not used.
+atomic adds but made the learners read stale values, so they are not used.
 A third mode, ``"hot"`` (:mod:`demidcd.solvers.hot_pages`), keeps the few pages of w nearly
 every φ writes (transitions, bias, the most frequent features) private to each learner, merged by
-atomic adds between blocks of work, and adds atomically elsewhere: no update is lost, so there is
-no periodic rebuild; at p = 2 it was slower than plain stores (benchmarks/README.md, "Where p = 2
-loses on the 2-core AMD EPYC guest") and it waits for a 16-core measurement.
-In the tail (every learner's last pass found violators in at most 1% of its part) plain stores
-turn to atomic adds (the TAIL command, logged): the few updates left then lose nothing, so a
-rebuild no longer undoes the last steps and the stop rule can certify.
+atomic adds between blocks of work, and adds atomically elsewhere: at p = 2 it was slower than
+the other two (benchmarks/README.md, "Where p = 2 loses on the 2-core AMD EPYC guest") and it
+waits for a 16-core measurement (``benchmarks/scaling.py --modes``), as does the choice between
+atomic adds and plain stores where 16 cores write the transition block at once.
+With plain stores, in the tail (every learner's last pass found violators in at most 1% of its
+part) the learners turn to atomic adds (the TAIL command, logged): the few updates left then
+lose nothing, so a rebuild no longer undoes the last steps and the stop rule can certify.
 
 Exactness: a coordinator (this process, which mostly sleeps;
 :class:`~demidcd.parallel.coordinator.Coordinator` does what involves the processes) rebuilds
-w every 5 s (less often where a rebuild takes more than
-:data:`~demidcd.parallel.coordinator.REBUILD_SHARE` of that), before every stop test and at
-the end: it pauses the learners
-(each between two blocks of work), keeps the old w, zeroes w and lets every learner add its own
-Σ_{i∈P_k} α φ with atomic adds (:func:`~.kernels.add_alpha_phi`). The *drift*
+w before every stop test and at the end (with plain stores also every 5 s, less often where a
+rebuild takes more than :data:`~demidcd.parallel.coordinator.REBUILD_SHARE` of that): it
+pauses the learners (each between two blocks of work), keeps the old w, zeroes w and lets every
+learner add its own Σ_{i∈P_k} α φ with atomic adds (:func:`~.kernels.add_alpha_phi`). The *drift*
 ‖w_old − Σ α φ‖ measures the lost updates since the last rebuild (entries with drift: a lower
 bound on their number). When every learner's last epoch found no violation and certified its
 active sets (the 1-DCD stop rule on its part, with a moving w), the coordinator tests the
@@ -308,8 +312,9 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     inference pass over its part); the log has one record per rebuild of w. The processes,
     the rebuilds and the commands are the :class:`~demidcd.parallel.coordinator.Coordinator`'s;
     this function is the schedule (when to rebuild, switch to atomic adds, certify, stop).
-    The update mode and the rebuild interval are :data:`~demidcd.parallel.experimental.EXPERIMENTAL`
-    settings (plain stores, every 5 s), as is the check of the rebuild
+    The update mode and the periodic records' interval are
+    :data:`~demidcd.parallel.experimental.EXPERIMENTAL` settings (atomic adds, every 5 s; with
+    plain stores each periodic record is a rebuild), as is the check of the rebuild
     (``extra["rebuild_error"]``).
     ``start``: a prior w₀ and/or a saved state (:mod:`.state`); every rebuild then sets
     w = w₀ + Σ α φ, and the dual gains ½‖w₀‖²."""
@@ -345,7 +350,9 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     final_state: DualState | None = None
     check_error = None
     log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), " + (
-        f"{mode} updates to one shared w, rebuilt from α every {co.rebuild_every:g} s"
+        ("plain stores to one shared w (an add may be lost), rebuilt from α every "
+         f"{co.rebuild_every:g} s" if mode == "plain" else "atomic adds to one shared w (no "
+         "update lost: w = Σ α φ up to rounding without a rebuild)")
         if pages is None else f"atomic adds to one shared w but for {len(pages)} hot pages "
         "private to each learner, merged by atomic adds between blocks of work; no periodic "
         "rebuild"))
@@ -450,7 +457,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             cand = [int(group.stats[j, M.CANDIDATE]) for j in range(k)]
             if all(c == e and e > ce for c, e, ce in zip(cand, ep, cert_epochs, strict=True)):
                 figs = rebuild()
-                co.rebuilt(clock.elapsed())
+                co.recorded(clock.elapsed())
                 tail("every learner's last pass was clean")  # the tail, at the latest
                 ok, pg, viol = certify()
                 record(figs, max_pg=pg, violators=viol)
@@ -464,14 +471,19 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
             elif (final_tail is not None and mode == "plain" and co.atomic_from is None
                   and clock.elapsed() >= final_tail):
                 record(rebuild())
-                co.rebuilt(clock.elapsed())
+                co.recorded(clock.elapsed())
                 tail("the time limit is near")
                 resume()
             elif co.periodic_due(clock.elapsed()):
-                paused = clock.elapsed()
-                record(rebuild())
-                co.rebuilt(clock.elapsed(), began=paused)
-                resume()
+                now = clock.elapsed()
+                if mode == "plain" or (config.eval_every is not None
+                                       and now - last_eval[0] >= config.eval_every):
+                    record(rebuild())  # the repair of lost updates; the primal's exact dual
+                    co.recorded(clock.elapsed(), began=now)
+                    resume()
+                else:  # no update is lost: w = Σ α φ already, the progress line pauses no one
+                    record({"dual": None, "active": int(group.stats[co.live(), M.ACTIVE].sum())})
+                    co.recorded(now)
         if group.incomplete:
             reason = stop_reason(False, clock) or "time-limit"
         elif reason != "converged":
