@@ -607,3 +607,20 @@ def test_experimental_cli_sets_the_engine_settings_then_runs_the_command(monkeyp
     assert xcli.main(["update_mode=hot", "train"]) == 2
     assert len(seen) == 1
     assert common.demidcd_cmd({"update_mode": "hot"})[-2:] == ["update_mode=hot", "--"]
+
+
+def test_cores_together_times_one_process_then_two(monkeypatch, tmp_path):
+    """benchmarks/cores_together.py: each try has, per kernel, the lone process's rate, the
+    two processes' rates and their sum over it; the JSON lands in the results folder."""
+    import json
+
+    ct = importlib.import_module("cores_together")
+    monkeypatch.setattr(ct, "RESULTS", tmp_path)
+    monkeypatch.setattr(ct, "STEP", 1000)
+    assert ct.main(["--tries", "1", "--seconds", "0.05", "--name", "t"]) == 0
+    tries = json.loads((tmp_path / "t.json").read_text())["tries"]
+    assert len(tries) == 1 and set(tries[0]) == {"time", *ct.SIZES}
+    for what in ct.SIZES:
+        row = tries[0][what]
+        assert row["alone"] > 0 and len(row["two_at_once"]) == 2
+        assert row["ratio"] == pytest.approx(sum(row["two_at_once"]) / row["alone"])
