@@ -86,17 +86,17 @@ def test_atomic_adds_record_progress_without_pausing_the_learners(task, shm_guar
     """The default (atomic adds): no update is lost, so the periodic record is a progress line
     that pauses no one (no rebuild before the stop), and w is Σ α φ up to rounding at the final
     rebuild; where eval_every asks for the primal, a rebuild gives the record its exact dual."""
-    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=1.5)
-    experimental(rebuild_every=0.2)
+    cfg = SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6, time_limit=0.9)
+    experimental(rebuild_every=0.1)
     res = train(task, "demi-dcd", cfg, threads=2, learners=2)
     assert res.extra["update_mode"] == "atomic" and res.stop_reason == "time-limit"
-    assert len(res.history) >= 4, res.history  # a line every 0.2 s
+    assert len(res.history) >= 4, res.history  # a line every 0.1 s
     assert res.extra["rebuilds"] == res.extra["certifications"] + 1  # the final one only
     assert res.extra["drift_max"] <= 1e-9 * max(1.0, float(np.abs(res.w).sum()))
     assert all(rec["updates"] <= later["updates"]
                for rec, later in zip(res.history, res.history[1:], strict=False))
     res = train(task, "demi-dcd", SolverConfig(C=0.1, tol=1e-12, delta=1e-12, max_epochs=10**6,
-                                              time_limit=1.5, eval_every=0.4), threads=2,
+                                              time_limit=0.9, eval_every=0.25), threads=2,
                 learners=2)
     evaluated = [rec for rec in res.history if "primal" in rec]
     assert len(evaluated) >= 2 and res.extra["rebuilds"] >= len(evaluated)
