@@ -22,7 +22,7 @@ learners adding to one entry at the same moment may lose one of the adds (a *los
 PASSCoDe's "Wild" variant), repaired by a rebuild every
 :attr:`~demidcd.parallel.experimental.Experimental.rebuild_every` seconds. On the 2-core EPYC
 guest atomic adds reached a 1% relative primal gap sooner than plain stores in 5 of 6
-interleaved triples (EWT XPOS, Brown universal) and inflated the work of 16 learners 1.02x
+interleaved triples (EWT XPOS, Brown universal) and inflated the work of 16 learners 1.09-1.11x
 where plain stores did not reach 1% of the optimum their own rebuilt w found
 (benchmarks/README.md, "Atomic adds by default"); plain stores were the default before, from
 an older 2-core Xeon measurement ("Evidence behind the defaults"). Private copies of w's
