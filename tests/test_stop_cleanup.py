@@ -386,7 +386,7 @@ def test_cli_sigint_with_two_learners_saves_and_leaves_nothing(tmp_path, shm_gua
         p.wait(timeout=30)
     out = logf.read_text()
     assert p.returncode == 130, out
-    assert "multi-learner: 2 learners (plain)" in out
+    assert "multi-learner: 2 learners (atomic)" in out  # the default update mode
     assert _gone(kids)
     _, _, meta = load_model(model)
     assert meta["finished"] is False and meta["stop_reason"] == "interrupted"
