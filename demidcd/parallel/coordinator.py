@@ -134,7 +134,8 @@ class Coordinator:
                  body: Callable[[LearnerGroup, int], None], seed: int,
                  log: Callable[[str], None], debug: bool, base: np.ndarray, mode: str):
         self.check = EXPERIMENTAL.check_rebuild
-        # the hot mode loses no update: nothing for a periodic rebuild to repair
+        # the hot mode: no update is lost, and w lacks the private pages between merges, so no
+        # periodic record (the callback's snapshots read w) comes until a rebuild
         self.rebuild_every = math.inf if mode == "hot" else float(EXPERIMENTAL.rebuild_every)
         self.k, self.log, self.base, self.mode = k, log, base, mode
         self.group = LearnerGroup(n_examples, costs, dim, k, body, seed, log, debug,
@@ -168,6 +169,10 @@ class Coordinator:
         """The learners running now."""
         return [j for j in range(self.k) if self.group.procs[j] is not None]
 
+    def active(self) -> int:
+        """Structures in the live learners' active sets (their own counters)."""
+        return int(self.group.stats[self.live(), ACTIVE].sum())
+
     def rebuild(self) -> tuple[float, int, float, int]:
         """Pause the learners and set w = w₀ + Σ α φ; they stay paused. Returns (the drift
         ‖w_old − w‖, entries with drift, ‖w‖, structures in the live learners' active sets).
@@ -198,7 +203,7 @@ class Coordinator:
         self.counts["rebuilds"] += 1
         d, entries, w_norm = drift(self.old[1], w, lines)
         self.counts["rebuild_seconds"] += time.perf_counter() - t0
-        return float(d), int(entries), float(w_norm), int(group.stats[self.live(), ACTIVE].sum())
+        return float(d), int(entries), float(w_norm), self.active()
 
     def to_atomic(self, now: float) -> None:
         """Turn every learner from plain stores to atomic adds (``TAIL``) at ``now`` seconds."""

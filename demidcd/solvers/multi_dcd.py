@@ -309,7 +309,8 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     start: Start | None = None) -> TrainResult:
     """Train with ``learners`` (default ``threads``) learner processes on one shared w.
     ``config.max_epochs`` bounds each learner's DCD-SSVM epochs (r update passes and one
-    inference pass over its part); the log has one record per rebuild of w. The processes,
+    inference pass over its part); the log has one record per rebuild of w and per periodic
+    progress record (atomic adds: every 5 s, without a pause). The processes,
     the rebuilds and the commands are the :class:`~demidcd.parallel.coordinator.Coordinator`'s;
     this function is the schedule (when to rebuild, switch to atomic adds, certify, stop).
     The update mode and the periodic records' interval are
@@ -349,13 +350,14 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
     reason, epoch = "max-epochs", epoch0
     final_state: DualState | None = None
     check_error = None
-    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), " + (
-        ("plain stores to one shared w (an add may be lost), rebuilt from α every "
-         f"{co.rebuild_every:g} s" if mode == "plain" else "atomic adds to one shared w (no "
-         "update lost: w = Σ α φ up to rounding without a rebuild)")
-        if pages is None else f"atomic adds to one shared w but for {len(pages)} hot pages "
-        "private to each learner, merged by atomic adds between blocks of work; no periodic "
-        "rebuild"))
+    how = {"plain": "plain stores to one shared w (an add may be lost), rebuilt from α every "
+                    f"{co.rebuild_every:g} s",
+           "atomic": "atomic adds to one shared w (no update lost: w = Σ α φ up to rounding "
+                     "without a rebuild)",
+           "hot": f"atomic adds to one shared w but for {0 if pages is None else len(pages)} "
+                  "hot pages private to each learner, merged by atomic adds between blocks of "
+                  "work; no periodic rebuild"}[mode]
+    log(f"multi-learner DCD: {k} learner processes (each infers and learns on its part), {how}")
 
     def rebuild() -> dict:
         """Pause the learners and set w = Σ α φ; they stay paused. Returns the figures."""
@@ -482,7 +484,7 @@ def train_multi_dcd(task: Task, config: SolverConfig, threads: int,
                     co.recorded(clock.elapsed(), began=now)
                     resume()
                 else:  # no update is lost: w = Σ α φ already, the progress line pauses no one
-                    record({"dual": None, "active": int(group.stats[co.live(), M.ACTIVE].sum())})
+                    record({"dual": None, "active": co.active()})
                     co.recorded(now)
         if group.incomplete:
             reason = stop_reason(False, clock) or "time-limit"
